@@ -1,0 +1,33 @@
+# The two set-up commands: `make demo` and `make test`. Each creates .venv when
+# it is missing and installs the project into it (editable, with the dev extra).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all bench lint clean install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/robustgrad demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m ''
+
+lint: $(STAMP)
+	$(BIN)/ruff check robustgrad attacks agents tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

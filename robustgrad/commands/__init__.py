@@ -1,0 +1,1 @@
+"""Sub-commands of the ``robustgrad`` CLI, one module each (see robustgrad.cli)."""

@@ -1,0 +1,1 @@
+"""robustgrad.monitor (being written)."""

@@ -1,0 +1,1 @@
+"""robustgrad.regularizers (being written)."""

@@ -1,0 +1,1 @@
+"""robustgrad.transforms (being written)."""
