@@ -170,6 +170,11 @@ def vjp(fn: Callable, *primals):
             raise ValueError(f"cotangents must have the structure of fn's outputs: {exc}") from None
         flat_o = tf.nest.flatten(out)
         flat_c = [tf.cast(c, o.dtype) for o, c in zip(flat_o, tf.nest.flatten(cotangents))]
+        for i, (o, c) in enumerate(zip(flat_o, flat_c)):
+            if o.shape.is_fully_defined() and c.shape.is_fully_defined() and o.shape != c.shape:
+                raise ValueError(
+                    f"cotangents leaf {i} has shape {c.shape} but fn's output has shape {o.shape}"
+                )
         grads = tape.gradient(flat_o, list(args), output_gradients=flat_c)
         names = []
         for i, a in enumerate(args):
