@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # sub-command name -> (module under robustgrad.commands, one-line help)
 COMMANDS = {
