@@ -31,34 +31,35 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 __all__ = [
-    "GradientTransformation",
-    "EmptyState",
-    "ApplyIfFiniteState",
     "AccumulateState",
     "AddNoiseState",
+    "ApplyIfFiniteState",
+    "EmptyState",
+    "GradientStep",
+    "GradientTransformation",
     "MaskedState",
     "NonFiniteGradientError",
-    "identity",
-    "chain",
-    "clip_by_value",
-    "clip_by_norm",
-    "clip_by_global_norm",
-    "adaptive_clip",
-    "zero_nonfinite",
-    "apply_if_finite",
     "accumulate",
+    "adaptive_clip",
     "add_noise",
-    "masked",
-    "global_norm",
     "all_finite",
-    "should_apply",
+    "apply_if_finite",
+    "chain",
+    "clip_by_global_norm",
+    "clip_by_norm",
+    "clip_by_value",
+    "global_norm",
+    "identity",
+    "masked",
     "nonfinite_count",
-    "GradientStep",
+    "should_apply",
+    "zero_nonfinite",
 ]
 
 
@@ -532,7 +533,7 @@ def apply_if_finite(inner, max_consecutive_errors=10):
 
     def update(updates, state, params=None):
         if not isinstance(state, ApplyIfFiniteState):
-            raise ValueError("state: expected the ApplyIfFiniteState from apply_if_finite.init, "
+            raise TypeError("state: expected the ApplyIfFiniteState from apply_if_finite.init, "
                              f"got {type(state).__name__}")
         _flatten_checked(updates, "updates")
         updates = tf.nest.map_structure(_as_tensor, updates)
@@ -597,7 +598,7 @@ def accumulate(k, average=True, inner=None):
 
     def update(updates, state, params=None):
         if not isinstance(state, AccumulateState):
-            raise ValueError("state: expected the AccumulateState from accumulate.init, "
+            raise TypeError("state: expected the AccumulateState from accumulate.init, "
                              f"got {type(state).__name__}")
         _flatten_checked(updates, "updates")
         _assert_same_structure(updates, state.acc, "updates", "params (from init)")
@@ -661,7 +662,7 @@ def add_noise(stddev, decay=0.55, seed=0):
 
     def update(updates, state, params=None):
         if not isinstance(state, AddNoiseState):
-            raise ValueError("state: expected the AddNoiseState from add_noise.init, "
+            raise TypeError("state: expected the AddNoiseState from add_noise.init, "
                              f"got {type(state).__name__}")
         flat = [_as_tensor(g) for g in _flatten_checked(updates, "updates")]
         t = tf.cast(state.count, tf.float32)
@@ -704,8 +705,7 @@ def _leaf_names(params):
             name = None
             if isinstance(leaf, tf.Variable):
                 name = leaf.name
-                if name.endswith(":0"):
-                    name = name[:-2]
+                name = name.removesuffix(":0")
         names.append(name if name else path)
     return names
 
@@ -776,7 +776,7 @@ def masked(inner, mask):
 
     def update(updates, state, params=None):
         if not isinstance(state, MaskedState):
-            raise ValueError("state: expected the MaskedState from masked.init, "
+            raise TypeError("state: expected the MaskedState from masked.init, "
                              f"got {type(state).__name__}")
         flat_u = [_as_tensor(g) for g in _flatten_checked(updates, "updates")]
         flat_m = resolve(params, "params")
