@@ -4,6 +4,17 @@ Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 """
 
 # --- BEGIN attacks (norms, objectives, attacks, evaluation) ---
+from . import norms, objectives  # noqa: E402,F401
+from ._base import Attack, AttackResult  # noqa: E402,F401
+from .fgsm import FGM, FGSM, fast_gradient_method  # noqa: E402,F401
+from .pgd import (  # noqa: E402,F401
+    BIM,
+    MIM,
+    PGD,
+    basic_iterative_method,
+    momentum_iterative_method,
+    projected_gradient_descent,
+)
 # --- END attacks ---
 
 # --- BEGIN training (adversarial training) ---

@@ -1,0 +1,362 @@
+"""Machinery shared by the attacks: calling models, preparing inputs, caching compiled loops,
+and the :class:`Attack` configuration wrapper.
+
+Compiled functions are cached per *owner* (the model, or the ``loss_fn``) and per static
+configuration, with a relaxed batch dimension, so an attack traces once per
+(model, configuration, per-example shape, dtype) — not once per call or per batch size. eps,
+step sizes, bounds and seeds are tensor arguments of the compiled function and never retrace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import warnings
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from . import _validate as V
+from .norms import canonical_norm
+from .objectives import canonical_objective, get_objective
+
+__all__ = ["AttackResult", "Attack", "call_model"]
+
+
+@dataclasses.dataclass
+class AttackResult:
+    """What an attack run produced: ``x_adv`` and the work it spent.
+
+    ``gradient_passes`` and ``forward_passes`` count *example rows* pushed through a
+    forward+backward (resp. forward-only) pass of the model.
+    """
+
+    x_adv: tf.Tensor
+    gradient_passes: int = 0
+    forward_passes: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# calling models
+
+_ACCEPTS_TRAINING: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def _accepts_training(model) -> bool:
+    try:
+        return _ACCEPTS_TRAINING[model]
+    except (KeyError, TypeError):
+        pass
+    ok = True
+    target = model if inspect.isfunction(model) or inspect.ismethod(model) else getattr(
+        model, "call", None) or getattr(model, "__call__", model)
+    try:
+        sig = inspect.signature(target)
+        params = sig.parameters.values()
+        ok = any(p.name == "training" or p.kind == p.VAR_KEYWORD for p in params)
+    except (TypeError, ValueError):
+        ok = True
+    if hasattr(model, "__call__") and not (inspect.isfunction(model) or inspect.ismethod(model)):
+        # Keras models/layers take training= in __call__ regardless of call's signature.
+        try:
+            import keras
+
+            if isinstance(model, keras.layers.Layer):
+                ok = True
+        except Exception:  # pragma: no cover
+            pass
+    try:
+        _ACCEPTS_TRAINING[model] = ok
+    except TypeError:
+        pass
+    return ok
+
+
+def call_model(model, x, training=False):
+    """``model(x, training=training)``, or ``model(x)`` for a callable without ``training``."""
+    if _accepts_training(model):
+        return model(x, training=training)
+    return model(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled-function cache
+
+_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_STRONG_CACHE: dict = {}
+
+
+def cached(owner, key, builder: Callable[[], Callable]):
+    """The compiled function for ``(owner, key)``, built by ``builder()`` on first use."""
+    try:
+        table = _CACHE.setdefault(owner, {})
+    except TypeError:
+        table = _STRONG_CACHE.setdefault(id(owner), {})
+    fn = table.get(key)
+    if fn is None:
+        fn = builder()
+        table[key] = fn
+    return fn
+
+
+def relaxed_spec(t):
+    """A TensorSpec like ``t`` with an unknown batch dimension."""
+    t = tf.convert_to_tensor(t)
+    return tf.TensorSpec([None] + t.shape.as_list()[1:], t.dtype)
+
+
+def spec_key(structure):
+    return tuple((tuple(s.shape.as_list()), s.dtype.name)
+                 for s in tf.nest.flatten(tf.nest.map_structure(relaxed_spec, structure)))
+
+
+# ---------------------------------------------------------------------------------------------
+# preparing a call
+
+COMPUTE_DTYPES = (tf.float32, tf.float64)
+
+
+def seed_tensor(seed):
+    """A stateless seed ``[2]`` int32 from an int, a ``tf.random.Generator`` or ``None``."""
+    if seed is None:
+        return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
+    if isinstance(seed, tf.random.Generator):
+        return tf.cast(seed.make_seeds(1)[:, 0], tf.int32)
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        s = int(seed)
+        return tf.constant([s % (2**31 - 1), (s // (2**31 - 1)) % (2**31 - 1)], tf.int32)
+    t = tf.convert_to_tensor(seed)
+    if t.shape.rank == 0:
+        return tf.stack([tf.cast(t, tf.int32), tf.constant(0, tf.int32)])
+    if t.shape.as_list() == [2]:
+        return tf.cast(t, tf.int32)
+    raise TypeError(f"seed must be an int, a shape-[2] tensor, a tf.random.Generator or None; "
+                    f"got {seed!r}")
+
+
+@dataclasses.dataclass
+class Prepared:
+    owner: Any              # the cache owner (model or loss_fn)
+    x: tf.Tensor            # compute dtype
+    in_dtype: tf.DType
+    y: Any                  # labels (int64 [B]) or the user's structure
+    y_true: tf.Tensor       # int64 [B]: true / clean-predicted labels (or zeros)
+    lo: tf.Tensor
+    hi: tf.Tensor
+    has_success: bool       # whether success (misclassification / target) is defined
+    num_classes: int | None
+    value_fn: Callable      # (x_adv) -> (objective [B], success [B] bool); pure, traceable
+    forward_passes: int = 0
+    eager: bool = True
+    key: tuple = ()
+
+
+def _looks_like_probabilities(out) -> bool:
+    o = np.asarray(out)
+    if o.ndim != 2 or o.shape[1] < 2:
+        return False
+    return bool(np.all(o >= -1e-6) and np.allclose(o.sum(axis=1), 1.0, atol=1e-3))
+
+
+def warn_if_probabilities(out, who="model"):
+    if _looks_like_probabilities(out):
+        warnings.warn(
+            f"{who} outputs look like probabilities (non-negative rows summing to 1). Attacks and "
+            "objectives expect logits: gradients through a saturated softmax vanish and make a "
+            "model look robust (gradient masking). Remove the final softmax.",
+            UserWarning, stacklevel=4)
+        return True
+    return False
+
+
+def _probe(model, x, training, loss_fn):
+    """Eager probe on a few examples: output shape, softmax warning, x-dependence."""
+    xp = tf.identity(x[:16])
+    with tf.GradientTape() as tape:
+        tape.watch(xp)
+        if loss_fn is not None:
+            out = loss_fn(xp)
+            r = tf.ones_like(out)
+        else:
+            out = call_model(model, xp, training)
+            r = tf.random.stateless_uniform(tf.shape(out), [1, 2], 0.5, 1.5, dtype=out.dtype)
+        total = tf.reduce_sum(tf.cast(out, tf.float64) * tf.cast(r, tf.float64))
+    g = tape.gradient(total, xp)
+    who = "loss_fn" if loss_fn is not None else "model"
+    probs = False
+    if loss_fn is None:
+        if not isinstance(out, tf.Tensor) or not out.dtype.is_floating:
+            raise TypeError(f"model must return a floating tensor of logits, got {type(out)}")
+        probs = warn_if_probabilities(out)
+    if g is None:
+        raise ValueError(f"{who}: the output does not depend on the input x (no gradient path "
+                         "from x to the output)")
+    if not bool(tf.reduce_all(tf.math.is_finite(g))):
+        raise ValueError(f"{who}: the input gradient has NaN/Inf values on the probe batch")
+    if not bool(tf.reduce_any(g != 0)) and not probs:
+        raise ValueError(f"{who}: the input gradient is zero on every probe example; the output "
+                         "ignores x or is piecewise constant (gradient masking)")
+    return out
+
+
+def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, training,
+            loss_fn=None, eps_name="eps", allow_none_eps=False, need_classes=False):
+    """Validate and convert the common arguments. Raises before any compiled work."""
+    if loss_fn is None and model is None:
+        raise ValueError("model is required (or pass loss_fn=f(x_adv) -> [B] with model=None)")
+    if loss_fn is None and not callable(model):
+        raise TypeError(f"model must be callable as model(x, training=False) -> logits, "
+                        f"got {type(model).__name__}")
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError("loss_fn must be a callable loss_fn(x_adv) -> per-example values [B]")
+    V.check_eps(eps, eps_name, allow_none=allow_none_eps)
+    xt = V.check_x(x)
+    in_dtype = xt.dtype
+    cdtype = in_dtype if in_dtype in COMPUTE_DTYPES else tf.float32
+    xc = tf.cast(xt, cdtype)
+    lo, hi = V.check_bounds(clip_min, clip_max, xc)
+    eager = tf.executing_eagerly()
+    obj_name = canonical_objective(objective) if loss_fn is None else None
+    n = xc.shape[0]
+    owner = loss_fn if loss_fn is not None else model
+    forward = 0
+    num_classes = None
+    if eager:
+        out = _probe(model, xc, training, loss_fn)
+        if loss_fn is None:
+            num_classes = int(out.shape[-1]) if out.shape.rank == 2 else None
+    if loss_fn is not None:
+        if targeted:
+            raise ValueError("targeted: not meaningful with loss_fn (maximise what you pass)")
+        zeros = tf.zeros([tf.shape(xc)[0]], tf.int64)
+
+        def value_fn(xa, y_, yt_):
+            v = loss_fn(xa)
+            return tf.cast(v, xa.dtype), tf.zeros([tf.shape(xa)[0]], tf.bool)
+
+        return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, value_fn,
+                        0, eager, ("loss_fn",))
+
+    def logits_of(xa):
+        return call_model(model, xa, training)
+
+    # labels
+    y_true = None
+    if y is None:
+        if targeted:
+            raise ValueError("y: targeted attacks need the target labels in y")
+        logits = logits_of(xc)
+        forward += int(n or 0)
+        y = tf.argmax(logits, axis=-1)
+        y_true = y
+    labels_like = obj_name is not None or _is_label_vector(y)
+    if labels_like:
+        y = V.check_labels(y, n, num_classes)
+    else:
+        y = tf.nest.map_structure(tf.convert_to_tensor, y)
+    has_success = labels_like and (num_classes is not None or not eager)
+    if y_true is None:
+        if targeted and obj_name == "dlr":
+            logits = logits_of(xc)
+            forward += int(n or 0)
+            y_true = tf.argmax(logits, axis=-1)
+        elif labels_like:
+            y_true = y
+        else:
+            y_true = tf.zeros([tf.shape(xc)[0]], tf.int64)
+    if obj_name == "dlr" and num_classes is not None and num_classes < (4 if targeted else 3):
+        raise ValueError(f"objective: DLR needs at least {4 if targeted else 3} classes, "
+                         f"the model has {num_classes}")
+    obj = get_objective(objective, targeted)
+
+    def value_fn(xa, y_, yt_):
+        logits = logits_of(xa)
+        v = tf.cast(obj(logits, y_, yt_), xa.dtype)
+        if has_success:
+            pred = tf.argmax(logits, axis=-1)
+            succ = tf.equal(pred, y_) if targeted else tf.not_equal(pred, y_)
+        else:
+            succ = tf.zeros([tf.shape(xa)[0]], tf.bool)
+        return v, succ
+
+    key = ("model", obj_name if obj_name else id(objective), bool(targeted), bool(training),
+           has_success)
+    return Prepared(owner, xc, in_dtype, y, y_true, lo, hi, has_success, num_classes, value_fn,
+                    forward, eager, key)
+
+
+def _is_label_vector(y):
+    try:
+        t = tf.convert_to_tensor(y)
+    except (ValueError, TypeError):
+        return False
+    return t.dtype.is_integer and t.shape.rank == 1
+
+
+def finish(p: Prepared, x_adv):
+    return tf.cast(x_adv, p.in_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration wrappers
+
+
+class Attack:
+    """A configured attack: ``PGD(eps=0.1, steps=20)(model, x, y)``.
+
+    Holds keyword arguments of the attack function; call-time keywords override them.
+    ``run`` returns an :class:`AttackResult` with the work spent (used by the evaluation);
+    ``get_config``/``from_config`` round-trip; ``replace(**kw)`` returns a modified copy.
+    """
+
+    name = "attack"
+    norms = ("linf", "l2", "l1")
+    gradient_free = False
+    _run = None  # staticmethod(model, x, y, **kw) -> AttackResult
+
+    def __init__(self, **config):
+        sig = inspect.signature(type(self)._run)
+        allowed = {k for k, p in sig.parameters.items() if p.kind == p.KEYWORD_ONLY}
+        bad = sorted(set(config) - allowed)
+        if bad:
+            raise TypeError(f"{type(self).__name__}: unknown argument(s) {bad}; "
+                            f"allowed: {sorted(allowed)}")
+        if "norm" in config:
+            config["norm"] = canonical_norm(config["norm"])
+            if config["norm"] not in self.norms:
+                raise ValueError(f"norm: {type(self).__name__} supports {self.norms}, "
+                                 f"got {config['norm']!r}")
+        if config.get("eps") is not None:
+            V.check_eps(config["eps"])
+        self.config = dict(config)
+
+    @property
+    def norm(self):
+        return self.config.get("norm", self.norms[0])
+
+    @tf.autograph.experimental.do_not_convert
+    def run(self, model, x, y=None, **overrides) -> AttackResult:
+        kw = {**self.config, **overrides}
+        return type(self)._run(model, x, y, **kw)
+
+    @tf.autograph.experimental.do_not_convert
+    def __call__(self, model, x, y=None, **overrides):
+        return self.run(model, x, y, **overrides).x_adv
+
+    def get_config(self):
+        return {"class_name": type(self).__name__, **self.config}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config.pop("class_name", None)
+        return cls(**config)
+
+    def replace(self, **kw):
+        return type(self)(**{**self.config, **kw})
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,178 @@
+"""Shared argument checks for the attacks: fail loud, early, naming the argument.
+
+All checks run eagerly, before any compiled work. Inside someone else's ``tf.function``
+(graph mode) only the static checks (types, dtypes, shapes, Python numbers) run; value checks
+on tensors (NaN, bounds, label range) need eager tensors and are skipped there.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "check_eps",
+    "check_positive_int",
+    "check_nonnegative",
+    "check_x",
+    "check_bounds",
+    "check_labels",
+    "check_choice",
+]
+
+
+def _is_eager_value(v) -> bool:
+    return not isinstance(v, tf.Tensor) or hasattr(v, "numpy")
+
+
+def _scalar(v, name):
+    if isinstance(v, bool):
+        raise TypeError(f"{name} must be a number, got a bool")
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if isinstance(v, (np.ndarray, np.generic)) or (isinstance(v, tf.Tensor) and hasattr(v, "numpy")):
+        a = np.asarray(v)
+        if a.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
+        if not np.issubdtype(a.dtype, np.number):
+            raise TypeError(f"{name} must be a number, got dtype {a.dtype}")
+        return float(a)
+    if isinstance(v, (tf.Tensor, tf.Variable)):
+        return None  # symbolic: checked at run time by the caller's graph, not here
+    raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+
+
+def check_eps(eps, name="eps", allow_none=False):
+    """``eps`` a finite number >= 0 (a Python/NumPy number or a scalar tensor)."""
+    if eps is None:
+        if allow_none:
+            return None
+        raise ValueError(f"{name} is required (a number >= 0)")
+    v = _scalar(eps, name)
+    if v is not None and (math.isnan(v) or v < 0 or math.isinf(v)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+    return eps
+
+
+def check_nonnegative(v, name, allow_inf=False):
+    s = _scalar(v, name)
+    if s is not None and (math.isnan(s) or s < 0 or (math.isinf(s) and not allow_inf)):
+        raise ValueError(f"{name} must be >= 0, got {s}")
+    return v
+
+
+def check_positive_int(v, name, minimum=1):
+    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {v!r}")
+    if int(v) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
+    return int(v)
+
+
+def check_choice(v, name, choices):
+    if v not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {v!r}")
+    return v
+
+
+def check_x(x, name="x"):
+    """``x`` a floating tensor of rank >= 2 (batch first) without NaN/Inf. Returns a tensor."""
+    if isinstance(x, (tf.Tensor, tf.Variable)):
+        t = tf.convert_to_tensor(x)
+    else:
+        a = np.asarray(x)
+        if not (np.issubdtype(a.dtype, np.floating)):
+            raise TypeError(f"{name} must be a floating-point array (got dtype {a.dtype}); "
+                            "convert integer images with x.astype('float32') / scale first")
+        t = tf.convert_to_tensor(a)
+    if not t.dtype.is_floating:
+        raise TypeError(f"{name} must be a floating-point tensor (got dtype {t.dtype.name}); "
+                        "convert integer images with tf.cast(x, tf.float32) / scale first")
+    if t.shape.rank is not None and t.shape.rank < 2:
+        raise ValueError(f"{name} must be a batch of shape [B, ...] with rank >= 2, "
+                         f"got shape {t.shape}")
+    if _is_eager_value(t):
+        if t.shape[0] == 0:
+            raise ValueError(f"{name} is an empty batch")
+        if not bool(tf.reduce_all(tf.math.is_finite(t))):
+            raise ValueError(f"{name} contains NaN or Inf values")
+    return t
+
+
+def _bound_array(v, name, x):
+    if v is None:
+        return None
+    if isinstance(v, (tf.Tensor, tf.Variable)) and not hasattr(v, "numpy"):
+        return v
+    a = np.asarray(v, dtype=np.float64)
+    if np.isnan(a).any():
+        raise ValueError(f"{name} contains NaN")
+    feat = tuple(x.shape[1:])
+    ok = a.ndim <= len(feat) + 1 and (a.ndim < len(feat) + 1 or a.shape[0] == 1)
+    if ok:
+        try:
+            np.broadcast_to(a.reshape(a.shape[1:] if a.ndim == len(feat) + 1 else a.shape), feat)
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a scalar or broadcast to the per-example shape {feat}; "
+                         f"got shape {a.shape}")
+    return a
+
+
+def check_bounds(clip_min, clip_max, x):
+    """Bounds broadcastable to one example; ``clip_min <= clip_max``; ``x`` inside them.
+
+    ``None`` means unbounded on that side. Returns ``(lo, hi)`` tensors of shape ``[1, *feat]``
+    in ``x``'s dtype (``-inf``/``+inf`` where unbounded).
+    """
+    lo = _bound_array(clip_min, "clip_min", x)
+    hi = _bound_array(clip_max, "clip_max", x)
+    if isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray):
+        if np.any(np.broadcast_to(lo, np.broadcast_shapes(lo.shape, hi.shape))
+                  > np.broadcast_to(hi, np.broadcast_shapes(lo.shape, hi.shape))):
+            raise ValueError("clip_min must be <= clip_max everywhere "
+                             f"(got clip_min={clip_min!r}, clip_max={clip_max!r})")
+    feat = [1] + [d for d in x.shape[1:]]
+    dtype = x.dtype
+
+    def full(v, fill):
+        if v is None:
+            t = tf.fill([1] + [int(d) for d in x.shape[1:]], tf.constant(fill, dtype))
+            return t
+        t = tf.cast(tf.convert_to_tensor(v), dtype)
+        return tf.broadcast_to(tf.reshape(t, [1] * (len(feat) - t.shape.rank) + t.shape.as_list()),
+                               feat)
+
+    lo_t, hi_t = full(lo, -np.inf), full(hi, np.inf)
+    if _is_eager_value(x):
+        if not bool(tf.reduce_all(x >= lo_t)) or not bool(tf.reduce_all(x <= hi_t)):
+            raise ValueError("x has values outside [clip_min, clip_max]; pass the bounds of your "
+                             "input domain (e.g. clip_min=0.0, clip_max=1.0 for images in [0, 1])")
+    return lo_t, hi_t
+
+
+def check_labels(y, n, num_classes, name="y"):
+    """Integer labels of shape ``[n]`` in ``[0, num_classes)``. Returns an int64 tensor."""
+    if isinstance(y, (tf.Tensor, tf.Variable)):
+        t = tf.convert_to_tensor(y)
+        if not t.dtype.is_integer:
+            raise TypeError(f"{name} must hold integer class labels, got dtype {t.dtype.name}")
+    else:
+        a = np.asarray(y)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"{name} must hold integer class labels, got dtype {a.dtype}")
+        t = tf.convert_to_tensor(a)
+    if t.shape.rank != 1:
+        raise ValueError(f"{name} must be a vector of labels of shape [B], got shape {t.shape}")
+    if n is not None and t.shape[0] is not None and t.shape[0] != n:
+        raise ValueError(f"{name} has {t.shape[0]} labels but x has {n} examples")
+    if _is_eager_value(t) and num_classes is not None:
+        a = t.numpy()
+        if a.size and (a.min() < 0 or a.max() >= num_classes):
+            raise ValueError(f"{name} has labels outside [0, {num_classes}) "
+                             f"(min {a.min()}, max {a.max()}); the model has {num_classes} outputs")
+    return tf.cast(t, tf.int64)
