@@ -11,7 +11,7 @@ Every function here works eagerly and inside ``tf.function``.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import tensorflow as tf
 from tensorflow.python.util import nest as _nest

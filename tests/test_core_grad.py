@@ -204,14 +204,14 @@ def test_watched_reports_variables_and_tensors():
     with rg.Tape() as tape:
         tape.watch(x)
         tape.watch(kv)
-        y = v * x + kv
+        _ = v * x + kv
     rep = rg.watched(tape)
     assert any("kernel" in n for n in rep.variable_names)
     assert len(rep.variables) == 2
     assert len(rep.tensors) == 1
     assert "watched variable" in str(rep)
     with tf.GradientTape() as plain:
-        y = v * 2.0
+        _ = v * 2.0
     assert rg.watched(plain).tensors is None
     assert len(rg.watched(plain).variables) == 1
 
