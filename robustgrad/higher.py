@@ -198,9 +198,10 @@ def _hvp_reverse_over_reverse(fn, args, tans):
             value = _check_scalar(fn(*args))
         g = inner.gradient(value, flat)
         check_connected(g, flat, what="fn")
+        g = [tf.convert_to_tensor(gi) for gi in g]
         dot = tf.add_n([tf.reduce_sum(gi * ti) for gi, ti in zip(g, tf.nest.flatten(tans))])
     hv = outer.gradient(dot, flat, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    return tf.nest.pack_sequence_as(args, hv)
+    return tf.nest.pack_sequence_as(args, [tf.convert_to_tensor(h) for h in hv])
 
 
 def _hvp_forward_over_reverse(fn, args, tans):
@@ -211,6 +212,9 @@ def _hvp_forward_over_reverse(fn, args, tans):
             value = _check_scalar(fn(*args))
         g = tape.gradient(value, flat)
         check_connected(g, flat, what="fn")
+        # gather/scatter give IndexedSlices gradients, which the accumulator cannot follow:
+        # densify them while it is still recording.
+        g = [tf.convert_to_tensor(gi) for gi in g]
     hv = [acc.jvp(gi, unconnected_gradients=tf.UnconnectedGradients.ZERO) for gi in g]
     return tf.nest.pack_sequence_as(args, hv)
 
@@ -248,7 +252,7 @@ def hvp(fn: Callable, primals, tangents, mode: str = "forward_over_reverse"):
     if mode == "forward_over_reverse":
         try:
             out = _hvp_forward_over_reverse(fn, args, tans)
-        except (LookupError, NotImplementedError) as exc:
+        except (LookupError, NotImplementedError, AttributeError) as exc:
             warnings.warn(
                 f"forward-mode autodiff does not support an op in fn ({exc}); falling back to "
                 "mode='reverse_over_reverse'", RuntimeWarning, stacklevel=2,

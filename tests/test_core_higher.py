@@ -222,3 +222,17 @@ def test_bad_input(bad, exc, match):
         warnings.simplefilter("ignore")
         with pytest.raises(exc, match=match):
             bad()
+
+
+def test_hvp_through_gather_indexed_slices_both_modes_dense():
+    x = tf.constant(np.random.RandomState(3).randn(10, 3), tf.float64)
+    f = lambda z: tf.reduce_sum(tf.gather(z, [1, 2, 2]) ** 3)  # noqa: E731
+    v = tf.ones_like(x)
+    expected = np.zeros((10, 3))
+    xn = x.numpy()
+    expected[1] = 6 * xn[1]
+    expected[2] = 2 * 6 * xn[2]
+    for mode in ("forward_over_reverse", "reverse_over_reverse"):
+        hv = rg.hvp(f, x, v, mode=mode)
+        assert isinstance(hv, tf.Tensor)
+        np.testing.assert_allclose(hv.numpy(), expected, rtol=1e-10)
