@@ -215,7 +215,8 @@ def _hvp_forward_over_reverse(fn, args, tans):
         # gather/scatter give IndexedSlices gradients, which the accumulator cannot follow:
         # densify them while it is still recording.
         g = [tf.convert_to_tensor(gi) for gi in g]
-    hv = [acc.jvp(gi, unconnected_gradients=tf.UnconnectedGradients.ZERO) for gi in g]
+    hv = [tf.convert_to_tensor(acc.jvp(gi, unconnected_gradients=tf.UnconnectedGradients.ZERO))
+          for gi in g]
     return tf.nest.pack_sequence_as(args, hv)
 
 
