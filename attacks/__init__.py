@@ -21,4 +21,12 @@ from .pgd import (  # noqa: E402,F401
 # --- END training ---
 
 # --- BEGIN sensitivity ---
+from . import sensitivity  # noqa: E402,F401
+from .sensitivity import (  # noqa: E402,F401
+    class_jacobian_norms,
+    jacobian_spectral_norm,
+    local_lipschitz,
+    saliency,
+    smoothgrad,
+)
 # --- END sensitivity ---
