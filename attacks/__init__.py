@@ -15,6 +15,11 @@ from .pgd import (  # noqa: E402,F401
     momentum_iterative_method,
     projected_gradient_descent,
 )
+from .apgd import APGD, apgd  # noqa: E402,F401
+from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: E402,F401
+from .deepfool import DeepFool, deepfool  # noqa: E402,F401
+from .square import Square, square  # noqa: E402,F401
+from .evaluate import ATTACK_NAMES, AttackRecord, EvaluationReport, evaluate, make_attack  # noqa: E402,F401,E501
 # --- END attacks ---
 
 # --- BEGIN training (adversarial training) ---

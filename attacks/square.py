@@ -1,0 +1,269 @@
+"""Square Attack, Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
+black-box adversarial attack via random search", ECCV 2020 — L∞ and L2, gradient-free.
+
+Random search on the margin loss ``z_y - max_{j!=y} z_j`` (targeted: ``max_{j!=t} z_j - z_t``):
+each iteration proposes a change confined to a random square window whose side follows the
+paper's schedule (``p`` halves at iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000 of
+10000, rescaled to ``steps``) and keeps it per example only if the loss decreases.
+
+* L∞: initialise with vertical stripes of ``±eps``; a proposal sets one window (per example, per
+  channel) to a random ``±eps``.
+* L2: initialise with a grid of "pseudo-Gaussian" bumps of random sign scaled to norm ``eps``;
+  a proposal moves the perturbation mass of a second window into the first window's new bump
+  (the paper's Algorithm 3), keeping the total norm at ``eps``.
+
+Only forward passes (queries): a black-box check against gradient masking. Inputs must be images
+``[B, H, W, C]`` (or ``[B, H, W]``). The whole search runs in one compiled ``tf.while_loop``;
+``seed`` makes it deterministic. Successful examples stop being queried (``early_stop``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from . import _validate as V
+from ._base import Attack, AttackResult, cached, call_model, finish, prepare, relaxed_spec, \
+    seed_tensor, spec_key
+from .norms import canonical_norm, clip_to_bounds, project
+from .pgd import _rows
+
+__all__ = ["square", "Square"]
+
+
+def p_schedule(p_init, it, n_iters):
+    """The fraction of pixels changed at iteration ``it`` (paper's schedule, rescaled)."""
+    it = int(it / n_iters * 10000)
+    for bound, div in ((8000, 512), (6000, 256), (4000, 128), (2000, 64), (1000, 32),
+                       (500, 16), (200, 8), (50, 4), (10, 2)):
+        if it > bound:
+            return p_init / div
+    return p_init
+
+
+def _pseudo_gaussian_rect(x, y):
+    d = np.zeros([x, y])
+    xc, yc = x // 2 + 1, y // 2 + 1
+    c0, c1 = xc - 1, yc - 1
+    for counter in range(max(xc, yc)):
+        d[max(c0, 0):min(c0 + 2 * counter + 1, x), max(0, c1):min(c1 + 2 * counter + 1, y)] += \
+            1.0 / (counter + 1) ** 2
+        c0 -= 1
+        c1 -= 1
+    return d / max(np.sqrt(np.sum(d ** 2)), 1e-12)
+
+
+def _meta_pseudo_gaussian(s):
+    d = np.zeros([s, s])
+    if s // 2 > 0:
+        d[: s // 2] = _pseudo_gaussian_rect(s // 2, s)
+    d[s // 2:] = -_pseudo_gaussian_rect(s - s // 2, s)
+    return d / max(np.sqrt(np.sum(d ** 2)), 1e-12)
+
+
+def _l2_init_pattern(h, w):
+    """The tile layout of the L2 initialisation: (pattern [h, w], tile id [h, w], n_tiles)."""
+    s = max(h // 5, 1)
+    sp = (h - s * 5) // 2
+    pattern = np.zeros([h, w])
+    tiles = np.full([h, w], -1, np.int64)
+    n, ch = 0, sp
+    for _ in range(h // s):
+        cw = sp
+        for _ in range(w // s):
+            hs, ws = slice(ch, min(ch + s, h)), slice(cw, min(cw + s, w))
+            blk = _meta_pseudo_gaussian(s)[: hs.stop - hs.start, : ws.stop - ws.start]
+            if blk.size:
+                pattern[hs, ws] += blk
+                tiles[hs, ws] = n
+                n += 1
+            cw += s
+        ch += s
+    return pattern, tiles, max(n, 1)
+
+
+def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile):
+    n_steps = int(steps)
+    _, h, w, c = p.x.shape
+    # per-iteration window sizes (static schedule), for L∞ and L2
+    sizes = []
+    for i in range(n_steps):
+        pi = p_schedule(p_init, i, n_steps)
+        if norm == "linf":
+            s = int(round(math.sqrt(pi * h * w)))
+            s = min(max(s, 1), h - 1 if h > 1 else 1)
+        else:
+            s = max(int(round(math.sqrt(pi * h * w))), 3)
+            if s % 2 == 0:
+                s += 1
+            s = min(s, h, w)
+        sizes.append(s)
+    sizes_t = tf.constant(sizes, tf.int32)
+    if norm == "l2":
+        uniq = sorted(set(sizes))
+        bank = np.zeros([max(uniq) + 1, 2, h, w])
+        for s in uniq:
+            g = _meta_pseudo_gaussian(s)
+            bank[s, 0, :s, :s] = g
+            bank[s, 1, :s, :s] = g.T
+        init_pat, init_tiles, n_tiles = _l2_init_pattern(h, w)
+
+    def margin(logits, y):
+        oh = tf.one_hot(tf.cast(y, tf.int32), tf.shape(logits)[-1], dtype=logits.dtype)
+        z_y = tf.reduce_sum(oh * logits, axis=-1)
+        z_o = tf.reduce_max(logits - oh * 1e9, axis=-1)
+        return (z_o - z_y) if targeted else (z_y - z_o)  # minimised; < 0 is success
+
+    def loop(x, y, eps, lo, hi, seed):
+        b = tf.shape(x)[0]
+        dt = x.dtype
+        ii = tf.range(h)[None, :, None, None]
+        jj = tf.range(w)[None, None, :, None]
+
+        def seeds(i, k):
+            return tf.random.experimental.stateless_fold_in(
+                tf.random.experimental.stateless_fold_in(seed, i), k)
+
+        def rsign(shape, s):
+            return tf.sign(tf.random.stateless_uniform(shape, s, -1.0, 1.0, dtype=dt))
+
+        if norm == "linf":
+            x0 = clip_to_bounds(x + eps * rsign([b, 1, w, c], seeds(-1, 0)), lo, hi)
+        else:
+            sg = rsign([b, n_tiles, c], seeds(-1, 0))
+            tid = tf.constant(np.maximum(init_tiles, 0), tf.int32)
+            per = tf.gather(sg, tf.reshape(tid, [-1]), axis=1)  # [B, h*w, c]
+            per = tf.reshape(per, [b, h, w, c])
+            d0 = tf.constant(init_pat, dt)[None, :, :, None] * per
+            n0 = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d0, [b, -1])), axis=1))
+            x0 = clip_to_bounds(x + d0 / _rows(tf.maximum(n0, 1e-12), x) * eps, lo, hi)
+        logits = tf.cast(call_model(model, x0, training), dt)
+        loss = margin(logits, y)
+        fwd = tf.cast(b, tf.int64)
+
+        def cond(i, xb, loss, fwd):
+            c_ = i < n_steps
+            if early_stop:
+                c_ = tf.logical_and(c_, tf.reduce_any(loss >= 0))
+            return c_
+
+        def body(i, xb, loss, fwd):
+            s = sizes_t[i]
+            active = loss >= 0 if early_stop else tf.ones([b], tf.bool)
+            if norm == "linf":
+                r0 = tf.random.stateless_uniform([b], seeds(i, 1), 0, h - s + 1, dtype=tf.int32)
+                c0 = tf.random.stateless_uniform([b], seeds(i, 2), 0, w - s + 1, dtype=tf.int32)
+                r0, c0 = r0[:, None, None, None], c0[:, None, None, None]
+                win = (ii >= r0) & (ii < r0 + s) & (jj >= c0) & (jj < c0 + s)
+                val = x + eps * rsign([b, 1, 1, c], seeds(i, 3))
+                x_new = tf.where(win, val, xb)
+                x_new = clip_to_bounds(x_new, lo, hi)
+            else:
+                delta = xb - x
+                r1 = tf.random.stateless_uniform([], seeds(i, 1), 0, h - s + 1, dtype=tf.int32)
+                c1 = tf.random.stateless_uniform([], seeds(i, 2), 0, w - s + 1, dtype=tf.int32)
+                r2 = tf.random.stateless_uniform([], seeds(i, 4), 0, h - s + 1, dtype=tf.int32)
+                c2 = tf.random.stateless_uniform([], seeds(i, 5), 0, w - s + 1, dtype=tf.int32)
+                tr = tf.random.stateless_uniform([], seeds(i, 6), 0, 2, dtype=tf.int32)
+                win1 = (ii >= r1) & (ii < r1 + s) & (jj >= c1) & (jj < c1 + s)
+                win2 = (ii >= r2) & (ii < r2 + s) & (jj >= c2) & (jj < c2 + s)
+                win1f = tf.cast(win1, dt)
+                both = tf.cast(win1 | win2, dt)
+                pat = tf.roll(tf.constant(bank, dt)[s, tr], [r1, c1], [0, 1])[None, :, :, None]
+
+                def chan_norm(t):  # per example and channel, over space
+                    return tf.sqrt(tf.reduce_sum(tf.square(t), axis=[1, 2], keepdims=True))
+
+                img_norm = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(delta, [b, -1])), axis=1))
+                img_norm = _rows(img_norm, x)
+                win_norm = chan_norm(delta * win1f)
+                both_norm = chan_norm(delta * both)
+                new = pat * rsign([b, 1, 1, c], seeds(i, 3))
+                new = new + delta * win1f / (1e-10 + win_norm)
+                budget = tf.sqrt(tf.maximum(eps ** 2 - img_norm ** 2, 0.0) / c + both_norm ** 2)
+                new = new / tf.maximum(chan_norm(new), 1e-12) * budget
+                d_new = tf.where(win2, tf.zeros_like(delta), delta)
+                d_new = tf.where(win1, new, d_new)
+                n_new = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d_new, [b, -1])), axis=1))
+                d_new = d_new / _rows(tf.maximum(n_new, 1e-12), x) * eps
+                x_new = clip_to_bounds(x + d_new, lo, hi)
+            x_new = tf.where(_rows(active, x), x_new, xb)
+            logits = tf.cast(call_model(model, x_new, training), dt)
+            l_new = margin(logits, y)
+            better = tf.logical_and(active, l_new < loss)
+            xb = tf.where(_rows(better, x), x_new, xb)
+            loss = tf.where(better, l_new, loss)
+            return i + 1, xb, loss, fwd + tf.cast(b, tf.int64)
+
+        _, xb, _, fwd = tf.while_loop(cond, body, (tf.constant(0), x0, loss, fwd))
+        return xb, fwd
+
+    sig = [relaxed_spec(p.x), relaxed_spec(p.y), tf.TensorSpec([], p.x.dtype),
+           tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),
+           tf.TensorSpec([2], tf.int32)]
+    return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile))
+
+
+@tf.autograph.experimental.do_not_convert
+def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
+                targeted=False, seed=None, steps=1000, p_init=None, early_stop=True,
+                training=False, jit_compile=False):
+    norm = canonical_norm(norm)
+    if norm not in ("linf", "l2"):
+        raise ValueError(f"norm: square supports 'linf' and 'l2', got {norm!r}")
+    xt = tf.convert_to_tensor(x) if not isinstance(x, np.ndarray) else x
+    rank = len(np.shape(xt))
+    if rank == 3:
+        out = _square_run(model, x[..., None] if isinstance(x, np.ndarray) else
+                          tf.expand_dims(x, -1), y, eps=eps, norm=norm,
+                          clip_min=clip_min if np.ndim(clip_min) == 0 else np.asarray(clip_min)[..., None],
+                          clip_max=clip_max if np.ndim(clip_max) == 0 else np.asarray(clip_max)[..., None],
+                          targeted=targeted, seed=seed, steps=steps, p_init=p_init,
+                          early_stop=early_stop, training=training, jit_compile=jit_compile)
+        out.x_adv = out.x_adv[..., 0]
+        return out
+    if rank != 4:
+        raise ValueError(f"x: square needs images [B, H, W, C] or [B, H, W], got rank {rank}")
+    p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
+                objective="cw", training=training, need_gradient=False)
+    V.check_positive_int(steps, "steps")
+    if p_init is None:
+        p_init = 0.05 if norm == "linf" else 0.1
+    V.check_nonnegative(p_init, "p_init")
+    if not p.x.shape[1:].is_fully_defined():
+        raise ValueError("x: square needs a static image shape")
+    cfg = ("square", norm, int(steps), float(p_init), bool(targeted), bool(early_stop),
+           bool(jit_compile))
+    key = p.key + cfg + spec_key((p.x, p.y)) + (tuple(p.lo.shape.as_list()),)
+    fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,
+                                             p_init=float(p_init), targeted=targeted,
+                                             early_stop=early_stop, jit_compile=jit_compile))
+    dt = p.x.dtype
+    x_adv, fwd = fn(p.x, p.y, tf.cast(eps, dt), p.lo, p.hi, seed_tensor(seed))
+    # exact budget (the L2 rescaling is exact up to float rounding)
+    x_adv = clip_to_bounds(p.x + project(x_adv - p.x, tf.cast(eps, dt), norm), p.lo, p.hi)
+    return AttackResult(finish(p, x_adv), 0, (int(fwd) if p.eager else fwd) + p.forward_passes)
+
+
+@tf.autograph.experimental.do_not_convert
+def square(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, targeted=False, seed=None,
+           steps=1000, p_init=None, early_stop=True, training=False, jit_compile=False):
+    """Square Attack (L∞ or L2), gradient-free; returns ``x_adv``.
+
+    ``steps`` is the query budget per example (one forward pass each); ``p_init`` the initial
+    fraction of pixels per window (0.05 for L∞, 0.1 for L2 by default).
+    """
+    return _square_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
+                       targeted=targeted, seed=seed, steps=steps, p_init=p_init,
+                       early_stop=early_stop, training=training, jit_compile=jit_compile).x_adv
+
+
+class Square(Attack):
+    """Configured :func:`square`."""
+
+    name = "square"
+    norms = ("linf", "l2")
+    gradient_free = True
+    _run = staticmethod(_square_run)
