@@ -924,9 +924,13 @@ class GradientStep(tf.Module):
                                  f"of shape {tuple(v.shape)}")
 
         grad_norm = global_norm(grads)
-        updates, new_state = self._transform.update(grads, self.state, self._vars)
+        old_flat = [v.read_value() for v in self.state_variables]
+        old_state = tf.nest.pack_sequence_as(self._structure, old_flat)
+        updates, new_state = self._transform.update(grads, old_state, self._vars)
         flat_new = tf.nest.flatten(new_state)
-        assigns = [v.assign(tf.cast(x, v.dtype)) for v, x in zip(self.state_variables, flat_new)]
+        # leaves passed through unchanged (the very same tensor) need no write
+        assigns = [v.assign(tf.cast(x, v.dtype)) for v, x, old
+                   in zip(self.state_variables, flat_new, old_flat) if x is not old]
         apply = should_apply(new_state)
 
         def do_apply():
@@ -935,7 +939,8 @@ class GradientStep(tf.Module):
             return tf.constant(True)
 
         with tf.control_dependencies(assigns):
-            if tf.get_static_value(apply) is True:  # nothing can reject: no conditional
+            static = tf.get_static_value(apply)
+            if static is not None and bool(static):  # nothing can reject: no conditional
                 applied = do_apply()
             else:
                 applied = tf.cond(apply, do_apply, lambda: tf.constant(False))
@@ -945,13 +950,18 @@ class GradientStep(tf.Module):
             count, limit = found
             count = tf.identity(count)
             exceeded = count > limit
-            self._nonfinite.assign(count)
         else:
             bad = tf.logical_not(tf.math.is_finite(grad_norm))
             count = self._nonfinite.assign(tf.where(bad, self._nonfinite + 1, 0)).read_value()
             exceeded = tf.constant(False)
         return {"grad_norm": grad_norm, "applied": applied, "nonfinite_steps": count,
                 "nonfinite_exceeded": exceeded}
+
+    @property
+    def nonfinite_steps(self):
+        """int32 scalar: consecutive non-finite steps so far (see the ``step`` stats)."""
+        found = nonfinite_count(self.state)
+        return tf.identity(found[0]) if found is not None else self._nonfinite.read_value()
 
     def raise_if_exceeded(self, stats=None):
         """Eagerly raise :class:`NonFiniteGradientError` if the apply_if_finite limit is exceeded.

@@ -266,6 +266,8 @@ def test_gradient_step_rejects_without_moving_adam_moments():
     for a, v in zip(before_opt, opt.variables):  # iterations, momentum, velocity unchanged
         np.testing.assert_array_equal(a, v.numpy())
     assert np.isnan(float(stats["grad_norm"]))
+    assert int(step.nonfinite_steps) == 3
+    assert int(step.state.max_consecutive_errors) == 2
     with pytest.raises(T.NonFiniteGradientError, match="max_consecutive_errors"):
         step.raise_if_exceeded(stats)
     with pytest.raises(ValueError, match="max_consecutive_errors"):
