@@ -1,0 +1,34 @@
+"""The gradient step of every agent: a ``robustgrad.transforms`` chain, then Adam.
+
+Default chain: ``chain(apply_if_finite(clip_by_global_norm(max_grad_norm)))``: a
+non-finite gradient (NaN observation, NaN loss) is rejected (the optimizer is not
+called, so weights and Adam moments stay as they were) and counted; finite gradients
+are clipped to ``max_grad_norm`` in global norm. ``step(grads)`` returns
+``{"grad_norm", "applied", "nonfinite_steps", ...}`` as scalar tensors.
+
+The agents stop training themselves after ``max_nonfinite_updates`` consecutive
+rejected *updates*, so the guard's own per-step limit is set out of the way.
+"""
+
+from __future__ import annotations
+
+from robustgrad import transforms as T
+
+_GUARD_LIMIT = 1_000_000_000
+
+
+def default_transform(max_grad_norm: float | None):
+    """``chain(apply_if_finite(clip_by_global_norm(max_grad_norm)))`` (no clip if ``None``)."""
+    inner = T.clip_by_global_norm(max_grad_norm) if max_grad_norm else T.identity()
+    return T.chain(T.apply_if_finite(inner, _GUARD_LIMIT))
+
+
+def make_gradient_step(optimizer, variables, max_grad_norm=None, transform=None):
+    """A :class:`robustgrad.transforms.GradientStep` over ``variables``.
+
+    ``transform`` (any ``GradientTransformation``) replaces the default chain; wrap it in
+    ``apply_if_finite`` yourself if you still want the guard.
+    """
+    if transform is None:
+        transform = default_transform(max_grad_norm)
+    return T.GradientStep(transform, optimizer, list(variables), name="gradient_step")

@@ -1,0 +1,332 @@
+"""The agent life cycle shared by every algorithm: build, learn, act, evaluate, save, load.
+
+An algorithm subclass provides ``_build()`` (networks, optimiser, compiled functions),
+``_train_iteration(budget_left, total)`` (collect + update, returns logs and the number of
+environment steps taken), ``_act_graph(obs, deterministic)`` and the set of modules
+that make up its checkpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from agents.callbacks import ProgressBar, as_callbacks
+from agents.config import AgentConfig
+from agents.envs import make_vec_env
+
+FORMAT_VERSION = 1
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Training stopped: too many consecutive updates were rejected as non-finite."""
+
+
+class Agent:
+    """Base class; see :class:`agents.PPO` and friends."""
+
+    algo: str = ""
+    config_cls: type[AgentConfig] = AgentConfig
+
+    def __init__(self, config: AgentConfig | None = None, *, transform=None, **overrides):
+        if config is None:
+            config = self.config_cls(**overrides)
+        elif overrides:
+            config = self.config_cls.from_dict({**config.to_dict(), **overrides},
+                                               env=overrides.get("env", config.env))
+        if not isinstance(config, self.config_cls):
+            raise ValueError(f"config: expected {self.config_cls.__name__}, got "
+                             f"{type(config).__name__}")
+        self.config = config
+        self.transform = transform
+        self.env = make_vec_env(config.env, config.num_envs, seed=config.seed,
+                                async_envs=config.async_envs)
+        self._check_spaces(self.env)
+        self.obs_shape = self.env.obs_shape
+        self.discrete = self.env.discrete
+        self.num_timesteps = tf.Variable(0, dtype=tf.int64, trainable=False, name="timesteps")
+        self.num_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.rng = tf.random.Generator.from_seed(config.seed)
+        self._act_rng = tf.random.Generator.from_seed(config.seed + 7919)
+        self.rejected_steps = 0  # gradient steps rejected by the non-finite guard
+        self.history: list[dict] = []  # one entry per update: steps, episode_return, ...
+        self.episode_returns = collections.deque(maxlen=20)
+        self._env_ready = False
+        self._build()
+        self._act_fn = tf.function(self._act_graph, reduce_retracing=True)
+
+    def _seed(self, rng=None):
+        """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
+        return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
+
+    def _apply_gradients(self, grads):
+        """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
+        written with explicit ``tf.cond``; converting it inside our loops is unneeded)."""
+        return tf.autograph.experimental.do_not_convert(self.gradient_step.step)(grads)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _check_spaces(self, env):
+        pass
+
+    def _build(self):
+        raise NotImplementedError
+
+    def _train_iteration(self, steps_done: int, total: int) -> tuple[dict, int]:
+        raise NotImplementedError
+
+    def _act_graph(self, obs, deterministic):
+        raise NotImplementedError
+
+    def _checkpoint_modules(self) -> dict:
+        raise NotImplementedError
+
+    def _obs_rms(self):
+        """The observation normaliser (``None`` when disabled)."""
+        return None
+
+    # -- environment --------------------------------------------------------------------------
+    def _reset_env(self):
+        self.env.reset()
+        self._env_ready = True
+        self._on_env_reset(self.env.obs)
+
+    def _on_env_reset(self, obs):
+        pass
+
+    # -- learning ----------------------------------------------------------------------------
+    def learn(self, total_steps: int, callbacks=None, progress_bar: bool = True):
+        """Train for ``total_steps`` more environment steps (rounded up to whole updates).
+
+        ``callbacks``: :class:`agents.callbacks.Callback` objects or callables
+        ``fn(agent, logs)``; returning ``False`` stops training. Raises
+        :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
+        rejected updates (the weights are untouched by rejected updates). An exception in
+        ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
+        """
+        if isinstance(total_steps, bool) or not isinstance(total_steps, (int, np.integer)) \
+                or total_steps <= 0:
+            raise ValueError(f"total_steps: must be a positive integer, got {total_steps!r}")
+        total_steps = int(total_steps)
+        cbs = as_callbacks(callbacks)
+        bar = ProgressBar(total_steps, enabled=progress_bar)
+        for cb in cbs:
+            cb.on_training_start(self)
+        if not self._env_ready:
+            self._reset_env()
+        done = 0
+        failures = 0
+        start = time.perf_counter()
+        cfg = self.config
+        next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
+        try:
+            while done < total_steps:
+                try:
+                    logs, steps = self._train_iteration(done, total_steps)
+                except Exception:
+                    err = self.env.error
+                    if err is None:
+                        raise
+                    # re-raise the environment's own exception (not TF's wrapper around it)
+                    self.env.error = None
+                    self._save_crash_checkpoint(err)
+                    raise err from None
+                done += steps
+                for ret, _length in self.env.drain_episodes():
+                    self.episode_returns.append(ret)
+                elapsed = time.perf_counter() - start
+                logs["steps"] = int(self.num_timesteps.numpy())
+                logs["steps_per_second"] = done / max(elapsed, 1e-9)
+                logs["episode_return"] = (float(np.mean(self.episode_returns))
+                                          if self.episode_returns else float("nan"))
+                self.history.append({k: logs[k] for k in ("steps", "episode_return")})
+                tried, applied = logs.get("updates_tried", 0.0), logs.get("updates_applied", 0.0)
+                self.rejected_steps += int(round(tried - applied))
+                logs["rejected_gradient_steps"] = self.rejected_steps
+                if tried > 0 and applied == 0:
+                    failures += 1
+                    if failures >= cfg.max_nonfinite_updates:
+                        raise NonFiniteTrainingError(
+                            f"training stopped after {failures} consecutive updates with "
+                            "non-finite gradients (NaN/inf in observations, rewards or the "
+                            f"loss); {self.rejected_steps} gradient steps were rejected in "
+                            "total and none of them was applied to the weights")
+                else:
+                    failures = 0
+                bar.update(done, logs["steps_per_second"],
+                           logs["episode_return"] if self.episode_returns else None)
+                stop = any(cb.on_update(self, logs) is False for cb in cbs)
+                if next_ckpt is not None and done >= next_ckpt and cfg.checkpoint_dir:
+                    self.save(cfg.checkpoint_dir)
+                    next_ckpt += cfg.checkpoint_every
+                if stop:
+                    break
+        finally:
+            bar.update(done, done / max(time.perf_counter() - start, 1e-9),
+                       float(np.mean(self.episode_returns)) if self.episode_returns else None,
+                       force=True)
+            bar.close()
+            for cb in cbs:
+                cb.on_training_end(self)
+        if cfg.checkpoint_dir:
+            self.save(cfg.checkpoint_dir)
+        return self
+
+    def _save_crash_checkpoint(self, exc):
+        path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
+        try:
+            self.save(path)
+        except Exception as save_exc:  # pragma: no cover - report both
+            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}")
+            return
+        self._env_ready = False  # the env is in an unknown state; reset before learning again
+        self.crash_checkpoint = path
+        msg = f"the environment raised during step(); checkpoint saved to {path}"
+        warnings.warn(msg)
+        if hasattr(exc, "add_note"):
+            exc.add_note(msg)
+
+    # -- acting -------------------------------------------------------------------------------
+    def _as_batch(self, obs):
+        obs = np.asarray(obs, np.float32)
+        single = obs.shape == self.obs_shape
+        if single:
+            obs = obs[None]
+        if obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"obs: expected shape (batch, {', '.join(map(str, self.obs_shape))})"
+                             f" or {self.obs_shape}, got {obs.shape}")
+        return obs, single
+
+    def act(self, obs, deterministic: bool = False) -> np.ndarray:
+        """Actions for a batch of raw observations (or a single one), ready for ``env.step``."""
+        obs, single = self._as_batch(obs)
+        a = self._act_fn(tf.constant(obs), bool(deterministic)).numpy()
+        return a[0] if single else a
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None,
+                 num_envs: int | None = None) -> dict:
+        """Run ``n_episodes`` full episodes on a fresh vector env (same id, own seed).
+
+        Episodes are split evenly over the sub-environments (as Stable-Baselines3 does)
+        so that short episodes are not over-represented. Returns ``mean_return``,
+        ``std_return``, ``returns`` and ``lengths``.
+        """
+        if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
+                or n_episodes <= 0:
+            raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
+        k = int(num_envs or min(int(n_episodes), 8))
+        seed = self.config.seed + 10_000 if seed is None else seed
+        env = make_vec_env(self.config.env, k, seed=seed)
+        targets = np.array([(n_episodes + i) // k for i in range(k)])
+        counts = np.zeros(k, int)
+        returns, lengths = [], []
+        try:
+            obs = env.reset()
+            while (counts < targets).any():
+                actions = self.act(obs, deterministic=deterministic)
+                obs, _r, term, trunc, _f = env.step(actions)
+                done = term | trunc
+                if done.any():
+                    eps = env.drain_episodes()
+                    for i, (ret, length) in zip(np.nonzero(done)[0], eps):
+                        if counts[i] < targets[i]:
+                            returns.append(ret)
+                            lengths.append(length)
+                            counts[i] += 1
+        finally:
+            env.close()
+        return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+                "returns": returns, "lengths": lengths}
+
+    # -- persistence ---------------------------------------------------------------------------
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(num_timesteps=self.num_timesteps,
+                                   num_updates=self.num_updates, rng=self.rng,
+                                   act_rng=self._act_rng, **self._checkpoint_modules())
+
+    def save(self, directory: str) -> str:
+        """Write the agent to ``directory``: ``config.json``, ``agent.json`` (algorithm,
+        steps, learning curve), ``weights/`` (a TF checkpoint of every variable: networks,
+        optimiser, guard, normalisation, RNG) and ``normalization.npz`` (the observation
+        statistics as plain arrays). No pickle. The directory is replaced atomically."""
+        directory = os.fspath(directory)
+        parent = os.path.dirname(os.path.abspath(directory))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-agent-", dir=parent)
+        try:
+            self._checkpoint().write(os.path.join(tmp, "weights", "ckpt"))
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(self.config.to_dict(), f, indent=2)
+            meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
+                    "num_timesteps": int(self.num_timesteps.numpy()),
+                    "env_id": self.config.env if isinstance(self.config.env, str) else None,
+                    "history": self.history}
+            with open(os.path.join(tmp, "agent.json"), "w") as f:
+                json.dump(meta, f)
+            rms = self._obs_rms()
+            if rms is not None:
+                np.savez(os.path.join(tmp, "normalization.npz"), **rms.numpy_state())
+            # keep anything else the caller put in the directory (logs, plots)
+            if os.path.isdir(directory):
+                for name in ("weights", "config.json", "agent.json", "normalization.npz"):
+                    p = os.path.join(directory, name)
+                    if os.path.isdir(p):
+                        shutil.rmtree(p)
+                    elif os.path.exists(p):
+                        os.remove(p)
+            os.makedirs(directory, exist_ok=True)
+            for name in os.listdir(tmp):
+                os.replace(os.path.join(tmp, name), os.path.join(directory, name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return directory
+
+    def _restore(self, directory: str):
+        self._checkpoint().read(os.path.join(directory, "weights", "ckpt")).expect_partial()
+        with open(os.path.join(directory, "agent.json")) as f:
+            meta = json.load(f)
+        self.history = list(meta.get("history", []))
+        self._after_restore()
+
+    def _after_restore(self):
+        pass
+
+    def __repr__(self):
+        env = self.config.env if isinstance(self.config.env, str) else "<factory>"
+        return (f"{type(self).__name__}(env={env!r}, "
+                f"steps={int(self.num_timesteps.numpy())})")
+
+
+def load(directory: str, env=None, **overrides) -> Agent:
+    """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
+
+    ``env``: the env factory, required when the agent was trained on one. ``overrides``
+    replace config fields (e.g. ``num_envs``, ``checkpoint_dir``) before the agent is built.
+    """
+    import agents
+
+    algorithms = {c.algo: c for c in (agents.PPO, agents.A2C, agents.REINFORCE, agents.DQN)}
+    directory = os.fspath(directory)
+    for name in ("config.json", "agent.json"):
+        if not os.path.exists(os.path.join(directory, name)):
+            raise ValueError(f"directory: {directory!r} does not contain a saved agent "
+                             f"(missing {name})")
+    with open(os.path.join(directory, "agent.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
+    cls = algorithms.get(meta.get("algo"))
+    if cls is None:
+        raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
+    cfg.update(overrides)
+    config = cls.config_cls.from_dict(cfg, env=env)
+    agent = cls(config)
+    agent._restore(directory)
+    return agent

@@ -1,0 +1,218 @@
+"""Deep Q-Networks (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016).
+
+One iteration of ``learn``: ``train_freq`` steps of every environment with an
+epsilon-greedy policy, written into a uniform replay buffer held in ``tf.Variable``s
+(one compiled loop, the env stepped through ``tf.numpy_function``), then
+``gradient_steps`` compiled gradient steps on minibatches:
+
+* TD target ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (Double
+  DQN; ``max_a Q_target(s', a)`` otherwise), built under ``tf.stop_gradient``. ``s'`` is
+  the *final* observation of an episode that ended, so truncated transitions bootstrap
+  and terminated ones do not.
+* Huber loss on ``Q(s, a)``, gradient through the non-finite guard and global-norm
+  clipping (default 10) to Adam.
+* every ``target_update_interval`` *environment* steps (as in Stable-Baselines3 and
+  CleanRL) the target network is copied (``tau == 1``) or Polyak-averaged:
+  ``target <- tau * online + (1 - tau) * target``.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from agents._step import make_gradient_step
+from agents.base import Agent
+from agents.config import DQNConfig
+from agents.networks import QNetwork
+from agents.optim import Adam
+from agents.returns import td_target
+
+
+def huber(x, delta):
+    a = tf.abs(x)
+    return tf.where(a <= delta, 0.5 * tf.square(x), delta * (a - 0.5 * delta))
+
+
+class DQN(Agent):
+    """DQN agent for discrete actions; see :class:`DQNConfig`."""
+
+    algo = "dqn"
+    config_cls = DQNConfig
+
+    def _check_spaces(self, env):
+        if not isinstance(env.single_action_space, gym.spaces.Discrete):
+            raise ValueError(f"env: DQN needs a Discrete action space, got "
+                             f"{env.single_action_space} (use PPO, A2C or REINFORCE)")
+
+    def _build(self):
+        cfg = self.config
+        n_actions = int(self.env.single_action_space.n)
+        self.n_actions = n_actions
+        self.q = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
+                          cfg.normalize_obs, cfg.seed, name="q")
+        self.q_target = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
+                                 False, cfg.seed, name="q_target")
+        self.q_target.obs_norm = self.q.obs_norm  # one normaliser, owned by the online net
+        for t, s in zip(self.q_target.trainable, self.q.trainable):
+            t.assign(s)
+        self.variables = self.q.trainable
+        self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
+        self.gradient_step = make_gradient_step(self.optimizer, self.variables,
+                                                cfg.max_grad_norm, self.transform)
+        cap, N = cfg.buffer_size, cfg.num_envs
+        z = tf.zeros
+        self.buffer = tf.Module(name="replay")
+        self.buffer.obs = tf.Variable(z((cap,) + self.obs_shape), trainable=False)
+        self.buffer.next_obs = tf.Variable(z((cap,) + self.obs_shape), trainable=False)
+        self.buffer.actions = tf.Variable(z([cap], tf.int32), trainable=False)
+        self.buffer.rewards = tf.Variable(z([cap]), trainable=False)
+        self.buffer.terminated = tf.Variable(z([cap]), trainable=False)
+        self.buffer.pos = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.buffer.size = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
+        self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
+        self._obs = tf.Variable(z((N,) + self.obs_shape), trainable=False, name="obs")
+        self.trace_counts = collections.Counter()
+        self._collect = tf.function(self._collect_graph)
+        self._train_steps = tf.function(self._train_graph)
+
+    def _checkpoint_modules(self):
+        return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,
+                "gradient_step": self.gradient_step, "buffer": self.buffer,
+                "grad_steps": self.grad_steps, "epsilon": self.epsilon}
+
+    def _obs_rms(self):
+        return self.q.obs_norm.rms if self.config.normalize_obs else None
+
+    def _on_env_reset(self, obs):
+        self._obs.assign(obs)
+
+    # -- public model access -------------------------------------------------------------
+    def q_values(self, obs):
+        """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
+        return self.q(tf.convert_to_tensor(obs, tf.float32))
+
+    def _act_graph(self, obs, deterministic):
+        greedy = tf.argmax(self.q(obs), axis=-1, output_type=tf.int32)
+        if deterministic or self.config.eval_epsilon == 0:
+            return greedy
+        return self._explore(greedy, tf.constant(self.config.eval_epsilon), self._act_rng)
+
+    def _explore(self, greedy, eps, rng):
+        n = tf.shape(greedy)[0]
+        u = rng.uniform([n])
+        rand = rng.uniform([n], 0, self.n_actions, dtype=tf.int32)
+        return tf.where(u < eps, rand, greedy)
+
+    # -- collection ----------------------------------------------------------------------
+    def _env_step_np(self, actions):
+        return self.env.step(actions)
+
+    def _collect_graph(self, n_steps, steps_done, explore_steps):
+        """``n_steps`` steps of every env, epsilon-greedy, into the replay buffer."""
+        self.trace_counts["collect"] += 1
+        cfg = self.config
+        N = cfg.num_envs
+        obs_shape = (N,) + self.obs_shape
+        cap = tf.constant(cfg.buffer_size, tf.int64)
+        obs = self._obs.read_value()
+        e0, e1 = cfg.exploration_initial_eps, cfg.exploration_final_eps
+        for t in tf.range(n_steps):
+            progress = tf.minimum(
+                tf.cast(steps_done, tf.float32) + tf.cast(t * N, tf.float32) / tf.maximum(explore_steps, 1.0), 1.0)
+            eps = e0 + (e1 - e0) * progress
+            eps = tf.where(self.num_timesteps < cfg.learning_starts, 1.0, eps)
+            self.epsilon.assign(eps)
+            safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+            greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
+            a = self._explore(greedy, eps, self.rng)
+            nobs, r, term, trunc, fin = tf.numpy_function(
+                self._env_step_np, [a], [tf.float32, tf.float32, tf.bool, tf.bool, tf.float32],
+                stateful=True)
+            nobs.set_shape(obs_shape)
+            fin.set_shape(obs_shape)
+            r.set_shape((N,))
+            term.set_shape((N,))
+            idx = tf.reshape((self.buffer.pos + tf.range(N, dtype=tf.int64)) % cap, [-1, 1])
+            self.buffer.obs.scatter_nd_update(idx, obs)
+            self.buffer.next_obs.scatter_nd_update(idx, fin)
+            self.buffer.actions.scatter_nd_update(idx, a)
+            self.buffer.rewards.scatter_nd_update(idx, r)
+            self.buffer.terminated.scatter_nd_update(idx, tf.cast(term, tf.float32))
+            self.buffer.pos.assign((self.buffer.pos + N) % cap)
+            self.buffer.size.assign(tf.minimum(self.buffer.size + N, cap))
+            self.num_timesteps.assign_add(N)
+            if self.num_timesteps % cfg.target_update_interval < N:
+                self._update_target()
+            self.q.obs_norm.update(obs)
+            obs = nobs
+        self._obs.assign(obs)
+        return self.buffer.size
+
+    # -- update --------------------------------------------------------------------------
+    def td_targets(self, rewards, next_obs, terminated):
+        """Double-DQN (or plain) TD targets, under ``tf.stop_gradient``."""
+        cfg = self.config
+        next_q_target = self.q_target(next_obs)
+        if cfg.double_dqn:
+            a_star = tf.argmax(self.q(next_obs), axis=-1, output_type=tf.int32)
+            next_q = tf.gather(next_q_target, a_star, batch_dims=1)
+        else:
+            next_q = tf.reduce_max(next_q_target, axis=-1)
+        return td_target(rewards, next_q, terminated, cfg.gamma)
+
+    def loss(self, obs, actions, rewards, next_obs, terminated):
+        """Mean Huber loss of ``Q(obs, actions)`` against the TD targets."""
+        target = self.td_targets(rewards, next_obs, terminated)
+        q = tf.gather(self.q(obs), actions, batch_dims=1)
+        return tf.reduce_mean(huber(q - target, self.config.huber_delta)), q
+
+    def _update_target(self):
+        tau = self.config.tau
+        for t, s in zip(self.q_target.trainable, self.q.trainable):
+            t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
+
+    def _train_graph(self, n_steps):
+        self.trace_counts["train"] += 1
+        cfg = self.config
+        z = tf.constant(0.0)
+        loss_sum, q_sum, norm_sum, applied = z, z, z, z
+        for _ in tf.range(n_steps):
+            size = self.buffer.size
+            idx = self.rng.uniform([cfg.batch_size], 0, size, dtype=tf.int64)
+            obs = tf.gather(self.buffer.obs, idx)
+            with tf.GradientTape() as tape:
+                loss, q = self.loss(obs, tf.gather(self.buffer.actions, idx),
+                                    tf.gather(self.buffer.rewards, idx),
+                                    tf.gather(self.buffer.next_obs, idx),
+                                    tf.gather(self.buffer.terminated, idx))
+            grads = tape.gradient(loss, self.variables)
+            step = self._apply_gradients(grads)
+            self.grad_steps.assign_add(1)
+            loss_sum += loss
+            q_sum += tf.reduce_mean(q)
+            norm_sum += step["grad_norm"]
+            applied += tf.cast(step["applied"], tf.float32)
+        n = tf.cast(n_steps, tf.float32)
+        return {"loss": loss_sum / n, "q_mean": q_sum / n, "grad_norm": norm_sum / n,
+                "updates_applied": applied, "updates_tried": n}
+
+    def _train_iteration(self, steps_done, total):
+        cfg = self.config
+        N = cfg.num_envs
+        self.optimizer.learning_rate.assign(cfg.learning_rate)
+        explore = cfg.exploration_fraction * total
+        self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
+                      tf.constant(explore, tf.float32))
+        logs = {"epsilon": float(self.epsilon.numpy())}
+        if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
+            stats = self._train_steps(tf.constant(cfg.gradient_steps))
+            logs.update({k: float(v) for k, v in stats.items()})
+            self.num_updates.assign_add(1)
+        else:
+            logs["updates_tried"] = 0.0
+        return logs, cfg.train_freq * N

@@ -1,0 +1,205 @@
+"""Vector environments with same-step autoreset semantics, and running normalisation.
+
+gymnasium 1.x vector environments autoreset in one of three modes
+(:class:`gymnasium.vector.AutoresetMode`). With ``NEXT_STEP`` (the default of
+``gymnasium.make_vec``) the observation returned on the step that ends an episode is
+the *final* observation, and the *next* call to ``step`` ignores the action and resets
+that sub-environment (reward 0, not done). Treating that reset step as a transition is
+a classic silent bug. :class:`VecEnv` hides the modes behind one contract, the
+``SAME_STEP`` one:
+
+* ``step(actions)`` returns ``obs`` (already reset where an episode ended),
+  ``reward``, ``terminated``, ``truncated`` and ``final_obs``: the observation the
+  transition really led to (the final observation where an episode ended, ``obs``
+  elsewhere). Truncated transitions bootstrap from the value of ``final_obs``.
+* ``NEXT_STEP``/``DISABLED`` vector environments are converted by resetting the
+  finished sub-environments immediately with ``reset(options={"reset_mask": done})``.
+
+It also records raw episode returns and lengths (before any reward normalisation).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
+
+
+def check_env_id(env: EnvSpec, argument: str = "env") -> None:
+    """Raise ``ValueError`` naming ``argument`` if ``env`` is neither a known id nor callable."""
+    if callable(env):
+        return
+    if not isinstance(env, str) or not env:
+        raise ValueError(f"{argument}: expected a gymnasium id or an env factory, got {env!r}")
+    try:
+        gym.spec(env)
+    except gym.error.Error as exc:
+        raise ValueError(f"{argument}: unknown gymnasium environment id {env!r} ({exc})") from None
+
+
+def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
+                 async_envs: bool = False) -> "VecEnv":
+    """A :class:`VecEnv` of ``num_envs`` copies of ``env`` (an id or a factory).
+
+    The vector env is created in ``SAME_STEP`` autoreset mode; ``async_envs`` uses
+    subprocesses (``AsyncVectorEnv``) instead of a loop in this process.
+    """
+    check_env_id(env)
+    if num_envs <= 0:
+        raise ValueError(f"num_envs: must be positive, got {num_envs}")
+    kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    if isinstance(env, str):
+        vec = gym.make_vec(env, num_envs=num_envs,
+                           vectorization_mode="async" if async_envs else "sync",
+                           vector_kwargs=kwargs)
+    else:
+        cls = gym.vector.AsyncVectorEnv if async_envs else gym.vector.SyncVectorEnv
+        vec = cls([env] * num_envs, **kwargs)
+    return VecEnv(vec, seed=seed)
+
+
+def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
+    mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if isinstance(mode, str):
+        mode = AutoresetMode(mode)
+    return mode
+
+
+class VecEnv:
+    """A gymnasium vector env seen through same-step autoreset semantics (see module doc)."""
+
+    def __init__(self, vec: gym.vector.VectorEnv, seed: int | None = 0):
+        self.vec = vec
+        self.num_envs = int(vec.num_envs)
+        self.mode = _autoreset_mode(vec)
+        self.single_observation_space = vec.single_observation_space
+        self.single_action_space = vec.single_action_space
+        if not isinstance(self.single_observation_space, gym.spaces.Box):
+            raise ValueError(
+                "env: only Box observation spaces are supported, got "
+                f"{self.single_observation_space}")
+        self.obs_shape = tuple(self.single_observation_space.shape)
+        space = self.single_action_space
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        if not self.discrete and not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"env: action space {space} is not supported (Discrete or Box)")
+        if self.discrete:
+            self.action_low = self.action_high = None
+        else:
+            self.action_low = np.asarray(space.low, np.float32)
+            self.action_high = np.asarray(space.high, np.float32)
+        self._seed = seed
+        self._ep_return = np.zeros(self.num_envs, np.float64)
+        self._ep_length = np.zeros(self.num_envs, np.int64)
+        self.episodes: list[tuple[float, int]] = []  # finished (return, length), drained by owner
+        self.error: BaseException | None = None  # last exception raised inside step()
+        self.obs: np.ndarray | None = None
+
+    # -- gymnasium-like API ----------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        seed = self._seed if seed is None else seed
+        obs, _ = self.vec.reset(seed=seed)
+        self._seed = None  # seed only the first reset, later resets continue the RNG streams
+        self._ep_return[:] = 0
+        self._ep_length[:] = 0
+        self.obs = np.asarray(obs, np.float32)
+        return self.obs
+
+    def step(self, actions: np.ndarray):
+        """Step all sub-environments; returns ``obs, reward, terminated, truncated, final_obs``.
+
+        An exception raised by the environment is stored in :attr:`error` (so that the
+        caller can save a checkpoint) and re-raised.
+        """
+        try:
+            obs, reward, terminated, truncated, info = self.vec.step(actions)
+            obs = np.asarray(obs, np.float32)
+            terminated = np.asarray(terminated, bool)
+            truncated = np.asarray(truncated, bool)
+            done = terminated | truncated
+            final_obs = obs.copy()
+            if done.any():
+                if self.mode == AutoresetMode.SAME_STEP:
+                    mask = info.get("_final_obs", done)
+                    for i in np.nonzero(mask)[0]:
+                        final_obs[i] = info["final_obs"][i]
+                else:  # NEXT_STEP / DISABLED: obs is the final obs; reset those envs now
+                    reset_obs, _ = self.vec.reset(options={"reset_mask": done})
+                    obs = np.where(done.reshape((-1,) + (1,) * len(self.obs_shape)),
+                                   np.asarray(reset_obs, np.float32), obs)
+        except BaseException as exc:  # noqa: BLE001 - stored, then re-raised unchanged
+            self.error = exc
+            raise
+        reward = np.asarray(reward, np.float64)
+        self._ep_return += reward
+        self._ep_length += 1
+        if done.any():
+            for i in np.nonzero(done)[0]:
+                self.episodes.append((float(self._ep_return[i]), int(self._ep_length[i])))
+            self._ep_return[done] = 0
+            self._ep_length[done] = 0
+        self.obs = obs
+        return obs, reward.astype(np.float32), terminated, truncated, final_obs
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        out, self.episodes = self.episodes, []
+        return out
+
+    def close(self) -> None:
+        self.vec.close()
+
+
+class RunningMeanStd(tf.Module):
+    """Running mean and variance of vectors (parallel algorithm of Chan et al. 1979).
+
+    ``normalize`` is differentiable with respect to its input, so gradients of a policy
+    reach the *raw* observation. Rows containing a non-finite value are ignored by
+    ``update`` so a NaN observation cannot corrupt the statistics.
+    """
+
+    def __init__(self, shape=(), epsilon: float = 1e-8, clip: float = 10.0, name=None):
+        super().__init__(name=name)
+        self.mean = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="mean")
+        self.var = tf.Variable(tf.ones(shape, tf.float64), trainable=False, name="var")
+        self.count = tf.Variable(tf.constant(1e-4, tf.float64), trainable=False, name="count")
+        self.epsilon = epsilon
+        self.clip = clip
+        self.shape = tuple(shape)
+
+    def update(self, x):
+        x = tf.reshape(tf.cast(x, tf.float64), (-1,) + self.shape)
+        finite = tf.reduce_all(tf.reshape(tf.math.is_finite(x), (tf.shape(x)[0], -1)), axis=1)
+        x = tf.boolean_mask(x, finite)
+        n = tf.cast(tf.shape(x)[0], tf.float64)
+        if_any = n > 0
+        batch_mean = tf.where(if_any, tf.math.divide_no_nan(tf.reduce_sum(x, 0), n), 0.0)
+        batch_var = tf.where(
+            if_any, tf.math.divide_no_nan(tf.reduce_sum(tf.square(x - batch_mean), 0), n), 0.0)
+        delta = batch_mean - self.mean
+        tot = self.count + n
+        new_mean = self.mean + delta * n / tot
+        m2 = self.var * self.count + batch_var * n + tf.square(delta) * self.count * n / tot
+        self.mean.assign(new_mean)
+        self.var.assign(m2 / tot)
+        self.count.assign(tot)
+
+    def normalize(self, x):
+        mean = tf.cast(self.mean, x.dtype)
+        std = tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)
+        return tf.clip_by_value((x - mean) / std, -self.clip, self.clip)
+
+    def scale(self, x):
+        """Divide by the running standard deviation only (reward scaling)."""
+        return x / tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)
+
+    def numpy_state(self) -> dict[str, np.ndarray]:
+        return {"mean": self.mean.numpy(), "var": self.var.numpy(), "count": self.count.numpy()}
+
+
+EnvFactory = Callable[[], gym.Env]

@@ -1,0 +1,234 @@
+"""On-policy actor-critic machinery shared by REINFORCE, A2C and PPO.
+
+Two compiled functions per iteration, each traced once:
+
+* ``_rollout()``: ``n_steps`` vector-env steps in one ``tf.function`` loop. The policy
+  samples in the graph; the environment is stepped through ``tf.numpy_function``; the
+  whole rollout is one graph call (no per-step Python beyond the env itself).
+* ``_train(batch)``: values, bootstrap values of final observations, targets (GAE or
+  Monte-Carlo, under ``tf.stop_gradient``), then the algorithm's ``_update``.
+
+Observation statistics are frozen during a rollout and its update (so PPO's ratio starts
+at exactly 1) and updated afterwards, skipping non-finite rows.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from agents._step import make_gradient_step
+from agents.base import Agent
+from agents.config import OnPolicyConfig
+from agents.envs import RunningMeanStd
+from agents.networks import ActorCritic
+from agents.optim import Adam
+from agents.returns import bootstrap_values, discounted_returns, gae
+
+
+def _normalize(x):
+    mean, var = tf.nn.moments(x, axes=[0])
+    return (x - mean) / (tf.sqrt(var) + 1e-8)
+
+
+class OnPolicyAgent(Agent):
+    """Base of the actor-critic agents; subclasses implement ``_update``."""
+
+    config_cls = OnPolicyConfig
+    monte_carlo = False  # REINFORCE: returns independent of the value estimates
+
+    def _build(self):
+        cfg = self.config
+        space = self.env.single_action_space
+        if self.discrete:
+            n_out = int(space.n)
+        else:
+            if len(space.shape) != 1:
+                raise ValueError(f"env: Box action spaces must be 1-D, got shape {space.shape}")
+            n_out = int(space.shape[0])
+        self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
+                                 cfg.activation, cfg.normalize_obs, cfg.log_std_init, cfg.seed)
+        self.variables = self.model.trainable
+        self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
+        self.gradient_step = make_gradient_step(self.optimizer, self.variables,
+                                                cfg.max_grad_norm, self.transform)
+        self.reward_rms = RunningMeanStd((), name="reward_rms")
+        N = cfg.num_envs
+        self._ret_acc = tf.Variable(tf.zeros([N]), trainable=False, name="return_acc")
+        self._last_end = tf.Variable(tf.zeros([N], tf.bool), trainable=False, name="last_end")
+        self._obs = tf.Variable(tf.zeros((N,) + self.obs_shape), trainable=False, name="obs")
+        if not self.discrete:
+            self._low = tf.constant(self.env.action_low)
+            self._high = tf.constant(self.env.action_high)
+        self.trace_counts = collections.Counter()
+        self._rollout = tf.function(self._rollout_graph)
+        self._train = tf.function(self._train_graph)
+
+    def _checkpoint_modules(self):
+        return {"model": self.model, "optimizer": self.optimizer,
+                "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
+                "return_acc": self._ret_acc}
+
+    def _obs_rms(self):
+        return self.model.obs_norm.rms if self.config.normalize_obs else None
+
+    def _on_env_reset(self, obs):
+        self._obs.assign(obs)
+        self._ret_acc.assign(tf.zeros_like(self._ret_acc))
+        self._last_end.assign(tf.zeros_like(self._last_end))
+
+    # -- public model access -------------------------------------------------------------
+    def distribution(self, obs):
+        """The policy's TFP distribution for a batch of raw observations (differentiable)."""
+        return self.model.distribution(tf.convert_to_tensor(obs, tf.float32))
+
+    def value(self, obs):
+        """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
+        return self.model.value(tf.convert_to_tensor(obs, tf.float32))
+
+    def _act_graph(self, obs, deterministic):
+        dist = self.model.distribution(obs)
+        if deterministic:
+            a = dist.mode()
+        else:
+            a = dist.sample(seed=self._seed(self._act_rng))
+        if not self.discrete:
+            a = tf.clip_by_value(a, self._low, self._high)
+        return a
+
+    # -- rollout -------------------------------------------------------------------------
+    def _env_step_np(self, actions):
+        return self.env.step(actions)
+
+    def _rollout_graph(self):
+        self.trace_counts["rollout"] += 1
+        T, N = self.config.n_steps, self.config.num_envs
+        obs_shape = (N,) + self.obs_shape
+        a_dtype = tf.int32 if self.discrete else tf.float32
+        tas = {
+            "obs": tf.TensorArray(tf.float32, size=T, element_shape=obs_shape),
+            "actions": tf.TensorArray(a_dtype, size=T),
+            "rewards": tf.TensorArray(tf.float32, size=T, element_shape=(N,)),
+            "terminated": tf.TensorArray(tf.bool, size=T, element_shape=(N,)),
+            "truncated": tf.TensorArray(tf.bool, size=T, element_shape=(N,)),
+            "final_obs": tf.TensorArray(tf.float32, size=T, element_shape=obs_shape),
+        }
+        obs = self._obs.read_value()
+        for t in tf.range(T):
+            # a NaN observation must not break action selection; it is stored raw, so the
+            # update that sees it is rejected by the non-finite guard
+            safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+            dist = self.model.distribution(safe)
+            a = dist.sample(seed=self._seed())
+            a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
+            nobs, r, term, trunc, fin = tf.numpy_function(
+                self._env_step_np, [a_env], [tf.float32, tf.float32, tf.bool, tf.bool,
+                                             tf.float32], stateful=True)
+            nobs.set_shape(obs_shape)
+            fin.set_shape(obs_shape)
+            r.set_shape((N,))
+            term.set_shape((N,))
+            trunc.set_shape((N,))
+            tas["obs"] = tas["obs"].write(t, obs)
+            tas["actions"] = tas["actions"].write(t, a)
+            tas["rewards"] = tas["rewards"].write(t, r)
+            tas["terminated"] = tas["terminated"].write(t, term)
+            tas["truncated"] = tas["truncated"].write(t, trunc)
+            tas["final_obs"] = tas["final_obs"].write(t, fin)
+            obs = nobs
+        self._obs.assign(obs)
+        return {k: v.stack() for k, v in tas.items()}
+
+    # -- targets and update --------------------------------------------------------------
+    def _scale_rewards(self, rewards, ends):
+        """Divide rewards by the running std of the discounted return (gymnasium's
+        ``NormalizeReward``), updating the statistics with this rollout's returns."""
+        gamma = self.config.gamma
+
+        def body(carry, inp):
+            ret, prev_end = carry
+            r, end = inp
+            ret = r + gamma * ret * (1.0 - tf.cast(prev_end, tf.float32))
+            return ret, end
+
+        rets, ends_seq = tf.scan(body, (rewards, ends),
+                                 initializer=(self._ret_acc.read_value(),
+                                              self._last_end.read_value()))
+        self._ret_acc.assign(rets[-1])
+        self._last_end.assign(ends_seq[-1])
+        self.reward_rms.update(tf.reshape(rets, [-1]))
+        return self.reward_rms.scale(rewards)
+
+    def _train_graph(self, batch):
+        self.trace_counts["train"] += 1
+        cfg = self.config
+        T, N = cfg.n_steps, cfg.num_envs
+        B = T * N
+        obs = tf.reshape(batch["obs"], (B,) + self.obs_shape)
+        fin = tf.reshape(batch["final_obs"], (B,) + self.obs_shape)
+        actions = tf.reshape(batch["actions"], (B,) + tuple(batch["actions"].shape[2:]))
+        term, trunc = batch["terminated"], batch["truncated"]
+        ends = tf.logical_or(term, trunc)
+        rewards = batch["rewards"]
+        if cfg.normalize_reward:
+            rewards = self._scale_rewards(rewards, ends)
+        values = tf.reshape(self.model.value(obs), [T, N])
+        next_values = bootstrap_values(tf.reshape(self.model.value(fin), [T, N]), term)
+        if self.monte_carlo:
+            returns = discounted_returns(rewards, next_values, ends, cfg.gamma)
+            advantages = tf.stop_gradient(returns - values)
+        else:
+            advantages, returns = gae(rewards, values, next_values, ends, cfg.gamma,
+                                      cfg.gae_lambda)
+        logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
+        values = tf.stop_gradient(tf.reshape(values, [B]))
+        returns = tf.reshape(returns, [B])
+        stats = self._update(obs, actions, logp_old, tf.reshape(advantages, [B]), returns,
+                             values)
+        var_y = tf.math.reduce_variance(returns)
+        stats["explained_variance"] = tf.where(
+            var_y > 0, 1.0 - tf.math.reduce_variance(returns - values) / var_y, np.nan)
+        self.model.obs_norm.update(obs)
+        return stats
+
+    def _losses(self, obs, actions, advantages, returns):
+        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch."""
+        cfg = self.config
+        dist = self.model.distribution(obs)
+        logp = dist.log_prob(actions)
+        entropy = tf.reduce_mean(dist.entropy())
+        adv = _normalize(advantages) if cfg.normalize_advantages else advantages
+        pg_loss = -tf.reduce_mean(logp * tf.stop_gradient(adv))
+        v_loss = 0.5 * tf.reduce_mean(tf.square(self.model.value(obs) - returns))
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
+
+    def _update(self, obs, actions, logp_old, advantages, returns, values):
+        """One gradient step on the whole batch (REINFORCE, A2C)."""
+        with tf.GradientTape() as tape:
+            loss, stats = self._losses(obs, actions, advantages, returns)
+        grads = tape.gradient(loss, self.variables)
+        step = self._apply_gradients(grads)
+        stats = dict(stats)
+        stats["loss"] = loss
+        stats["grad_norm"] = step["grad_norm"]
+        stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
+        stats["updates_tried"] = tf.constant(1.0)
+        return stats
+
+    def _train_iteration(self, steps_done, total):
+        cfg = self.config
+        lr = cfg.learning_rate
+        if cfg.anneal_lr:
+            lr = lr * max(1.0 - steps_done / total, 0.0)
+        self.optimizer.learning_rate.assign(lr)
+        batch = self._rollout()
+        stats = self._train(batch)
+        n = cfg.n_steps * cfg.num_envs
+        self.num_timesteps.assign_add(n)
+        self.num_updates.assign_add(1)
+        logs = {k: float(v) for k, v in stats.items()}
+        logs["learning_rate"] = lr
+        return logs, n

@@ -1,0 +1,40 @@
+"""Real, short learning runs: every algorithm must beat a random CartPole policy (~22).
+
+Deterministic evaluation over 10 episodes after a small budget; seeds are fixed so the
+runs are reproducible on one machine. The full figures are in ``benchmarks/agents.py``.
+"""
+
+import pytest
+
+import agents
+
+RANDOM_CARTPOLE = 22.0
+
+
+@pytest.mark.parametrize("cls,steps,kwargs,threshold", [
+    (agents.PPO, 20_480, {}, 150.0),
+    (agents.A2C, 30_000, {}, 150.0),
+    (agents.REINFORCE, 30_000, {"n_steps": 64, "learning_rate": 2e-3}, 100.0),
+    (agents.DQN, 12_000, {}, 100.0),
+], ids=["ppo", "a2c", "reinforce", "dqn"])
+def test_learns_cartpole(cls, steps, kwargs, threshold):
+    agent = cls(env="CartPole-v1", seed=0, **kwargs)
+    agent.learn(steps, progress_bar=False)
+    result = agent.evaluate(10)
+    assert result["mean_return"] >= threshold > 4 * RANDOM_CARTPOLE, result
+
+
+@pytest.mark.slow
+def test_ppo_cartpole_100k_solves():
+    agent = agents.PPO(env="CartPole-v1", seed=0)
+    agent.learn(100_000, progress_bar=False)
+    assert agent.evaluate(20)["mean_return"] >= 475
+
+
+@pytest.mark.slow
+def test_ppo_pendulum_learns():
+    agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=4, n_steps=512, gamma=0.9,
+                       gae_lambda=0.95, n_epochs=10, n_minibatches=16, learning_rate=1e-3,
+                       ent_coef=0.0, normalize_obs=True, normalize_reward=True)
+    agent.learn(100_000, progress_bar=False)
+    assert agent.evaluate(10)["mean_return"] >= -400
