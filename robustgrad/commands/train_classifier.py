@@ -1,0 +1,472 @@
+"""``robustgrad train-classifier``: adversarially train a classifier.
+
+Example::
+
+    robustgrad train-classifier --data digits --method madry --eps 0.1 --out runs/madry
+    robustgrad train-classifier --out runs/madry --resume          # continue an interrupted run
+    robustgrad train-classifier --init-from runs/madry/model.keras --freeze 'conv1,conv2' \\
+        --method trades --epochs 5 --mixed-precision --export runs/serving --out runs/ft
+
+Writes under ``--out``: ``config.json``, ``checkpoints/`` (every epoch), ``logs/`` (TensorBoard),
+``model.keras`` (the classifier), ``trainer.keras`` (the AdversarialTrainer), ``report.json``
+(final robustness report). Nothing in an existing directory is overwritten without
+``--overwrite``; ``--resume`` continues from the latest checkpoint when the configuration
+matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+HELP = "adversarially train a classifier (madry, trades, fast, free)"
+
+METHODS = ("madry", "trades", "fast", "free", "clean")
+STRATEGIES = ("none", "mirrored", "multiworker")
+DEFAULT_EPOCHS = {"madry": 40, "trades": 40, "fast": 40, "free": 10, "clean": 20}
+ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras", "report.json",
+             "history.json", "report")
+
+# configuration keys that may change between a run and its --resume
+_RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps",
+                "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "epochs",
+                "stop_after_steps"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data and model")
+    g.add_argument("--data", default="digits",
+                   help="digits (default), mnist, fashion_mnist, cifar10, or a path.npz holding "
+                        "x_train, y_train, x_test, y_test")
+    g.add_argument("--limit", type=int, default=None,
+                   help="use only the first N training examples (quick runs)")
+    g.add_argument("--width", type=int, default=32, help="channels of the first conv layer")
+    g.add_argument("--init-from", default=None, metavar="M.keras",
+                   help="start from an existing classifier (logits output) instead of a new CNN")
+    g.add_argument("--freeze", default=None, metavar="PATTERNS",
+                   help="comma-separated layer names/globs to freeze (prefix re: for a regex)")
+    g = p.add_argument_group("method")
+    g.add_argument("--method", default="madry", help="madry (default), trades, fast, free, clean")
+    g.add_argument("--eps", type=float, default=0.1, help="perturbation budget (default 0.1)")
+    g.add_argument("--norm", default="linf", help="linf (default) or l2")
+    g.add_argument("--steps", type=int, default=None,
+                   help="PGD steps (madry/trades, default 10) or replays (free, default 4)")
+    g.add_argument("--step-size", type=float, default=None,
+                   help="attack step (default 2.5*eps/steps; fast 1.25*eps; free eps)")
+    g.add_argument("--beta", type=float, default=6.0, help="TRADES KL weight (default 6)")
+    g.add_argument("--adv-ratio", type=float, default=1.0,
+                   help="weight of the adversarial loss vs the clean loss (default 1)")
+    g.add_argument("--warmup-epochs", type=float, default=0.0,
+                   help="ramp eps linearly from 0 over this many epochs (default 0)")
+    g.add_argument("--no-random-start", action="store_true", help="start attacks at x")
+    g.add_argument("--craft-training", action="store_true",
+                   help="craft attacks with the model in training mode (default: inference)")
+    g.add_argument("--no-guard", action="store_true",
+                   help="fast: disable the catastrophic-overfitting guard")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, default=None,
+                   help="epochs (default: madry/trades/fast 40, free 10, clean 20)")
+    g.add_argument("--batch-size", type=int, default=64, help="global batch size (default 64)")
+    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate, cosine-decayed")
+    g.add_argument("--max-grad-norm", type=float, default=10.0,
+                   help="clip the global gradient norm (default 10; 0 disables)")
+    g.add_argument("--grad-accum", type=int, default=1,
+                   help="accumulate gradients over K batches per update (default 1)")
+    g.add_argument("--mixed-precision", action="store_true",
+                   help="mixed_float16 compute with dynamic loss scaling (attacks still use "
+                        "float32 inputs and input gradients)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-deterministic", action="store_true",
+                   help="do not enable TensorFlow op determinism")
+    g = p.add_argument_group("running")
+    g.add_argument("--out", required=True, help="output directory")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the artefacts of an existing run in --out")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in --out (same configuration)")
+    g.add_argument("--strategy", default="none",
+                   help="none (default), mirrored, or multiworker (reads TF_CONFIG)")
+    g.add_argument("--logical-cpus", type=int, default=0,
+                   help="mirrored on a CPU-only host: split the CPU into N logical devices")
+    g.add_argument("--export", default=None, metavar="DIR",
+                   help="also write a TF-Serving SavedModel of the classifier to DIR")
+    g.add_argument("--eval-attacks", default="pgd50x5,apgd-ce,apgd-t,square",
+                   help="attacks of the final report (attacks.evaluate names; pgdKxR = PGD-K "
+                        "with R restarts); default pgd50x5,apgd-ce,apgd-t,square")
+    g.add_argument("--eval-eps", default=None, help="comma-separated eps list (default --eps)")
+    g.add_argument("--eval-limit", type=int, default=None,
+                   help="evaluate on the first N test examples only")
+    g.add_argument("--no-eval", action="store_true", help="skip the final robustness report")
+    g.add_argument("--stop-after-steps", type=int, default=None, help=argparse.SUPPRESS)
+    g.add_argument("--verbose", type=int, default=1, help="0 silent, 1 progress bar, 2 per epoch")
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _config_of(args) -> dict:
+    return {k: v for k, v in sorted(vars(args).items()) if not k.startswith("_")
+            and k != "command"}
+
+
+def _validate(args) -> None:
+    """Checks that need no TensorFlow: run before anything is imported or written."""
+    if args.method not in METHODS:
+        raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
+                         + ", ".join(METHODS))
+    if args.norm not in ("linf", "l2"):
+        raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
+    if not (args.eps > 0):
+        raise UsageError(f"--eps must be > 0; got {args.eps}")
+    if args.epochs is None:
+        args.epochs = DEFAULT_EPOCHS[args.method]
+    if args.epochs < 1:
+        raise UsageError(f"--epochs must be >= 1; got {args.epochs}")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1; got {args.batch_size}")
+    if args.grad_accum < 1:
+        raise UsageError(f"--grad-accum must be >= 1; got {args.grad_accum}")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be >= 1; got {args.steps}")
+    if not 0.0 <= args.adv_ratio <= 1.0:
+        raise UsageError(f"--adv-ratio must be in [0, 1]; got {args.adv_ratio}")
+    if args.warmup_epochs < 0:
+        raise UsageError(f"--warmup-epochs must be >= 0; got {args.warmup_epochs}")
+    if args.lr <= 0:
+        raise UsageError(f"--lr must be > 0; got {args.lr}")
+    if args.limit is not None and args.limit < 2:
+        raise UsageError(f"--limit must be >= 2; got {args.limit}")
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
+                         + ", ".join(STRATEGIES))
+    if args.strategy == "multiworker" and not os.environ.get("TF_CONFIG"):
+        raise UsageError("--strategy multiworker needs the TF_CONFIG environment variable "
+                         "(cluster and task of this worker)")
+    if args.init_from is not None and not os.path.isfile(args.init_from):
+        raise UsageError(f"--init-from: no such file {args.init_from!r}")
+    if args.data not in ("digits", "mnist", "fashion_mnist", "cifar10") and not \
+            args.data.endswith(".npz"):
+        raise UsageError(f"--data: unknown dataset {args.data!r}; expected digits, mnist, "
+                         "fashion_mnist, cifar10 or a path ending in .npz")
+    if args.data.endswith(".npz") and not os.path.isfile(args.data):
+        raise UsageError(f"--data: no such file {args.data!r}")
+    if args.eval_eps is not None:
+        try:
+            vals = [float(v) for v in args.eval_eps.split(",") if v.strip()]
+        except ValueError:
+            raise UsageError(f"--eval-eps: expected comma-separated numbers; got "
+                             f"{args.eval_eps!r}") from None
+        if not vals or any(v <= 0 for v in vals):
+            raise UsageError(f"--eval-eps: every eps must be > 0; got {args.eval_eps!r}")
+
+    out = args.out
+    if args.resume and args.overwrite:
+        raise UsageError("--resume and --overwrite are mutually exclusive")
+    existing = [a for a in ARTIFACTS if os.path.exists(os.path.join(out, a))]
+    if args.resume:
+        cfg_path = os.path.join(out, "config.json")
+        if not os.path.isfile(cfg_path):
+            raise UsageError(f"--resume: {out} holds no run (no config.json)")
+        with open(cfg_path) as f:
+            saved = json.load(f)
+        mine = _config_of(args)
+        diff = sorted(k for k in set(saved) | set(mine)
+                      if k not in _RESUME_FREE and saved.get(k) != mine.get(k))
+        if diff:
+            detail = ", ".join(f"{k}: saved {saved.get(k)!r} != {mine.get(k)!r}" for k in diff)
+            raise UsageError(f"--resume: the run in {out} has a different configuration "
+                             f"({detail})")
+    elif existing and not args.overwrite:
+        raise UsageError(f"--out {out} already holds a run ({', '.join(existing)}); pass "
+                         "--overwrite to replace it or --resume to continue it")
+    if args.export is not None and os.path.isdir(args.export) and os.listdir(args.export) \
+            and not args.overwrite:
+        raise UsageError(f"--export {args.export} exists and is not empty; pass --overwrite")
+
+
+def _setup_devices(args):
+    import tensorflow as tf
+
+    if args.logical_cpus and args.logical_cpus > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
+    if not args.no_deterministic:
+        tf.config.experimental.enable_op_determinism()
+    if args.strategy == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if args.strategy == "multiworker":
+        comm = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    return None
+
+
+def _mixed_precision_copy(model):
+    """Rebuild a loaded float32 model with mixed_float16 layers (logits stay float32)."""
+
+    cfg = model.get_config()
+    layers = cfg.get("layers")
+    if not layers:
+        raise UsageError("--mixed-precision with --init-from needs a Sequential or functional model")
+    for i, layer in enumerate(layers):
+        if layer.get("class_name") == "InputLayer":
+            continue
+        last = i == len(layers) - 1
+        layer["config"]["dtype"] = "float32" if last else "mixed_float16"
+    new = model.__class__.from_config(cfg)
+    new.set_weights(model.get_weights())
+    return new
+
+
+def _log(args, msg):
+    if args.verbose:
+        print(msg, flush=True)
+
+
+def run(args) -> int:
+    try:
+        _validate(args)
+    except UsageError as exc:
+        print(f"robustgrad train-classifier: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    except (UsageError, ValueError, FileNotFoundError) as exc:
+        if os.environ.get("ROBUSTGRAD_DEBUG"):
+            raise
+        print(f"robustgrad train-classifier: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    strategy = _setup_devices(args)
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import attacks  # noqa: F401  (registers the custom objects)
+    from attacks import training as T
+    from attacks._data import load_dataset
+
+    data = load_dataset(args.data, seed=0)
+    x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
+    if args.limit is not None:
+        x_tr, y_tr = x_tr[: args.limit], y_tr[: args.limit]
+    span = data.clip_max - data.clip_min
+    if args.norm == "linf" and args.eps > span:
+        raise UsageError(f"--eps {args.eps} is larger than the input range "
+                         f"[{data.clip_min:g}, {data.clip_max:g}] (span {span:g})")
+    num_classes = data.num_classes
+
+    keras.utils.set_random_seed(args.seed)
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+
+    # ---- the classifier (validated before any training)
+    if args.init_from:
+        base = keras.models.load_model(args.init_from, compile=False)
+        T.check_classifier(base, x_te, num_classes)
+        if args.mixed_precision:
+            base = _mixed_precision_copy(base)
+    else:
+        base = None
+
+    batch = args.batch_size
+    distributed = strategy is not None
+    drop = distributed  # equal per-replica batches under a strategy
+    spe = T.steps_per_epoch(len(x_tr), batch, drop_remainder=drop)
+    if spe < 1:
+        raise UsageError(f"--batch-size {batch} is larger than the training set ({len(x_tr)})")
+    warmup_steps = int(round(args.warmup_epochs * spe))
+    total_updates = args.epochs * spe * (args.steps or 4 if args.method == "free" else 1)
+
+    scope = strategy.scope() if distributed else _nullcontext()
+    with scope:
+        if base is None:
+            clf = T.make_classifier(data.input_shape, num_classes, width=args.width)
+        else:
+            clf = base
+        T.check_classifier(clf, x_te, num_classes)
+        frozen = T.freeze_layers(clf, args.freeze) if args.freeze else []
+        if not clf.trainable_variables:
+            raise UsageError("--freeze froze every layer: nothing left to train")
+        trainer = T.AdversarialTrainer(
+            clf, method=args.method, eps=args.eps, norm=args.norm,
+            clip_min=data.clip_min, clip_max=data.clip_max, steps=args.steps,
+            step_size=args.step_size, beta=args.beta, random_start=not args.no_random_start,
+            adv_ratio=args.adv_ratio, warmup_steps=warmup_steps,
+            craft_training=args.craft_training,
+            max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
+            eval_steps=10, seed=args.seed)
+        decay_steps = max(1, total_updates // args.grad_accum)
+        schedule = keras.optimizers.schedules.CosineDecay(args.lr, decay_steps, alpha=0.01)
+        opt_kw = {}
+        if args.grad_accum > 1:
+            opt_kw["gradient_accumulation_steps"] = args.grad_accum
+        optimizer = keras.optimizers.Adam(schedule, **opt_kw)
+        if args.mixed_precision:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        trainer.compile(optimizer=optimizer)
+        trainer.build(x_tr.shape)
+        trainer.optimizer.build(clf.trainable_variables)
+
+    out = args.out
+    if args.overwrite:
+        for a in ARTIFACTS:
+            path = os.path.join(out, a)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+        if args.export and os.path.isdir(args.export):
+            shutil.rmtree(args.export)
+    os.makedirs(out, exist_ok=True)
+
+    ckpt = T.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer)
+    first_epoch = 0
+    if args.resume:
+        first_epoch = ckpt.restore()
+        _log(args, f"resuming {out} after epoch {first_epoch}")
+    else:
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(_config_of(args), f, indent=1)
+    _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
+               f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "
+               f"{args.epochs} epochs x {spe} steps, batch {batch}"
+               + (f", strategy {args.strategy} ({strategy.num_replicas_in_sync} replicas)"
+                  if distributed else "")
+               + (f", frozen: {', '.join(frozen)}" if frozen else ""))
+
+    callbacks = [T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")), ckpt]
+    guard = None
+    if args.method == "fast" and not args.no_guard:
+        guard = T.CatastrophicOverfittingGuard(
+            x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
+            clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
+        callbacks.insert(0, guard)
+    if args.stop_after_steps:
+        callbacks.append(_StopAfter(args.stop_after_steps))
+
+    history = {}
+    t0 = time.time()
+    if first_epoch < args.epochs:
+        ds = T.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=first_epoch,
+                             epochs=args.epochs, drop_remainder=drop)
+        val = tf.data.Dataset.from_tensor_slices(
+            (x_te.astype(np.float32), y_te.astype(np.int64))).batch(256)
+        if distributed:
+            opts = tf.data.Options()
+            opts.experimental_distribute.auto_shard_policy = \
+                tf.data.experimental.AutoShardPolicy.DATA
+            ds, val = ds.with_options(opts), val.with_options(opts)
+        h = trainer.fit(ds, epochs=args.epochs, initial_epoch=first_epoch, steps_per_epoch=spe,
+                        validation_data=val, callbacks=callbacks, verbose=args.verbose)
+        history = {k: [float(v) for v in vals] for k, vals in h.history.items()}
+    train_time = time.time() - t0
+    if guard is not None:
+        history["guard_collapsed_epoch"] = guard.collapsed_epoch
+    with open(os.path.join(out, "history.json"), "w") as f:
+        json.dump({"history": history, "train_seconds": train_time}, f, indent=1)
+
+    # ---- artefacts
+    if args.mixed_precision:
+        keras.mixed_precision.set_global_policy("float32")
+    clf.save(os.path.join(out, "model.keras"))
+    trainer.save(os.path.join(out, "trainer.keras"))
+    _log(args, f"saved {os.path.join(out, 'model.keras')} and trainer.keras "
+               f"({train_time:.0f} s of training)")
+    if args.export:
+        clf.export(args.export, format="tf_saved_model", verbose=False)
+        _log(args, f"exported a SavedModel to {args.export} (signature 'serve')")
+
+    if not args.no_eval:
+        report = _final_report(args, clf, x_te, y_te, data)
+        with open(os.path.join(out, "report.json"), "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _stop_after_cls():
+    import keras
+
+    class StopAfter(keras.callbacks.Callback):
+        """Hard-exit the process after N train batches (used to test resume after a kill)."""
+
+        def __init__(self, n):
+            super().__init__()
+            self.n, self.seen = n, 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen += 1
+            if self.seen >= self.n:
+                os._exit(17)
+
+    return StopAfter
+
+
+def _StopAfter(n):  # noqa: N802
+    return _stop_after_cls()(n)
+
+
+def eval_specs(names: str):
+    """Attack specs for attacks.evaluate from ``--eval-attacks``: names it knows, plus
+    ``pgdKxR`` = PGD with K steps and R restarts (worst case per example)."""
+    import re
+
+    import attacks
+
+    specs = []
+    for name in (a.strip() for a in names.split(",")):
+        if not name:
+            continue
+        m = re.fullmatch(r"pgd(\d+)x(\d+)", name.lower())
+        if m:
+            specs.append((name, attacks.PGD(steps=int(m.group(1)), restarts=int(m.group(2)))))
+        else:
+            specs.append(name)
+    return specs
+
+
+def _final_report(args, clf, x_te, y_te, data) -> dict:
+    """Robustness report through attacks.evaluate (worst case over the ensemble, cascade)."""
+    import attacks
+
+    eps_list = ([float(v) for v in args.eval_eps.split(",")] if args.eval_eps else [args.eps])
+    if args.eval_limit:
+        x_te, y_te = x_te[: args.eval_limit], y_te[: args.eval_limit]
+    progress = None
+    if args.verbose:
+        def progress(done, total, desc):
+            width = 30
+            filled = int(width * done / max(total, 1))
+            print(f"\revaluating [{'=' * filled}{'.' * (width - filled)}] {done}/{total} {desc}"
+                  + " " * 10, end="" if done < total else "\n", flush=True)
+    rep = attacks.evaluate(clf, x_te, y_te, attacks=eval_specs(args.eval_attacks), eps=eps_list,
+                           batch_size=256, norm=args.norm, clip_min=data.clip_min,
+                           clip_max=data.clip_max, progress=progress)
+    if args.verbose:
+        print(rep.table())
+    try:
+        rep.save(os.path.join(args.out, "report"))
+    except Exception as exc:  # the JSON below is the contract; plots are extras
+        print(f"(could not save the evaluation plots: {exc})", file=sys.stderr)
+    out = rep.to_dict()
+    return out
