@@ -23,6 +23,13 @@ from .evaluate import ATTACK_NAMES, AttackRecord, EvaluationReport, evaluate, ma
 # --- END attacks ---
 
 # --- BEGIN training (adversarial training) ---
+from . import training  # noqa: E402,F401  (registers AdversarialTrainer for .keras loading)
+from .training import (  # noqa: E402,F401
+    AdversarialTrainer,
+    CatastrophicOverfittingGuard,
+    EpochCheckpoint,
+    make_classifier,
+)
 # --- END training ---
 
 # --- BEGIN sensitivity ---
