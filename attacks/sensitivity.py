@@ -40,7 +40,7 @@ Example::
 
 from __future__ import annotations
 
-import math
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -58,6 +58,21 @@ __all__ = [
 ]
 
 _DUAL = {"linf": 1, "l2": 2, "l1": np.inf}
+
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _compiled(model, key, build):
+    """One ``tf.function`` per (model, configuration): traced once per input signature and
+    reused across calls and batches (the model is held weakly)."""
+    try:
+        per_model = _CACHE.setdefault(model, {})
+    except TypeError:  # not weak-referenceable: compile afresh
+        return build()
+    if key not in per_model:
+        per_model[key] = build()
+    return per_model[key]
 
 
 def _canonical_norm(norm):
@@ -178,17 +193,20 @@ def smoothgrad(model: Callable, x, y=None, *, num_samples: int = 25, noise_level
     sigma = float(noise_level) * float(value_range)
     f = _scalar_fn(function)
 
-    @tf.function
-    def run(x, y):
-        acc = tf.zeros_like(x)
-        for i in tf.range(int(num_samples)):
-            noise = tf.random.stateless_normal(tf.shape(x), tf.stack([int(seed), i]),
-                                               stddev=sigma)
-            g = robustgrad.input_gradient(model, x + noise, y, loss=lambda z, yy: f(z, yy))
-            acc += tf.abs(g) if absolute else g
-        return acc / float(num_samples)
+    def build():
+        @tf.function(reduce_retracing=True)
+        def run(x, y, sigma, seed):
+            acc = tf.zeros_like(x)
+            for i in tf.range(int(num_samples)):
+                noise = tf.random.stateless_normal(tf.shape(x), tf.stack([seed, i]),
+                                                   stddev=sigma)
+                g = robustgrad.input_gradient(model, x + noise, y, loss=lambda z, yy: f(z, yy))
+                acc += tf.abs(g) if absolute else g
+            return acc / float(num_samples)
+        return run
 
-    return run(x, y)
+    run = _compiled(model, ("smoothgrad", int(num_samples), function, bool(absolute)), build)
+    return run(x, y, tf.constant(sigma, tf.float32), tf.constant(int(seed), tf.int32))
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,12 +227,17 @@ def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     norm = _canonical_norm(norm)
 
-    @tf.function(reduce_retracing=True)
-    def block(xb):
-        jac = robustgrad.batch_jacobian(lambda v: _logits(model, v), xb, chunk_size=chunk_size)
-        b, c = tf.shape(jac)[0], tf.shape(jac)[1]
-        rows = tf.reshape(jac, [b * c, -1])
-        return tf.reshape(dual_norm(rows, norm), [b, c])
+    def build():
+        @tf.function(reduce_retracing=True)
+        def block(xb):
+            jac = robustgrad.batch_jacobian(lambda v: _logits(model, v), xb,
+                                            chunk_size=chunk_size)
+            b, c = tf.shape(jac)[0], tf.shape(jac)[1]
+            rows = tf.reshape(jac, [b * c, -1])
+            return tf.reshape(dual_norm(rows, norm), [b, c])
+        return block
+
+    block = _compiled(model, ("class_jacobian", chunk_size, norm), build)
 
     n = int(x.shape[0])
     return tf.concat([block(x[i:i + int(batch_size)]) for i in range(0, n, int(batch_size))], 0)
@@ -255,20 +278,23 @@ def jacobian_spectral_norm(model: Callable, x, *, num_iters: int = 20, seed: int
         n = tf.reshape(tf.maximum(n, 1e-30), [-1] + [1] * (v.shape.rank - 1))
         return v / n
 
-    @tf.function(reduce_retracing=True)
-    def run(x):
-        v = normalise(tf.random.stateless_normal(tf.shape(x), [int(seed), 7]))
-        sigma = tf.zeros([tf.shape(x)[0]])
-        for _ in tf.range(int(num_iters)):
-            _, jv = robustgrad.jvp(fn, (x,), (v,))                      # J v   [B, C]
-            sigma = tf.norm(jv, axis=1)
-            _, pullback = robustgrad.vjp(fn, x)
-            (jtjv,) = pullback(jv)                                       # J^T J v  [B, ...]
-            v = normalise(jtjv)
-        _, jv = robustgrad.jvp(fn, (x,), (v,))
-        return tf.maximum(sigma, tf.norm(jv, axis=1)), v
+    def build():
+        @tf.function(reduce_retracing=True)
+        def run(x, num_iters, seed):
+            v = normalise(tf.random.stateless_normal(tf.shape(x), tf.stack([seed, 7])))
+            sigma = tf.zeros([tf.shape(x)[0]])
+            for _ in tf.range(num_iters):
+                _, jv = robustgrad.jvp(fn, (x,), (v,))                  # J v   [B, C]
+                sigma = tf.norm(jv, axis=1)
+                _, pullback = robustgrad.vjp(fn, x)
+                (jtjv,) = pullback(jv)                                   # J^T J v  [B, ...]
+                v = normalise(jtjv)
+            _, jv = robustgrad.jvp(fn, (x,), (v,))
+            return tf.maximum(sigma, tf.norm(jv, axis=1)), v
+        return run
 
-    sigma, v = run(x)
+    run = _compiled(model, ("spectral",), build)
+    sigma, v = run(x, tf.constant(int(num_iters)), tf.constant(int(seed), tf.int32))
     return (sigma, v) if return_vectors else sigma
 
 

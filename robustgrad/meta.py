@@ -17,9 +17,11 @@ Algorithms (all in :class:`MetaLearner`, chosen with ``method``):
 * ``"reptile"`` -- Nichol, Achiam & Schulman, *On First-Order Meta-Learning Algorithms*, 2018: the
   meta-"gradient" is ``params - adapted_params`` averaged over tasks.
 
-The inner loop is a ``tf.range`` loop (a ``tf.while_loop``) and the loop over the tasks of a
-meta-batch is another, both inside one ``tf.function`` per method; the graph does not grow with
-the number of inner steps or tasks, and it is traced once per input signature.
+The inner loop is a ``tf.range`` loop (a ``tf.while_loop``) inside one ``tf.function`` per
+method; the graph does not grow with the number of inner steps or tasks, and it is traced once per
+input signature. The tasks of a meta-batch are adapted together when the model provides a
+``batched_apply`` (parameters with a leading task axis, as :func:`mlp` does) and the loss is MSE;
+otherwise they are visited by a second ``tf.range`` loop.
 
 Tasks: :class:`SinusoidTasks` is the few-shot regression benchmark of the MAML paper
 (amplitude ~ U[0.1, 5], phase ~ U[0, pi], x ~ U[-5, 5], K support points per task).
@@ -74,12 +76,17 @@ class FunctionalModel(tf.Module):
         ``variables``; ``x`` ``[N, ...]`` float; returns ``[N, ...]``.
       variables: the meta-parameters, a list of ``tf.Variable``.
       names: optional names used in error messages (default: the variables' names).
+      batched_apply: optional ``batched_apply(params, x)`` with a leading task axis on every
+        parameter (``[T, *v.shape]``) and on ``x`` (``[T, N, ...]``); when given (as by
+        :func:`mlp`), :class:`MetaLearner` adapts all tasks of a meta-batch at once instead of
+        looping over them (same result, several times faster).
 
     Calling the model, ``model(x)``, evaluates it at its current variables.
     """
 
     def __init__(self, apply: Callable, variables: Sequence[tf.Variable],
-                 names: Sequence[str] | None = None, name: str | None = None):
+                 names: Sequence[str] | None = None, name: str | None = None,
+                 batched_apply: Callable | None = None):
         super().__init__(name=name)
         if not callable(apply):
             raise TypeError(f"apply must be callable, got {type(apply).__name__}")
@@ -90,6 +97,7 @@ class FunctionalModel(tf.Module):
             if not isinstance(v, tf.Variable):
                 raise TypeError(f"variables[{i}] must be a tf.Variable, got {type(v).__name__}")
         self.apply = apply
+        self.batched_apply = batched_apply
         self.params = variables
         self.names = list(names) if names is not None else [
             v.name.split(":")[0] for v in variables]
@@ -142,7 +150,15 @@ def mlp(sizes: Sequence[int], activation: str | Callable = "relu", seed: int = 0
                 h = act(h)
         return h
 
-    return FunctionalModel(apply, variables, names, name="mlp")
+    def batched_apply(params, x):  # params [T, ...], x [T, N, d]
+        h = tf.convert_to_tensor(x, dtype)
+        for i in range(n_layers):
+            h = tf.matmul(h, params[2 * i]) + params[2 * i + 1][:, None, :]
+            if i < n_layers - 1:
+                h = act(h)
+        return h
+
+    return FunctionalModel(apply, variables, names, name="mlp", batched_apply=batched_apply)
 
 
 def from_keras(model) -> FunctionalModel:
@@ -404,7 +420,55 @@ class MetaLearner(tf.Module):
                               tf.constant(steps), tf.constant(lr, tf.float32))
 
     # -- meta step -----------------------------------------------------------------------------
+    def _vectorised(self) -> bool:
+        return self.model.batched_apply is not None and self.loss_fn is _mse
+
+    def _batched_losses(self, params, x, y):  # per-task MSE [T]
+        pred = self.model.batched_apply(params, x)
+        err = tf.square(pred - tf.cast(y, pred.dtype))
+        return tf.reduce_mean(tf.reshape(err, [tf.shape(err)[0], -1]), axis=1)
+
+    def _batched_inner_loop(self, params, x, y, steps, lr, second_order: bool):
+        params = list(params)
+        for _ in tf.range(steps):
+            with tf.GradientTape() as tape:
+                tape.watch(params)
+                # the sum over tasks: the gradient w.r.t. task t's slice is task t's own gradient
+                loss = tf.reduce_sum(self._batched_losses(params, x, y))
+            grads = tape.gradient(loss, params)
+            _check_grads(grads, self.model.names, "the inner loss")
+            if not second_order:
+                grads = [tf.stop_gradient(g) for g in grads]
+            params = [p - tf.cast(lr, p.dtype) * g for p, g in zip(params, grads)]
+        return params
+
+    def _tiled(self, n_tasks):
+        return [tf.repeat(tf.convert_to_tensor(v)[None], n_tasks, axis=0)
+                for v in self.model.params]
+
+    def _meta_grads_vectorised(self, xs, ys, xq, yq):
+        meta = self.model.params
+        n_tasks = tf.shape(xs)[0]
+        pre = tf.reduce_mean(self._batched_losses(self._tiled(n_tasks), xq, yq))
+        if self.method == "reptile":
+            fast = self._batched_inner_loop(self._tiled(n_tasks), xs, ys, self.inner_steps,
+                                            self.inner_lr, second_order=False)
+            q_loss = tf.reduce_mean(self._batched_losses(fast, xq, yq))
+            grads = [v - tf.reduce_mean(f, axis=0) for v, f in zip(meta, fast)]
+        else:
+            with tf.GradientTape() as outer:
+                fast = self._batched_inner_loop(self._tiled(n_tasks), xs, ys, self.inner_steps,
+                                                self.inner_lr,
+                                                second_order=self.method == "maml")
+                q_loss = tf.reduce_mean(self._batched_losses(fast, xq, yq))
+            grads = outer.gradient(q_loss, meta)
+            _check_grads(grads, self.model.names, "the query loss after adaptation")
+        return list(grads), {"loss": tf.cast(q_loss, tf.float32),
+                             "pre_loss": tf.cast(pre, tf.float32)}
+
     def _meta_grads(self, xs, ys, xq, yq):
+        if self._vectorised():
+            return self._meta_grads_vectorised(xs, ys, xq, yq)
         meta = self.model.params
         n_tasks = tf.shape(xs)[0]
         acc = [tf.zeros_like(v) for v in meta]
@@ -476,6 +540,9 @@ class MetaLearner(tf.Module):
     # -- evaluation ----------------------------------------------------------------------------
     def _eval_impl(self, xs, ys, xq, yq, steps, lr):
         n_tasks = tf.shape(xs)[0]
+        if self._vectorised():
+            fast = self._batched_inner_loop(self._tiled(n_tasks), xs, ys, steps, lr, False)
+            return self._batched_losses(fast, xq, yq)
         out = tf.TensorArray(self.model.params[0].dtype, size=n_tasks)
         for t in tf.range(n_tasks):
             start = [tf.convert_to_tensor(v) for v in self.model.params]
