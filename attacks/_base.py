@@ -85,6 +85,7 @@ def call_model(model, x, training=False):
 # compiled-function cache
 
 _CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_PROBED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _STRONG_CACHE: dict = {}
 
 
@@ -171,7 +172,7 @@ def warn_if_probabilities(out, who="model"):
     return False
 
 
-def _probe(model, x, training, loss_fn):
+def _probe(model, x, training, loss_fn, need_gradient=True):
     """Eager probe on a few examples: output shape, softmax warning, x-dependence."""
     xp = tf.identity(x[:16])
     with tf.GradientTape() as tape:
@@ -190,6 +191,8 @@ def _probe(model, x, training, loss_fn):
         if not isinstance(out, tf.Tensor) or not out.dtype.is_floating:
             raise TypeError(f"model must return a floating tensor of logits, got {type(out)}")
         probs = warn_if_probabilities(out)
+    if not need_gradient:
+        return out
     if g is None:
         raise ValueError(f"{who}: the output does not depend on the input x (no gradient path "
                          "from x to the output)")
@@ -202,7 +205,7 @@ def _probe(model, x, training, loss_fn):
 
 
 def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, training,
-            loss_fn=None, eps_name="eps", allow_none_eps=False, need_classes=False):
+            loss_fn=None, eps_name="eps", allow_none_eps=False, need_gradient=True):
     """Validate and convert the common arguments. Raises before any compiled work."""
     if loss_fn is None and model is None:
         raise ValueError("model is required (or pass loss_fn=f(x_adv) -> [B] with model=None)")
@@ -224,9 +227,17 @@ def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, traini
     forward = 0
     num_classes = None
     if eager:
-        out = _probe(model, xc, training, loss_fn)
-        if loss_fn is None:
-            num_classes = int(out.shape[-1]) if out.shape.rank == 2 else None
+        pkey = (bool(training), bool(need_gradient), tuple(xc.shape[1:].as_list()), cdtype.name)
+        try:
+            seen = _PROBED.setdefault(owner, {})
+        except TypeError:
+            seen = {}
+        if pkey not in seen:
+            # once per model (and mode/shape): output shape, softmax warning, x-dependence
+            out = _probe(model, xc, training, loss_fn, need_gradient)
+            seen[pkey] = (int(out.shape[-1]) if loss_fn is None and out.shape.rank == 2
+                          else None)
+        num_classes = seen[pkey]
     if loss_fn is not None:
         if targeted:
             raise ValueError("targeted: not meaningful with loss_fn (maximise what you pass)")

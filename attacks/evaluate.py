@@ -511,7 +511,10 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
 def _kwonly(att):
     import inspect
 
-    sig = inspect.signature(type(att)._run)
+    try:
+        sig = inspect.signature(type(att)._run)
+    except (TypeError, ValueError):
+        return set()
     return {k for k, p in sig.parameters.items() if p.kind == p.KEYWORD_ONLY}
 
 

@@ -10,10 +10,11 @@
 
 The whole loop (restarts and steps) runs inside one ``tf.function`` built from
 ``tf.while_loop``; it is traced once per (model, configuration, per-example shape, dtype) and
-reused for every batch size, eps, step size, bound and seed. Per example the attack returns the
-best iterate seen: a successful one (misclassified, or at the target) before an unsuccessful one,
-then the one with the highest objective. With ``early_stop=True`` examples freeze as soon as they
-are broken, and the loop exits when every example is broken.
+reused for every batch size, eps, step size, bound and seed. Each restart ends at its last
+iterate (Madry et al.); across restarts the attack keeps, per example, the worst case: a
+successful final point (misclassified, or at the target) before an unsuccessful one, then the
+one with the highest objective. With ``early_stop=True`` examples freeze at the first iterate
+where they are broken, and the loop exits when every example is broken.
 
 For reuse beyond classifiers (RL observations, sensitivity analysis), pass either a callable
 ``objective(outputs, y) -> [B]`` (``y`` may be anything with a leading batch dimension, e.g. clean
@@ -67,12 +68,19 @@ def _rows(mask, x):
 
 def build_iterative(p, *, norm, steps, restarts, rand_init, early_stop, momentum, l1_top_k,
                     jit_compile):
-    """Compile the PGD/BIM/MIM loop for the prepared call ``p`` (see :func:`prepare`)."""
+    """Compile the PGD/BIM/MIM loop for the prepared call ``p`` (see :func:`prepare`).
+
+    The step loop does the minimum per iteration (one forward+backward pass, the step, the
+    projection; plus the success mask with ``early_stop``): PGD-k costs k gradient passes and,
+    only when there is a choice to make (restarts or early stop), one forward pass per restart
+    to score its final iterate per example.
+    """
     value_fn = p.value_fn
     n_steps = int(steps)
     n_restarts = int(restarts)
+    score_final = n_restarts > 1 or early_stop
 
-    def vag(xa, y, y_true):
+    def grad_of(xa, y, y_true):
         with tf.GradientTape() as tape:
             tape.watch(xa)
             obj, succ = value_fn(xa, y, y_true)
@@ -80,11 +88,14 @@ def build_iterative(p, *, norm, steps, restarts, rand_init, early_stop, momentum
         g = tape.gradient(total, xa)
         if g is None:
             g = tf.zeros_like(xa)
-        return obj, succ, g
+        return succ, g
 
     def loop(x, y, y_true, eps, step_size, lo, hi, seed):
         b = tf.shape(x)[0]
         dtype = x.dtype
+        if norm == "linf":  # the ball and the box in one clip
+            lo_e = tf.maximum(x - eps, lo)
+            hi_e = tf.minimum(x + eps, hi)
         best_x = x
         best_obj = tf.fill([b], tf.constant(-np.inf, dtype))
         best_succ = tf.zeros([b], tf.bool)
@@ -107,39 +118,42 @@ def build_iterative(p, *, norm, steps, restarts, rand_init, early_stop, momentum
             active = tf.logical_not(best_succ) if early_stop else tf.ones([b], tf.bool)
             acc = tf.zeros_like(x)
 
-            def step_cond(i, xa, acc, active, best_x, best_obj, best_succ, rows):
+            def step_cond(i, xa, acc, active, rows):
                 c = i < n_steps
                 if early_stop:
                     c = tf.logical_and(c, tf.reduce_any(active))
                 return c
 
-            def step_body(i, xa, acc, active, best_x, best_obj, best_succ, rows):
-                obj, succ, g = vag(xa, y, y_true)
+            def step_body(i, xa, acc, active, rows):
+                succ, g = grad_of(xa, y, y_true)
                 rows = rows + tf.cast(b, tf.int64)
-                best_x, best_obj, best_succ = _best_update(best_x, best_obj, best_succ,
-                                                           xa, obj, succ)
-                if early_stop:
-                    active = tf.logical_and(active, tf.logical_not(succ))
                 if momentum is not None:
                     l1 = tf.reduce_sum(tf.abs(tf.reshape(g, [b, -1])), axis=1)
                     g = momentum * acc + g / _rows(tf.maximum(l1, 1e-12), g)
                     acc = g
-                if norm == "l1":
-                    blocked = tf.logical_or(tf.logical_and(xa >= hi, g > 0),
-                                            tf.logical_and(xa <= lo, g < 0))
-                    g = tf.where(blocked, tf.zeros_like(g), g)
-                d = steepest_ascent(g, norm, l1_top_k=l1_top_k if norm == "l1" else None)
-                x_new = x + project(xa + step_size * d - x, eps, norm)
-                x_new = clip_to_bounds(x_new, lo, hi)
-                xa = tf.where(_rows(active, x), x_new, xa)
-                return i + 1, xa, acc, active, best_x, best_obj, best_succ, rows
+                if norm == "linf":
+                    x_new = tf.clip_by_value(xa + step_size * tf.sign(g), lo_e, hi_e)
+                else:
+                    if norm == "l1":
+                        blocked = tf.logical_or(tf.logical_and(xa >= hi, g > 0),
+                                                tf.logical_and(xa <= lo, g < 0))
+                        g = tf.where(blocked, tf.zeros_like(g), g)
+                    d = steepest_ascent(g, norm, l1_top_k=l1_top_k if norm == "l1" else None)
+                    x_new = clip_to_bounds(x + project(xa + step_size * d - x, eps, norm), lo, hi)
+                if early_stop:  # freeze broken examples where they broke
+                    active = tf.logical_and(active, tf.logical_not(succ))
+                    x_new = tf.where(_rows(active, x), x_new, xa)
+                return i + 1, x_new, acc, active, rows
 
-            _, xa, _, _, best_x, best_obj, best_succ, rows = tf.while_loop(
-                step_cond, step_body,
-                (tf.constant(0), xa, acc, active, best_x, best_obj, best_succ, rows))
-            obj, succ = value_fn(xa, y, y_true)
-            frows = frows + tf.cast(b, tf.int64)
-            best_x, best_obj, best_succ = _best_update(best_x, best_obj, best_succ, xa, obj, succ)
+            _, xa, _, _, rows = tf.while_loop(step_cond, step_body,
+                                              (tf.constant(0), xa, acc, active, rows))
+            if score_final:
+                obj, succ = value_fn(xa, y, y_true)
+                frows = frows + tf.cast(b, tf.int64)
+                best_x, best_obj, best_succ = _best_update(best_x, best_obj, best_succ, xa, obj,
+                                                           succ)
+            else:
+                best_x = xa
             return r + 1, best_x, best_obj, best_succ, rows, frows
 
         _, best_x, _, _, rows, frows = tf.while_loop(
