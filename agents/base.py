@@ -102,8 +102,13 @@ class Agent:
         pass
 
     # -- learning ----------------------------------------------------------------------------
-    def learn(self, total_steps: int, callbacks=None, progress_bar: bool = True):
+    def learn(self, total_steps: int, callbacks=None, progress_bar: bool = True,
+              schedule_start: int = 0):
         """Train for ``total_steps`` more environment steps (rounded up to whole updates).
+
+        Schedules (learning-rate annealing, DQN's epsilon) run over this call's budget;
+        ``schedule_start`` says that many steps of a longer schedule were already done
+        (``--resume`` uses it so a resumed run continues the schedule where it stopped).
 
         ``callbacks``: :class:`agents.callbacks.Callback` objects or callables
         ``fn(agent, logs)``; returning ``False`` stops training. Raises
@@ -115,6 +120,10 @@ class Agent:
                 or total_steps <= 0:
             raise ValueError(f"total_steps: must be a positive integer, got {total_steps!r}")
         total_steps = int(total_steps)
+        if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
+                or schedule_start < 0:
+            raise ValueError(f"schedule_start: must be a non-negative integer, got "
+                             f"{schedule_start!r}")
         cbs = as_callbacks(callbacks)
         bar = ProgressBar(total_steps, enabled=progress_bar)
         for cb in cbs:
@@ -129,7 +138,8 @@ class Agent:
         try:
             while done < total_steps:
                 try:
-                    logs, steps = self._train_iteration(done, total_steps)
+                    logs, steps = self._train_iteration(done + schedule_start,
+                                                        total_steps + schedule_start)
                 except Exception:
                     err = self.env.error
                     if err is None:

@@ -49,8 +49,25 @@ def as_callbacks(callbacks) -> list[Callback]:
     return out
 
 
+def _scalar_metadata() -> bytes:
+    from tensorflow.core.framework import summary_pb2
+
+    md = summary_pb2.SummaryMetadata()
+    md.plugin_data.plugin_name = "scalars"
+    md.data_class = summary_pb2.DATA_CLASS_SCALAR
+    return md.SerializeToString()
+
+
+_SCALAR_METADATA = None
+
+
 class TensorBoardCallback(Callback):
-    """Write every numeric entry of ``logs`` as a TensorBoard scalar at ``logs['steps']``."""
+    """Write every numeric entry of ``logs`` as a TensorBoard scalar at ``logs['steps']``.
+
+    Uses ``tf.summary.write`` with the scalars-plugin metadata (what ``tf.summary.scalar``
+    does), so event files are written even when the ``tensorboard`` package is not
+    installed; view them with ``tensorboard --logdir``.
+    """
 
     def __init__(self, log_dir: str):
         self.log_dir = log_dir
@@ -59,6 +76,9 @@ class TensorBoardCallback(Callback):
     def on_training_start(self, agent):
         import tensorflow as tf
 
+        global _SCALAR_METADATA
+        if _SCALAR_METADATA is None:
+            _SCALAR_METADATA = _scalar_metadata()
         self._writer = tf.summary.create_file_writer(self.log_dir)
 
     def on_update(self, agent, logs):
@@ -70,7 +90,8 @@ class TensorBoardCallback(Callback):
             step = int(logs["steps"])
             for k, v in logs.items():
                 if k != "steps" and isinstance(v, (int, float)) and v == v:
-                    tf.summary.scalar(k, float(v), step=step)
+                    tf.summary.write(k, tf.constant(float(v), tf.float32), step=step,
+                                     metadata=_SCALAR_METADATA)
         return None
 
     def on_training_end(self, agent):
@@ -93,6 +114,7 @@ class ProgressBar:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last = 0.0
         self._next_decile = 1
+        self._last_line = None
 
     def update(self, done: int, sps: float, episode_return: float | None, force=False):
         if not self.enabled:
@@ -108,11 +130,12 @@ class ProgressBar:
                 self.stream.write("\r" + line)
                 self.stream.flush()
                 self._last = now
-        elif force or frac * 10 >= self._next_decile:
+        elif (force and line != self._last_line) or frac * 10 >= self._next_decile:
             while frac * 10 >= self._next_decile:
                 self._next_decile += 1
             self.stream.write(line + "\n")
             self.stream.flush()
+            self._last_line = line
 
     def close(self):
         if self.enabled and self.tty:

@@ -72,6 +72,9 @@ class AgentConfig:
     """Directory for periodic checkpoints (and the crash checkpoint of a failing env)."""
     checkpoint_every: int = 0
     """Save a checkpoint every this many environment steps (0: only at the end of ``learn``)."""
+    jit_compile: bool = False
+    """Compile the update step with XLA. Off by default: on a 2-core CPU it made the PPO
+    CartPole update ~1.5x faster but costs ~15 s of compilation; measure on your platform."""
 
     def __post_init__(self):
         check_env_id(self.env, "env")

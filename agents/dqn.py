@@ -78,7 +78,7 @@ class DQN(Agent):
         self._obs = tf.Variable(z((N,) + self.obs_shape), trainable=False, name="obs")
         self.trace_counts = collections.Counter()
         self._collect = tf.function(self._collect_graph)
-        self._train_steps = tf.function(self._train_graph)
+        self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,

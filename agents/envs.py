@@ -174,18 +174,16 @@ class RunningMeanStd(tf.Module):
 
     def update(self, x):
         x = tf.reshape(tf.cast(x, tf.float64), (-1,) + self.shape)
-        finite = tf.reduce_all(tf.reshape(tf.math.is_finite(x), (tf.shape(x)[0], -1)), axis=1)
-        x = tf.boolean_mask(x, finite)
-        n = tf.cast(tf.shape(x)[0], tf.float64)
-        if_any = n > 0
-        batch_mean = tf.where(if_any, tf.math.divide_no_nan(tf.reduce_sum(x, 0), n), 0.0)
-        batch_var = tf.where(
-            if_any, tf.math.divide_no_nan(tf.reduce_sum(tf.square(x - batch_mean), 0), n), 0.0)
+        rows = tf.reduce_all(tf.reshape(tf.math.is_finite(x), (tf.shape(x)[0], -1)), axis=1)
+        w = tf.reshape(tf.cast(rows, tf.float64), (-1,) + (1,) * len(self.shape))
+        x = tf.where(w > 0, x, 0.0)  # masks, not boolean_mask: static shapes (XLA-friendly)
+        n = tf.reduce_sum(w)
+        batch_mean = tf.math.divide_no_nan(tf.reduce_sum(w * x, 0), n)
+        batch_var = tf.math.divide_no_nan(tf.reduce_sum(w * tf.square(x - batch_mean), 0), n)
         delta = batch_mean - self.mean
         tot = self.count + n
-        new_mean = self.mean + delta * n / tot
+        self.mean.assign(self.mean + delta * n / tot)
         m2 = self.var * self.count + batch_var * n + tf.square(delta) * self.count * n / tot
-        self.mean.assign(new_mean)
         self.var.assign(m2 / tot)
         self.count.assign(tot)
 

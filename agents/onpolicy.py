@@ -64,7 +64,7 @@ class OnPolicyAgent(Agent):
             self._high = tf.constant(self.env.action_high)
         self.trace_counts = collections.Counter()
         self._rollout = tf.function(self._rollout_graph)
-        self._train = tf.function(self._train_graph)
+        self._train = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,

@@ -383,3 +383,32 @@ def test_env_exception_saves_checkpoint_then_propagates(tmp_path):
     assert meta["num_timesteps"] == 24  # the three updates completed before the failure
     loaded = agents.load(ckpt, env=lambda: gym.make("CartPole-v1"))
     assert int(loaded.num_timesteps.numpy()) == 24
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def test_cli_train_resume_and_evaluate(tmp_path, capsys):
+    from robustgrad.cli import main
+
+    out = tmp_path / "run"
+    args = ["train-agent", "--algo", "a2c", "--env", "CartPole-v1", "--steps", "400",
+            "--seed", "1", "--out", str(out), "--eval-episodes", "2", "--no-progress"]
+    assert main(args) == 0
+    for name in ("config.json", "agent.json", "weights", "checkpoint", "logs",
+                 "learning_curve.png", "evaluation.json"):
+        assert (out / name).exists(), name
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(out / "logs"))
+    assert int(agents.load(out).num_timesteps.numpy()) == 400
+    assert main(args) == 2  # refuses to overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    resume = args[:6] + ["800"] + args[7:] + ["--resume"]
+    assert main(resume) == 0
+    assert "400 -> 800" in capsys.readouterr().out
+    loaded = agents.load(out)
+    assert int(loaded.num_timesteps.numpy()) == 800
+    assert main(["evaluate-agent", "--agent", str(out), "--episodes", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(result["returns"]) == 3 and result["algo"] == "a2c"
+    assert main(["train-agent", "--env", "NoSuchEnv-v0", "--out", str(tmp_path / "x")]) == 2
+    assert "env" in capsys.readouterr().err

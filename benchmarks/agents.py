@@ -1,0 +1,134 @@
+"""Benchmark of the RL agents: returns after training, and training speed.
+
+Returns: for each (algorithm, env) row of the issue-5 table, train with each seed and
+print the mean deterministic evaluation return over 20 episodes, against the target.
+
+Speed: PPO with 8 envs, environment steps per second with training included (after the
+first, compiling, update), next to a random-action rollout of the same vector env (the
+env's own cost), and the wall time per 100k steps of both.
+
+Examples::
+
+    python benchmarks/agents.py --rows ppo-cartpole --seeds 0 1 --steps 100000
+    python benchmarks/agents.py --speed --speed-steps 51200
+    python benchmarks/agents.py --rows all --seeds 0 1 2 3 4        # the full table (hours)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+# name -> (algorithm, env id, default steps, target mean return, config overrides)
+ROWS = {
+    "ppo-cartpole": ("ppo", "CartPole-v1", 100_000, 475.0, {}),
+    "ppo-pendulum": ("ppo", "Pendulum-v1", 100_000, -250.0, {
+        "num_envs": 4, "n_steps": 512, "gamma": 0.9, "gae_lambda": 0.95, "n_epochs": 10,
+        "n_minibatches": 16, "learning_rate": 1e-3, "ent_coef": 0.0, "clip_coef": 0.2,
+        "normalize_obs": True, "normalize_reward": True}),
+    "ppo-acrobot": ("ppo", "Acrobot-v1", 500_000, -100.0, {"normalize_obs": True}),
+    "a2c-cartpole": ("a2c", "CartPole-v1", 500_000, 475.0, {}),
+    "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 475.0, {}),
+    "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 475.0, {}),
+}
+
+
+def _cls(algo):
+    import agents
+
+    return {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
+            "dqn": agents.DQN}[algo]
+
+
+def returns_row(name, seeds, steps=None, episodes=20, verbose=False):
+    algo, env, default_steps, target, overrides = ROWS[name]
+    steps = steps or default_steps
+    results = []
+    for seed in seeds:
+        t0 = time.perf_counter()
+        agent = _cls(algo)(env=env, seed=seed, **overrides)
+        agent.learn(steps, progress_bar=verbose)
+        train_s = time.perf_counter() - t0
+        ret = agent.evaluate(episodes)["mean_return"]
+        results.append({"seed": seed, "mean_return": ret, "train_seconds": train_s})
+        print(f"{name:20s} seed {seed}: {ret:8.1f} after {steps} steps "
+              f"({train_s:.0f} s, {steps / train_s:.0f} steps/s incl. compile)", flush=True)
+    rets = [r["mean_return"] for r in results]
+    ok = sum(r >= target for r in rets)
+    print(f"{name:20s} mean {np.mean(rets):8.1f} over {len(rets)} seeds; {ok}/{len(rets)} "
+          f"seeds >= target {target}", flush=True)
+    return {"row": name, "algo": algo, "env": env, "steps": steps, "target": target,
+            "seeds": results, "seeds_at_target": ok}
+
+
+def speed(steps=51_200, num_envs=8, env="CartPole-v1"):
+    import agents
+
+    agent = agents.PPO(env=env, seed=0, num_envs=num_envs)
+    batch = agent.config.n_steps * num_envs
+    agent.learn(batch, progress_bar=False)  # trace and compile
+    t0 = time.perf_counter()
+    agent.learn(steps, progress_bar=False)
+    train_s = time.perf_counter() - t0
+    done = int(agent.num_timesteps.numpy()) - batch
+
+    venv = agents.make_vec_env(env, num_envs, seed=0)
+    venv.reset()
+    rng = np.random.default_rng(0)
+    space = venv.single_action_space
+    n_vec = done // num_envs
+    t0 = time.perf_counter()
+    for _ in range(n_vec):
+        venv.step(rng.integers(0, space.n, num_envs))
+    env_s = time.perf_counter() - t0
+    venv.close()
+    sps, env_sps = done / train_s, n_vec * num_envs / env_s
+    print(f"PPO {env} {num_envs} envs: {sps:,.0f} env steps/s training included "
+          f"({1e5 / sps:.1f} s per 100k steps); random-action rollout of the same vector env: "
+          f"{env_sps:,.0f} steps/s ({1e5 / env_sps:.1f} s per 100k); "
+          f"ratio {env_sps / sps:.2f}x the env's own cost", flush=True)
+    return {"ppo_steps_per_second": sps, "random_rollout_steps_per_second": env_sps,
+            "ppo_seconds_per_100k": 1e5 / sps, "random_seconds_per_100k": 1e5 / env_sps,
+            "steps": done, "num_envs": num_envs, "env": env}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", nargs="*", default=[],
+                   help=f"rows to run: {', '.join(ROWS)} or 'all'")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--steps", type=int, default=None, help="override the row's step budget")
+    p.add_argument("--episodes", type=int, default=20, help="evaluation episodes (default 20)")
+    p.add_argument("--speed", action="store_true", help="measure PPO training speed")
+    p.add_argument("--speed-steps", type=int, default=51_200)
+    p.add_argument("--num-envs", type=int, default=8, help="envs for --speed (default 8)")
+    p.add_argument("--json", default=None, help="write the results to this JSON file")
+    p.add_argument("--verbose", action="store_true", help="progress bars")
+    args = p.parse_args(argv)
+    rows = list(ROWS) if args.rows == ["all"] else args.rows
+    for r in rows:
+        if r not in ROWS:
+            p.error(f"--rows: unknown row {r!r}; choose from {', '.join(ROWS)}")
+    if not rows and not args.speed:
+        p.error("nothing to do: pass --rows and/or --speed")
+    out = {"rows": [], "speed": None}
+    for r in rows:
+        out["rows"].append(returns_row(r, args.seeds, args.steps, args.episodes, args.verbose))
+    if args.speed:
+        out["speed"] = speed(args.speed_steps, args.num_envs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

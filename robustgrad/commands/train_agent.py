@@ -1,0 +1,164 @@
+"""``robustgrad train-agent``: train an RL agent on a gymnasium environment.
+
+Example::
+
+    robustgrad train-agent --algo ppo --env CartPole-v1 --steps 100000 --seed 0 --out runs/ppo
+    robustgrad train-agent --algo ppo --env CartPole-v1 --steps 100000 --out runs/ppo --resume
+    robustgrad train-agent --algo dqn --set learning_rate=1e-3 --set batch_size=128 --out runs/dqn
+
+Writes under ``--out``: the agent itself (``config.json``, ``agent.json``, ``weights/``,
+``normalization.npz`` when observations are normalised; ``agents.load(out)`` returns it),
+``checkpoint/`` (periodic checkpoints, also written when the environment raises),
+``logs/`` (TensorBoard: returns, losses, entropy, KL, clip fraction, gradient norm),
+``learning_curve.png`` and ``evaluation.json`` (deterministic evaluation at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+HELP = "train an RL agent (ppo, a2c, reinforce, dqn) on a gymnasium environment"
+ALGOS = ("ppo", "a2c", "reinforce", "dqn")
+_AGENT_FILES = ("config.json", "agent.json", "weights", "normalization.npz", "checkpoint",
+                "logs", "learning_curve.png", "evaluation.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", default="ppo", choices=ALGOS, help="algorithm (default ppo)")
+    p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default CartPole-v1)")
+    p.add_argument("--steps", type=int, default=100_000,
+                   help="total environment steps (default 100000)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--out", default=None, help="output directory (default runs/<algo>)")
+    p.add_argument("--num-envs", type=int, default=None,
+                   help="parallel environments (default: the algorithm's)")
+    p.add_argument("--async-envs", action="store_true",
+                   help="step environments in subprocesses (AsyncVectorEnv)")
+    p.add_argument("--normalize-obs", action="store_true",
+                   help="normalise observations (statistics saved with the agent)")
+    p.add_argument("--normalize-reward", action="store_true", help="scale rewards (on-policy)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: algorithm's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config field, VALUE parsed as JSON when possible (repeatable)")
+    p.add_argument("--checkpoint-every", type=int, default=None,
+                   help="checkpoint period in steps (default: a tenth of --steps)")
+    p.add_argument("--eval-episodes", type=int, default=20,
+                   help="deterministic evaluation episodes at the end (default 20; 0: none)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --out/checkpoint up to --steps in total")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing agent in --out instead of refusing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _parse_sets(items):
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def plot_learning_curve(history, path, title):
+    """Episode return (mean of the last 20 episodes) against environment steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(h["steps"], h["episode_return"]) for h in history
+           if h.get("episode_return") == h.get("episode_return")]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if pts:
+        ax.plot(*zip(*pts))
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episode return (last 20)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    import agents
+    from agents.callbacks import TensorBoardCallback
+
+    out = args.out or os.path.join("runs", args.algo)
+    ckpt = os.path.join(out, "checkpoint")
+    try:
+        overrides = _parse_sets(args.set)
+        if args.steps is None or args.steps <= 0:
+            raise ValueError(f"--steps: must be positive, got {args.steps}")
+        if args.num_envs is not None:
+            overrides["num_envs"] = args.num_envs
+        if args.lr is not None:
+            overrides["learning_rate"] = args.lr
+        if args.async_envs:
+            overrides["async_envs"] = True
+        if args.normalize_obs:
+            overrides["normalize_obs"] = True
+        if args.normalize_reward:
+            overrides["normalize_reward"] = True
+        every = args.checkpoint_every if args.checkpoint_every is not None else max(
+            args.steps // 10, 1)
+        overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
+        resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
+        if resumed:
+            agent = agents.load(ckpt, **overrides)
+            if agent.algo != args.algo:
+                raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
+                                 f"{args.algo}")
+        else:
+            if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
+                raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
+                                 "--resume")
+            if args.overwrite:
+                for name in _AGENT_FILES:
+                    p = os.path.join(out, name)
+                    if os.path.isdir(p):
+                        shutil.rmtree(p)
+                    elif os.path.exists(p):
+                        os.remove(p)
+            cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
+                   "dqn": agents.DQN}[args.algo]
+            agent = cls(env=args.env, seed=args.seed, **overrides)
+    except ValueError as exc:
+        print(f"robustgrad train-agent: {exc}", file=sys.stderr)
+        return 2
+
+    done = int(agent.num_timesteps.numpy())
+    remaining = args.steps - done
+    os.makedirs(out, exist_ok=True)
+    print(f"{'resuming' if resumed else 'training'} {agent.algo.upper()} on {args.env}: "
+          f"{done} -> {args.steps} steps, {agent.config.num_envs} envs, seed {args.seed}, "
+          f"output {out}")
+    status = 0
+    if remaining > 0:
+        try:
+            agent.learn(remaining, callbacks=[TensorBoardCallback(os.path.join(out, "logs"))],
+                        progress_bar=not args.no_progress, schedule_start=done)
+        except agents.NonFiniteTrainingError as exc:
+            print(f"robustgrad train-agent: {exc}", file=sys.stderr)
+            status = 1
+    agent.save(out)
+    plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
+                        f"{agent.algo.upper()} {args.env} (seed {args.seed})")
+    if args.eval_episodes > 0 and status == 0:
+        result = agent.evaluate(args.eval_episodes)
+        with open(os.path.join(out, "evaluation.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"evaluation ({args.eval_episodes} episodes, deterministic): mean return "
+              f"{result['mean_return']:.1f} +/- {result['std_return']:.1f}")
+    print(f"saved to {out} (agents.load({out!r})); TensorBoard logs in "
+          f"{os.path.join(out, 'logs')}; curve in {os.path.join(out, 'learning_curve.png')}")
+    return status
