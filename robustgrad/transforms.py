@@ -29,8 +29,10 @@ rejected or non-emitting step. A transformation used on its own returns zero upd
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -202,6 +204,24 @@ def _sq_sum_f32(x):
     return 2.0 * tf.nn.l2_loss(x)
 
 
+_NORMS = threading.local()
+
+
+@contextlib.contextmanager
+def _shared_norms():
+    """Within this context, :func:`global_norm` of the same tensors in the same graph is computed
+    once (GradientStep's ``grad_norm``, apply_if_finite's check and clip_by_global_norm's norm are
+    usually the same expression; fewer ops matter for small models in graph mode)."""
+    outer = getattr(_NORMS, "cache", None)
+    if outer is None:
+        _NORMS.cache = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _NORMS.cache = None
+
+
 def global_norm(tree):
     """Global L2 norm of a nest of tensors as a float32 scalar (``sqrt(sum_i ||x_i||^2)``).
 
@@ -210,9 +230,19 @@ def global_norm(tree):
     flat = [_as_tensor(x) for x in tf.nest.flatten(tree)]
     if not flat:
         return tf.constant(0.0, tf.float32)
+    cache = getattr(_NORMS, "cache", None)
+    if cache is not None:
+        key = (id(tf.compat.v1.get_default_graph()), tuple(id(x) for x in flat))
+        hit = cache.get(key)
+        if hit is not None:
+            return hit[0]
     if len(flat) == 1:
-        return tf.sqrt(_sq_sum_f32(flat[0]))
-    return tf.sqrt(2.0 * tf.add_n([tf.nn.l2_loss(tf.cast(x, tf.float32)) for x in flat]))
+        norm = tf.sqrt(_sq_sum_f32(flat[0]))
+    else:
+        norm = tf.sqrt(2.0 * tf.add_n([tf.nn.l2_loss(tf.cast(x, tf.float32)) for x in flat]))
+    if cache is not None:
+        cache[key] = (norm, flat)  # keeping the inputs alive keeps their ids unique
+    return norm
 
 
 def all_finite(tree):
@@ -327,9 +357,10 @@ def chain(*transforms):
             raise ValueError(f"state: expected a tuple of {len(ts)} states from chain.init, "
                              f"got {type(state).__name__}")
         new_state = []
-        for t, s in zip(ts, state):
-            updates, s = t.update(updates, s, params)
-            new_state.append(s)
+        with _shared_norms():
+            for t, s in zip(ts, state):
+                updates, s = t.update(updates, s, params)
+                new_state.append(s)
         return updates, tuple(new_state)
 
     return GradientTransformation(init, update)
@@ -923,6 +954,10 @@ class GradientStep(tf.Module):
                 raise ValueError(f"grads: shape {tuple(g.shape)} for variable {name!r} "
                                  f"of shape {tuple(v.shape)}")
 
+        with _shared_norms():
+            return self._step(grads)
+
+    def _step(self, grads):
         grad_norm = global_norm(grads)
         old_flat = [v.read_value() for v in self.state_variables]
         old_state = tf.nest.pack_sequence_as(self._structure, old_flat)
