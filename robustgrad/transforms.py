@@ -533,9 +533,10 @@ def apply_if_finite(inner, max_consecutive_errors=10):
     """Apply ``inner`` only when every incoming gradient element is finite.
 
     The check is ``is_finite(global_norm(updates))`` (float32), so a step whose squared norm
-    overflows float32 (elements beyond ~1e19) also counts as non-finite. On a non-finite step the updates are zeros, ``inner``'s state is left as it was, the
-    consecutive count ``notfinite_count`` grows by one and ``last_finite`` is False (so
-    :class:`GradientStep` does not call the optimizer at all). A finite step resets the count.
+    overflows float32 (elements beyond ~1e19) also counts as non-finite. On a non-finite step the
+    updates are zeros, ``inner``'s state is left as it was, the consecutive count
+    ``notfinite_count`` grows by one and ``last_finite`` is False (so :class:`GradientStep` does
+    not call the optimizer at all). A finite step resets the count.
 
     Unlike optax, updates are *never* applied while non-finite, even after
     ``max_consecutive_errors``: no error can be raised inside a compiled graph, so the count and the
@@ -750,13 +751,13 @@ def _leaf_names(params):
     return names
 
 
-def masked(inner, mask):
+def masked(inner, mask, passthrough=False):
     """Apply ``inner`` to the masked-in leaves only; masked-out leaves get zero updates.
 
-    Use it to freeze layers (``inner`` = the real transformation, frozen leaves = False) or to
-    restrict e.g. AGC to some layers (then chain with :func:`identity` for the rest is not needed:
-    use ``chain(masked(adaptive_clip(), m), ...)`` and a second ``masked(identity(), not m)`` if the
-    other leaves must pass through -- zero updates is the documented behaviour here).
+    Use it to freeze layers (frozen leaves = False). With ``passthrough=True`` the masked-out
+    leaves are passed through unchanged instead (optax's ``masked`` semantics), to restrict a
+    transformation to some layers: ``masked(adaptive_clip(0.01), lambda name: "head" not in name,
+    passthrough=True)`` is AGC without the classifier head, as in the paper.
     ``inner`` sees only the selected leaves, as a list (so a global norm ignores frozen leaves).
 
     Note: zero updates do not fully freeze a variable under an optimizer with decoupled weight
@@ -771,6 +772,7 @@ def masked(inner, mask):
             or the nest path such as ``"0"``/``"dense/kernel"`` for plain tensors).
             A callable mask is resolved from ``params`` at ``init`` (and at ``update`` when
             ``params`` is given).
+        passthrough: False (masked-out leaves -> zeros) or True (-> unchanged).
 
     >>> t = masked(clip_by_value(1.0), [True, False])
     >>> g = [tf.constant([5.0]), tf.constant([5.0])]
@@ -830,7 +832,8 @@ def masked(inner, mask):
         sel_u = [g for g, m in zip(flat_u, flat_m) if m]
         new_sel, new_inner = inner.update(sel_u, state.inner_state, sel_p)
         it = iter(new_sel)
-        out = [next(it) if m else tf.zeros_like(g) for g, m in zip(flat_u, flat_m)]
+        out = [next(it) if m else (g if passthrough else tf.zeros_like(g))
+               for g, m in zip(flat_u, flat_m)]
         return tf.nest.pack_sequence_as(updates, out), MaskedState(inner_state=new_inner)
 
     return GradientTransformation(init, update)

@@ -166,6 +166,9 @@ def test_masked_freezes_with_nest_and_callable():
     out, _ = _run(t, g)
     np.testing.assert_array_equal(out["frozen"], [0.0])
     np.testing.assert_allclose(out["live"], [1.0, 0.0])  # norm ignores the frozen leaf
+    t = T.masked(T.clip_by_global_norm(1.0), {"frozen": False, "live": True}, passthrough=True)
+    out, _ = _run(t, g)
+    np.testing.assert_array_equal(out["frozen"], [5.0])
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, name="body"),
                               keras.layers.Dense(2, name="head")])
@@ -327,7 +330,7 @@ def test_gradient_step_in_tf_function_traces_once(jit):
         return step(_grads(model, x, y))
 
     applied = []
-    for i in range(4):
+    for _ in range(4):
         stats = train(X, Y)
         applied.append(bool(stats["applied"]))
     assert applied == [False, True, False, True]
