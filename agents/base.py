@@ -308,6 +308,10 @@ class Agent:
     def _after_restore(self):
         pass
 
+    def close(self):
+        """Close the training environment (subprocesses of ``async_envs``)."""
+        self.env.close()
+
     def __repr__(self):
         env = self.config.env if isinstance(self.config.env, str) else "<factory>"
         return (f"{type(self).__name__}(env={env!r}, "

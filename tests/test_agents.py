@@ -192,6 +192,24 @@ def test_compiled_steps_trace_once(ppo, dqn):
     dqn.learn(128, progress_bar=False)
     assert ppo.trace_counts == {"rollout": 1, "train": 1}
     assert dqn.trace_counts == {"collect": 1, "train": 1}
+    # epsilon decayed linearly to its final value over exploration_fraction of the budget
+    assert float(dqn.epsilon.numpy()) == pytest.approx(dqn.config.exploration_final_eps)
+
+
+def test_dqn_target_update_hard_and_polyak(dqn):
+    old = [v.numpy().copy() for v in dqn.q_target.trainable]
+    online = [v.numpy().copy() for v in dqn.q.trainable]
+    try:
+        dqn.config.tau = 0.25
+        dqn._update_target()
+        for t, o, s in zip(dqn.q_target.trainable, old, online):
+            np.testing.assert_allclose(t.numpy(), 0.25 * s + 0.75 * o, rtol=1e-5, atol=1e-6)
+        dqn.config.tau = 1.0
+        dqn._update_target()
+        for t, s in zip(dqn.q_target.trainable, online):
+            np.testing.assert_array_equal(t.numpy(), s)
+    finally:
+        dqn.config.tau = 1.0
 
 
 def test_ppo_loss_gradient_never_reaches_targets(ppo):
@@ -302,7 +320,7 @@ class _RecordActions(gym.Wrapper):
 def test_gaussian_policy_clips_when_stepping_stores_unclipped():
     _RecordActions.seen = []
     agent = agents.PPO(env=lambda: _RecordActions(gym.make("Pendulum-v1")), num_envs=2,
-                       n_steps=64, seed=0, log_std_init=1.0)
+                       n_steps=64, seed=0, log_std_init=1.0, n_epochs=4, target_kl=1e-12)
     agent._reset_env()
     batch = agent._rollout()
     stored = batch["actions"].numpy()
@@ -314,6 +332,10 @@ def test_gaussian_policy_clips_when_stepping_stores_unclipped():
     np.testing.assert_allclose(d.stddev().numpy(), np.full((3, 1), np.e), rtol=1e-5)
     assert np.abs(agent.act(np.zeros((3, 3)), deterministic=False)).max() <= 2.0
     assert agent.act(np.zeros(3)).shape == (1,)
+    # target-KL early stop: the first epoch moves the policy, the remaining three are skipped
+    stats = agent._train(batch)
+    assert float(stats["epochs"]) == 1.0 and float(stats["updates_tried"]) == 4.0
+    assert float(stats["approx_kl"]) > 0
 
 
 # -- faults ----------------------------------------------------------------------------------
