@@ -61,6 +61,7 @@ __all__ = [
     "AdversarialTrainer",
     "CatastrophicOverfittingGuard",
     "EpochCheckpoint",
+    "EpochTimer",
     "NonFiniteGuard",
     "ScalarLogger",
     "epoch_dataset",
@@ -696,22 +697,45 @@ def robust_accuracy(model, x, y, *, eps, norm="linf", clip_min=0.0, clip_max=1.0
     return float(np.mean(np.concatenate(oks)))
 
 
-def epoch_dataset(x, y, batch_size, *, seed=0, first_epoch=0, epochs=1, drop_remainder=False):
+def epoch_dataset(x, y, batch_size, *, seed=0, first_epoch=0, epochs=1, drop_remainder=False,
+                  shift=0, pad_value=0.0):
     """A ``tf.data`` pipeline over epochs ``first_epoch .. epochs-1`` whose order depends only on
     ``(seed, epoch)``: resuming at epoch ``e`` replays exactly the batches an uninterrupted run
-    would have seen. Use with ``fit(..., steps_per_epoch=steps_per_epoch(...))``."""
+    would have seen. Use with ``fit(..., steps_per_epoch=steps_per_epoch(...))``.
+
+    ``shift=k`` augments images (NHWC) with random translations of up to ``k`` pixels (pad with
+    ``pad_value``, crop), drawn from stateless seeds ``(seed, epoch, batch)`` -- also replayed
+    exactly on resume."""
     n = len(x)
+    x = np.asarray(x, np.float32)
 
     def one_epoch(e):
         idx = tf.random.experimental.stateless_shuffle(
             tf.range(n), seed=tf.stack([tf.constant(seed, tf.int64), e]))
-        return tf.data.Dataset.from_tensor_slices(idx).batch(batch_size,
-                                                             drop_remainder=drop_remainder)
+        batches = tf.data.Dataset.from_tensor_slices(idx).batch(batch_size,
+                                                                drop_remainder=drop_remainder)
+        return batches.enumerate().map(lambda b, i: (e, b, i))
 
-    xs = tf.constant(np.asarray(x, np.float32))
+    xs = tf.constant(x)
     ys = tf.constant(np.asarray(y).reshape(-1).astype(np.int64))
+
+    def gather(e, b, i):
+        xb = tf.gather(xs, i)
+        if shift:
+            s = tf.stack([tf.cast(seed, tf.int64) * 7919 + e, b])
+            h, w = x.shape[1], x.shape[2]
+            padded = tf.pad(xb, [[0, 0], [shift, shift], [shift, shift], [0, 0]],
+                            constant_values=pad_value)
+            off = tf.random.stateless_uniform([tf.shape(xb)[0], 2], s, 0, 2 * shift + 1,
+                                              dtype=tf.int32)
+            rows = off[:, 0:1] + tf.range(h)[None, :]
+            cols = off[:, 1:2] + tf.range(w)[None, :]
+            xb = tf.gather(padded, rows, axis=1, batch_dims=1)
+            xb = tf.gather(xb, cols, axis=2, batch_dims=1)
+        return xb, tf.gather(ys, i)
+
     ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(one_epoch)
-    ds = ds.map(lambda i: (tf.gather(xs, i), tf.gather(ys, i)))
+    ds = ds.map(gather)
     return ds.prefetch(2)
 
 
@@ -862,3 +886,25 @@ class ScalarLogger(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         for w in self._writers.values():
             w.close()
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Wall-clock seconds of each epoch's training batches (validation excluded) in ``seconds``."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+        self._t0 = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        import time
+
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        import time
+
+        self._last = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(getattr(self, "_last", self._t0) - self._t0)

@@ -44,10 +44,14 @@ def _history(out):
 def test_kill_mid_epoch_then_resume_matches_uninterrupted(tmp_path):
     common = [*TINY, "--limit", "192", "--batch-size", "32", "--epochs", "3", "--seed", "5"]
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
-    _train(*common, "--out", full)
     # 6 steps per epoch: exit hard after 9 train steps, i.e. half-way through epoch 2
-    proc = _train(*common, "--out", killed, "--stop-after-steps", "9", check=False)
-    assert proc.returncode == 17, proc.stderr[-2000:]
+    cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *common, "--out", killed,
+           "--stop-after-steps", "9"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    _train(*common, "--out", full)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 17, err[-2000:]
     assert not os.path.exists(os.path.join(killed, "model.keras"))
     ckpts = os.listdir(os.path.join(killed, "checkpoints"))
     assert any(c.startswith("ckpt-1") for c in ckpts) and not any(
@@ -62,8 +66,12 @@ def test_mirrored_two_logical_cpus_matches_single_device(tmp_path):
     common = [*TINY, "--limit", "128", "--batch-size", "64", "--epochs", "2",
               "--no-random-start", "--seed", "1"]
     single, mirrored = str(tmp_path / "single"), str(tmp_path / "mirrored")
-    _train(*common, "--out", single)
+    cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *common, "--out", single]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     _train(*common, "--out", mirrored, "--strategy", "mirrored", "--logical-cpus", "2")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
     h1, h2 = _history(single), _history(mirrored)
     np.testing.assert_allclose(h1["loss"], h2["loss"], rtol=1e-4, atol=1e-5)
     for a, b in zip(_load_weights(os.path.join(single, "model.keras")),
@@ -81,6 +89,7 @@ def _free_ports(n):
     return ports
 
 
+@pytest.mark.slow
 def test_multiworker_two_processes_matches_single_device(tmp_path):
     common = [*TINY, "--limit", "128", "--batch-size", "64", "--epochs", "2",
               "--no-random-start", "--seed", "1"]
@@ -88,7 +97,7 @@ def test_multiworker_two_processes_matches_single_device(tmp_path):
     ports = _free_ports(2)
     workers = [f"127.0.0.1:{p}" for p in ports]
     procs = []
-    for i in range(2):
+    for i in range(2):  # the two workers and the single-device reference run concurrently
         env = _env()
         env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                        "task": {"type": "worker", "index": i}})

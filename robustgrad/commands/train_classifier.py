@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "x_train, y_train, x_test, y_test")
     g.add_argument("--limit", type=int, default=None,
                    help="use only the first N training examples (quick runs)")
-    g.add_argument("--width", type=int, default=32, help="channels of the first conv layer")
+    g.add_argument("--width", type=int, default=64,
+                   help="channels of the first conv layer of the default CNN (default 64)")
     g.add_argument("--init-from", default=None, metavar="M.keras",
                    help="start from an existing classifier (logits output) instead of a new CNN")
     g.add_argument("--freeze", default=None, metavar="PATTERNS",
@@ -347,7 +348,8 @@ def _run(args) -> int:
                   if distributed else "")
                + (f", frozen: {', '.join(frozen)}" if frozen else ""))
 
-    callbacks = [T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")), ckpt]
+    timer = T.EpochTimer()
+    callbacks = [timer, T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")), ckpt]
     guard = None
     if args.method == "fast" and not args.no_guard:
         guard = T.CatastrophicOverfittingGuard(
@@ -373,10 +375,12 @@ def _run(args) -> int:
                         validation_data=val, callbacks=callbacks, verbose=args.verbose)
         history = {k: [float(v) for v in vals] for k, vals in h.history.items()}
     train_time = time.time() - t0
+    extra = {"epoch_seconds": timer.seconds, "first_epoch": first_epoch}
     if guard is not None:
-        history["guard_collapsed_epoch"] = guard.collapsed_epoch
+        extra["guard"] = {"collapsed_epoch": guard.collapsed_epoch,
+                          "pgd_accuracy": guard.history, "best_epoch": guard.best_epoch}
     with open(os.path.join(out, "history.json"), "w") as f:
-        json.dump({"history": history, "train_seconds": train_time}, f, indent=1)
+        json.dump({"history": history, "train_seconds": train_time, **extra}, f, indent=1)
 
     # ---- artefacts
     if args.mixed_precision:
