@@ -50,23 +50,18 @@ def _accepts_training(model) -> bool:
     except (KeyError, TypeError):
         pass
     ok = True
-    target = model if inspect.isfunction(model) or inspect.ismethod(model) else getattr(
-        model, "call", None) or getattr(model, "__call__", model)
     try:
-        sig = inspect.signature(target)
-        params = sig.parameters.values()
-        ok = any(p.name == "training" or p.kind == p.VAR_KEYWORD for p in params)
-    except (TypeError, ValueError):
-        ok = True
-    if hasattr(model, "__call__") and not (inspect.isfunction(model) or inspect.ismethod(model)):
-        # Keras models/layers take training= in __call__ regardless of call's signature.
-        try:
-            import keras
+        import keras
 
-            if isinstance(model, keras.layers.Layer):
-                ok = True
-        except Exception:  # pragma: no cover
-            pass
+        is_layer = isinstance(model, keras.layers.Layer)  # takes training= in __call__
+    except ImportError:  # pragma: no cover
+        is_layer = False
+    if not is_layer:
+        try:
+            params = inspect.signature(model).parameters.values()
+            ok = any(p.name == "training" or p.kind == p.VAR_KEYWORD for p in params)
+        except (TypeError, ValueError):
+            ok = True
     try:
         _ACCEPTS_TRAINING[model] = ok
     except TypeError:

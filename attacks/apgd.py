@@ -221,8 +221,8 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
                 raise ValueError("n_target_classes: APGD-T's targeted DLR needs >= 4 classes")
             n_target_classes = min(int(n_target_classes), p.num_classes - 1)
         runs = int(n_target_classes) * int(restarts)
-    cfg = ("apgd", norm, int(steps), runs, int(n_target_classes or 0), bool(early_stop), float(rho), float(momentum),
-           bool(jit_compile))
+    cfg = ("apgd", norm, int(steps), runs, int(n_target_classes or 0), bool(early_stop),
+           float(rho), float(momentum), bool(jit_compile))
     key = p.key + cfg + spec_key((p.x, p.y, p.y_true)) + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(
         p, model, training, norm=norm, steps=steps, runs=runs, multi_target=multi,

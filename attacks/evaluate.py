@@ -30,7 +30,7 @@ import json
 import math
 import time
 import warnings
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -141,8 +141,9 @@ class EvaluationReport:
     examples: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def table(self) -> str:
+        mode = "cascade" if self.cascade else "every attack on every example"
         head = (f"robustness of {self.n} examples, norm {self.norm}, clean accuracy "
-                f"{self.clean_accuracy:.3f} ({'cascade' if self.cascade else 'every attack on every example'})")
+                f"{self.clean_accuracy:.3f} ({mode})")
         cols = ["eps", "attack", "robust acc", "success", "attacked", "mean ||d||", "max ||d||",
                 "grad passes", "img/s"]
         rows = []
@@ -256,7 +257,9 @@ class EvaluationReport:
 
         for i in range(k):
             show(axes[0, i], xc[i], f"y={ex['y'][i]} p={ex['pred'][i]}")
-            show(axes[1, i], xa[i], f"adv p={ex['pred_adv'][i]}")
+            robust = np.array_equal(xa[i], xc[i])
+            show(axes[1, i], xa[i], "robust: none found" if robust else
+                 f"adv p={ex['pred_adv'][i]}")
             show(axes[2, i], xa[i] - xc[i], "perturbation", sym=True)
         fig.suptitle(f"clean / worst-case adversarial / perturbation, eps={e:g} ({self.norm})",
                      fontsize=9)
@@ -399,7 +402,6 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
     worst = {}
     examples = {}
     grad_total = 0
-    show = np.arange(min(n_examples, n))
 
     for ei, e in enumerate(eps_list):
         robust = correct.copy()
@@ -480,6 +482,10 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
                 _warn(report_warnings, f"eps={e:g}: a gradient-free attack beats every gradient "
                                        f"attack ({min(bb):.3f} < {min(wb):.3f}): a sign of "
                                        "gradient masking")
+        # the grid shows broken examples first, then robust ones (no adversarial found)
+        order = np.concatenate([np.flatnonzero(correct & ~robust), np.flatnonzero(robust),
+                                np.flatnonzero(~correct)])
+        show = order[:n_examples]
         pa = _predict(model, worst_x[show], batch_size).argmax(1)
         examples[e] = {"x": xn[show], "x_adv": worst_x[show], "y": yl[show],
                        "pred": pred[show], "pred_adv": pa}

@@ -160,6 +160,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--jit", action="store_true", help="also measure jit_compile=True")
+    ap.add_argument("--sections", default="1,2,3", help="which figures to measure (default 1,2,3)")
     args = ap.parse_args(argv)
     reps = 5 if args.quick else 15
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s) visible, "
@@ -174,6 +175,16 @@ def main(argv=None):
     xb = np.concatenate([xte] * (1 + args.batch // len(xte)))[: args.batch]
     yb = np.concatenate([yte] * (1 + args.batch // len(yte)))[: args.batch]
 
+    sections = {int(v) for v in args.sections.split(",")}
+    if 1 in sections:
+        _section1(model, xb, yb, args, reps)
+    if 2 in sections:
+        _section2(model, xte, yte, args)
+    if 3 in sections:
+        _section3(model, xb, yb, args)
+
+
+def _section1(model, xb, yb, args, reps):
     print(f"\n1. PGD-k / (k x compiled fwd+bwd input-gradient pass), batch {args.batch}, L∞")
     print(f"   {'k':>3}  {'PGD-k ms':>9}  {'1 pass ms':>9}  {'k passes ms':>11}  "
           f"{'PGD-k/(k x pass)':>16}  {'PGD-k/(k-pass block)':>20}  {'(medians)':>9}")
@@ -184,6 +195,8 @@ def main(argv=None):
                   f"{r['ratio_median']:9.3f}" + ("  jit_compile=True" if jit else "")
                   + ("  OK" if r["ratio"] <= 1.10 else "  ABOVE 1.10"))
 
+
+def _section2(model, xte, yte, args):
     names = ["fgsm", "pgd", "apgd-ce", "apgd-t", "square"]
     eps = [0.1, 0.15, 0.2]
     n_eval = 200 if args.quick else len(xte)
@@ -197,6 +210,8 @@ def main(argv=None):
               f"the cascade)  forward {rep.forward_passes:>9}  worst-case acc [{wc}]  "
               f"{secs:6.1f} s")
 
+
+def _section3(model, xb, yb, args):
     print(f"\n3. images/second per attack, batch {args.batch}, eps 0.1 (L∞ unless noted), no "
           "early stop")
     tnames = ["fgsm", "bim", "mim", "pgd", "apgd-ce", "apgd-dlr", "apgd-t", "deepfool", "cw",

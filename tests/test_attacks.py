@@ -259,6 +259,12 @@ def test_one_trace_per_signature():
         attacks.projected_gradient_descent(model, small_batch(n), None, eps=eps, steps=3,
                                            clip_min=0.0, clip_max=1.0, step_size=0.01)
     assert model.traces == first
+    for n, eps in [(5, 0.1), (12, 0.3)]:
+        attacks.fast_gradient_method(model, small_batch(n), None, eps=eps, clip_min=0.0,
+                                     clip_max=1.0)
+    after_fgm = model.traces
+    attacks.FGSM(eps=0.2)(model, small_batch(40), None, clip_min=0.0, clip_max=1.0)
+    assert model.traces == after_fgm
 
 
 def test_loss_fn_and_callable_objective_for_rl_reuse():

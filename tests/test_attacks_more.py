@@ -161,6 +161,33 @@ def test_square_is_gradient_free_and_works_on_a_nondifferentiable_model():
     assert np.mean(np.argmax(quantised(res.x_adv), 1) == y) < 0.5
 
 
+@pytest.mark.parametrize("name", ["apgd-ce", "deepfool", "square", "cw"])
+def test_common_bad_input_raises_before_work(name):
+    model = SmallNet()
+    x = small_batch(4)
+    f = ATTACKS.get(name) or (lambda m, x, y, **kw: attacks.carlini_wagner_l2(m, x, y, **kw))
+    ok = dict(eps=0.1, clip_min=0.0, clip_max=1.0)
+    cases = [
+        (ValueError, "eps", dict(ok, eps=-0.1), x, None),
+        (ValueError, "clip_min", dict(ok, clip_min=1.0, clip_max=0.0), x, None),
+        (ValueError, "x has values outside", ok, x + 2.0, None),
+        (ValueError, "x contains NaN", ok, np.where(x > 0.5, np.nan, x), None),
+        (TypeError, "x must be a floating", dict(eps=1.0, clip_min=0, clip_max=255),
+         (x * 255).astype(np.uint8), None),
+        (ValueError, "y has labels outside", ok, x, np.array([0, 1, 2, 9])),
+        (ValueError, "y has 3 labels", ok, x, np.array([0, 1, 2])),
+        (TypeError, "y must hold integer", ok, x, np.zeros(4, np.float32)),
+    ]
+    for exc, msg, kw, xx, yy in cases:
+        with pytest.raises(exc, match=msg):
+            f(model, xx, yy, **kw)
+    const = lambda z, training=False: tf.zeros([tf.shape(z)[0], 3]) + tf.Variable([1.0, 2, 3])  # noqa
+    if name != "square":  # square is gradient-free: it needs no gradient path
+        with pytest.raises(ValueError, match="model: the output does not depend"):
+            f(const, x, None, **ok)
+    assert model.traces == 0
+
+
 def test_bad_arguments():
     model = SmallNet()
     x = small_batch(4)
