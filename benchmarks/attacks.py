@@ -161,8 +161,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--jit", action="store_true", help="also measure jit_compile=True")
     ap.add_argument("--sections", default="1,2,3", help="which figures to measure (default 1,2,3)")
+    ap.add_argument("--reps", type=int, default=None, help="rounds for figure 1 (default 15)")
     args = ap.parse_args(argv)
-    reps = 5 if args.quick else 15
+    reps = args.reps or (5 if args.quick else 15)
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s) visible, "
           f"threads intra={tf.config.threading.get_intra_op_parallelism_threads()}")
     data = load_digits_arrays()
