@@ -39,12 +39,19 @@ from robustgrad.tape import (  # noqa: E402
     value_and_grad,
     watched,
 )
-from robustgrad import data, monitor, regularizers, transforms  # noqa: E402
+from robustgrad import data, hyper, meta, monitor, regularizers, transforms  # noqa: E402
+from robustgrad.monitor import gradient_stats  # noqa: E402
+from robustgrad.transforms import (  # noqa: E402
+    GradientStep,
+    GradientTransformation,
+    NonFiniteGradientError,
+)
 
 __all__ = [
+    "GradientStep", "GradientTransformation", "NonFiniteGradientError", "gradient_stats",
     "Tape", "WatchReport", "batch_jacobian", "check_connected", "clip_gradient",
     "clip_gradient_norm", "data", "grad", "hessian", "hessian_diagonal", "hvp",
     "input_gradient", "jacobian", "jvp", "monitor", "regularizers", "reverse_gradient",
     "safe_norm", "safe_sqrt", "scale_gradient", "stop_gradient", "straight_through",
-    "transforms", "unrecorded", "value_and_grad", "vjp", "watched",
+    "transforms", "unrecorded", "value_and_grad", "vjp", "watched", "hyper", "meta",
 ]
