@@ -24,8 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="M.keras",
                    help="a saved Keras classifier returning logits")
     p.add_argument("--data", default="digits",
-                   help="digits (default: the embedded test split) or a path.npz holding x_test, "
-                        "y_test (or x, y)")
+                   help="digits (default: the embedded test split), mnist, fashion_mnist, cifar10 "
+                        "(if already on disk), or a path.npz holding x_test, y_test (or x, y)")
     p.add_argument("--attacks", default="fgsm,pgd,apgd-ce,square",
                    help="comma-separated attacks, run as a cascade in this order "
                         "(default fgsm,pgd,apgd-ce,square); known: fgsm, fgm, bim, mim, pgd, "
@@ -49,19 +49,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_data(spec):
+    """``(x_test, y_test, clip_min, clip_max)`` for ``--data``."""
     import numpy as np
 
-    if spec == "digits":
+    if spec.endswith(".npz") and os.path.exists(spec):
+        with np.load(spec) as d:
+            for kx, ky in (("x_test", "y_test"), ("x", "y")):
+                if "x_train" not in d.files and kx in d.files and ky in d.files:
+                    # a bare evaluation set: bounds default to the data's range
+                    return d[kx].astype("float32"), d[ky].astype("int64"), None, None
+    try:  # the shared loader: digits, mnist, fashion_mnist, cifar10 (if on disk), .npz
+        from attacks._data import load_dataset
+    except ImportError:  # pragma: no cover
+        load_dataset = None
+    if load_dataset is not None:
+        ds = load_dataset(spec)
+        return ds.x_test, ds.y_test, ds.clip_min, ds.clip_max
+    if spec == "digits":  # pragma: no cover
         from attacks._demo import load_digits_arrays
 
         _, (x, y) = load_digits_arrays()
         return x, y, 0.0, 1.0
-    if spec.endswith(".npz") and os.path.exists(spec):
-        d = np.load(spec)
-        for kx, ky in (("x_test", "y_test"), ("x", "y")):
-            if kx in d and ky in d:
-                return d[kx].astype("float32"), d[ky].astype("int64"), None, None
-        raise ValueError(f"--data {spec}: expected arrays x_test, y_test (or x, y)")
     raise ValueError(f"--data must be 'digits' or an existing .npz file, got {spec!r}")
 
 
@@ -106,7 +114,7 @@ def run(args) -> int:
         pass
     try:
         x, y, lo, hi = _load_data(args.data)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"robustgrad evaluate: {exc}", file=sys.stderr)
         return 2
     if args.limit:
