@@ -143,3 +143,17 @@ def test_cli_evaluate(cnn, tmp_path, capsys):
     assert (out / "report.json").exists() and (out / "robust_accuracy.png").exists()
     assert (out / "examples.png").exists()
     assert main(["evaluate", "--model", path, "--attacks", "nope", "--out", str(out)]) == 2
+
+
+def test_evaluate_targeted_attack_and_labelled_specs():
+    net = SmallNet()
+    x = small_batch(48)
+    y = tf.argmax(net(x), 1).numpy()
+    specs = [("pgd-targeted", attacks.PGD(steps=10, targeted=True)), ("pgd", attacks.PGD(steps=5))]
+    rep = attacks.evaluate(net, x, y, specs, [0.3], clip_min=0.0, clip_max=1.0,
+                           sanity_checks=False)
+    first = rep.records[0]
+    assert first.attack == "pgd-targeted" and first.targeted
+    assert first.success_rate > 0.5  # the fraction of examples that reached their target
+    assert rep.worst_case[0.3] <= 1.0 - first.success_rate + 1e-9
+    assert "pgd-targeted (t)" in rep.table()
