@@ -47,6 +47,7 @@ import tensorflow as tf
 from keras import ops
 
 from robustgrad.meta import FunctionalModel, mlp
+from robustgrad.tape import unrecorded
 
 __all__ = [
     "SGDHD",
@@ -253,9 +254,9 @@ def unrolled_loss(model: FunctionalModel, params0, hparams: HyperParams, x_train
         likewise.
       batches: ``[T, B]`` int32 indices into the training set (see :func:`make_batches`).
       loss: ``loss(pred, y) -> scalar``; default sparse softmax cross-entropy on logits.
-      outer_tape: the tape differentiating with respect to ``hparams``; while it is given, the
-        bookkeeping of the per-step training loss runs under ``outer_tape.stop_recording()`` so no
-        outer gradient flows through it.
+      outer_tape: the tape differentiating with respect to ``hparams``; the bookkeeping of the
+        per-step training loss runs under :func:`robustgrad.unrecorded` (``stop_recording``) on
+        it, so no outer gradient flows through it.
 
     Returns ``(val_loss, train_losses [T])``. Call it inside a ``tf.function`` (as
     :func:`hypergradient` does): the unroll is a ``tf.range`` loop.
@@ -280,10 +281,8 @@ def unrolled_loss(model: FunctionalModel, params0, hparams: HyperParams, x_train
             raise ValueError(f"the training loss is not differentiable with respect to {missing}")
         params = [p - tf.cast(lr, p.dtype) * (g + tf.cast(wd, p.dtype) * p)
                   for p, g in zip(params, grads)]
-        if outer_tape is not None:
-            with outer_tape.stop_recording():
-                record = record.write(t, tf.cast(train_loss, tf.float32))
-        else:
+        # bookkeeping: no outer gradient may flow through the recorded training loss
+        with unrecorded(*([outer_tape] if outer_tape is not None else [])):
             record = record.write(t, tf.cast(train_loss, tf.float32))
     val = _scalar(loss_fn(model.apply(params, x_val), y_val), "loss")
     return val, record.stack()

@@ -149,3 +149,17 @@ def test_unrolled_bad_input():
                                      loss=lambda logits, y: tf.reduce_sum(logits, axis=1))
     with pytest.raises(ValueError, match="scalar"):
         h.step()
+
+
+def test_unrolled_non_differentiable_parameter_is_named():
+    w = tf.Variable(tf.zeros([4, 3]), name="w")
+    q = tf.Variable(1.0, name="quantised_gain")
+
+    def apply(params, x):  # the gain goes through an int cast: no gradient
+        return tf.matmul(x, params[0]) * tf.cast(tf.cast(params[1], tf.int32), tf.float32)
+
+    model = meta.FunctionalModel(apply, [w, q])
+    _, xtr, ytr, xva, yva = _small_problem(tf.float32)
+    h = hyper.UnrolledHyperOptimizer(model, xtr, ytr, xva, yva, steps=2, batch_size=10)
+    with pytest.raises(ValueError, match="quantised_gain"):
+        h.step()
