@@ -4,12 +4,13 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 """
 
 # --- BEGIN agents ---
-from agents.a2c import A2C
-from agents.base import Agent, NonFiniteTrainingError, load
-from agents.callbacks import Callback, TensorBoardCallback
-from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
-from agents.dqn import DQN
-from agents.envs import VecEnv, make_vec_env
-from agents.ppo import PPO
-from agents.reinforce import REINFORCE
+# public re-exports (ruff: F401 is expected here)
+from agents.a2c import A2C  # noqa: F401
+from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
+from agents.callbacks import Callback, TensorBoardCallback  # noqa: F401
+from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
+from agents.dqn import DQN  # noqa: F401
+from agents.envs import VecEnv, make_vec_env  # noqa: F401
+from agents.ppo import PPO  # noqa: F401
+from agents.reinforce import REINFORCE  # noqa: F401
 # --- END agents ---

@@ -194,12 +194,13 @@ class Agent:
         try:
             self.save(path)
         except Exception as save_exc:  # pragma: no cover - report both
-            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}")
+            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}",
+                          stacklevel=3)
             return
         self._env_ready = False  # the env is in an unknown state; reset before learning again
         self.crash_checkpoint = path
         msg = f"the environment raised during step(); checkpoint saved to {path}"
-        warnings.warn(msg)
+        warnings.warn(msg, stacklevel=3)
         if hasattr(exc, "add_note"):
             exc.add_note(msg)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 
 import gymnasium as gym
-import numpy as np
 import tensorflow as tf
 
 from agents._step import make_gradient_step
@@ -122,8 +121,8 @@ class DQN(Agent):
         obs = self._obs.read_value()
         e0, e1 = cfg.exploration_initial_eps, cfg.exploration_final_eps
         for t in tf.range(n_steps):
-            progress = tf.minimum(
-                tf.cast(steps_done, tf.float32) + tf.cast(t * N, tf.float32) / tf.maximum(explore_steps, 1.0), 1.0)
+            done = tf.cast(steps_done, tf.float32) + tf.cast(t * N, tf.float32)
+            progress = tf.minimum(done / tf.maximum(explore_steps, 1.0), 1.0)
             eps = e0 + (e1 - e0) * progress
             eps = tf.where(self.num_timesteps < cfg.learning_starts, 1.0, eps)
             self.epsilon.assign(eps)

@@ -116,12 +116,13 @@ class OnPolicyAgent(Agent):
             "final_obs": tf.TensorArray(tf.float32, size=T, element_shape=obs_shape),
         }
         obs = self._obs.read_value()
+        seeds = tf.cast(self.rng.make_seeds(T), tf.int32)  # one RNG read per rollout
         for t in tf.range(T):
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             dist = self.model.distribution(safe)
-            a = dist.sample(seed=self._seed())
+            a = dist.sample(seed=seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
             nobs, r, term, trunc, fin = tf.numpy_function(
                 self._env_step_np, [a_env], [tf.float32, tf.float32, tf.bool, tf.bool,

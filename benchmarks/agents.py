@@ -29,7 +29,12 @@ import numpy as np  # noqa: E402
 
 # name -> (algorithm, env id, default steps, target mean return, config overrides)
 ROWS = {
-    "ppo-cartpole": ("ppo", "CartPole-v1", 100_000, 475.0, {}),
+    # rl-baselines3-zoo's CartPole PPO settings (constant clip range instead of annealed)
+    "ppo-cartpole": ("ppo", "CartPole-v1", 100_000, 475.0, {
+        "n_steps": 32, "n_minibatches": 1, "n_epochs": 20, "gamma": 0.98, "gae_lambda": 0.8,
+        "ent_coef": 0.0, "learning_rate": 1e-3}),
+    # PPOConfig defaults (CleanRL ppo.py with 8 envs)
+    "ppo-cartpole-defaults": ("ppo", "CartPole-v1", 100_000, 475.0, {}),
     "ppo-pendulum": ("ppo", "Pendulum-v1", 100_000, -250.0, {
         "num_envs": 4, "n_steps": 512, "gamma": 0.9, "gae_lambda": 0.95, "n_epochs": 10,
         "n_minibatches": 16, "learning_rate": 1e-3, "ent_coef": 0.0, "clip_coef": 0.2,

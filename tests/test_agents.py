@@ -434,3 +434,13 @@ def test_cli_train_resume_and_evaluate(tmp_path, capsys):
     assert len(result["returns"]) == 3 and result["algo"] == "a2c"
     assert main(["train-agent", "--env", "NoSuchEnv-v0", "--out", str(tmp_path / "x")]) == 2
     assert "env" in capsys.readouterr().err
+
+
+def test_same_seed_same_training():
+    runs = []
+    for _ in range(2):
+        agent = agents.A2C(env="CartPole-v1", num_envs=2, n_steps=8, seed=3)
+        agent.learn(64, progress_bar=False)
+        runs.append(_weights(agent))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
