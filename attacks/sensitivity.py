@@ -65,14 +65,25 @@ _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _compiled(model, key, build):
     """One ``tf.function`` per (model, configuration): traced once per input signature and
-    reused across calls and batches (the model is held weakly)."""
+    reused across calls and batches. ``build(m)`` receives a weak proxy of the model, so the
+    cache does not keep the model alive."""
     try:
         per_model = _CACHE.setdefault(model, {})
+        proxy = weakref.proxy(model)
     except TypeError:  # not weak-referenceable: compile afresh
-        return build()
+        return build(model)
     if key not in per_model:
-        per_model[key] = build()
+        per_model[key] = build(proxy)
     return per_model[key]
+
+
+def _batch_spec(x):
+    return tf.TensorSpec([None] + x.shape[1:].as_list(), x.dtype)
+
+
+def tracing_count(model) -> int:
+    """How many times the compiled functions cached for ``model`` have been traced (tests)."""
+    return sum(f.experimental_get_tracing_count() for f in _CACHE.get(model, {}).values())
 
 
 def _canonical_norm(norm):
@@ -193,8 +204,9 @@ def smoothgrad(model: Callable, x, y=None, *, num_samples: int = 25, noise_level
     sigma = float(noise_level) * float(value_range)
     f = _scalar_fn(function)
 
-    def build():
-        @tf.function(reduce_retracing=True)
+    def build(model):
+        @tf.function(input_signature=[_batch_spec(x), tf.TensorSpec([None], tf.int64),
+                                      tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)])
         def run(x, y, sigma, seed):
             acc = tf.zeros_like(x)
             for i in tf.range(int(num_samples)):
@@ -205,7 +217,8 @@ def smoothgrad(model: Callable, x, y=None, *, num_samples: int = 25, noise_level
             return acc / float(num_samples)
         return run
 
-    run = _compiled(model, ("smoothgrad", int(num_samples), function, bool(absolute)), build)
+    run = _compiled(model, ("smoothgrad", int(num_samples), function, bool(absolute),
+                            _batch_spec(x)), build)
     return run(x, y, tf.constant(sigma, tf.float32), tf.constant(int(seed), tf.int32))
 
 
@@ -227,8 +240,10 @@ def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     norm = _canonical_norm(norm)
 
-    def build():
-        @tf.function(reduce_retracing=True)
+    def build(model):
+        # static batch shapes (one trace per distinct block size: the full blocks and the
+        # remainder); robustgrad.batch_jacobian's pfor fails on ReLU models with an unknown batch
+        @tf.function
         def block(xb):
             jac = robustgrad.batch_jacobian(lambda v: _logits(model, v), xb,
                                             chunk_size=chunk_size)
@@ -237,7 +252,7 @@ def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
             return tf.reshape(dual_norm(rows, norm), [b, c])
         return block
 
-    block = _compiled(model, ("class_jacobian", chunk_size, norm), build)
+    block = _compiled(model, ("class_jacobian", chunk_size, norm, _batch_spec(x)), build)
 
     n = int(x.shape[0])
     return tf.concat([block(x[i:i + int(batch_size)]) for i in range(0, n, int(batch_size))], 0)
@@ -271,15 +286,16 @@ def jacobian_spectral_norm(model: Callable, x, *, num_iters: int = 20, seed: int
     x = _check_model_x(model, x)
     if isinstance(num_iters, bool) or int(num_iters) != num_iters or num_iters < 1:
         raise ValueError(f"num_iters must be a positive integer, got {num_iters!r}")
-    fn = lambda v: _logits(model, v)  # noqa: E731
-
     def normalise(v):
         n = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(v, [tf.shape(v)[0], -1])), axis=1))
         n = tf.reshape(tf.maximum(n, 1e-30), [-1] + [1] * (v.shape.rank - 1))
         return v / n
 
-    def build():
-        @tf.function(reduce_retracing=True)
+    def build(model):
+        fn = lambda v: _logits(model, v)  # noqa: E731
+
+        @tf.function(input_signature=[_batch_spec(x), tf.TensorSpec([], tf.int32),
+                                      tf.TensorSpec([], tf.int32)])
         def run(x, num_iters, seed):
             v = normalise(tf.random.stateless_normal(tf.shape(x), tf.stack([seed, 7])))
             sigma = tf.zeros([tf.shape(x)[0]])
@@ -293,7 +309,7 @@ def jacobian_spectral_norm(model: Callable, x, *, num_iters: int = 20, seed: int
             return tf.maximum(sigma, tf.norm(jv, axis=1)), v
         return run
 
-    run = _compiled(model, ("spectral",), build)
+    run = _compiled(model, ("spectral", _batch_spec(x)), build)
     sigma, v = run(x, tf.constant(int(num_iters)), tf.constant(int(seed), tf.int32))
     return (sigma, v) if return_vectors else sigma
 

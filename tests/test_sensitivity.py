@@ -105,6 +105,23 @@ def test_relu_local_lipschitz_falls_back_and_bounds_center():
     assert np.all((pts.numpy() >= 0) & (pts.numpy() <= 1))
 
 
+def test_compiled_once_per_model_and_not_kept_alive():
+    import gc
+    import weakref
+
+    model = _mlp()
+    for n, seed, b in ((5, 0, 4), (9, 1, 4), (3, 2, 7)):
+        S.jacobian_spectral_norm(model, _x(b), num_iters=n, seed=seed)
+    S.class_jacobian_norms(model, _x(10), batch_size=4)      # blocks of 4, 4 and 2 rows
+    # spectral norm: one trace whatever the batch size, iterations and seed; per-class norms:
+    # one per block size (4 and the remainder 2)
+    assert S.tracing_count(model) == 3
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+
+
 def test_smoothgrad_deterministic_and_zero_noise_is_saliency():
     model = _mlp()
     x = _x()
