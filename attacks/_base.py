@@ -246,7 +246,10 @@ def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, traini
                         0, eager, ("loss_fn",))
 
     def logits_of(xa):
-        return call_model(model, xa, training)
+        out = call_model(model, xa, training)
+        if isinstance(out, tf.Tensor) and out.dtype in (tf.float16, tf.bfloat16):
+            out = tf.cast(out, tf.float32)  # mixed precision: objectives in float32
+        return out
 
     # labels
     y_true = None

@@ -8,7 +8,9 @@ and the work spent (example-rows through forward+backward and forward-only passe
 per-example worst case over the ensemble is computed as a *cascade*, as AutoAttack does (Croce &
 Hein 2020): each attack only runs on the examples every earlier attack failed on, so a strong
 first attack makes the rest cheap. ``cascade=False`` runs every attack on every example instead
-(each row is then that attack's own robust accuracy).
+(each row is then that attack's own robust accuracy). Budgets are processed in increasing order
+and an example broken at a smaller eps counts as broken at every larger one (its adversarial
+example lies in the larger ball too): the worst case at eps is over every budget up to eps.
 
 Built-in sanity checks (AutoAttack's lesson: an evaluation should check itself for signs of
 gradient masking) add warnings to the report and emit them with :mod:`warnings`:
@@ -138,6 +140,7 @@ class EvaluationReport:
     gradient_passes: int
     forward_passes: int
     seconds: float
+    carried: dict = dataclasses.field(default_factory=dict)  # eps -> broken at a smaller eps
     examples: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def table(self) -> str:
@@ -160,6 +163,10 @@ class EvaluationReport:
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
         out = [head, line, "-" * len(line)]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+        for e, c in self.carried.items():
+            if c:
+                out.append(f"eps={e:g}: {c} examples already broken at a smaller eps count as "
+                           "broken (worst case over every budget up to eps)")
         out.append(f"gradient passes (example rows): {self.gradient_passes}; forward passes: "
                    f"{self.forward_passes}; {self.seconds:.1f} s")
         for w in self.warnings:
@@ -172,6 +179,7 @@ class EvaluationReport:
     def to_dict(self):
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("examples",)}
         d["worst_case"] = {str(k): v for k, v in self.worst_case.items()}
+        d["carried"] = {str(k): v for k, v in self.carried.items()}
         d["records"] = [dataclasses.asdict(r) for r in self.records]
         d["bounds"] = [float(np.min(self.bounds[0])), float(np.max(self.bounds[1]))]
 
@@ -353,7 +361,8 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
     xt = V.check_x(x)
     xn = xt.numpy()
     n = len(xn)
-    eps_list = [float(e) for e in (eps if isinstance(eps, (list, tuple, np.ndarray)) else [eps])]
+    eps_list = sorted({float(e) for e in (eps if isinstance(eps, (list, tuple, np.ndarray))
+                                          else [eps])})
     if not eps_list:
         raise ValueError("eps: give at least one budget")
     for e in eps_list:
@@ -403,9 +412,16 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
     examples = {}
     grad_total = 0
 
+    # an adversarial example at a smaller eps is one at every larger eps: the worst case at eps is
+    # over every budget up to eps, and the cascade does not re-attack what is already broken
+    prev_broken = np.zeros(n, bool)
+    prev_adv = xn.copy()
+    carried = {}
     for ei, e in enumerate(eps_list):
-        robust = correct.copy()
-        worst_x = xn.copy()
+        carried[e] = int(prev_broken.sum())
+        robust = correct & ~prev_broken if cascade else correct.copy()
+        worst_x = prev_adv.copy()
+        any_succ = np.zeros(n, bool)
         broken_by_bb = 0
         for ai, (label, att) in enumerate(specs):
             if progress:
@@ -437,6 +453,7 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
                                            "or the bounds (bug)")
                 ok = pa != yl[ib]
                 succ_all[ib] = ok
+                any_succ[ib] |= ok
                 reached[ib] = pa == targets[ib]
                 newly = ok & robust[ib]
                 worst_x[ib[newly]] = xa[newly]
@@ -464,10 +481,17 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
             fwd_total += fp
             done += 1
         if not cascade:
-            # worst case = broken by any attack: recompute from the final predictions
+            # worst case = broken by any attack (or at a smaller eps): from the final predictions
             robust = _robust_from(model, worst_x, yl, correct, batch_size)
             fwd_total += n
+            regress = int((prev_broken & correct & ~any_succ).sum())
+            if sanity_checks and regress:
+                _warn(report_warnings, f"eps={e:g}: {regress} examples broken at a smaller eps "
+                                       "survived every attack at this larger eps (the attacks "
+                                       "are not converging: more steps or restarts)")
         worst[e] = float(robust.mean())
+        prev_broken = correct & ~robust
+        prev_adv = worst_x
         bb_thr = max(1, int(0.01 * n))
         if sanity_checks and cascade and broken_by_bb >= bb_thr:
             _warn(report_warnings, f"eps={e:g}: a gradient-free attack broke {broken_by_bb} "
@@ -510,6 +534,7 @@ def evaluate(model, x, y, attacks=("fgsm", "pgd", "apgd-ce", "square"), eps=(0.0
     return EvaluationReport(
         norm=norm, eps=eps_list, attacks=labels, n=n, clean_accuracy=clean_acc, records=records,
         worst_case=worst, cascade=bool(cascade), bounds=(lo, hi), warnings=report_warnings,
+        carried=carried,
         gradient_passes=int(grad_total), forward_passes=int(fwd_total),
         seconds=time.perf_counter() - t_start, examples=examples)
 

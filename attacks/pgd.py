@@ -19,7 +19,9 @@ where they are broken, and the loop exits when every example is broken.
 For reuse beyond classifiers (RL observations, sensitivity analysis), pass either a callable
 ``objective(outputs, y) -> [B]`` (``y`` may be anything with a leading batch dimension, e.g. clean
 action probabilities) or ``model=None, loss_fn=f`` with ``f(x_adv) -> [B]`` any differentiable
-function of the input; the attack maximises it.
+function of the input; the attack maximises it. Compiled loops are cached per model and per
+objective / ``loss_fn`` object: pass the same callable across calls (not a fresh lambda each
+time) to reuse the trace. ``loss_fn`` is probed once, eagerly, on the first rows of ``x``.
 
 >>> import tensorflow as tf
 >>> w = tf.constant([[1.0], [-2.0]])

@@ -51,12 +51,14 @@ def test_evaluate_cascade_report(cnn, digits, tmp_path):
     assert len(rep.records) == 6
     clean = _acc(cnn, x, y)
     assert rep.clean_accuracy == pytest.approx(clean)
-    for e in (0.05, 0.15):
+    for e, before in ((0.05, clean), (0.15, rep.worst_case[0.05])):
         rows = [r for r in rep.records if r.eps == e]
         accs = [r.robust_accuracy for r in rows]
         assert all(a >= b for a, b in zip(accs, accs[1:]))  # cumulative in a cascade
         assert rep.worst_case[e] == pytest.approx(accs[-1])
-        assert rows[0].attacked == int(round(clean * len(x)))  # only correct examples attacked
+        # only examples still robust are attacked: correct ones, minus those broken at 0.05
+        assert rows[0].attacked == int(round(before * len(x)))
+        assert rep.carried[e] == int(round((clean - before) * len(x)))
         assert rows[1].attacked == int(round(rows[0].robust_accuracy * len(x)))
         for r in rows:
             assert np.isnan(r.max_norm) or r.max_norm <= e + 1e-6
