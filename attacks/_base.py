@@ -69,6 +69,27 @@ def _accepts_training(model) -> bool:
     return ok
 
 
+def weak_caller(fn, training=None):
+    """``f(x)`` calling ``fn`` (``call_model(fn, x, training)`` unless ``training`` is None)
+    through a weak reference, so a cached compiled loop does not keep the model alive."""
+    accepts = _accepts_training(fn) if training is not None else False
+    try:
+        ref = weakref.WeakMethod(fn) if inspect.ismethod(fn) else weakref.ref(fn)
+    except TypeError:
+        def ref():
+            return fn
+
+    def f(x):
+        m = ref()
+        if m is None:  # pragma: no cover - the cache entry dies with the model
+            raise RuntimeError("the model of this compiled attack was garbage-collected")
+        if training is None:
+            return m(x)
+        return m(x, training=training) if accepts else m(x)
+
+    return f
+
+
 def call_model(model, x, training=False):
     """``model(x, training=training)``, or ``model(x)`` for a callable without ``training``."""
     if _accepts_training(model):
@@ -85,7 +106,14 @@ _STRONG_CACHE: dict = {}
 
 
 def cached(owner, key, builder: Callable[[], Callable]):
-    """The compiled function for ``(owner, key)``, built by ``builder()`` on first use."""
+    """The compiled function for ``(owner, key)``, built by ``builder()`` on first use.
+
+    Held weakly by the owner (the model or ``loss_fn``); a bound method is keyed by its object
+    and function, so ``attack(policy.logits, ...)`` reuses the trace across calls.
+    """
+    if inspect.ismethod(owner):
+        key = (owner.__func__,) + tuple(key)
+        owner = owner.__self__
     try:
         table = _CACHE.setdefault(owner, {})
     except TypeError:
@@ -223,8 +251,11 @@ def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, traini
     num_classes = None
     if eager:
         pkey = (bool(training), bool(need_gradient), tuple(xc.shape[1:].as_list()), cdtype.name)
+        powner = owner
+        if inspect.ismethod(owner):  # bound methods are ephemeral: key on their object
+            pkey, powner = (owner.__func__,) + pkey, owner.__self__
         try:
-            seen = _PROBED.setdefault(owner, {})
+            seen = _PROBED.setdefault(powner, {})
         except TypeError:
             seen = {}
         if pkey not in seen:
@@ -237,16 +268,19 @@ def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, traini
         if targeted:
             raise ValueError("targeted: not meaningful with loss_fn (maximise what you pass)")
         zeros = tf.zeros([tf.shape(xc)[0]], tf.int64)
+        loss_call = weak_caller(loss_fn)
 
         def value_fn(xa, y_, yt_):
-            v = loss_fn(xa)
+            v = loss_call(xa)
             return tf.cast(v, xa.dtype), tf.zeros([tf.shape(xa)[0]], tf.bool)
 
         return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, value_fn,
                         0, eager, ("loss_fn",))
 
+    model_call = weak_caller(model, training)
+
     def logits_of(xa):
-        out = call_model(model, xa, training)
+        out = model_call(xa)
         if isinstance(out, tf.Tensor) and out.dtype in (tf.float16, tf.bfloat16):
             out = tf.cast(out, tf.float32)  # mixed precision: objectives in float32
         return out

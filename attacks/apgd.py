@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _validate as V
-from ._base import Attack, AttackResult, cached, call_model, finish, prepare, relaxed_spec, \
+from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     seed_tensor, spec_key
 from .norms import canonical_norm, clip_to_bounds, project, steepest_ascent
 from .objectives import targeted_dlr
@@ -65,6 +65,7 @@ def _random_start(x, eps, norm, seed):
 
 def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, early_stop, rho,
            alpha, jit_compile):
+    model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     base_value_fn = p.value_fn
     n_steps = int(steps)
     first = max(int(0.22 * steps), 1)
@@ -73,7 +74,7 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
 
     def value_fn(xa, y, y_true, target):
         if multi_target:
-            logits = call_model(model, xa, training)
+            logits = model_call(xa)
             v = targeted_dlr(logits, y, target)
             succ = tf.not_equal(tf.argmax(logits, axis=-1), y)
             return tf.cast(v, xa.dtype), succ
@@ -94,7 +95,7 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
         b = tf.shape(x)[0]
         dt = x.dtype
         if multi_target:
-            clean = call_model(model, x, training)
+            clean = model_call(x)
             order = tf.argsort(clean, axis=-1, direction="DESCENDING", stable=True)
         best_x = x
         best_obj = tf.fill([b], tf.constant(-np.inf, dt))

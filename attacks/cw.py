@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _validate as V
-from ._base import Attack, AttackResult, cached, call_model, finish, prepare, relaxed_spec, \
+from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     spec_key
 from .norms import canonical_norm, clip_to_bounds, project
 from .pgd import _rows
@@ -29,6 +29,7 @@ __all__ = ["carlini_wagner_l2", "CarliniWagnerL2"]
 
 
 def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
+    model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     n_steps, n_bsteps = int(steps), int(bsteps)
 
     def margin(logits, y):
@@ -65,7 +66,7 @@ def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
                 with tf.GradientTape() as tape:
                     tape.watch(w)
                     xa = to_x(w)
-                    logits = tf.cast(call_model(model, xa, training), dt)
+                    logits = tf.cast(model_call(xa), dt)
                     mg = margin(logits, y)
                     l2sq = tf.reduce_sum(tf.square(flat(xa - x)), axis=1)
                     loss = l2sq + c * tf.maximum(kappa - mg, 0.0)

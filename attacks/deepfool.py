@@ -17,7 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from . import _validate as V
-from ._base import Attack, AttackResult, cached, call_model, finish, prepare, relaxed_spec, \
+from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     spec_key
 from .norms import canonical_norm, clip_to_bounds, project
 from .pgd import _rows
@@ -26,12 +26,13 @@ __all__ = ["deepfool", "DeepFool"]
 
 
 def _build(p, model, training, *, norm, steps, n_cand, jit_compile):
+    model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     n_steps = int(steps)
 
     def loop(x, y, overshoot, lo, hi):
         b = tf.shape(x)[0]
         dt = x.dtype
-        clean = tf.cast(call_model(model, x, training), dt)
+        clean = tf.cast(model_call(x), dt)
         order = tf.argsort(clean, axis=-1, direction="DESCENDING", stable=True)
         # candidates: y first, then the top other classes
         others = tf.boolean_mask(order, tf.not_equal(order, tf.cast(y[:, None], order.dtype)))
@@ -48,7 +49,7 @@ def _build(p, model, training, *, norm, steps, n_cand, jit_compile):
             xa = clip_to_bounds(x + (1.0 + overshoot) * r_tot, lo, hi)
             with tf.GradientTape() as tape:
                 tape.watch(xa)
-                logits = tf.cast(call_model(model, xa, training), dt)
+                logits = tf.cast(model_call(xa), dt)
                 zc = tf.gather(logits, cand, batch_dims=1)  # [B, K]
             jac = tape.batch_jacobian(zc, xa)  # [B, K, ...]
             rows = rows + tf.cast(b * tf.shape(cand)[1], tf.int64)

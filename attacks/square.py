@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _validate as V
-from ._base import Attack, AttackResult, cached, call_model, finish, prepare, relaxed_spec, \
+from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     seed_tensor, spec_key
 from .norms import canonical_norm, clip_to_bounds, project
 from .pgd import _rows
@@ -85,6 +85,7 @@ def _l2_init_pattern(h, w):
 
 
 def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile):
+    model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     n_steps = int(steps)
     _, h, w, c = p.x.shape
     # per-iteration window sizes (static schedule), for L∞ and L2
@@ -139,7 +140,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
             d0 = tf.constant(init_pat, dt)[None, :, :, None] * per
             n0 = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d0, [b, -1])), axis=1))
             x0 = clip_to_bounds(x + d0 / _rows(tf.maximum(n0, 1e-12), x) * eps, lo, hi)
-        logits = tf.cast(call_model(model, x0, training), dt)
+        logits = tf.cast(model_call(x0), dt)
         loss = margin(logits, y)
         fwd = tf.cast(b, tf.int64)
 
@@ -190,7 +191,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
                 d_new = d_new / _rows(tf.maximum(n_new, 1e-12), x) * eps
                 x_new = clip_to_bounds(x + d_new, lo, hi)
             x_new = tf.where(_rows(active, x), x_new, xb)
-            logits = tf.cast(call_model(model, x_new, training), dt)
+            logits = tf.cast(model_call(x_new), dt)
             l_new = margin(logits, y)
             better = tf.logical_and(active, l_new < loss)
             xb = tf.where(_rows(better, x), x_new, xb)

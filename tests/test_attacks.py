@@ -358,3 +358,29 @@ def test_softmax_output_warns():
     with pytest.warns(UserWarning, match="probabilities"):
         attacks.fast_gradient_method(probs, small_batch(4), None, eps=0.1, clip_min=0.0,
                                      clip_max=1.0)
+
+
+def test_cache_holds_models_weakly_and_reuses_bound_methods():
+    import gc
+    import weakref
+
+    net = SmallNet()
+    ref = weakref.ref(net)
+    attacks.projected_gradient_descent(net, small_batch(8), None, eps=0.1, steps=2, clip_min=0.0,
+                                       clip_max=1.0)
+    del net
+    gc.collect()
+    assert ref() is None  # the compiled loop did not keep the model alive
+
+    class Policy:
+        def __init__(self):
+            self.net = SmallNet()
+
+        def logits(self, x):
+            return self.net(x)
+
+    pol = Policy()
+    for _ in range(3):  # a fresh bound-method object each call, one trace
+        attacks.projected_gradient_descent(pol.logits, small_batch(8), None, eps=0.1, steps=2,
+                                           clip_min=0.0, clip_max=1.0)
+    assert pol.net.traces == 1
