@@ -162,7 +162,13 @@ def main(argv=None):
     ap.add_argument("--jit", action="store_true", help="also measure jit_compile=True")
     ap.add_argument("--sections", default="1,2,3", help="which figures to measure (default 1,2,3)")
     ap.add_argument("--reps", type=int, default=None, help="rounds for figure 1 (default 15)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="TensorFlow intra/inter-op threads (default 0 = TF's choice); 1 makes "
+                         "timings far less sensitive to other jobs on a shared machine")
     args = ap.parse_args(argv)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     reps = args.reps or (5 if args.quick else 15)
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s) visible, "
           f"threads intra={tf.config.threading.get_intra_op_parallelism_threads()}")
