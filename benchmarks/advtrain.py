@@ -73,7 +73,7 @@ def train_and_evaluate(method, eps, seed, out_root, extra=()):
         "catastrophic_overfitting": guard.get("collapsed_epoch") is not None,
         "guard": guard or None, "train_seconds": hist.get("train_seconds"),
         "epochs_run": len(hist.get("epoch_seconds", [])), "out": out,
-        "warnings": report.get("warnings", []),
+        "warnings": report.get("warnings", []), "attacks": report.get("attacks"),
     }
 
 
@@ -155,6 +155,9 @@ def main(argv=None):
     p.add_argument("--cost-only", action="store_true", help="only the cost ratios")
     p.add_argument("--no-cost", action="store_true", help="skip the cost ratios")
     p.add_argument("--rounds", type=int, default=3, help="timed epochs per method (cost)")
+    p.add_argument("--eval-attacks", default=None,
+                   help="override the evaluation ensemble (default: the CLI's, "
+                        "pgd50x5,apgd-ce,apgd-t,square), e.g. pgd50x5 for quick seed sweeps")
     args = p.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -168,7 +171,8 @@ def main(argv=None):
             for m in methods:
                 for s in seeds:
                     print(f"{m} eps={eps} seed={s} ...", flush=True)
-                    row = train_and_evaluate(m, eps, s, args.out)
+                    extra = ("--eval-attacks", args.eval_attacks) if args.eval_attacks else ()
+                    row = train_and_evaluate(m, eps, s, args.out, extra)
                     result["figures"].append(row)
                     print(f"  clean {row['clean']:.4f}  worst-case robust {row['robust']:.4f}  "
                           f"{row['per_attack']}  CO={row['catastrophic_overfitting']}",
@@ -182,14 +186,14 @@ def main(argv=None):
         json.dump(result, f, indent=1)
 
     if result["figures"]:
-        print("\nmethod  eps   seed  clean   worst-case robust  target (clean/robust)  CO")
+        print("\nmethod  eps   seed  clean   worst-case robust  target (clean/robust)  CO  attacks")
         for r in result["figures"]:
             tgt = TARGETS.get(r["method"]) if abs(r["eps"] - 0.1) < 1e-9 else None
             ok = ("" if tgt is None else
                   ("  ok" if r["clean"] >= tgt[0] and r["robust"] >= tgt[1] else "  MISSED"))
             print(f"{r['method']:<7} {r['eps']:<5g} {r['seed']:<5} {r['clean']:.4f}  "
                   f"{r['robust']:.4f}            {str(tgt or '-'):<22} "
-                  f"{r['catastrophic_overfitting']}{ok}")
+                  f"{r['catastrophic_overfitting']}{ok}  {','.join(r['attacks'] or [])}")
     if result["cost"]:
         print(f"\nclean epoch: {result['cost']['median_epoch_seconds']['clean']:.3f} s (median)")
         print("method  k   epoch s  ratio to clean  limit          within")

@@ -33,7 +33,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 
 # configuration keys that may change between a run and its --resume
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps",
-                "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "epochs",
+                "eval_limit", "out", "no_eval", "strategy", "logical_cpus",
                 "stop_after_steps"}
 
 
