@@ -97,12 +97,29 @@ def _stacked_vjps(tape, target, source, n, cotangent_fn, chunk_size, what: str,
             g = tf.zeros_like(source) + 0.0 * tf.reduce_sum(ct)
         return g
 
+    static_n = tf.get_static_value(n)
     if chunk_size == 1:  # pfor wants chunks > 1: a sequential loop, one row at a time
         return tf.map_fn(
             loop_fn, tf.range(n), fn_output_signature=tf.TensorSpec(None, source.dtype),
             parallel_iterations=1,
         )
-    return _tf_pfor(loop_fn, n, parallel_iterations=chunk_size)
+    if chunk_size is None or static_n is not None:
+        return _tf_pfor(loop_fn, int(static_n) if static_n is not None else n,
+                        parallel_iterations=chunk_size)
+    # A dynamic row count: pfor's own chunking breaks on a dynamic remainder (an empty chunk
+    # that fails to broadcast), so loop over fixed-size chunks, repeating the last row to fill
+    # the final one, and drop the padding.
+    n = tf.cast(n, tf.int32)
+    n_chunks = (n + chunk_size - 1) // chunk_size
+    rows = tf.TensorArray(source.dtype, size=n_chunks, infer_shape=False)
+
+    def body(k, rows):
+        idx = tf.minimum(k * chunk_size + tf.range(chunk_size), n - 1)
+        chunk = _tf_pfor(lambda i: loop_fn(tf.gather(idx, i)), chunk_size)
+        return k + 1, rows.write(k, chunk)
+
+    _, rows = tf.while_loop(lambda k, _: k < n_chunks, body, (tf.constant(0), rows))
+    return rows.concat()[:n]
 
 
 # --------------------------------------------------------------------------- jvp / vjp
@@ -296,7 +313,7 @@ def jacobian(fn: Callable, x, chunk_size: int | None = None):
     if not tf.is_tensor(y):
         raise TypeError(f"fn must return a tensor, got {type(y).__name__}")
     y_shape = tf.shape(y)
-    m = tf.size(y)
+    m = y.shape.num_elements() if y.shape.is_fully_defined() else tf.size(y)
 
     def cotangent(i):
         return tf.reshape(tf.one_hot(i, m, dtype=y.dtype), y_shape)
@@ -345,7 +362,8 @@ def batch_jacobian(fn: Callable, x, chunk_size: int | None = None):
         )
     y_shape = tf.shape(y)
     b = y_shape[0]
-    m = tf.reduce_prod(y_shape[1:])
+    m = (y.shape[1:].num_elements() if y.shape[1:].is_fully_defined()
+         else tf.reduce_prod(y_shape[1:]))
 
     def cotangent(j):
         return tf.reshape(tf.tile(tf.one_hot(j, m, dtype=y.dtype)[None], [b, 1]), y_shape)

@@ -236,3 +236,18 @@ def test_hvp_through_gather_indexed_slices_both_modes_dense():
         hv = rg.hvp(f, x, v, mode=mode)
         assert isinstance(hv, tf.Tensor)
         np.testing.assert_allclose(hv.numpy(), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 2, 3, 4])
+def test_jacobians_with_unknown_batch_dimension(chunk):
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(3)])
+    spec = [tf.TensorSpec([None, 6])]
+    bj = tf.function(lambda x: rg.batch_jacobian(model, x, chunk_size=chunk), input_signature=spec)
+    fj = tf.function(lambda x: rg.jacobian(model, x, chunk_size=chunk), input_signature=spec)
+    x = tf.random.normal([5, 6])
+    with tf.GradientTape(persistent=True) as t:
+        t.watch(x)
+        y = model(x)
+    np.testing.assert_allclose(bj(x).numpy(), t.batch_jacobian(y, x).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fj(x).numpy(), t.jacobian(y, x).numpy(), rtol=1e-5, atol=1e-6)
