@@ -237,6 +237,9 @@ class DQNConfig(AgentConfig):
     """Number of parallel environments."""
     learning_rate: float = 2.3e-3
     """Adam learning rate."""
+    learning_rate_final: float | None = None
+    """If set, the learning rate decays linearly from ``learning_rate`` to this value over the
+    ``learn`` call (``None``: constant learning rate)."""
     max_grad_norm: float | None = 10.0
     """Global-norm gradient clipping."""
     hidden_sizes: tuple = (256, 256)
@@ -276,6 +279,8 @@ class DQNConfig(AgentConfig):
                      "target_update_interval"):
             _positive(name, getattr(self, name), integer=True)
         _non_negative("learning_starts", self.learning_starts)
+        if self.learning_rate_final is not None:
+            _non_negative("learning_rate_final", self.learning_rate_final)
         _in_unit("tau", self.tau, closed_low=False)
         _positive("huber_delta", self.huber_delta)
         _in_unit("exploration_fraction", self.exploration_fraction)

@@ -203,11 +203,15 @@ class DQN(Agent):
     def _train_iteration(self, steps_done, total):
         cfg = self.config
         N = cfg.num_envs
-        self.optimizer.learning_rate.assign(cfg.learning_rate)
+        lr = cfg.learning_rate
+        if cfg.learning_rate_final is not None:
+            frac = min(steps_done / max(total, 1), 1.0)
+            lr = lr + (cfg.learning_rate_final - lr) * frac
+        self.optimizer.learning_rate.assign(lr)
         explore = cfg.exploration_fraction * total
         self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
                       tf.constant(explore, tf.float32))
-        logs = {"epsilon": float(self.epsilon.numpy())}
+        logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
             stats = self._train_steps(tf.constant(cfg.gradient_steps))
             logs.update({k: float(v) for k, v in stats.items()})

@@ -44,6 +44,9 @@ ROWS = {
     "a2c-cartpole": ("a2c", "CartPole-v1", 500_000, 475.0, {}),
     # zoo CartPole DQN settings; the zoo decays epsilon over 0.16 x 50k = 8k steps: keep 8k
     "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 475.0, {"exploration_fraction": 0.08}),
+    # the same with the learning rate (2.3e-3) decayed linearly to 0 over the budget
+    "dqn-cartpole-lr-decay": ("dqn", "CartPole-v1", 100_000, 475.0, {
+        "exploration_fraction": 0.08, "learning_rate_final": 0.0}),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 475.0, {}),
 }
 
