@@ -206,16 +206,26 @@ def vjp(fn: Callable, *primals):
 # --------------------------------------------------------------------------- hvp
 
 
+def _dense_gradient(fn, args, flat, names=None):
+    """Gradient of scalar ``fn(*args)`` w.r.t. the leaves ``flat``, as dense tensors.
+
+    Called inside an outer tape or forward accumulator, which records it for the second order.
+    gather/scatter give ``IndexedSlices`` gradients that a ``ForwardAccumulator`` cannot follow
+    and users do not expect from an HVP or Hessian: they are densified here, while recorded.
+    """
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(flat)
+        value = _check_scalar(fn(*args))
+    g = tape.gradient(value, flat)
+    check_connected(g, flat, names, what="fn")
+    return [tf.convert_to_tensor(gi) for gi in g]
+
+
 def _hvp_reverse_over_reverse(fn, args, tans):
     flat = tf.nest.flatten(args)
     with tf.GradientTape(watch_accessed_variables=False) as outer:
         outer.watch(flat)
-        with tf.GradientTape(watch_accessed_variables=False) as inner:
-            inner.watch(flat)
-            value = _check_scalar(fn(*args))
-        g = inner.gradient(value, flat)
-        check_connected(g, flat, what="fn")
-        g = [tf.convert_to_tensor(gi) for gi in g]
+        g = _dense_gradient(fn, args, flat)
         dot = tf.add_n([tf.reduce_sum(gi * ti) for gi, ti in zip(g, tf.nest.flatten(tans))])
     hv = outer.gradient(dot, flat, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return tf.nest.pack_sequence_as(args, [tf.convert_to_tensor(h) for h in hv])
@@ -224,14 +234,7 @@ def _hvp_reverse_over_reverse(fn, args, tans):
 def _hvp_forward_over_reverse(fn, args, tans):
     flat = tf.nest.flatten(args)
     with tf.autodiff.ForwardAccumulator(flat, tf.nest.flatten(tans)) as acc:
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(flat)
-            value = _check_scalar(fn(*args))
-        g = tape.gradient(value, flat)
-        check_connected(g, flat, what="fn")
-        # gather/scatter give IndexedSlices gradients, which the accumulator cannot follow:
-        # densify them while it is still recording.
-        g = [tf.convert_to_tensor(gi) for gi in g]
+        g = _dense_gradient(fn, args, flat)
     hv = [tf.convert_to_tensor(acc.jvp(gi, unconnected_gradients=tf.UnconnectedGradients.ZERO))
           for gi in g]
     return tf.nest.pack_sequence_as(args, hv)
@@ -389,18 +392,10 @@ def hessian(fn: Callable, x, chunk_size: int | None = None):
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
 
-    def gradient(z):
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(z)
-            value = _check_scalar(fn(z))
-        g = tape.gradient(value, z)
-        check_connected([g], [z], names=["x"])
-        return g
-
     x = _as_source(x, "x")
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
         tape.watch(x)
-        g = gradient(x)
+        (g,) = _dense_gradient(fn, (x,), [x], names=["x"])
     x_shape = tf.shape(x)
     m = tf.size(x)
 
@@ -456,11 +451,7 @@ def hessian_diagonal(
 
     with tf.GradientTape(persistent=True, watch_accessed_variables=False) as outer:
         outer.watch(x)
-        with tf.GradientTape(watch_accessed_variables=False) as inner:
-            inner.watch(x)
-            value = _check_scalar(fn(x))
-        g = inner.gradient(value, x)
-        check_connected([g], [x], names=["x"])
+        (g,) = _dense_gradient(fn, (x,), [x], names=["x"])
     hv = _stacked_vjps(outer, g, x, num_samples, lambda i: tf.gather(probes, i), chunk_size,
                        what="the gradient of fn", zero_if_unconnected=True)
     hv = tf.reshape(hv, tf.shape(probes))
