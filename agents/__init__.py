@@ -7,7 +7,7 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 # public re-exports (ruff: F401 is expected here)
 from agents.a2c import A2C  # noqa: F401
 from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
-from agents.callbacks import Callback, TensorBoardCallback  # noqa: F401
+from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
 from agents.dqn import DQN  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401

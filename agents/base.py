@@ -57,6 +57,7 @@ class Agent:
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._act_rng = tf.random.Generator.from_seed(config.seed + 7919)
         self.rejected_steps = 0  # gradient steps rejected by the non-finite guard
+        self.training_failed = False  # set while learn() runs; stays True if it raised
         self.history: list[dict] = []  # one entry per update: steps, episode_return, ...
         self.episode_returns = collections.deque(maxlen=20)
         self._env_ready = False
@@ -91,6 +92,39 @@ class Agent:
     def _obs_rms(self):
         """The observation normaliser (``None`` when disabled)."""
         return None
+
+    def _model_variables(self) -> list:
+        """The variables that decide how the agent acts: network weights and observation
+        statistics (not the optimiser, replay buffer or RNG)."""
+        raise NotImplementedError
+
+    # -- weights ------------------------------------------------------------------------------
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the network weights and observation statistics, as numpy arrays.
+
+        Together with :meth:`set_weights` this snapshots the *policy* (what ``act``,
+        ``distribution`` and ``q_values`` compute), not the training state: optimiser
+        moments, replay buffer and RNG are left out (use :meth:`save` for those).
+
+        Example::
+
+            w = agent.get_weights(); agent.learn(10_000); agent.set_weights(w)
+        """
+        return [v.numpy().copy() for v in self._model_variables()]
+
+    def set_weights(self, weights) -> None:
+        """Restore weights returned by :meth:`get_weights` of an agent with the same
+        algorithm and network shapes (checked before anything is assigned)."""
+        variables = self._model_variables()
+        weights = list(weights)
+        if len(weights) != len(variables):
+            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
+        for i, (v, w) in enumerate(zip(variables, weights)):
+            if tuple(np.shape(w)) != tuple(v.shape):
+                raise ValueError(f"weights: array {i} ({v.name}) has shape {np.shape(w)}, "
+                                 f"expected {tuple(v.shape)}")
+        for v, w in zip(variables, weights):
+            v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
 
     # -- environment --------------------------------------------------------------------------
     def _reset_env(self):
@@ -135,6 +169,7 @@ class Agent:
         start = time.perf_counter()
         cfg = self.config
         next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
+        self.training_failed = True  # until the loop below finishes or a callback stops it
         try:
             while done < total_steps:
                 try:
@@ -178,6 +213,7 @@ class Agent:
                     next_ckpt += cfg.checkpoint_every
                 if stop:
                     break
+            self.training_failed = False
         finally:
             bar.update(done, done / max(time.perf_counter() - start, 1e-9),
                        float(np.mean(self.episode_returns)) if self.episode_returns else None,

@@ -99,6 +99,130 @@ class TensorBoardCallback(Callback):
             self._writer.flush()
 
 
+class EvalCallback(Callback):
+    """Evaluate the deterministic policy every ``every`` environment steps and, with
+    ``keep_best``, end training on the best-evaluated weights.
+
+    This is Stable-Baselines3's ``EvalCallback`` with its ``best_model``: value-based agents
+    in particular (DQN on CartPole) swing between good and poor greedy policies late in
+    training, and keeping the best evaluated weights is the standard remedy. Evaluations
+    use their own episode seeds (``seed``, default ``config.seed + 20_000``), distinct from
+    :meth:`Agent.evaluate`'s default ones (``config.seed + 10_000``), so a final
+    ``agent.evaluate()`` does not score the agent on the episodes it was selected on.
+    Evaluation does not touch the training state (own env, no RNG draws).
+
+    Args:
+        every: environment steps between evaluations (> 0); the first comes after ``every``
+            steps, and at the end of training the final weights are evaluated too.
+        n_episodes: episodes per evaluation (> 0, default 10).
+        keep_best: restore the weights (:meth:`Agent.get_weights`) of the best evaluation
+            when training ends, if it beat the final weights (ties keep the later weights).
+        seed: evaluation env seed (default ``config.seed + 20_000``).
+        best_dir: if set, the agent is saved there (:meth:`Agent.save`) at each new best,
+            with ``best.json`` holding its return and step.
+        verbose: print one line per evaluation.
+
+    After training: ``evaluations`` (list of ``(steps, mean_return)``), ``best_return``,
+    ``best_steps``, ``restored`` (whether the best weights were put back). The update on
+    which an evaluation runs gets ``logs["eval_return"]`` (before later callbacks, e.g.
+    :class:`TensorBoardCallback`, see the logs).
+
+    Example::
+
+        cb = agents.callbacks.EvalCallback(every=5_000, n_episodes=10, keep_best=True)
+        agent = agents.DQN(env="CartPole-v1", seed=0)
+        agent.learn(100_000, callbacks=[cb])
+        agent.evaluate(20)     # the best-evaluated weights, scored on fresh episodes
+    """
+
+    def __init__(self, every: int, n_episodes: int = 10, keep_best: bool = False,
+                 seed: int | None = None, best_dir: str | None = None, verbose: bool = False):
+        for name, value in (("every", every), ("n_episodes", n_episodes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed: must be an integer or None, got {seed!r}")
+        self.every = every
+        self.n_episodes = n_episodes
+        self.keep_best = bool(keep_best)
+        self.seed = seed
+        self.best_dir = best_dir
+        self.verbose = verbose
+        self.evaluations: list[tuple[int, float]] = []
+        self.best_return = float("-inf")
+        self.best_steps = None
+        self.restored = False
+        self._best_weights = None
+        self._next = None
+        self._last_eval_steps = None
+
+    def _evaluate(self, agent) -> float:
+        seed = agent.config.seed + 20_000 if self.seed is None else self.seed
+        ret = agent.evaluate(self.n_episodes, deterministic=True, seed=seed)["mean_return"]
+        steps = int(agent.num_timesteps.numpy())
+        self.evaluations.append((steps, ret))
+        self._last_eval_steps = steps
+        new_best = ret >= self.best_return
+        if new_best:
+            self.best_return, self.best_steps = ret, steps
+            if self.keep_best:
+                self._best_weights = agent.get_weights()
+            if self.best_dir:
+                import json
+                import os
+
+                agent.save(self.best_dir)
+                with open(os.path.join(self.best_dir, "best.json"), "w") as f:
+                    json.dump({"mean_return": ret, "steps": steps,
+                               "n_episodes": self.n_episodes}, f)
+        if self.verbose:
+            print(f"eval at {steps} steps: {ret:.1f} over {self.n_episodes} episodes"
+                  f"{' (new best)' if new_best else ''}", flush=True)
+        return ret
+
+    def load_best(self, directory: str, env=None) -> None:
+        """Continue from a ``best_dir`` written by an earlier (interrupted) run: take its
+        best return, step and weights as the ones to beat (``--resume`` uses this)."""
+        import json
+        import os
+
+        from agents.base import load
+
+        with open(os.path.join(directory, "best.json")) as f:
+            best = json.load(f)
+        self.best_return, self.best_steps = float(best["mean_return"]), int(best["steps"])
+        if self.keep_best:
+            self._best_weights = load(directory, env=env).get_weights()
+
+    def on_training_start(self, agent):
+        self._next = int(agent.num_timesteps.numpy()) + self.every
+        self.restored = False
+
+    def on_update(self, agent, logs):
+        if self._next is None:
+            self.on_training_start(agent)
+        if logs["steps"] >= self._next:
+            logs["eval_return"] = self._evaluate(agent)
+            while self._next <= logs["steps"]:
+                self._next += self.every
+        return None
+
+    def on_training_end(self, agent):
+        if getattr(agent, "training_failed", False):
+            return  # an exception is propagating: leave the weights and the env alone
+        steps = int(agent.num_timesteps.numpy())
+        if self._last_eval_steps != steps:
+            final = self._evaluate(agent)
+        else:
+            final = self.evaluations[-1][1]
+        if self.keep_best and self._best_weights is not None and self.best_return > final:
+            agent.set_weights(self._best_weights)
+            self.restored = True
+            if self.verbose:
+                print(f"restored the weights of step {self.best_steps} "
+                      f"({self.best_return:.1f} against {final:.1f} at the end)", flush=True)
+
+
 class ProgressBar:
     """``[#####.....] 51200/100000 steps  4100 steps/s  return 187.3`` on stderr.
 

@@ -87,6 +87,10 @@ class DQN(Agent):
     def _obs_rms(self):
         return self.q.obs_norm.rms if self.config.normalize_obs else None
 
+    def _model_variables(self):
+        # the target network shares the online network's normaliser: list it once
+        return list(self.q.variables) + list(self.q_target.net.variables)
+
     def _on_env_reset(self, obs):
         self._obs.assign(obs)
 

@@ -74,6 +74,9 @@ class OnPolicyAgent(Agent):
     def _obs_rms(self):
         return self.model.obs_norm.rms if self.config.normalize_obs else None
 
+    def _model_variables(self):
+        return list(self.model.variables)
+
     def _on_env_reset(self, obs):
         self._obs.assign(obs)
         self._ret_acc.assign(tf.zeros_like(self._ret_acc))

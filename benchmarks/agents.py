@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-# name -> (algorithm, env id, default steps, target mean return, config overrides)
+# name -> (algorithm, env id, default steps, target mean return, config overrides[, options])
+# options: {"keep_best_every": steps} trains with agents.EvalCallback(keep_best=True)
 ROWS = {
     # rl-baselines3-zoo's CartPole PPO settings (constant clip range instead of annealed)
     "ppo-cartpole": ("ppo", "CartPole-v1", 100_000, 475.0, {
@@ -47,6 +48,10 @@ ROWS = {
     # the same with the learning rate (2.3e-3) decayed linearly to 0 over the budget
     "dqn-cartpole-lr-decay": ("dqn", "CartPole-v1", 100_000, 475.0, {
         "exploration_fraction": 0.08, "learning_rate_final": 0.0}),
+    # the dqn-cartpole-lr-decay settings, evaluated every 5k steps (10 episodes, own seeds),
+    # ending on the best-evaluated weights (agents.EvalCallback(keep_best=True))
+    "dqn-cartpole-keep-best": ("dqn", "CartPole-v1", 100_000, 475.0, {
+        "exploration_fraction": 0.08, "learning_rate_final": 0.0}, {"keep_best_every": 5_000}),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 475.0, {}),
 }
 
@@ -59,18 +64,35 @@ def _cls(algo):
 
 
 def returns_row(name, seeds, steps=None, episodes=20, verbose=False):
-    algo, env, default_steps, target, overrides = ROWS[name]
+    algo, env, default_steps, target, overrides, *extra = ROWS[name]
+    options = extra[0] if extra else {}
     steps = steps or default_steps
     results = []
     for seed in seeds:
+        import agents
+
         t0 = time.perf_counter()
         agent = _cls(algo)(env=env, seed=seed, **overrides)
-        agent.learn(steps, progress_bar=verbose)
+        callbacks, note = [], ""
+        if options.get("keep_best_every"):
+            evaluator = agents.EvalCallback(options["keep_best_every"], n_episodes=10,
+                                            keep_best=True)
+            callbacks.append(evaluator)
+        agent.learn(steps, callbacks=callbacks, progress_bar=verbose)
         train_s = time.perf_counter() - t0
+        # the default evaluation seeds (config.seed + 10_000) differ from EvalCallback's
         ret = agent.evaluate(episodes)["mean_return"]
-        results.append({"seed": seed, "mean_return": ret, "train_seconds": train_s})
+        result = {"seed": seed, "mean_return": ret, "train_seconds": train_s}
+        if callbacks:
+            final = evaluator.evaluations[-1][1]
+            result.update(best_eval_return=evaluator.best_return, best_steps=evaluator.best_steps,
+                          restored=evaluator.restored, final_weights_eval_return=final)
+            note = (f"; kept step {evaluator.best_steps} (eval {evaluator.best_return:.1f}, "
+                    f"final weights eval {final:.1f})" if evaluator.restored else
+                    f"; final weights kept (eval {final:.1f})")
+        results.append(result)
         print(f"{name:20s} seed {seed}: {ret:8.1f} after {steps} steps "
-              f"({train_s:.0f} s, {steps / train_s:.0f} steps/s incl. compile)", flush=True)
+              f"({train_s:.0f} s, {steps / train_s:.0f} steps/s incl. compile){note}", flush=True)
     rets = [r["mean_return"] for r in results]
     ok = sum(r >= target for r in rets)
     print(f"{name:20s} mean {np.mean(rets):8.1f} over {len(rets)} seeds; {ok}/{len(rets)} "

@@ -5,12 +5,14 @@ Example::
     robustgrad train-agent --algo ppo --env CartPole-v1 --steps 100000 --seed 0 --out runs/ppo
     robustgrad train-agent --algo ppo --env CartPole-v1 --steps 100000 --out runs/ppo --resume
     robustgrad train-agent --algo dqn --set learning_rate=1e-3 --set batch_size=128 --out runs/dqn
+    robustgrad train-agent --algo dqn --eval-every 5000 --keep-best --out runs/dqn
 
 Writes under ``--out``: the agent itself (``config.json``, ``agent.json``, ``weights/``,
 ``normalization.npz`` when observations are normalised; ``agents.load(out)`` returns it),
 ``checkpoint/`` (periodic checkpoints, also written when the environment raises),
 ``logs/`` (TensorBoard: returns, losses, entropy, KL, clip fraction, gradient norm),
-``learning_curve.png`` and ``evaluation.json`` (deterministic evaluation at the end).
+``learning_curve.png`` and ``evaluation.json`` (deterministic evaluation at the end);
+with ``--eval-every``, ``best/`` (the best-evaluated agent and ``best.json``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import sys
 HELP = "train an RL agent (ppo, a2c, reinforce, dqn) on a gymnasium environment"
 ALGOS = ("ppo", "a2c", "reinforce", "dqn")
 _AGENT_FILES = ("config.json", "agent.json", "weights", "normalization.npz", "checkpoint",
-                "logs", "learning_curve.png", "evaluation.json")
+                "logs", "learning_curve.png", "evaluation.json", "best")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="checkpoint period in steps (default: a tenth of --steps)")
     p.add_argument("--eval-episodes", type=int, default=20,
                    help="deterministic evaluation episodes at the end (default 20; 0: none)")
+    p.add_argument("--eval-every", type=int, default=None, metavar="STEPS",
+                   help="evaluate the deterministic policy every STEPS steps (10 episodes; "
+                        "logged as eval_return; the best agent is saved to --out/best)")
+    p.add_argument("--keep-best", action="store_true",
+                   help="end on the best-evaluated weights (needs --eval-every)")
     p.add_argument("--resume", action="store_true",
                    help="continue from --out/checkpoint up to --steps in total")
     p.add_argument("--overwrite", action="store_true",
@@ -91,7 +98,7 @@ def plot_learning_curve(history, path, title):
 
 def run(args: argparse.Namespace) -> int:
     import agents
-    from agents.callbacks import TensorBoardCallback
+    from agents.callbacks import EvalCallback, TensorBoardCallback
 
     out = args.out or os.path.join("runs", args.algo)
     ckpt = os.path.join(out, "checkpoint")
@@ -109,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
             overrides["normalize_obs"] = True
         if args.normalize_reward:
             overrides["normalize_reward"] = True
+        if args.eval_every is not None and args.eval_every <= 0:
+            raise ValueError(f"--eval-every: must be positive, got {args.eval_every}")
+        if args.keep_best and args.eval_every is None:
+            raise ValueError("--keep-best: needs --eval-every STEPS")
         every = args.checkpoint_every if args.checkpoint_every is not None else max(
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
@@ -145,8 +156,20 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     if remaining > 0:
         try:
-            agent.learn(remaining, callbacks=[TensorBoardCallback(os.path.join(out, "logs"))],
-                        progress_bar=not args.no_progress, schedule_start=done)
+            callbacks = []
+            if args.eval_every is not None:
+                best_dir = os.path.join(out, "best")
+                evaluator = EvalCallback(args.eval_every, keep_best=args.keep_best,
+                                         best_dir=best_dir, verbose=not args.no_progress)
+                if resumed and os.path.exists(os.path.join(best_dir, "best.json")):
+                    evaluator.load_best(best_dir)
+                callbacks.append(evaluator)
+            callbacks.append(TensorBoardCallback(os.path.join(out, "logs")))
+            agent.learn(remaining, callbacks=callbacks, progress_bar=not args.no_progress,
+                        schedule_start=done)
+            if args.keep_best and evaluator.restored:
+                print(f"kept the best-evaluated weights: step {evaluator.best_steps}, "
+                      f"return {evaluator.best_return:.1f} over {evaluator.n_episodes} episodes")
         except agents.NonFiniteTrainingError as exc:
             print(f"robustgrad train-agent: {exc}", file=sys.stderr)
             status = 1
