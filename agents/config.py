@@ -29,7 +29,7 @@ def _positive(name, value, integer=False):
 def _in_unit(name, value, closed_low=True):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
             (0 <= value <= 1) if closed_low else (0 < value <= 1)):
-        raise ValueError(f"{name}: must be in [0, 1], got {value!r}")
+        raise ValueError(f"{name}: must be in {'[' if closed_low else '('}0, 1], got {value!r}")
 
 
 def _non_negative(name, value):
@@ -264,6 +264,17 @@ class DQNConfig(AgentConfig):
     """Select the next action with the online network, evaluate it with the target one."""
     huber_delta: float = 1.0
     """Huber loss threshold (smooth L1)."""
+    prioritized_replay: bool = False
+    """Proportional prioritised experience replay (Schaul et al. 2016): transitions are
+    sampled with probability proportional to ``(|TD error| + priority_eps) ** priority_alpha``
+    (new ones at the highest priority so far) and the loss is weighted by importance-sampling
+    weights ``(N P(i)) ** -beta`` (divided by the batch maximum)."""
+    priority_alpha: float = 0.6
+    """How strongly priorities shape sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """Initial importance-sampling exponent, annealed linearly to 1 over the ``learn`` budget."""
+    priority_eps: float = 1e-6
+    """Added to ``|TD error|`` so that no transition gets priority 0."""
     exploration_fraction: float = 0.16
     """Fraction of the ``learn`` budget over which epsilon decays linearly."""
     exploration_initial_eps: float = 1.0
@@ -283,6 +294,9 @@ class DQNConfig(AgentConfig):
             _non_negative("learning_rate_final", self.learning_rate_final)
         _in_unit("tau", self.tau, closed_low=False)
         _positive("huber_delta", self.huber_delta)
+        _in_unit("priority_alpha", self.priority_alpha)
+        _in_unit("priority_beta", self.priority_beta)
+        _positive("priority_eps", self.priority_eps)
         _in_unit("exploration_fraction", self.exploration_fraction)
         _in_unit("exploration_initial_eps", self.exploration_initial_eps)
         _in_unit("exploration_final_eps", self.exploration_final_eps)

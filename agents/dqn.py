@@ -1,7 +1,8 @@
-"""Deep Q-Networks (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016).
+"""Deep Q-Networks (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016) and
+optional prioritised experience replay (Schaul et al. 2016).
 
 One iteration of ``learn``: ``train_freq`` steps of every environment with an
-epsilon-greedy policy, written into a uniform replay buffer held in ``tf.Variable``s
+epsilon-greedy policy, written into a replay buffer held in ``tf.Variable``s
 (one compiled loop, the env stepped through ``tf.numpy_function``), then
 ``gradient_steps`` compiled gradient steps on minibatches:
 
@@ -11,6 +12,11 @@ epsilon-greedy policy, written into a uniform replay buffer held in ``tf.Variabl
   and terminated ones do not.
 * Huber loss on ``Q(s, a)``, gradient through the non-finite guard and global-norm
   clipping (default 10) to Adam.
+* minibatches drawn uniformly, or with ``prioritized_replay`` in proportion to
+  ``(|TD error| + eps) ** alpha`` with importance-sampling weights (Schaul et al. 2016),
+  beta annealed to 1 over the budget. Priorities live in a ``tf.Variable`` beside the
+  buffer; sampling is a stratified inverse-CDF lookup (``cumsum`` + ``searchsorted``) in
+  the compiled update, which compiles under XLA too.
 * every ``target_update_interval`` *environment* steps (as in Stable-Baselines3 and
   CleanRL) the target network is copied (``tau == 1``) or Polyak-averaged:
   ``target <- tau * online + (1 - tau) * target``.
@@ -84,6 +90,9 @@ class DQN(Agent):
         self.buffer.actions = tf.Variable(z([cap], tf.int32), trainable=False)
         self.buffer.rewards = tf.Variable(z([cap]), trainable=False)
         self.buffer.terminated = tf.Variable(z([cap]), trainable=False)
+        # prioritised replay: (|td| + eps) ** alpha per slot, 0 for empty slots
+        self.buffer.priority = tf.Variable(z([cap]), trainable=False)
+        self.buffer.max_priority = tf.Variable(1.0, trainable=False)
         self.buffer.pos = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.buffer.size = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
@@ -160,6 +169,8 @@ class DQN(Agent):
             self.buffer.actions.scatter_nd_update(idx, a)
             self.buffer.rewards.scatter_nd_update(idx, r)
             self.buffer.terminated.scatter_nd_update(idx, tf.cast(term, tf.float32))
+            if cfg.prioritized_replay:
+                self.buffer.priority.scatter_nd_update(idx, tf.fill([N], self.buffer.max_priority))
             self.buffer.pos.assign((self.buffer.pos + N) % cap)
             self.buffer.size.assign(tf.minimum(self.buffer.size + N, cap))
             self.num_timesteps.assign_add(N)
@@ -182,32 +193,64 @@ class DQN(Agent):
             next_q = tf.reduce_max(next_q_target, axis=-1)
         return td_target(rewards, next_q, terminated, cfg.gamma)
 
-    def loss(self, obs, actions, rewards, next_obs, terminated):
-        """Mean Huber loss of ``Q(obs, actions)`` against the TD targets."""
+    def loss(self, obs, actions, rewards, next_obs, terminated, weights=None):
+        """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
+        targets; returns ``(loss, Q(obs, actions), TD errors)``."""
         target = self.td_targets(rewards, next_obs, terminated)
         q = tf.gather(self.q(obs), actions, batch_dims=1)
-        return tf.reduce_mean(huber(q - target, self.config.huber_delta)), q
+        per_example = huber(q - target, self.config.huber_delta)
+        if weights is not None:
+            per_example = weights * per_example
+        return tf.reduce_mean(per_example), q, q - target
+
+    def _sample(self, beta):
+        """Minibatch indices into the replay buffer and their loss weights: uniform, or
+        proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
+        importance-sampling weights ``(N P(i)) ** -beta / max``."""
+        cfg = self.config
+        B, size = cfg.batch_size, self.buffer.size
+        if not cfg.prioritized_replay:
+            return self.rng.uniform([B], 0, size, dtype=tf.int64), None
+        filled = tf.range(cfg.buffer_size, dtype=tf.int64) < size
+        cdf = tf.cumsum(tf.where(filled, tf.cast(self.buffer.priority, tf.float64), 0.0))
+        total = cdf[-1]
+        u = (tf.cast(self.rng.uniform([B]), tf.float64) + tf.range(B, dtype=tf.float64)) / B
+        idx = tf.searchsorted(cdf, u * total, side="right", out_type=tf.int64)
+        idx = tf.minimum(idx, size - 1)
+        prob = tf.cast(tf.gather(self.buffer.priority, idx), tf.float64) / total
+        w = tf.pow(tf.cast(size, tf.float64) * prob, -tf.cast(beta, tf.float64))
+        return idx, tf.cast(w / tf.reduce_max(w), tf.float32)
+
+    def _update_priorities(self, idx, td):
+        """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN
+        observation) gets priority 0, so that transition is not drawn again."""
+        cfg = self.config
+        p = tf.pow(tf.abs(td) + cfg.priority_eps, cfg.priority_alpha)
+        p = tf.where(tf.math.is_finite(p), p, 0.0)
+        self.buffer.priority.scatter_nd_update(tf.reshape(idx, [-1, 1]), p)
+        self.buffer.max_priority.assign(tf.maximum(self.buffer.max_priority, tf.reduce_max(p)))
 
     def _update_target(self):
         tau = self.config.tau
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
 
-    def _train_graph(self, n_steps):
+    def _train_graph(self, n_steps, beta):
         self.trace_counts["train"] += 1
         cfg = self.config
         z = tf.constant(0.0)
         loss_sum, q_sum, norm_sum, applied = z, z, z, z
         for _ in tf.range(n_steps):
-            size = self.buffer.size
-            idx = self.rng.uniform([cfg.batch_size], 0, size, dtype=tf.int64)
+            idx, weights = self._sample(beta)
             obs = tf.gather(self.buffer.obs, idx)
             with tf.GradientTape() as tape:
-                loss, q = self.loss(obs, tf.gather(self.buffer.actions, idx),
-                                    tf.gather(self.buffer.rewards, idx),
-                                    tf.gather(self.buffer.next_obs, idx),
-                                    tf.gather(self.buffer.terminated, idx))
+                loss, q, td = self.loss(obs, tf.gather(self.buffer.actions, idx),
+                                        tf.gather(self.buffer.rewards, idx),
+                                        tf.gather(self.buffer.next_obs, idx),
+                                        tf.gather(self.buffer.terminated, idx), weights)
             grads = tape.gradient(loss, self.variables)
+            if cfg.prioritized_replay:
+                self._update_priorities(idx, td)
             step = self._apply_gradients(grads)
             self.grad_steps.assign_add(1)
             loss_sum += loss
@@ -231,7 +274,9 @@ class DQN(Agent):
                       tf.constant(explore, tf.float32))
         logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
-            stats = self._train_steps(tf.constant(cfg.gradient_steps))
+            b0 = cfg.priority_beta
+            beta = b0 + (1.0 - b0) * min(steps_done / max(total, 1), 1.0)
+            stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
             logs.update({k: float(v) for k, v in stats.items()})
             self.num_updates.assign_add(1)
         else:

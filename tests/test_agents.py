@@ -232,7 +232,7 @@ def test_dqn_gradient_never_reaches_target_network(dqn):
     idx = tf.range(16)
     args = [tf.gather(x, idx) for x in (b.obs, b.actions, b.rewards, b.next_obs, b.terminated)]
     with tf.GradientTape() as tape:
-        loss, _ = dqn.loss(*args)
+        loss, _, _ = dqn.loss(*args)
     grads = tape.gradient(loss, dqn.q_target.trainable + dqn.q.trainable)
     n = len(dqn.q_target.trainable)
     assert all(g is None for g in grads[:n])
