@@ -52,6 +52,9 @@ ROWS = {
     # ending on the best-evaluated weights (agents.EvalCallback(keep_best=True))
     "dqn-cartpole-keep-best": ("dqn", "CartPole-v1", 100_000, 475.0, {
         "exploration_fraction": 0.08, "learning_rate_final": 0.0}, {"keep_best_every": 5_000}),
+    # the dqn-cartpole-lr-decay settings with prioritised replay (alpha 0.6, beta 0.4 -> 1)
+    "dqn-cartpole-per": ("dqn", "CartPole-v1", 100_000, 475.0, {
+        "exploration_fraction": 0.08, "learning_rate_final": 0.0, "prioritized_replay": True}),
     "reinforce-cartpole": ("reinforce", "CartPole-v1", 500_000, 475.0, {}),
 }
 
