@@ -231,15 +231,18 @@ class REINFORCEConfig(OnPolicyConfig):
 class DQNConfig(AgentConfig):
     """DQN (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016), Huber loss, a
     uniform replay buffer, a linear epsilon-greedy schedule and hard or Polyak target
-    updates. Defaults follow the rl-baselines3-zoo CartPole-v1 settings."""
+    updates. Defaults follow the rl-baselines3-zoo CartPole-v1 settings, with epsilon decayed
+    over the zoo's 8k steps of a 100k budget and the learning rate decayed linearly to 0."""
 
     num_envs: int = 1
     """Number of parallel environments."""
     learning_rate: float = 2.3e-3
     """Adam learning rate."""
-    learning_rate_final: float | None = None
-    """If set, the learning rate decays linearly from ``learning_rate`` to this value over the
-    ``learn`` call (``None``: constant learning rate)."""
+    learning_rate_final: float | None = 0.0
+    """The learning rate decays linearly from ``learning_rate`` to this value over the
+    ``learn`` budget (``None``: constant, as in the zoo). On CartPole-v1 at 100k steps the decay
+    took the final greedy policy to >= 475 in 4 of 5 seeds, against 1 of 5 with a constant rate
+    (``benchmarks/agents.py`` rows ``dqn-cartpole-lr-decay`` and ``dqn-cartpole``)."""
     max_grad_norm: float | None = 10.0
     """Global-norm gradient clipping."""
     hidden_sizes: tuple = (256, 256)
@@ -275,8 +278,9 @@ class DQNConfig(AgentConfig):
     """Initial importance-sampling exponent, annealed linearly to 1 over the ``learn`` budget."""
     priority_eps: float = 1e-6
     """Added to ``|TD error|`` so that no transition gets priority 0."""
-    exploration_fraction: float = 0.16
-    """Fraction of the ``learn`` budget over which epsilon decays linearly."""
+    exploration_fraction: float = 0.08
+    """Fraction of the ``learn`` budget over which epsilon decays linearly (0.08: the zoo's 8k
+    steps for a 100k budget; the zoo's 0.16 is for its 50k)."""
     exploration_initial_eps: float = 1.0
     """Initial epsilon."""
     exploration_final_eps: float = 0.04

@@ -47,14 +47,14 @@ class DQN(Agent):
 
     The greedy policy of a DQN can swing between good and poor late in training (on
     CartPole-v1 the cart drifts out of bounds after 100-200 steps in the poor phases,
-    although the pole stays up); a decaying learning rate (``learning_rate_final=0.0``)
+    although the pole stays up); the default decaying learning rate (``learning_rate_final``)
     narrows the swings but does not remove them. Evaluate during training and keep the
     best weights with :class:`agents.EvalCallback`.
 
     Example::
 
         import agents
-        agent = agents.DQN(env="CartPole-v1", seed=0, learning_rate_final=0.0)
+        agent = agents.DQN(env="CartPole-v1", seed=0)
         agent.learn(100_000, callbacks=[agents.EvalCallback(5_000, keep_best=True)])
         agent.evaluate(20)["mean_return"]
     """

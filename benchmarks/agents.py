@@ -43,9 +43,12 @@ ROWS = {
     # PPOConfig defaults; normalize_obs=True measured worse (see the README)
     "ppo-acrobot": ("ppo", "Acrobot-v1", 500_000, -100.0, {}),
     "a2c-cartpole": ("a2c", "CartPole-v1", 500_000, 475.0, {}),
-    # zoo CartPole DQN settings; the zoo decays epsilon over 0.16 x 50k = 8k steps: keep 8k
-    "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 475.0, {"exploration_fraction": 0.08}),
+    # zoo CartPole DQN settings (constant learning rate); the zoo decays epsilon over
+    # 0.16 x 50k = 8k steps: keep 8k
+    "dqn-cartpole": ("dqn", "CartPole-v1", 100_000, 475.0, {
+        "exploration_fraction": 0.08, "learning_rate_final": None}),
     # the same with the learning rate (2.3e-3) decayed linearly to 0 over the budget
+    # (DQNConfig() defaults since 2026-11-30)
     "dqn-cartpole-lr-decay": ("dqn", "CartPole-v1", 100_000, 475.0, {
         "exploration_fraction": 0.08, "learning_rate_final": 0.0}),
     # the dqn-cartpole-lr-decay settings, evaluated every 5k steps (10 episodes, own seeds),

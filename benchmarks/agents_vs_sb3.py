@@ -14,9 +14,9 @@ Settings (identical on both sides):
   gamma 0.99, GAE 0.95, clip 0.2 (value clipping 0.2 too), entropy 0.01, value 0.5, max grad
   norm 0.5, separate 64-64 tanh networks with orthogonal init (``PPOConfig()`` defaults /
   CleanRL ``ppo.py``).
-* ``dqn``: CartPole-v1, rl-baselines3-zoo settings (``DQNConfig()`` defaults) with epsilon
-  decayed over 8% of the budget; 256-256 relu, lr 2.3e-3, batch 64, 256 env steps then
-  128 gradient steps, target copied every 10 steps. SB3's DQN has no Double DQN, so
+* ``dqn``: CartPole-v1, rl-baselines3-zoo settings with epsilon decayed over 8% of the
+  budget; 256-256 relu, constant lr 2.3e-3, batch 64, 256 env steps then 128 gradient
+  steps, target copied every 10 steps. SB3's DQN has no Double DQN, so
   ours runs with ``double_dqn=False`` here.
 
 Figures: training throughput (env steps per second, after a first compiling / warm-up
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 PPO_SETTINGS = dict(num_envs=8, n_steps=128, n_epochs=4, n_minibatches=4, learning_rate=2.5e-4,
                     gamma=0.99, gae_lambda=0.95, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5,
                     max_grad_norm=0.5)
-DQN_SETTINGS = dict(exploration_fraction=0.08, double_dqn=False)
+DQN_SETTINGS = dict(exploration_fraction=0.08, learning_rate_final=None, double_dqn=False)
 
 # The SB3 side, run in the --sb3-python interpreter: prints one JSON line per measurement.
 _SB3_SCRIPT = r'''
