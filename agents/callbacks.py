@@ -8,6 +8,8 @@ A callback is a :class:`Callback` or a plain callable ``fn(agent, logs)`` (calle
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 
@@ -154,23 +156,18 @@ class EvalCallback(Callback):
         self.restored = False
         self._best_weights = None
         self._next = None
-        self._last_eval_steps = None
 
     def _evaluate(self, agent) -> float:
         seed = agent.config.seed + 20_000 if self.seed is None else self.seed
         ret = agent.evaluate(self.n_episodes, deterministic=True, seed=seed)["mean_return"]
         steps = int(agent.num_timesteps.numpy())
         self.evaluations.append((steps, ret))
-        self._last_eval_steps = steps
         new_best = ret >= self.best_return
         if new_best:
             self.best_return, self.best_steps = ret, steps
             if self.keep_best:
                 self._best_weights = agent.get_weights()
             if self.best_dir:
-                import json
-                import os
-
                 agent.save(self.best_dir)
                 with open(os.path.join(self.best_dir, "best.json"), "w") as f:
                     json.dump({"mean_return": ret, "steps": steps,
@@ -183,10 +180,7 @@ class EvalCallback(Callback):
     def load_best(self, directory: str, env=None) -> None:
         """Continue from a ``best_dir`` written by an earlier (interrupted) run: take its
         best return, step and weights as the ones to beat (``--resume`` uses this)."""
-        import json
-        import os
-
-        from agents.base import load
+        from agents.base import load  # agents.base imports this module
 
         with open(os.path.join(directory, "best.json")) as f:
             best = json.load(f)
@@ -211,10 +205,10 @@ class EvalCallback(Callback):
         if getattr(agent, "training_failed", False):
             return  # an exception is propagating: leave the weights and the env alone
         steps = int(agent.num_timesteps.numpy())
-        if self._last_eval_steps != steps:
-            final = self._evaluate(agent)
+        if self.evaluations and self.evaluations[-1][0] == steps:
+            final = self.evaluations[-1][1]  # the last update was evaluated already
         else:
-            final = self.evaluations[-1][1]
+            final = self._evaluate(agent)
         if self.keep_best and self._best_weights is not None and self.best_return > final:
             agent.set_weights(self._best_weights)
             self.restored = True

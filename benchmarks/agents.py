@@ -70,26 +70,25 @@ def _cls(algo):
 
 
 def returns_row(name, seeds, steps=None, episodes=20, verbose=False):
+    import agents
+
     algo, env, default_steps, target, overrides, *extra = ROWS[name]
-    options = extra[0] if extra else {}
+    keep_best_every = extra[0].get("keep_best_every") if extra else None
     steps = steps or default_steps
     results = []
     for seed in seeds:
-        import agents
-
         t0 = time.perf_counter()
         agent = _cls(algo)(env=env, seed=seed, **overrides)
-        callbacks, note = [], ""
-        if options.get("keep_best_every"):
-            evaluator = agents.EvalCallback(options["keep_best_every"], n_episodes=10,
-                                            keep_best=True)
-            callbacks.append(evaluator)
-        agent.learn(steps, callbacks=callbacks, progress_bar=verbose)
+        evaluator, note = None, ""
+        if keep_best_every:
+            evaluator = agents.EvalCallback(keep_best_every, n_episodes=10, keep_best=True)
+        agent.learn(steps, callbacks=[evaluator] if evaluator is not None else None,
+                    progress_bar=verbose)
         train_s = time.perf_counter() - t0
         # the default evaluation seeds (config.seed + 10_000) differ from EvalCallback's
         ret = agent.evaluate(episodes)["mean_return"]
         result = {"seed": seed, "mean_return": ret, "train_seconds": train_s}
-        if callbacks:
+        if evaluator is not None:
             final = evaluator.evaluations[-1][1]
             result.update(best_eval_return=evaluator.best_return, best_steps=evaluator.best_steps,
                           restored=evaluator.restored, final_weights_eval_return=final)
