@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
+
+from robustgrad.commands._files import remove_outputs
 
 HELP = "train an RL agent (ppo, a2c, reinforce, dqn) on a gymnasium environment"
 ALGOS = ("ppo", "a2c", "reinforce", "dqn")
@@ -134,12 +135,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
             if args.overwrite:
-                for name in _AGENT_FILES:
-                    p = os.path.join(out, name)
-                    if os.path.isdir(p):
-                        shutil.rmtree(p)
-                    elif os.path.exists(p):
-                        os.remove(p)
+                remove_outputs(out, _AGENT_FILES)
             cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
                    "dqn": agents.DQN}[args.algo]
             agent = cls(env=args.env, seed=args.seed, **overrides)

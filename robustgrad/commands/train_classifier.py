@@ -23,6 +23,8 @@ import shutil
 import sys
 import time
 
+from robustgrad.commands._files import remove_outputs
+
 HELP = "adversarially train a classifier (madry, trades, fast, free)"
 
 METHODS = ("madry", "trades", "fast", "free", "clean")
@@ -323,12 +325,7 @@ def _run(args) -> int:
 
     out = args.out
     if args.overwrite:
-        for a in ARTIFACTS:
-            path = os.path.join(out, a)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.remove(path)
+        remove_outputs(out, ARTIFACTS)
         if args.export and os.path.isdir(args.export):
             shutil.rmtree(args.export)
     os.makedirs(out, exist_ok=True)
