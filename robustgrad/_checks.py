@@ -1,0 +1,219 @@
+"""One family of argument checks for the whole project (core, attacks, agents, CLI).
+
+Every check names the argument, says what was received and what is accepted, and runs before any
+work. Messages read ``"{name} must be {what is accepted}, got {received!r}"``.
+
+A wrong *type* raises :class:`ArgumentTypeError`, which is both a ``TypeError`` and a
+``ValueError``: callers that catch either keep working, and a user sees one clear message.
+
+>>> positive_int(3, "steps")
+3
+>>> positive_int(0, "steps")
+Traceback (most recent call last):
+...
+ValueError: steps must be an int >= 1, got 0
+>>> number(0.5, "gamma", minimum=0, maximum=1)
+0.5
+>>> number(1.5, "gamma", minimum=0, maximum=1, max_inclusive=False)
+Traceback (most recent call last):
+...
+ValueError: gamma must be a number in [0, 1), got 1.5
+>>> norm_name("L_inf"), norm_name(2)
+('linf', 'l2')
+>>> choice("ppo", "algo", ("ppo", "dqn"))
+'ppo'
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ArgumentTypeError",
+    "NORMS",
+    "choice",
+    "looks_like_probabilities",
+    "nonnegative",
+    "norm_name",
+    "number",
+    "positive_int",
+    "probability",
+]
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type. Catchable as ``TypeError`` and as ``ValueError``."""
+
+
+NORMS = ("linf", "l2", "l1")
+
+_NORM_ALIASES = {
+    "linf": "linf", "l_inf": "linf", "inf": "linf", "li": "linf", "l∞": "linf",
+    "l2": "l2", "2": "l2", "l_2": "l2", "l1": "l1", "1": "l1", "l_1": "l1",
+}
+
+
+def _is_tensor(value) -> bool:
+    # duck-typed so that this module imports no TensorFlow (the CLI validates before TF loads)
+    return type(value).__module__.startswith(("tensorflow", "keras", "tf_keras"))
+
+
+def _interval(minimum, maximum, min_inclusive, max_inclusive) -> str:
+    if minimum is not None and maximum is not None:
+        return (f"in {'[' if min_inclusive else '('}{_fmt(minimum)}, "
+                f"{_fmt(maximum)}{']' if max_inclusive else ')'}")
+    if minimum is not None:
+        return f"{'>=' if min_inclusive else '>'} {_fmt(minimum)}"
+    if maximum is not None:
+        return f"{'<=' if max_inclusive else '<'} {_fmt(maximum)}"
+    return ""
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer() and not math.isinf(v):
+        return str(int(v))
+    return str(v)
+
+
+def positive_int(value: Any, name: str, *, minimum: int = 1, maximum: int | None = None,
+                 allow_none: bool = False) -> int | None:
+    """``value`` as an ``int`` in ``[minimum, maximum]``.
+
+    Accepts Python and NumPy integers and integral floats such as ``1e5``; refuses ``bool``, other
+    floats and strings with :class:`ArgumentTypeError`, and out-of-range values with ``ValueError``.
+
+    >>> positive_int(1e5, "steps")
+    100000
+    >>> positive_int(True, "steps")
+    Traceback (most recent call last):
+    ...
+    robustgrad._checks.ArgumentTypeError: steps must be an int >= 1, got True
+    """
+    if value is None and allow_none:
+        return None
+    accepted = f"an int {_interval(minimum, maximum, True, True)}".rstrip()
+    if isinstance(value, bool) or _is_tensor(value):
+        raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        v = int(value)
+    elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(value) \
+            and float(value).is_integer():
+        v = int(value)
+    else:
+        raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+        raise ValueError(f"{name} must be {accepted}, got {v}")
+    return v
+
+
+def number(value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None,
+           min_inclusive: bool = True, max_inclusive: bool = True, allow_inf: bool = False,
+           allow_none: bool = False, allow_tensor: bool = False) -> Any:
+    """``value`` as a ``float`` within the given bounds; NaN always refused.
+
+    A scalar NumPy array or eager tensor is read as its number. With ``allow_tensor=True`` a
+    symbolic (graph) tensor is returned unchecked, for values the caller's graph checks itself (a
+    schedule). Infinity is refused unless ``allow_inf`` (and the bounds allow it).
+
+    >>> number(2, "eps", minimum=0)
+    2.0
+    >>> number(float("nan"), "eps", minimum=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: eps must be a number >= 0, got nan
+    """
+    if value is None and allow_none:
+        return None
+    accepted = f"a number {_interval(minimum, maximum, min_inclusive, max_inclusive)}".rstrip()
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
+    if _is_tensor(value) or isinstance(value, np.ndarray):
+        if _is_tensor(value) and not hasattr(value, "numpy"):
+            if allow_tensor:
+                return value
+            raise ArgumentTypeError(f"{name} must be {accepted}, got a symbolic tensor")
+        a = np.asarray(value)
+        if a.ndim != 0:
+            raise ValueError(f"{name} must be a scalar ({accepted}), got shape {a.shape}")
+        if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
+            raise ArgumentTypeError(f"{name} must be {accepted}, got dtype {a.dtype}")
+        value = a.item()
+    if not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
+    v = float(value)
+    bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
+    if minimum is not None:
+        bad = bad or v < minimum or (v == minimum and not min_inclusive)
+    if maximum is not None:
+        bad = bad or v > maximum or (v == maximum and not max_inclusive)
+    if bad:
+        raise ValueError(f"{name} must be {accepted}, got {value!r}")
+    return v
+
+
+def nonnegative(value: Any, name: str, **kwargs) -> Any:
+    """:func:`number` with ``minimum=0``: a finite number >= 0 (``eps``, a coefficient)."""
+    return number(value, name, minimum=0, **kwargs)
+
+
+def probability(value: Any, name: str, *, open_low: bool = False, open_high: bool = False) -> float:
+    """A number in ``[0, 1]``; ``open_low`` / ``open_high`` exclude an end: ``(0, 1]``, ...
+
+    >>> probability(0.99, "gamma", open_low=True)
+    0.99
+    """
+    return number(value, name, minimum=0, maximum=1, min_inclusive=not open_low,
+                  max_inclusive=not open_high)
+
+
+def choice(value: Any, name: str, choices: Iterable) -> Any:
+    """``value`` if it is one of ``choices``; ``ValueError`` listing them otherwise."""
+    choices = tuple(choices)
+    if isinstance(value, str) or not isinstance(value, (list, dict, set)):
+        try:
+            if value in choices:
+                return value
+        except TypeError:
+            pass
+    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def norm_name(norm: Any, name: str = "norm") -> str:
+    """``"linf"``, ``"l2"`` or ``"l1"`` for any accepted spelling; ``ValueError`` otherwise.
+
+    Accepts the strings ``linf``/``l_inf``/``inf``/``l∞``, ``l2``/``2``, ``l1``/``1`` (any case) and
+    the numbers ``np.inf``, ``2`` and ``1``.
+    """
+    if isinstance(norm, str):
+        key = norm.strip().lower()
+        if key in _NORM_ALIASES:
+            return _NORM_ALIASES[key]
+    elif isinstance(norm, (numbers.Real, np.integer, np.floating)) and not isinstance(norm, bool):
+        f = float(norm)
+        if math.isinf(f) and f > 0:
+            return "linf"
+        if f == 2:
+            return "l2"
+        if f == 1:
+            return "l1"
+    raise ValueError(f"{name} must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got {norm!r}")
+
+
+def looks_like_probabilities(outputs: Any) -> bool:
+    """Whether a ``[B, K]`` output (K >= 2) has non-negative rows summing to one (a softmax).
+
+    Attacks and objectives expect logits; gradients through a saturated softmax vanish (gradient
+    masking), so callers warn or refuse when this is true.
+
+    >>> looks_like_probabilities([[0.2, 0.8], [0.5, 0.5]]), looks_like_probabilities([[2.0, -1.0]])
+    (True, False)
+    """
+    out = np.asarray(outputs, dtype=np.float64)
+    if out.ndim != 2 or out.shape[0] == 0 or out.shape[1] < 2:
+        return False
+    return bool(np.all(out >= -1e-6) and np.allclose(out.sum(axis=1), 1.0, atol=1e-3))
