@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,distributed]'
 	touch $(STAMP)
 
 install: $(STAMP)
