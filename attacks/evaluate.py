@@ -41,62 +41,9 @@ from . import _validate as V
 from ._base import Attack, call_model, _looks_like_probabilities
 from .norms import canonical_norm
 from .norms import norm as batch_norm
+from .registry import ATTACK_NAMES, make_attack  # noqa: F401  (re-exported)
 
 __all__ = ["evaluate", "EvaluationReport", "AttackRecord", "make_attack", "ATTACK_NAMES"]
-
-
-# ---------------------------------------------------------------------------------------------
-# attack registry
-
-
-def _registry():
-    from .apgd import APGD
-    from .cw import CarliniWagnerL2
-    from .deepfool import DeepFool
-    from .fgsm import FGM
-    from .pgd import BIM, MIM, PGD
-    from .square import Square
-
-    return {
-        "fgsm": lambda: FGM(),
-        "fgm": lambda: FGM(),
-        "bim": lambda: BIM(steps=10),
-        "mim": lambda: MIM(steps=10),
-        "pgd": lambda: PGD(steps=20),
-        "pgd-cw": lambda: PGD(steps=20, objective="cw"),
-        "pgd-dlr": lambda: PGD(steps=20, objective="dlr"),
-        "apgd-ce": lambda: APGD(objective="ce", steps=100),
-        "apgd-dlr": lambda: APGD(objective="dlr", steps=100),
-        "apgd-t": lambda: APGD(objective="dlr", steps=100, n_target_classes=9),
-        "cw": lambda: CarliniWagnerL2(steps=100, binary_search_steps=5),
-        "deepfool": lambda: DeepFool(),
-        "square": lambda: Square(steps=1000),
-    }
-
-
-ATTACK_NAMES = ("fgsm", "fgm", "bim", "mim", "pgd", "pgd-cw", "pgd-dlr", "apgd-ce", "apgd-dlr",
-                "apgd-t", "cw", "deepfool", "square")
-
-
-def make_attack(spec) -> tuple[str, Attack]:
-    """``(label, Attack)`` from a name in :data:`ATTACK_NAMES` (``"pgd40"`` sets 40 steps) or an
-    :class:`attacks.Attack` instance."""
-    if isinstance(spec, Attack):
-        return spec.name, spec
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Attack):
-        return str(spec[0]), spec[1]
-    if not isinstance(spec, str):
-        raise TypeError(f"attacks: each entry must be a name or an attacks.Attack, got {spec!r}")
-    name = spec.strip().lower()
-    reg = _registry()
-    if name in reg:
-        return name, reg[name]()
-    for base in ("pgd", "bim", "mim", "apgd-ce", "apgd-dlr", "apgd-t", "square"):
-        tail = name[len(base):].lstrip("-")
-        if name.startswith(base) and tail.isdigit():
-            return name, reg[base]().replace(steps=int(tail))
-    raise ValueError(f"attacks: unknown attack {spec!r}; known: {', '.join(ATTACK_NAMES)} "
-                     "(a number after pgd/bim/mim/apgd-*/square sets the steps, e.g. 'pgd40')")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,197 @@
+"""Attack names: the one place where a string such as ``"pgd40"`` becomes a configured attack.
+
+:func:`parse_attack` turns a name into ``(label, Attack)``; :func:`parse_attacks` does it for a
+list or a comma-separated string (the command line's ``--attacks`` / ``--eval-attacks``).
+:func:`attacks.evaluate` and the CLI both read names through here, so a new name added to
+:data:`ATTACK_TABLE` is known everywhere at once.
+
+A name is a base name from :data:`ATTACK_NAMES`, optionally followed by a step count and, for
+attacks with restarts, ``x`` and a restart count (the forms in :data:`ATTACK_PATTERNS`):
+
+>>> parse_attack("pgd40")
+('pgd40', PGD(steps=40))
+>>> parse_attack("PGD50x5")
+('pgd50x5', PGD(steps=50, restarts=5))
+>>> parse_attack("apgd-t")
+('apgd-t', APGD(objective='dlr', steps=100, n_target_classes=9))
+>>> [label for label, _ in parse_attacks("fgsm, square5000")]
+['fgsm', 'square5000']
+>>> parse_attack("fgsm10")
+Traceback (most recent call last):
+...
+ValueError: attacks: 'fgsm10': fgsm has no step count to set
+
+The default budgets (steps, restarts) are the ones the references use: PGD-20, APGD with 100
+steps (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble of
+diverse parameter-free attacks"), Square with 1000 queries (Andriushchenko et al. 2020).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+
+from robustgrad import _checks
+
+from ._base import Attack
+from .apgd import APGD
+from .cw import CarliniWagnerL2
+from .deepfool import DeepFool
+from .fgsm import FGM
+from .pgd import BIM, MIM, PGD
+from .square import Square
+
+__all__ = [
+    "ATTACK_NAMES",
+    "ATTACK_PATTERNS",
+    "ATTACK_TABLE",
+    "AttackName",
+    "AttackSpec",
+    "describe_attacks",
+    "make_attack",
+    "parse_attack",
+    "parse_attacks",
+]
+
+AttackSpec = str | Attack | tuple[str, Attack]
+"""What :func:`parse_attack` accepts: a name, an :class:`attacks.Attack`, or ``(label, Attack)``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackName:
+    """One base name of the registry.
+
+    Attributes:
+      name: the base name (lower case), e.g. ``"apgd-ce"``.
+      description: one line of help text, printed by :func:`describe_attacks`.
+      build: returns a fresh configured attack with the name's defaults.
+      takes_steps: a number after the name sets ``steps`` (``"apgd-ce50"``).
+      takes_restarts: ``"<name>KxR"`` also sets ``restarts`` (worst case over R random starts).
+    """
+
+    name: str
+    description: str
+    build: Callable[[], Attack]
+    takes_steps: bool = True
+    takes_restarts: bool = False
+
+
+ATTACK_TABLE: dict[str, AttackName] = {entry.name: entry for entry in (
+    AttackName("fgsm", "fast gradient sign method, one step (L-inf)", lambda: FGM(),
+               takes_steps=False),
+    AttackName("fgm", "fast gradient method, one step along the norm's steepest direction",
+               lambda: FGM(), takes_steps=False),
+    AttackName("bim", "basic iterative method, 10 steps from x", lambda: BIM(steps=10)),
+    AttackName("mim", "momentum iterative method, 10 steps", lambda: MIM(steps=10)),
+    AttackName("pgd", "PGD on cross-entropy, 20 steps from a random start", lambda: PGD(steps=20),
+               takes_restarts=True),
+    AttackName("pgd-cw", "PGD on the CW margin, 20 steps", lambda: PGD(steps=20, objective="cw"),
+               takes_restarts=True),
+    AttackName("pgd-dlr", "PGD on the DLR loss, 20 steps",
+               lambda: PGD(steps=20, objective="dlr"), takes_restarts=True),
+    AttackName("apgd-ce", "APGD on cross-entropy, 100 steps (AutoAttack)",
+               lambda: APGD(objective="ce", steps=100), takes_restarts=True),
+    AttackName("apgd-dlr", "APGD on the DLR loss, 100 steps",
+               lambda: APGD(objective="dlr", steps=100), takes_restarts=True),
+    AttackName("apgd-t", "APGD-T: targeted DLR toward each of the top-9 other classes, 100 steps",
+               lambda: APGD(objective="dlr", steps=100, n_target_classes=9),
+               takes_restarts=True),
+    AttackName("cw", "Carlini-Wagner L2, 100 steps x 5 binary-search steps (L2 only)",
+               lambda: CarliniWagnerL2(steps=100, binary_search_steps=5)),
+    AttackName("deepfool", "DeepFool, up to 50 steps (L2, L-inf)", lambda: DeepFool()),
+    AttackName("square", "Square attack, gradient-free, 1000 queries (L-inf, L2)",
+               lambda: Square(steps=1000)),
+)}
+
+ATTACK_NAMES: tuple[str, ...] = tuple(ATTACK_TABLE)
+"""Every base name, in the order of the help text."""
+
+ATTACK_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("<name>K", "K steps (queries for square), e.g. pgd40, apgd-ce50, square5000; for "
+     + ", ".join(n for n, e in ATTACK_TABLE.items() if e.takes_steps)),
+    ("<name>KxR", "K steps, worst case over R restarts, e.g. pgd50x5; for "
+     + ", ".join(n for n, e in ATTACK_TABLE.items() if e.takes_restarts)),
+)
+"""The numbered forms of a name, as ``(pattern, help)`` pairs."""
+
+_NUMBERED = re.compile(r"(?P<base>[a-z]+(?:-[a-z]+)*)-?(?P<steps>\d+)(?:x(?P<restarts>\d+))?")
+
+
+def describe_attacks() -> str:
+    """The names and patterns with their help text, one per line (for a CLI to print).
+
+    >>> print(describe_attacks().splitlines()[0])
+    fgsm       fast gradient sign method, one step (L-inf)
+    """
+    width = max(len(k) for k in (*ATTACK_NAMES, *(p for p, _ in ATTACK_PATTERNS)))
+    lines = [f"{e.name:<{width}}  {e.description}" for e in ATTACK_TABLE.values()]
+    lines += [f"{p:<{width}}  {h}" for p, h in ATTACK_PATTERNS]
+    return "\n".join(lines)
+
+
+def _unknown(spec: str) -> ValueError:
+    return ValueError(f"attacks: unknown attack {spec!r}; known: {', '.join(ATTACK_NAMES)} "
+                      "(a number after the name sets the steps, e.g. 'pgd40'; 'pgd50x5' also "
+                      "sets 5 restarts)")
+
+
+def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
+    """``(label, Attack)`` for a name (see the module docstring), an :class:`attacks.Attack`
+    (labelled by its ``name``), or a ``(label, Attack)`` pair (returned as is).
+
+    The label of a name is the name in lower case without surrounding spaces. Raises
+    ``ValueError`` for an unknown name or a bad count, :class:`robustgrad._checks.ArgumentTypeError`
+    (a ``TypeError`` and a ``ValueError``) for anything else.
+    """
+    if isinstance(spec, Attack):
+        return spec.name, spec
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], Attack):
+        return str(spec[0]), spec[1]
+    if not isinstance(spec, str):
+        raise _checks.ArgumentTypeError(
+            f"attacks: each entry must be a name or an attacks.Attack, got {spec!r}")
+    name = spec.strip().lower()
+    if name in ATTACK_TABLE:
+        return name, ATTACK_TABLE[name].build()
+    match = _NUMBERED.fullmatch(name)
+    if match is None or match["base"] not in ATTACK_TABLE:
+        raise _unknown(spec)
+    entry = ATTACK_TABLE[match["base"]]
+    if not entry.takes_steps:
+        raise ValueError(f"attacks: {spec!r}: {entry.name} has no step count to set")
+    overrides = {"steps": _checks.positive_int(int(match["steps"]), f"steps of {spec!r}")}
+    if match["restarts"] is not None:
+        if not entry.takes_restarts:
+            raise ValueError(f"attacks: {spec!r}: {entry.name} has no restarts to set "
+                             "(KxR works for "
+                             + ", ".join(n for n, e in ATTACK_TABLE.items() if e.takes_restarts)
+                             + ")")
+        overrides["restarts"] = _checks.positive_int(int(match["restarts"]),
+                                                     f"restarts of {spec!r}")
+    return name, entry.build().replace(**overrides)
+
+
+make_attack = parse_attack
+"""The first version's name of :func:`parse_attack` (``attacks.make_attack``), kept as an alias."""
+
+
+def parse_attacks(specs: AttackSpec | Iterable[AttackSpec]) -> list[tuple[str, Attack]]:
+    """``[(label, Attack), ...]`` for a comma-separated string of names, one spec, or a sequence
+    of specs (each as :func:`parse_attack` takes). Refuses an empty list and duplicate labels.
+
+    >>> [(label, attack.config["steps"]) for label, attack in parse_attacks(["pgd", "pgd40"])]
+    [('pgd', 20), ('pgd40', 40)]
+    """
+    if isinstance(specs, str):
+        specs = [s for s in specs.split(",") if s.strip()]
+    elif isinstance(specs, Attack) or (isinstance(specs, tuple) and len(specs) == 2
+                                       and isinstance(specs[1], Attack)):
+        specs = [specs]
+    parsed = [parse_attack(s) for s in specs]
+    if not parsed:
+        raise ValueError("attacks: give at least one attack")
+    labels = [label for label, _ in parsed]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"attacks: duplicate names {labels}; wrap in (label, attack) tuples")
+    return parsed
