@@ -19,7 +19,8 @@ from .apgd import APGD, apgd  # noqa: E402,F401
 from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: E402,F401
 from .deepfool import DeepFool, deepfool  # noqa: E402,F401
 from .square import Square, square  # noqa: E402,F401
-from .evaluate import ATTACK_NAMES, AttackRecord, EvaluationReport, evaluate, make_attack  # noqa: E402,F401,E501
+from .registry import ATTACK_NAMES, describe_attacks, make_attack, parse_attack, parse_attacks  # noqa: E402,F401,E501
+from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: E402,F401
 # --- END attacks ---
 
 # --- BEGIN training (adversarial training) ---
