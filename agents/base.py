@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.callbacks import ProgressBar, as_callbacks
-from agents.config import AgentConfig
+from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import make_vec_env
 
 FORMAT_VERSION = 1
@@ -36,9 +36,14 @@ class Agent:
     algo: str = ""
     config_cls: type[AgentConfig] = AgentConfig
 
-    def __init__(self, config: AgentConfig | None = None, *, transform=None, **overrides):
+    def __init__(self, config: AgentConfig | None = None, *, transform=None,
+                 preset: str | None = AUTO, **overrides):
+        # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
         if config is None:
-            config = self.config_cls(**overrides)
+            config = make_config(self.config_cls, self.algo, preset, **overrides)
+        elif preset != AUTO:
+            raise ValueError("preset must be left out when a config is given (the config "
+                             "already holds every value)")
         elif overrides:
             config = self.config_cls.from_dict({**config.to_dict(), **overrides},
                                                env=overrides.get("env", config.env))
