@@ -10,32 +10,21 @@ passed again to :func:`agents.load`).
 from __future__ import annotations
 
 import dataclasses
-import math
+import json
+import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from agents.envs import check_env_id
+from robustgrad._checks import choice, nonnegative, number, positive_int, probability
+
+_log = logging.getLogger("agents")
 
 
-def _positive(name, value, integer=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}: expected a number, got {value!r}")
-    if integer and int(value) != value:
-        raise ValueError(f"{name}: expected an integer, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}: must be positive, got {value!r}")
-
-
-def _in_unit(name, value, closed_low=True):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            (0 <= value <= 1) if closed_low else (0 < value <= 1)):
-        raise ValueError(f"{name}: must be in {'[' if closed_low else '('}0, 1], got {value!r}")
-
-
-def _non_negative(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name}: must be >= 0, got {value!r}")
+def _positive(value: Any, name: str) -> float:
+    """A finite number > 0 (a learning rate, a clip coefficient)."""
+    return number(value, name, minimum=0, min_inclusive=False)
 
 
 @dataclass
@@ -75,23 +64,30 @@ class AgentConfig:
     jit_compile: bool = False
     """Compile the update step with XLA. Off by default: on a 2-core CPU it made the PPO
     CartPole update ~1.5x faster but costs ~15 s of compilation; measure on your platform."""
+    preset: str | None = None
+    """Name of the tuned preset (``agents/presets.json``) the other fields were taken from
+    (``None``: dataclass defaults and overrides only). Recorded, not re-applied on load."""
 
     def __post_init__(self):
         check_env_id(self.env, "env")
-        _positive("num_envs", self.num_envs, integer=True)
-        _positive("learning_rate", self.learning_rate)
-        _in_unit("gamma", self.gamma)
+        self.num_envs = positive_int(self.num_envs, "num_envs")
+        _positive(self.learning_rate, "learning_rate")
+        probability(self.gamma, "gamma")
         if self.max_grad_norm is not None:
-            _positive("max_grad_norm", self.max_grad_norm)
-        self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
-        for h in self.hidden_sizes:
-            _positive("hidden_sizes", h, integer=True)
-        if self.activation not in ("tanh", "relu"):
-            raise ValueError(f"activation: expected 'tanh' or 'relu', got {self.activation!r}")
-        _positive("max_nonfinite_updates", self.max_nonfinite_updates, integer=True)
-        _non_negative("checkpoint_every", self.checkpoint_every)
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"seed: expected an integer, got {self.seed!r}")
+            _positive(self.max_grad_norm, "max_grad_norm")
+        if isinstance(self.hidden_sizes, (str, bytes)) or not hasattr(self.hidden_sizes,
+                                                                      "__iter__"):
+            raise ValueError(f"hidden_sizes must be a sequence of ints >= 1, got "
+                             f"{self.hidden_sizes!r}")
+        self.hidden_sizes = tuple(positive_int(h, "hidden_sizes") for h in self.hidden_sizes)
+        choice(self.activation, "activation", ("tanh", "relu"))
+        self.max_nonfinite_updates = positive_int(self.max_nonfinite_updates,
+                                                  "max_nonfinite_updates")
+        self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every",
+                                             minimum=0)
+        self.seed = positive_int(self.seed, "seed", minimum=None)
+        if self.preset is not None and not isinstance(self.preset, str):
+            raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -134,10 +130,11 @@ class OnPolicyConfig(AgentConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive("n_steps", self.n_steps, integer=True)
-        _in_unit("gae_lambda", self.gae_lambda)
-        _non_negative("ent_coef", self.ent_coef)
-        _non_negative("vf_coef", self.vf_coef)
+        self.n_steps = positive_int(self.n_steps, "n_steps")
+        probability(self.gae_lambda, "gae_lambda")
+        nonnegative(self.ent_coef, "ent_coef")
+        nonnegative(self.vf_coef, "vf_coef")
+        number(self.log_std_init, "log_std_init")
 
 
 @dataclass
@@ -171,15 +168,15 @@ class PPOConfig(OnPolicyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _positive("n_epochs", self.n_epochs, integer=True)
-        _positive("n_minibatches", self.n_minibatches, integer=True)
-        _positive("clip_coef", self.clip_coef)
+        self.n_epochs = positive_int(self.n_epochs, "n_epochs")
+        self.n_minibatches = positive_int(self.n_minibatches, "n_minibatches")
+        _positive(self.clip_coef, "clip_coef")
         if self.target_kl is not None:
-            _positive("target_kl", self.target_kl)
+            _positive(self.target_kl, "target_kl")
         if (self.num_envs * self.n_steps) % self.n_minibatches:
             raise ValueError(
-                f"n_minibatches: num_envs * n_steps = {self.num_envs * self.n_steps} is not "
-                f"divisible by n_minibatches = {self.n_minibatches}")
+                f"n_minibatches must divide num_envs * n_steps = {self.num_envs * self.n_steps},"
+                f" got {self.n_minibatches}")
 
 
 @dataclass
@@ -224,7 +221,8 @@ class REINFORCEConfig(OnPolicyConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.gae_lambda != 1.0:
-            raise ValueError("gae_lambda: REINFORCE uses Monte-Carlo returns (gae_lambda=1.0)")
+            raise ValueError(f"gae_lambda must be 1.0 for REINFORCE (Monte-Carlo returns), got "
+                             f"{self.gae_lambda!r}")
 
 
 @dataclass
@@ -292,22 +290,129 @@ class DQNConfig(AgentConfig):
         super().__post_init__()
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps",
                      "target_update_interval"):
-            _positive(name, getattr(self, name), integer=True)
-        _non_negative("learning_starts", self.learning_starts)
+            setattr(self, name, positive_int(getattr(self, name), name))
+        self.learning_starts = positive_int(self.learning_starts, "learning_starts", minimum=0)
         if self.learning_rate_final is not None:
-            _non_negative("learning_rate_final", self.learning_rate_final)
-        _in_unit("tau", self.tau, closed_low=False)
-        _positive("huber_delta", self.huber_delta)
-        _in_unit("priority_alpha", self.priority_alpha)
-        _in_unit("priority_beta", self.priority_beta)
-        _positive("priority_eps", self.priority_eps)
-        _in_unit("exploration_fraction", self.exploration_fraction)
-        _in_unit("exploration_initial_eps", self.exploration_initial_eps)
-        _in_unit("exploration_final_eps", self.exploration_final_eps)
-        _in_unit("eval_epsilon", self.eval_epsilon)
+            nonnegative(self.learning_rate_final, "learning_rate_final")
+        probability(self.tau, "tau", open_low=True)
+        _positive(self.huber_delta, "huber_delta")
+        for name in ("priority_alpha", "priority_beta", "exploration_fraction",
+                     "exploration_initial_eps", "exploration_final_eps", "eval_epsilon"):
+            probability(getattr(self, name), name)
+        _positive(self.priority_eps, "priority_eps")
         if self.batch_size > self.buffer_size:
-            raise ValueError(f"batch_size: {self.batch_size} exceeds buffer_size "
-                             f"{self.buffer_size}")
+            raise ValueError(f"batch_size must be <= buffer_size ({self.buffer_size}), got "
+                             f"{self.batch_size}")
 
 
 CONFIGS = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig}
+
+
+# -- tuned presets ---------------------------------------------------------------------------
+PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets.json")
+"""The presets shipped with the package: ``{"<algo>-<env id>": {"config": {...}, ...}}``."""
+
+_presets_cache: dict | None = None
+
+
+def load_presets() -> dict:
+    """Every shipped preset by name, as read from :data:`PRESETS_FILE` (a fresh copy).
+
+    An entry holds ``config`` (config fields), and optionally ``learn`` (training options
+    the CLI applies: ``eval_every``, ``keep_best``), ``steps``, ``target``, ``zoo`` and
+    ``source``.
+
+    >>> presets = load_presets()
+    >>> presets["ppo-CartPole-v1"]["config"]["n_steps"]
+    32
+    """
+    global _presets_cache
+    if _presets_cache is None:
+        with open(PRESETS_FILE, encoding="utf-8") as f:
+            data = json.load(f)
+        _presets_cache = {k: v for k, v in data.items() if not k.startswith("_")}
+    return json.loads(json.dumps(_presets_cache))
+
+
+def preset_for(algo: str, env: Any) -> str | None:
+    """The name of the shipped preset for ``algo`` on the gymnasium id ``env`` (``None`` when
+    there is none, or when ``env`` is a factory).
+
+    >>> preset_for("ppo", "CartPole-v1"), preset_for("reinforce", "CartPole-v1")
+    ('ppo-CartPole-v1', None)
+    """
+    if not isinstance(env, str):
+        return None
+    name = f"{algo}-{env}"
+    return name if name in load_presets() else None
+
+
+def get_preset(name: str, algo: str | None = None) -> dict:
+    """The preset entry called ``name``; ``ValueError`` naming ``preset`` if there is no such
+    preset or it belongs to another algorithm than ``algo``.
+
+    >>> get_preset("dqn-MountainCar-v0")["config"]["train_freq"]
+    16
+    >>> get_preset("ppo-Nowhere-v0")
+    Traceback (most recent call last):
+    ...
+    ValueError: preset must be one of 'a2c-CartPole-v1', 'dqn-CartPole-v1', 'dqn-MountainCar-v0', \
+'ppo-Acrobot-v1', 'ppo-CartPole-v1', 'ppo-MountainCarContinuous-v0', 'ppo-Pendulum-v1' or None, \
+got 'ppo-Nowhere-v0'
+    """
+    presets = load_presets()
+    if not isinstance(name, str) or name not in presets:
+        names = ", ".join(repr(n) for n in sorted(presets))
+        raise ValueError(f"preset must be one of {names} or None, got {name!r}")
+    if algo is not None and not name.startswith(f"{algo}-"):
+        raise ValueError(f"preset must be a preset of {algo} (e.g. {algo}-<env id>), got "
+                         f"{name!r}")
+    return presets[name]
+
+
+AUTO = "auto"
+"""``preset=AUTO`` (the default of the agents): the shipped preset for (algorithm, env) when
+there is one, plain defaults otherwise."""
+
+
+def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = AUTO,
+                **overrides: Any) -> AgentConfig:
+    """A ``config_cls`` built from a preset and ``overrides`` (which win over the preset).
+
+    ``preset``: :data:`AUTO` (the preset for ``algo`` on ``overrides["env"]``, or on the
+    default env, when one exists), a preset name, or ``None``/``"none"`` (dataclass defaults
+    only). The config records the preset name in ``preset``. Unknown fields raise
+    ``ValueError`` naming them.
+
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", seed=3).preset
+    'ppo-CartPole-v1'
+    >>> make_config(PPOConfig, "ppo", preset=None, env="CartPole-v1").n_steps
+    128
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", n_steps=64).n_steps
+    64
+    """
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
+                         f"{', '.join(sorted(fields))}")
+    if "preset" in overrides:
+        raise ValueError("preset is chosen with the preset= argument, not as an override")
+    env = overrides.get("env", config_cls.env)
+    if preset == AUTO:
+        name = preset_for(algo, env)
+    elif preset is None or (isinstance(preset, str) and preset.lower() == "none"):
+        name = None
+    else:
+        name = preset
+    values = {}
+    if name is not None:
+        values.update(get_preset(name, algo)["config"])
+        bad = sorted(set(values) - fields)
+        if bad:  # a broken presets.json
+            raise ValueError(f"preset {name!r}: {bad[0]} is not a field of "
+                             f"{config_cls.__name__}")
+        _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
+                  ", ".join(f"{k}={v!r}" for k, v in values.items()))
+    values.update(overrides)
+    return config_cls(**values, preset=name)
