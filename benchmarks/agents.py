@@ -3,6 +3,11 @@
 Returns: for each (algorithm, env) row of the issue-5 table, train with each seed and
 print the mean deterministic evaluation return over 20 episodes, against the target.
 
+Presets: ``--presets NAME ...`` (names in ``agents/presets.json``, or ``all``) trains through
+the command line exactly as a user would, ``robustgrad train-agent --algo A --env E --steps S
+--seed K`` and no other flag (so the preset, and any keep-best it turns on, apply), and reads
+the 20-episode deterministic evaluation the command writes.
+
 Speed: PPO with 8 envs, environment steps per second with training included (after the
 first, compiling, update), next to a random-action rollout of the same vector env (the
 env's own cost), and the wall time per 100k steps of both.
@@ -12,6 +17,7 @@ Examples::
     python benchmarks/agents.py --rows ppo-cartpole --seeds 0 1 --steps 100000
     python benchmarks/agents.py --speed --speed-steps 51200
     python benchmarks/agents.py --rows all --seeds 0 1 2 3 4        # the full table (hours)
+    python benchmarks/agents.py --presets ppo-CartPole-v1 dqn-MountainCar-v0 --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
@@ -106,6 +112,48 @@ def returns_row(name, seeds, steps=None, episodes=20, verbose=False):
             "seeds": results, "seeds_at_target": ok}
 
 
+def preset_row(name, seeds, steps=None, out_root=None):
+    """Train preset ``name`` through ``robustgrad train-agent`` (no flags but --algo --env
+    --steps --seed) for each seed; the return is the command's own 20-episode evaluation."""
+    import contextlib
+    import io
+    import tempfile
+
+    from agents.config import get_preset
+    from robustgrad.cli import main as cli_main
+
+    entry = get_preset(name)
+    algo, env = name.split("-", 1)
+    steps = steps or entry["steps"]
+    target = entry["target"]
+    results = []
+    root = out_root or tempfile.mkdtemp(prefix="bench-presets-")
+    for seed in seeds:
+        out = os.path.join(root, f"{name}-s{seed}")
+        argv = ["train-agent", "--algo", algo, "--env", env, "--steps", str(steps), "--seed",
+                str(seed), "--out", out, "--no-progress"]
+        t0 = time.perf_counter()
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            status = cli_main(argv)
+        train_s = time.perf_counter() - t0
+        with open(os.path.join(out, "evaluation.json")) as f:
+            ret = json.load(f)["mean_return"]
+        kept = [line for line in buf.getvalue().splitlines() if line.startswith("kept")]
+        results.append({"seed": seed, "mean_return": ret, "seconds": train_s,
+                        "status": status, "kept": kept[0] if kept else None})
+        print(f"{name:28s} seed {seed}: {ret:8.1f} after {steps} steps ({train_s:.0f} s incl. "
+              f"evaluation){'; ' + kept[0] if kept else ''}", flush=True)
+    rets = [r["mean_return"] for r in results]
+    ok = sum(r >= target for r in rets)
+    print(f"{name:28s} mean {np.mean(rets):8.1f} over {len(rets)} seeds; {ok}/{len(rets)} seeds "
+          f">= target {target}; rl-zoo: {entry.get('zoo')}", flush=True)
+    return {"preset": name, "steps": steps, "target": target, "zoo": entry.get("zoo"),
+            "seeds": results, "seeds_at_target": ok,
+            "command": f"robustgrad train-agent --algo {algo} --env {env} --steps {steps} "
+                       "--seed <seed>"}
+
+
 def speed(steps=51_200, num_envs=8, env="CartPole-v1"):
     import agents
 
@@ -141,6 +189,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", nargs="*", default=[],
                    help=f"rows to run: {', '.join(ROWS)} or 'all'")
+    p.add_argument("--presets", nargs="*", default=[],
+                   help="presets to train through the CLI (agents/presets.json) or 'all'")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--steps", type=int, default=None, help="override the row's step budget")
     p.add_argument("--episodes", type=int, default=20, help="evaluation episodes (default 20)")
@@ -154,9 +204,21 @@ def main(argv=None):
     for r in rows:
         if r not in ROWS:
             p.error(f"--rows: unknown row {r!r}; choose from {', '.join(ROWS)}")
-    if not rows and not args.speed:
-        p.error("nothing to do: pass --rows and/or --speed")
-    out = {"rows": [], "speed": None}
+    from agents.config import load_presets
+
+    presets = sorted(load_presets()) if args.presets == ["all"] else args.presets
+    for name in presets:
+        if name not in load_presets():
+            p.error(f"--presets: unknown preset {name!r}; choose from "
+                    f"{', '.join(sorted(load_presets()))}")
+    if not rows and not args.speed and not presets:
+        p.error("nothing to do: pass --rows, --presets and/or --speed")
+    out = {"rows": [], "presets": [], "speed": None}
+    for name in presets:
+        out["presets"].append(preset_row(name, args.seeds, args.steps))
+        if args.json:  # keep what is done if a long run is stopped
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=2)
     for r in rows:
         out["rows"].append(returns_row(r, args.seeds, args.steps, args.episodes, args.verbose))
     if args.speed:

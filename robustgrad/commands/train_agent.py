@@ -6,6 +6,12 @@ Example::
     robustgrad train-agent --algo ppo --env CartPole-v1 --steps 100000 --out runs/ppo --resume
     robustgrad train-agent --algo dqn --set learning_rate=1e-3 --set batch_size=128 --out runs/dqn
     robustgrad train-agent --algo dqn --eval-every 5000 --keep-best --out runs/dqn
+    robustgrad train-agent --algo ppo --env Pendulum-v1 --preset none --out runs/ppo-defaults
+
+With no ``--preset`` the tuned preset for (algorithm, env) in ``agents/presets.json`` is used
+when there is one (the command says which); ``--preset none`` gives the plain config defaults;
+``--set`` and the other flags override either. A preset may also turn on periodic evaluation
+with keep-best (``dqn-CartPole-v1`` does); ``--eval-every`` replaces its period.
 
 Writes under ``--out``: the agent itself (``config.json``, ``agent.json``, ``weights/``,
 ``normalization.npz`` when observations are normalised; ``agents.load(out)`` returns it),
@@ -45,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="normalise observations (statistics saved with the agent)")
     p.add_argument("--normalize-reward", action="store_true", help="scale rewards (on-policy)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: algorithm's)")
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help="tuned preset (default: the one for --algo/--env if any, see "
+                        "agents/presets.json); 'none': plain config defaults")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, VALUE parsed as JSON when possible (repeatable)")
     p.add_argument("--checkpoint-every", type=int, default=None,
@@ -64,15 +73,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _parse_sets(items):
+    """``["lr=1e-3", "hidden_sizes=[32, 32]"]`` -> ``{"lr": 0.001, "hidden_sizes": [32, 32]}``;
+    a VALUE that is not JSON stays a string (``activation=relu``)."""
     out = {}
     for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--set must be KEY=VALUE with KEY a config field, got {item!r}")
         try:
-            out[key.strip()] = json.loads(value)
+            out[key] = json.loads(value)
         except json.JSONDecodeError:
-            out[key.strip()] = value
+            out[key] = value
     return out
 
 
@@ -121,6 +133,14 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--eval-every: must be positive, got {args.eval_every}")
         if args.keep_best and args.eval_every is None:
             raise ValueError("--keep-best: needs --eval-every STEPS")
+        preset = agents.config.AUTO if args.preset is None else args.preset
+        if isinstance(preset, str) and preset.lower() == "none":
+            preset = None
+        if preset not in (None, agents.config.AUTO):
+            try:
+                agents.config.get_preset(preset, args.algo)
+            except ValueError as exc:
+                raise ValueError(f"--{exc}") from None
         every = args.checkpoint_every if args.checkpoint_every is not None else max(
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
@@ -138,7 +158,13 @@ def run(args: argparse.Namespace) -> int:
                 remove_outputs(out, _AGENT_FILES)
             cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
                    "dqn": agents.DQN}[args.algo]
-            agent = cls(env=args.env, seed=args.seed, **overrides)
+            agent = cls(env=args.env, seed=args.seed, preset=preset, **overrides)
+        learn_options = {}
+        if agent.config.preset is not None:
+            learn_options = agents.config.get_preset(agent.config.preset).get("learn", {})
+        eval_every = args.eval_every or learn_options.get("eval_every")
+        keep_best = args.keep_best or (args.eval_every is None
+                                       and bool(learn_options.get("keep_best")))
     except ValueError as exc:
         print(f"robustgrad train-agent: {exc}", file=sys.stderr)
         return 2
@@ -149,13 +175,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'resuming' if resumed else 'training'} {agent.algo.upper()} on {args.env}: "
           f"{done} -> {args.steps} steps, {agent.config.num_envs} envs, seed {args.seed}, "
           f"output {out}")
+    if agent.config.preset is not None:
+        extra = (f"; evaluation every {eval_every} steps, keeping the best weights"
+                 if keep_best and not args.keep_best else "")
+        print(f"preset {agent.config.preset} (agents/presets.json; every value in "
+              f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
+              f"{extra}")
     status = 0
     if remaining > 0:
         try:
             callbacks = []
-            if args.eval_every is not None:
+            if eval_every is not None:
                 best_dir = os.path.join(out, "best")
-                evaluator = EvalCallback(args.eval_every, keep_best=args.keep_best,
+                evaluator = EvalCallback(eval_every, keep_best=keep_best,
                                          best_dir=best_dir, verbose=not args.no_progress)
                 if resumed and os.path.exists(os.path.join(best_dir, "best.json")):
                     evaluator.load_best(best_dir)
@@ -163,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             callbacks.append(TensorBoardCallback(os.path.join(out, "logs")))
             agent.learn(remaining, callbacks=callbacks, progress_bar=not args.no_progress,
                         schedule_start=done)
-            if args.keep_best and evaluator.restored:
+            if keep_best and evaluator.restored:
                 print(f"kept the best-evaluated weights: step {evaluator.best_steps}, "
                       f"return {evaluator.best_return:.1f} over {evaluator.n_episodes} episodes")
         except agents.NonFiniteTrainingError as exc:
