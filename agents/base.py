@@ -35,10 +35,17 @@ class Agent:
 
     algo: str = ""
     config_cls: type[AgentConfig] = AgentConfig
+    rollout_workers = None  # agents.distributed.RolloutWorkers when rollouts run on Ray
 
     def __init__(self, config: AgentConfig | None = None, *, transform=None,
-                 preset: str | None = AUTO, **overrides):
+                 preset: str | None = AUTO, rollout_workers: int | None = None,
+                 ray_address: str | None = None, num_cpus: int | None = None, **overrides):
         # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
+        # rollout_workers: collect on that many Ray actors (agents/distributed.py), on the
+        # cluster at ray_address ("auto" or HOST:PORT) or a local Ray with num_cpus CPUs
+        if rollout_workers is not None:
+            from agents.distributed import check_rollout_args
+            check_rollout_args(rollout_workers, ray_address, num_cpus)
         if config is None:
             config = make_config(self.config_cls, self.algo, preset, **overrides)
         elif preset != AUTO:
@@ -68,6 +75,9 @@ class Agent:
         self._env_ready = False
         self._build()
         self._act_fn = tf.function(self._act_graph, reduce_retracing=True)
+        if rollout_workers is not None:
+            from agents.distributed import RolloutWorkers
+            self.rollout_workers = RolloutWorkers(self, rollout_workers, ray_address, num_cpus)
 
     def _seed(self, rng=None):
         """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
@@ -134,6 +144,8 @@ class Agent:
     # -- environment --------------------------------------------------------------------------
     def _reset_env(self):
         self.env.reset()
+        if self.rollout_workers is not None:
+            self.rollout_workers.reset()
         self._env_ready = True
         self._on_env_reset(self.env.obs)
 
@@ -189,7 +201,7 @@ class Agent:
                     self._save_crash_checkpoint(err)
                     raise err from None
                 done += steps
-                for ret, _length in self.env.drain_episodes():
+                for ret, _length in (self.rollout_workers or self.env).drain_episodes():
                     self.episode_returns.append(ret)
                 elapsed = time.perf_counter() - start
                 logs["steps"] = int(self.num_timesteps.numpy())
@@ -351,8 +363,11 @@ class Agent:
         pass
 
     def close(self):
-        """Close the training environment (subprocesses of ``async_envs``)."""
+        """Close the training environment (subprocesses of ``async_envs``) and stop the
+        rollout workers, if any."""
         self.env.close()
+        if self.rollout_workers is not None:
+            self.rollout_workers.close()
 
     def __repr__(self):
         env = self.config.env if isinstance(self.config.env, str) else "<factory>"
@@ -360,11 +375,14 @@ class Agent:
                 f"steps={int(self.num_timesteps.numpy())})")
 
 
-def load(directory: str, env=None, **overrides) -> Agent:
+def load(directory: str, env=None, *, rollout_workers: int | None = None,
+         ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
     """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
 
     ``env``: the env factory, required when the agent was trained on one. ``overrides``
     replace config fields (e.g. ``num_envs``, ``checkpoint_dir``) before the agent is built.
+    ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
+    (resume a run on Ray workers).
     """
     import agents
 
@@ -383,6 +401,7 @@ def load(directory: str, env=None, **overrides) -> Agent:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
     cfg.update(overrides)
     config = cls.config_cls.from_dict(cfg, env=env)
-    agent = cls(config)
+    agent = cls(config, rollout_workers=rollout_workers, ray_address=ray_address,
+                num_cpus=num_cpus)
     agent._restore(directory)
     return agent

@@ -1,0 +1,327 @@
+"""Rollouts on Ray workers, the learner in TensorFlow (on-policy agents: PPO, A2C, REINFORCE).
+
+``agents.PPO(config, rollout_workers=K)`` splits the agent's ``num_envs`` environments over
+``K`` Ray actors (:class:`RolloutWorkers`). Each actor owns a vector env of
+``num_envs // K`` sub-environments and a CPU copy of the policy, built from the same
+config. One iteration:
+
+1. the learner puts its policy (:meth:`agents.Agent.get_weights`: network weights and
+   observation statistics) into the object store **once** (``ray.put``);
+2. every worker loads those weights and runs the agent's own compiled rollout
+   (``OnPolicyAgent._rollout``: same-step autoreset, ``final_obs`` for truncation
+   bootstrapping) for ``n_steps`` and returns numpy arrays of shape ``[n_steps, n, ...]``;
+3. the learner concatenates the fragments along the env axis (worker ``k`` holds envs
+   ``k*n .. (k+1)*n - 1``) and runs the unchanged ``_train`` on the ``[n_steps, num_envs]``
+   batch; observation statistics are updated there from the full batch, exactly as a
+   local agent does (so there is nothing to merge approximately; :func:`merge_moments`
+   is the exact parallel merge for statistics kept elsewhere).
+
+Seeds: worker ``k`` seeds its envs with ``seed + k*n`` (sub-env ``i`` gets ``seed + i``, as
+in a local vector env), and samples actions from the learner's random stream with the
+Philox key offset by ``k``. With one worker the collected batches, and so the whole
+training run, equal the local agent's exactly.
+
+Faults: a worker that dies (``ray.kill``, a crashed process) is restarted by Ray
+(``max_restarts``) and its fragment is collected again from its rebuilt (reset) env; an
+exception raised inside ``env.step`` is re-raised on the learner as the original exception,
+with a note naming the worker.
+
+Ray Core only (actors and the object store): ``pip install 'robustgrad[distributed]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+
+import numpy as np
+
+from robustgrad._checks import positive_int
+
+INSTALL_HINT = "pip install 'robustgrad[distributed]'"
+_KEY_INDEX = -1  # Philox state is [counter, counter, key]
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(f"rollout_workers needs Ray, which is not installed: {INSTALL_HINT}") \
+            from None
+    return ray
+
+
+def merge_moments(parts):
+    """Exact parallel merge of ``(mean, var, count)`` triples (Chan, Golub & LeVeque 1979).
+
+    ``mean``/``var`` are arrays of one shape (population variance), ``count`` a number.
+    Returns the mean, variance and count of the union of the samples.
+
+    >>> import numpy as np
+    >>> a, b = np.array([[0.0], [2.0]]), np.array([[4.0]])
+    >>> m, v, n = merge_moments([(a.mean(0), a.var(0), 2), (b.mean(0), b.var(0), 1)])
+    >>> float(m[0]), float(v[0]), n
+    (2.0, 2.6666666666666665, 3)
+    """
+    parts = list(parts)
+    if not parts:
+        raise ValueError("parts must be a non-empty sequence of (mean, var, count), got []")
+    mean, var, count = (np.asarray(parts[0][0], np.float64), np.asarray(parts[0][1], np.float64),
+                        parts[0][2])
+    for m, v, n in parts[1:]:
+        m, v = np.asarray(m, np.float64), np.asarray(v, np.float64)
+        tot = count + n
+        delta = m - mean
+        mean = mean + delta * (n / tot)
+        var = (var * count + v * n + np.square(delta) * (count * n / tot)) / tot
+        count = tot
+    return mean, var, count
+
+
+def _address_host_port(address) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``"HOST:PORT"`` address, ``None`` for ``None``/``"auto"``."""
+    if address is None or address == "auto":
+        return None
+    host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address must be 'auto' or 'HOST:PORT', got {address!r}")
+    return host, int(port)
+
+
+def check_rollout_args(rollout_workers, ray_address=None, num_cpus=None) -> int:
+    """Validate the distributed arguments of an agent before any work (Ray importable,
+    ``rollout_workers`` and ``num_cpus`` positive ints, ``ray_address`` well formed).
+
+    >>> check_rollout_args(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: rollout_workers must be an int >= 1, got 0
+    """
+    n = positive_int(rollout_workers, "rollout_workers")
+    positive_int(num_cpus, "num_cpus", allow_none=True)
+    _address_host_port(ray_address)
+    if ray_address is not None and num_cpus is not None:
+        raise ValueError("num_cpus must be left out with ray_address (a running cluster "
+                         f"already has its CPUs), got num_cpus={num_cpus!r}")
+    _import_ray()
+    return n
+
+
+def check_ray_address(address) -> str | None:
+    """``None``, ``"auto"`` or ``"HOST:PORT"`` (returned unchanged); a ``HOST:PORT`` that does
+    not accept a TCP connection within 5 s raises ``ConnectionError`` (instead of a hang).
+
+    >>> check_ray_address(None), check_ray_address("auto")
+    (None, 'auto')
+    >>> check_ray_address("localhost")
+    Traceback (most recent call last):
+    ...
+    ValueError: ray_address must be 'auto' or 'HOST:PORT', got 'localhost'
+    """
+    host_port = _address_host_port(address)
+    if host_port is None:
+        return address
+    try:
+        with socket.create_connection(host_port, timeout=5.0):
+            pass
+    except OSError as exc:
+        raise ConnectionError(f"ray_address: no Ray cluster reachable at {address!r} ({exc}); "
+                              "start one with `ray start --head --port PORT`") from None
+    return address
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None):
+    """Connect to the Ray cluster at ``address`` (``"auto"`` or ``"HOST:PORT"``), or start a
+    local instance with ``num_cpus`` CPUs when ``address`` is ``None``. Reuses an
+    already initialised Ray. Returns the ``ray`` module."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return ray
+    check_ray_address(address)
+    env_vars = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    if os.environ.get("PYTHONPATH"):
+        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    kwargs = {"runtime_env": {"env_vars": env_vars}, "include_dashboard": False,
+              "logging_level": "WARNING"}
+    try:
+        if address is None:
+            ray.init(num_cpus=num_cpus, **kwargs)
+        else:
+            ray.init(address=address, **kwargs)
+    except ConnectionError as exc:
+        raise ConnectionError(f"ray_address: cannot connect to Ray at {address!r}: {exc}") from None
+    return ray
+
+
+class _RolloutWorker:
+    """One Ray actor: a vector env of ``num_envs`` sub-environments and a CPU policy copy."""
+
+    def __init__(self, agent_cls, config, worker_id: int):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        self.worker_id = worker_id
+        self.agent = agent_cls(config)
+        self.agent._reset_env()
+
+    def ready(self) -> int:
+        return self.worker_id
+
+    def reset(self) -> None:
+        self.agent._reset_env()
+
+    def collect(self, weights, rng_state):
+        """Load ``weights``, sample with ``rng_state`` (key offset by the worker id), and run
+        one compiled rollout; returns the batch as numpy arrays, finished episodes and the
+        rollout's wall time."""
+        agent = self.agent
+        agent.set_weights(weights)
+        state = np.array(rng_state, np.int64)
+        state[_KEY_INDEX] += self.worker_id
+        agent.rng.reset(state)
+        start = time.perf_counter()
+        try:
+            batch = agent._rollout()
+        except Exception:
+            err = agent.env.error
+            if err is None:
+                raise
+            agent.env.error = None
+            agent._env_ready = False
+            raise err from None
+        seconds = time.perf_counter() - start
+        return ({k: v.numpy() for k, v in batch.items()}, agent.env.drain_episodes(), seconds)
+
+    def close(self) -> None:
+        self.agent.close()
+
+
+class RolloutWorkers:
+    """``num_workers`` Ray actors that collect an on-policy agent's rollouts.
+
+    Built by ``Agent(..., rollout_workers=K, ray_address=..., num_cpus=...)``; see the
+    module docstring. ``agent.config.num_envs`` must be a multiple of ``K``. Each actor
+    reserves one CPU (``cpus_per_worker``); a local Ray instance gets
+    ``num_cpus`` CPUs (default: ``K``). ``max_restarts``: how often Ray restarts a dead
+    worker before the iteration fails.
+    """
+
+    def __init__(self, agent, num_workers: int, address: str | None = None,
+                 num_cpus: int | None = None, max_restarts: int = 3,
+                 cpus_per_worker: float = 1.0, startup_timeout: float = 300.0):
+        from agents.onpolicy import OnPolicyAgent
+
+        num_workers = positive_int(num_workers, "rollout_workers")
+        num_cpus = positive_int(num_cpus, "num_cpus", allow_none=True)
+        max_restarts = positive_int(max_restarts, "max_restarts", minimum=0)
+        if not isinstance(agent, OnPolicyAgent):
+            raise ValueError(f"rollout_workers: only the on-policy agents (PPO, A2C, REINFORCE) "
+                             f"collect on Ray workers so far, got {type(agent).__name__}")
+        cfg = agent.config
+        if cfg.num_envs % num_workers:
+            raise ValueError(f"rollout_workers must divide num_envs ({cfg.num_envs}) so that "
+                             f"every worker steps the same number of envs, got {num_workers}")
+        ray = _import_ray()
+        if callable(cfg.env):
+            try:
+                ray.cloudpickle.dumps(cfg.env)
+            except Exception as exc:  # noqa: BLE001 - any pickling failure means the same
+                raise ValueError(f"env: the env factory cannot be serialised to a rollout worker "
+                                 f"({type(exc).__name__}: {exc}); define it at module level "
+                                 "or make it picklable") from None
+        init_ray(address, num_cpus if num_cpus is not None else
+                 max(num_workers, int(np.ceil(num_workers * cpus_per_worker))))
+        have = ray.cluster_resources().get("CPU", 0)
+        if have < num_workers * cpus_per_worker:
+            raise ValueError(f"rollout_workers: {num_workers} workers need "
+                             f"{num_workers * cpus_per_worker:g} CPUs, the Ray cluster has {have:g}")
+        self.agent = agent
+        self.num_workers = num_workers
+        self.max_restarts = max_restarts
+        self.envs_per_worker = n = cfg.num_envs // num_workers
+        self.restarts = 0
+        self.logs: dict[str, float] = {}
+        self._episodes: list[tuple[float, int]] = []
+        actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=max_restarts,
+                               max_task_retries=0)(_RolloutWorker)
+        self.actors = []
+        for k in range(num_workers):
+            wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
+                                       checkpoint_dir=None, checkpoint_every=0)
+            self.actors.append(actor_cls.remote(type(agent), wcfg, k))
+        self._get([a.ready.remote() for a in self.actors], startup_timeout, "start")
+
+    def _get(self, refs, timeout, what):
+        ray = _import_ray()
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"rollout workers did not {what} within {timeout:g} s") from None
+
+    def reset(self) -> None:
+        """Reset every worker's env (after a crash or a fresh ``learn``)."""
+        self._run_all(lambda a: a.reset.remote())
+
+    def _run_all(self, submit):
+        """``submit(actor)`` on every worker; a worker that died is waited for (Ray restarts
+        it) and its call submitted again, up to ``max_restarts`` times in all; an exception
+        raised inside a worker is re-raised as the original exception, naming the worker."""
+        ray = _import_ray()
+        refs = [submit(a) for a in self.actors]
+        out = [None] * len(refs)
+        pending = dict(enumerate(refs))
+        while pending:
+            k, ref = next(iter(pending.items()))
+            try:
+                out[k] = ray.get(ref)
+                del pending[k]
+            except ray.exceptions.RayActorError as exc:
+                self.restarts += 1
+                if self.restarts > self.max_restarts:
+                    raise RuntimeError(f"rollout worker {k} died and the restart budget "
+                                       f"(max_restarts={self.max_restarts}) is spent: {exc}") \
+                        from None
+                pending[k] = submit(self.actors[k])
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                if hasattr(cause, "add_note"):
+                    cause.add_note(f"raised on rollout worker {k} of {self.num_workers}")
+                raise cause from None
+        return out
+
+    def collect(self) -> dict:
+        """One synchronous rollout on all workers; returns the learner's batch (tensors of
+        shape ``[n_steps, num_envs, ...]``, as ``OnPolicyAgent._rollout`` returns)."""
+        import tensorflow as tf
+
+        ray = _import_ray()
+        agent = self.agent
+        T = agent.config.n_steps
+        state = agent.rng.state.numpy().copy()
+        agent.rng.make_seeds(T)  # the learner's stream advances exactly as a local rollout's
+        weights = ray.put(agent.get_weights())  # once per iteration, read by every worker
+        start = time.perf_counter()
+        results = self._run_all(lambda a: a.collect.remote(weights, state))
+        wall = time.perf_counter() - start
+        steps = T * self.envs_per_worker
+        logs = {"rollout_seconds": wall, "rollout_restarts": float(self.restarts)}
+        for k, (_batch, episodes, seconds) in enumerate(results):
+            self._episodes.extend(episodes)
+            logs[f"worker_{k}_steps_per_second"] = steps / max(seconds, 1e-9)
+        self.logs = logs
+        return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
+                for key in results[0][0]}
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        out, self._episodes = self._episodes, []
+        return out
+
+    def close(self) -> None:
+        """Stop the worker actors (Ray itself keeps running; ``ray.shutdown()`` stops it)."""
+        ray = _import_ray()
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        self.actors = []
