@@ -228,11 +228,14 @@ class OnPolicyAgent(Agent):
         if cfg.anneal_lr:
             lr = lr * max(1.0 - steps_done / total, 0.0)
         self.optimizer.learning_rate.assign(lr)
-        batch = self._rollout()
+        workers = self.rollout_workers  # agents.distributed: the same rollout on Ray actors
+        batch = self._rollout() if workers is None else workers.collect()
         stats = self._train(batch)
         n = cfg.n_steps * cfg.num_envs
         self.num_timesteps.assign_add(n)
         self.num_updates.assign_add(1)
         logs = {k: float(v) for k, v in stats.items()}
         logs["learning_rate"] = lr
+        if workers is not None:
+            logs.update(workers.logs)  # per-worker steps/s, rollout time, restarts
         return logs, n
