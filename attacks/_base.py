@@ -15,8 +15,11 @@ import warnings
 import weakref
 from typing import Any, Callable
 
+import keras
 import numpy as np
 import tensorflow as tf
+
+from robustgrad._checks import looks_like_probabilities
 
 from . import _validate as V
 from .norms import canonical_norm
@@ -50,12 +53,7 @@ def _accepts_training(model) -> bool:
     except (KeyError, TypeError):
         pass
     ok = True
-    try:
-        import keras
-
-        is_layer = isinstance(model, keras.layers.Layer)  # takes training= in __call__
-    except ImportError:  # pragma: no cover
-        is_layer = False
+    is_layer = isinstance(model, keras.layers.Layer)  # takes training= in __call__
     if not is_layer:
         try:
             params = inspect.signature(model).parameters.values()
@@ -177,15 +175,12 @@ class Prepared:
     key: tuple = ()
 
 
-def _looks_like_probabilities(out) -> bool:
-    o = np.asarray(out)
-    if o.ndim != 2 or o.shape[1] < 2:
-        return False
-    return bool(np.all(o >= -1e-6) and np.allclose(o.sum(axis=1), 1.0, atol=1e-3))
+# the old private name, still imported by attacks.evaluate
+_looks_like_probabilities = looks_like_probabilities
 
 
 def warn_if_probabilities(out, who="model"):
-    if _looks_like_probabilities(out):
+    if looks_like_probabilities(out):
         warnings.warn(
             f"{who} outputs look like probabilities (non-negative rows summing to 1). Attacks and "
             "objectives expect logits: gradients through a saturated softmax vanish and make a "
@@ -357,6 +352,9 @@ class Attack:
     name = "attack"
     norms = ("linf", "l2", "l1")
     gradient_free = False
+    #: whether the run function takes ``early_stop`` (freeze examples once broken); the
+    #: evaluation cascade turns it on where it is declared, never by inspecting signatures
+    supports_early_stop: bool = False
     _run = None  # staticmethod(model, x, y, **kw) -> AttackResult
 
     def __init__(self, **config):

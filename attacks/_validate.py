@@ -1,17 +1,34 @@
-"""Shared argument checks for the attacks: fail loud, early, naming the argument.
+"""Argument checks for the attacks: fail loud, early, naming the argument.
+
+Scalars, integers and choices are checked by the project's one validation family,
+:mod:`robustgrad._checks` (messages read ``"{name} must be ..., got ..."``); this module adds
+only what is specific to attacks: the batch ``x``, its bounds and its labels.
 
 All checks run eagerly, before any compiled work. Inside someone else's ``tf.function``
 (graph mode) only the static checks (types, dtypes, shapes, Python numbers) run; value checks
 on tensors (NaN, bounds, label range) need eager tensors and are skipped there.
+
+>>> check_eps(0.1)
+0.1
+>>> check_positive_int(0, "steps")
+Traceback (most recent call last):
+...
+ValueError: steps must be an int >= 1, got 0
+>>> check_bounds(0.0, 1.0, tf.constant([[0.5, 2.0]]))
+Traceback (most recent call last):
+...
+ValueError: x has values outside [clip_min, clip_max]; pass the bounds of your input domain (e.g. clip_min=0.0, clip_max=1.0 for images in [0, 1])
 """
 
 from __future__ import annotations
 
-import math
-import numbers
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from robustgrad import _checks
 
 __all__ = [
     "check_eps",
@@ -28,57 +45,40 @@ def _is_eager_value(v) -> bool:
     return not isinstance(v, tf.Tensor) or hasattr(v, "numpy")
 
 
-def _scalar(v, name):
-    if isinstance(v, bool):
-        raise TypeError(f"{name} must be a number, got a bool")
-    if isinstance(v, numbers.Real):
-        return float(v)
-    if isinstance(v, (np.ndarray, np.generic)) or (isinstance(v, tf.Tensor) and hasattr(v, "numpy")):
-        a = np.asarray(v)
-        if a.ndim != 0:
-            raise ValueError(f"{name} must be a scalar, got shape {a.shape}")
-        if not np.issubdtype(a.dtype, np.number):
-            raise TypeError(f"{name} must be a number, got dtype {a.dtype}")
-        return float(a)
-    if isinstance(v, (tf.Tensor, tf.Variable)):
-        return None  # symbolic: checked at run time by the caller's graph, not here
-    raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+def _unchecked(v) -> bool:
+    """A variable or a symbolic tensor: its value is only known when the graph runs."""
+    return isinstance(v, tf.Variable) or (isinstance(v, tf.Tensor) and not hasattr(v, "numpy"))
 
 
-def check_eps(eps, name="eps", allow_none=False):
-    """``eps`` a finite number >= 0 (a Python/NumPy number or a scalar tensor)."""
+def check_eps(eps: Any, name: str = "eps", allow_none: bool = False) -> Any:
+    """``eps`` a finite number >= 0 (a Python/NumPy number or a scalar tensor); returned as given."""
     if eps is None:
         if allow_none:
             return None
         raise ValueError(f"{name} is required (a number >= 0)")
-    v = _scalar(eps, name)
-    if v is not None and (math.isnan(v) or v < 0 or math.isinf(v)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+    if not _unchecked(eps):
+        _checks.nonnegative(eps, name)
     return eps
 
 
-def check_nonnegative(v, name, allow_inf=False):
-    s = _scalar(v, name)
-    if s is not None and (math.isnan(s) or s < 0 or (math.isinf(s) and not allow_inf)):
-        raise ValueError(f"{name} must be >= 0, got {s}")
+def check_nonnegative(v: Any, name: str, allow_inf: bool = False) -> Any:
+    """``v`` a number >= 0 (``inf`` only with ``allow_inf``); returned as given."""
+    if not _unchecked(v):
+        _checks.nonnegative(v, name, allow_inf=allow_inf)
     return v
 
 
-def check_positive_int(v, name, minimum=1):
-    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {v!r}")
-    if int(v) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v}")
-    return int(v)
+def check_positive_int(v: Any, name: str, minimum: int = 1) -> int:
+    """``v`` as an ``int >= minimum`` (:func:`robustgrad._checks.positive_int`)."""
+    return _checks.positive_int(v, name, minimum=minimum)
 
 
-def check_choice(v, name, choices):
-    if v not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {v!r}")
-    return v
+def check_choice(v: Any, name: str, choices: Iterable) -> Any:
+    """``v`` if it is one of ``choices`` (:func:`robustgrad._checks.choice`)."""
+    return _checks.choice(v, name, choices)
 
 
-def check_x(x, name="x"):
+def check_x(x: Any, name: str = "x") -> tf.Tensor:
     """``x`` a floating tensor of rank >= 2 (batch first) without NaN/Inf. Returns a tensor."""
     if isinstance(x, (tf.Tensor, tf.Variable)):
         t = tf.convert_to_tensor(x)
@@ -123,7 +123,7 @@ def _bound_array(v, name, x):
     return a
 
 
-def check_bounds(clip_min, clip_max, x):
+def check_bounds(clip_min: Any, clip_max: Any, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Bounds broadcastable to one example; ``clip_min <= clip_max``; ``x`` inside them.
 
     ``None`` means unbounded on that side. Returns ``(lo, hi)`` tensors of shape ``[1, *feat]``
@@ -155,7 +155,7 @@ def check_bounds(clip_min, clip_max, x):
     return lo_t, hi_t
 
 
-def check_labels(y, n, num_classes, name="y"):
+def check_labels(y: Any, n: int | None, num_classes: int | None, name: str = "y") -> tf.Tensor:
     """Integer labels of shape ``[n]`` in ``[0, num_classes)``. Returns an int64 tensor."""
     if isinstance(y, (tf.Tensor, tf.Variable)):
         t = tf.convert_to_tensor(y)

@@ -32,7 +32,7 @@ from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, r
     seed_tensor, spec_key
 from .norms import canonical_norm, clip_to_bounds, project, steepest_ascent
 from .objectives import targeted_dlr
-from .pgd import _best_update, _rows
+from ._engine import expand_rows, keep_best
 
 __all__ = ["apgd", "APGD", "checkpoint_schedule"]
 
@@ -60,7 +60,7 @@ def _random_start(x, eps, norm, seed):
         return x + eps * u
     t = tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)
     n = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(t, [tf.shape(x)[0], -1])), axis=1))
-    return x + eps * t / _rows(tf.maximum(n, 1e-12), x)
+    return x + eps * t / expand_rows(tf.maximum(n, 1e-12), x)
 
 
 def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, early_stop, rho,
@@ -120,7 +120,7 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
             active = tf.logical_not(best_succ) if early_stop else tf.ones([b], tf.bool)
             obj, succ, g = vag(x0, y, y_true, target)
             rows = rows + tf.cast(b, tf.int64)
-            best_x, best_obj, best_succ = _best_update(best_x, best_obj, best_succ, x0, obj, succ)
+            best_x, best_obj, best_succ = keep_best(best_x, best_obj, best_succ, x0, obj, succ)
             if early_stop:
                 active = tf.logical_and(active, tf.logical_not(succ))
             eta = tf.fill([b], 2.0 * eps)
@@ -145,20 +145,20 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
                 xk, g = st["xk"], st["g"]
                 a = tf.where(st["i"] > 0, tf.constant(alpha, dt), tf.constant(1.0, dt))
                 d = steepest_ascent(g, norm)
-                z = proj(xk + _rows(st["eta"], xk) * d, x, eps, lo, hi)
+                z = proj(xk + expand_rows(st["eta"], xk) * d, x, eps, lo, hi)
                 x_new = proj(xk + a * (z - xk) + (1.0 - a) * (xk - st["xprev"]), x, eps, lo, hi)
-                act = _rows(st["active"], xk)
+                act = expand_rows(st["active"], xk)
                 x_new = tf.where(act, x_new, xk)
                 obj, succ, g_new = vag(x_new, y, y_true, target)
                 st["rows"] = st["rows"] + tf.cast(b, tf.int64)
-                st["best_x"], st["best_obj"], st["best_succ"] = _best_update(
+                st["best_x"], st["best_obj"], st["best_succ"] = keep_best(
                     st["best_x"], st["best_obj"], st["best_succ"], x_new, obj, succ)
                 if early_stop:
                     st["active"] = tf.logical_and(st["active"], tf.logical_not(succ))
                 st["n_inc"] = st["n_inc"] + tf.cast(obj > st["fprev"], dt)
                 improved = obj > st["fmax"]
-                st["xmax"] = tf.where(_rows(improved, xk), x_new, st["xmax"])
-                st["gmax"] = tf.where(_rows(improved, xk), g_new, st["gmax"])
+                st["xmax"] = tf.where(expand_rows(improved, xk), x_new, st["xmax"])
+                st["gmax"] = tf.where(expand_rows(improved, xk), g_new, st["gmax"])
                 st["fmax"] = tf.where(improved, obj, st["fmax"])
                 st["xprev"], st["xk"], st["g"], st["fprev"] = xk, x_new, g_new, obj
                 st["counter"] = st["counter"] + 1
@@ -169,8 +169,8 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
                                          st["fmax_last"] >= st["fmax"])
                 red = tf.logical_and(check, tf.logical_or(osc, no_impr))
                 st["eta"] = tf.where(red, st["eta"] / 2.0, st["eta"])
-                st["xk"] = tf.where(_rows(red, xk), st["xmax"], st["xk"])
-                st["g"] = tf.where(_rows(red, xk), st["gmax"], st["g"])
+                st["xk"] = tf.where(expand_rows(red, xk), st["xmax"], st["xk"])
+                st["g"] = tf.where(expand_rows(red, xk), st["gmax"], st["g"])
                 st["reduced_last"] = tf.where(check, tf.logical_or(osc, no_impr),
                                               st["reduced_last"])
                 st["fmax_last"] = tf.where(check, st["fmax"], st["fmax_last"])
@@ -258,4 +258,5 @@ class APGD(Attack):
 
     name = "apgd"
     norms = ("linf", "l2")
+    supports_early_stop = True
     _run = staticmethod(_apgd_run)

@@ -23,7 +23,7 @@ from . import _validate as V
 from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     spec_key
 from .norms import canonical_norm, clip_to_bounds, project
-from .pgd import _rows
+from ._engine import expand_rows
 
 __all__ = ["carlini_wagner_l2", "CarliniWagnerL2"]
 
@@ -76,7 +76,7 @@ def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
                 ok = mg >= kappa
                 l2 = tf.sqrt(l2sq)
                 better = tf.logical_and(ok, l2 < best_l2)
-                best_x = tf.where(_rows(better, x), xa, best_x)
+                best_x = tf.where(expand_rows(better, x), xa, best_x)
                 best_l2 = tf.where(better, l2, best_l2)
                 succ_any = tf.logical_or(succ_any, ok)
                 t = tf.cast(i + 1, dt)

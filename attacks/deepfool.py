@@ -20,7 +20,7 @@ from . import _validate as V
 from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     spec_key
 from .norms import canonical_norm, clip_to_bounds, project
-from .pgd import _rows
+from ._engine import expand_rows
 
 __all__ = ["deepfool", "DeepFool"]
 
@@ -72,7 +72,7 @@ def _build(p, model, training, *, norm, steps, n_cand, jit_compile):
             else:
                 r = ((tf.abs(fk) + 1e-4) / wnk)[:, None] * tf.sign(wk)
             r = tf.reshape(r, tf.shape(x))
-            r_tot = tf.where(_rows(active, x), r_tot + r, r_tot)
+            r_tot = tf.where(expand_rows(active, x), r_tot + r, r_tot)
             return i + 1, r_tot, active, rows
 
         _, r_tot, _, rows = tf.while_loop(cond, body, (tf.constant(0), r_tot, active, rows))

@@ -28,9 +28,12 @@ keeps both constraints.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from robustgrad._checks import NORMS, norm_name
 
 __all__ = [
     "NORMS",
@@ -43,33 +46,20 @@ __all__ = [
     "clip_to_bounds",
 ]
 
-NORMS = ("linf", "l2", "l1")
-
-_ALIASES = {
-    "linf": "linf", "l_inf": "linf", "inf": "linf", "li": "linf", "l∞": "linf",
-    "l2": "l2", "2": "l2", "l1": "l1", "1": "l1",
-}
-
 _TINY = 1e-12
 
 
-def canonical_norm(norm) -> str:
+def canonical_norm(norm: Any) -> str:
     """``"linf"``, ``"l2"`` or ``"l1"`` for any accepted spelling; ``ValueError`` otherwise.
 
-    Accepts the strings above (any case), ``np.inf``/``float("inf")``, ``2`` and ``1``.
+    The project's one norm-name check, :func:`robustgrad._checks.norm_name`: the strings
+    ``linf``/``l_inf``/``inf``/``l∞``, ``l2``/``2``/``l_2``, ``l1``/``1``/``l_1`` (any case),
+    ``np.inf``/``float("inf")``, ``2`` and ``1``.
+
+    >>> canonical_norm("L_inf"), canonical_norm(2), canonical_norm(1.0)
+    ('linf', 'l2', 'l1')
     """
-    if isinstance(norm, str):
-        key = norm.strip().lower()
-        if key in _ALIASES:
-            return _ALIASES[key]
-    elif isinstance(norm, (int, float, np.integer, np.floating)) and not isinstance(norm, bool):
-        if math.isinf(float(norm)) and float(norm) > 0:
-            return "linf"
-        if float(norm) == 2:
-            return "l2"
-        if float(norm) == 1:
-            return "l1"
-    raise ValueError(f"norm must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got {norm!r}")
+    return norm_name(norm)
 
 
 def _flat(x):

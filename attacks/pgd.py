@@ -35,13 +35,12 @@ time) to reuse the trace. ``loss_fn`` is probed once, eagerly, on the first rows
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from . import _validate as V
-from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, seed_tensor, \
-    spec_key
-from .norms import canonical_norm, clip_to_bounds, project, random_in_ball, steepest_ascent
+from ._base import Attack, AttackResult, cached, finish, prepare, seed_tensor, spec_key
+from ._engine import compile_iterative
+from .norms import canonical_norm
 
 __all__ = [
     "projected_gradient_descent",
@@ -53,122 +52,6 @@ __all__ = [
 ]
 
 DEFAULT_L1_TOP_K = 0.01  # fraction of coordinates moved per L1 step (SLIDE-style)
-
-
-def _best_update(best_x, best_obj, best_succ, xa, obj, succ):
-    better = tf.logical_or(
-        tf.logical_and(succ, tf.logical_not(best_succ)),
-        tf.logical_and(tf.equal(succ, best_succ), obj > best_obj))
-    shape = tf.concat([tf.shape(better), tf.ones([tf.rank(xa) - 1], tf.int32)], 0)
-    bx = tf.where(tf.reshape(better, shape), xa, best_x)
-    return bx, tf.where(better, obj, best_obj), tf.logical_or(best_succ, succ)
-
-
-def _rows(mask, x):
-    return tf.reshape(mask, tf.concat([tf.shape(mask), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
-
-
-def build_iterative(p, *, norm, steps, restarts, rand_init, early_stop, momentum, l1_top_k,
-                    jit_compile):
-    """Compile the PGD/BIM/MIM loop for the prepared call ``p`` (see :func:`prepare`).
-
-    The step loop does the minimum per iteration (one forward+backward pass, the step, the
-    projection; plus the success mask with ``early_stop``): PGD-k costs k gradient passes and,
-    only when there is a choice to make (restarts or early stop), one forward pass per restart
-    to score its final iterate per example.
-    """
-    value_fn = p.value_fn
-    n_steps = int(steps)
-    n_restarts = int(restarts)
-    score_final = n_restarts > 1 or early_stop
-
-    def grad_of(xa, y, y_true):
-        with tf.GradientTape() as tape:
-            tape.watch(xa)
-            obj, succ = value_fn(xa, y, y_true)
-            total = tf.reduce_sum(obj)
-        g = tape.gradient(total, xa)
-        if g is None:
-            g = tf.zeros_like(xa)
-        return succ, g
-
-    def loop(x, y, y_true, eps, step_size, lo, hi, seed):
-        b = tf.shape(x)[0]
-        dtype = x.dtype
-        if norm == "linf":  # the ball and the box in one clip
-            lo_e = tf.maximum(x - eps, lo)
-            hi_e = tf.minimum(x + eps, hi)
-        best_x = x
-        best_obj = tf.fill([b], tf.constant(-np.inf, dtype))
-        best_succ = tf.zeros([b], tf.bool)
-        rows = tf.constant(0, tf.int64)
-        frows = tf.constant(0, tf.int64)
-
-        def restart_cond(r, best_x, best_obj, best_succ, rows, frows):
-            c = r < n_restarts
-            if early_stop:
-                c = tf.logical_and(c, tf.reduce_any(tf.logical_not(best_succ)))
-            return c
-
-        def restart_body(r, best_x, best_obj, best_succ, rows, frows):
-            if rand_init:
-                s = tf.random.experimental.stateless_fold_in(seed, r)
-                delta = random_in_ball(tf.shape(x), eps, norm, s, dtype=dtype)
-                xa = clip_to_bounds(x + delta, lo, hi)
-            else:
-                xa = x
-            active = tf.logical_not(best_succ) if early_stop else tf.ones([b], tf.bool)
-            acc = tf.zeros_like(x)
-
-            def step_cond(i, xa, acc, active, rows):
-                c = i < n_steps
-                if early_stop:
-                    c = tf.logical_and(c, tf.reduce_any(active))
-                return c
-
-            def step_body(i, xa, acc, active, rows):
-                succ, g = grad_of(xa, y, y_true)
-                rows = rows + tf.cast(b, tf.int64)
-                if momentum is not None:
-                    l1 = tf.reduce_sum(tf.abs(tf.reshape(g, [b, -1])), axis=1)
-                    g = momentum * acc + g / _rows(tf.maximum(l1, 1e-12), g)
-                    acc = g
-                if norm == "linf":
-                    x_new = tf.clip_by_value(xa + step_size * tf.sign(g), lo_e, hi_e)
-                else:
-                    if norm == "l1":
-                        blocked = tf.logical_or(tf.logical_and(xa >= hi, g > 0),
-                                                tf.logical_and(xa <= lo, g < 0))
-                        g = tf.where(blocked, tf.zeros_like(g), g)
-                    d = steepest_ascent(g, norm, l1_top_k=l1_top_k if norm == "l1" else None)
-                    x_new = clip_to_bounds(x + project(xa + step_size * d - x, eps, norm), lo, hi)
-                if early_stop:  # freeze broken examples where they broke
-                    active = tf.logical_and(active, tf.logical_not(succ))
-                    x_new = tf.where(_rows(active, x), x_new, xa)
-                return i + 1, x_new, acc, active, rows
-
-            _, xa, _, _, rows = tf.while_loop(step_cond, step_body,
-                                              (tf.constant(0), xa, acc, active, rows))
-            if score_final:
-                obj, succ = value_fn(xa, y, y_true)
-                frows = frows + tf.cast(b, tf.int64)
-                best_x, best_obj, best_succ = _best_update(best_x, best_obj, best_succ, xa, obj,
-                                                           succ)
-            else:
-                best_x = xa
-            return r + 1, best_x, best_obj, best_succ, rows, frows
-
-        _, best_x, _, _, rows, frows = tf.while_loop(
-            restart_cond, restart_body,
-            (tf.constant(0), best_x, best_obj, best_succ, rows, frows))
-        return best_x, rows, frows
-
-    sig = [relaxed_spec(p.x), tf.nest.map_structure(relaxed_spec, p.y), relaxed_spec(p.y_true),
-           tf.TensorSpec([], p.x.dtype), tf.TensorSpec([], p.x.dtype),
-           tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),
-           tf.TensorSpec([2], tf.int32)]
-    return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile),
-                       reduce_retracing=False)
 
 
 def _check_iter_args(steps, restarts, step_size, early_stop, p):
@@ -201,7 +84,7 @@ def run_iterative(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, tar
     cfg = (kind, norm, int(steps), int(restarts), bool(rand_init), bool(early_stop),
            None if momentum is None else float(momentum), l1_top_k, bool(jit_compile))
     key = p.key + cfg + spec_key((p.x, p.y, p.y_true)) + (tuple(p.lo.shape.as_list()),)
-    fn = cached(p.owner, key, lambda: build_iterative(
+    fn = cached(p.owner, key, lambda: compile_iterative(
         p, norm=norm, steps=steps, restarts=restarts, rand_init=rand_init,
         early_stop=early_stop, momentum=None if momentum is None else float(momentum), l1_top_k=l1_top_k,
         jit_compile=jit_compile))
@@ -317,6 +200,7 @@ class PGD(Attack):
     """Configured :func:`projected_gradient_descent`: ``PGD(eps=0.1, steps=20)(model, x, y)``."""
 
     name = "pgd"
+    supports_early_stop = True
     _run = staticmethod(_pgd_run)
 
 
@@ -324,6 +208,7 @@ class BIM(Attack):
     """Configured :func:`basic_iterative_method`."""
 
     name = "bim"
+    supports_early_stop = True
     _run = staticmethod(_bim_run)
 
 
@@ -331,4 +216,5 @@ class MIM(Attack):
     """Configured :func:`momentum_iterative_method`."""
 
     name = "mim"
+    supports_early_stop = True
     _run = staticmethod(_mim_run)

@@ -41,12 +41,15 @@ Example::
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 
 import robustgrad
+
+from .norms import canonical_norm
+from .pgd import projected_gradient_descent
 
 __all__ = [
     "saliency",
@@ -81,26 +84,16 @@ def _batch_spec(x):
     return tf.TensorSpec([None] + x.shape[1:].as_list(), x.dtype)
 
 
-def tracing_count(model) -> int:
+def tracing_count(model: Callable) -> int:
     """How many times the compiled functions cached for ``model`` have been traced (tests)."""
     return sum(f.experimental_get_tracing_count() for f in _CACHE.get(model, {}).values())
 
 
-def _canonical_norm(norm):
-    if norm in (np.inf, "inf", "linf", "Linf"):
-        return "linf"
-    if norm in (2, "2", "l2", "L2"):
-        return "l2"
-    if norm in (1, "1", "l1", "L1"):
-        return "l1"
-    raise ValueError(f"norm must be 'linf', 'l2' or 'l1', got {norm!r}")
-
-
-def dual_norm(g, norm="linf"):
+def dual_norm(g: tf.Tensor, norm: Any = "linf") -> tf.Tensor:
     """Per-example dual norm of ``g [B, ...]`` -> ``[B]``: L1 for an L-inf ball, L2 for L2,
     L-inf for L1 (the Lipschitz constant w.r.t. ``norm`` of a scalar function is the sup of
     the dual norm of its gradient)."""
-    norm = _canonical_norm(norm)
+    norm = canonical_norm(norm)
     flat = tf.reshape(g, [tf.shape(g)[0], -1])
     if norm == "linf":
         return tf.reduce_sum(tf.abs(flat), axis=1)
@@ -238,7 +231,7 @@ def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
     x = _check_model_x(model, x)
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    norm = _canonical_norm(norm)
+    norm = canonical_norm(norm)
 
     def build(model):
         # static batch shapes (one trace per distinct block size: the full blocks and the
@@ -342,11 +335,9 @@ def local_lipschitz(model: Callable, x, y=None, *, eps: float, norm="linf", clip
     Returns float32 ``[B]`` (and ``(points, method)`` with ``return_points``), where ``method``
     is ``"pgd_gradient_norm"`` or ``"pgd_on_function"``.
     """
-    from attacks.pgd import projected_gradient_descent  # local: keep import order flexible
-
     x = _check_model_x(model, x)
     y = _labels(model, x, y)
-    norm = _canonical_norm(norm)
+    norm = canonical_norm(norm)
     f = _scalar_fn(function)
 
     def grad_norm(xa, labels):

@@ -28,7 +28,7 @@ from . import _validate as V
 from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
     seed_tensor, spec_key
 from .norms import canonical_norm, clip_to_bounds, project
-from .pgd import _rows
+from ._engine import expand_rows
 
 __all__ = ["square", "Square"]
 
@@ -139,7 +139,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
             per = tf.reshape(per, [b, h, w, c])
             d0 = tf.constant(init_pat, dt)[None, :, :, None] * per
             n0 = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d0, [b, -1])), axis=1))
-            x0 = clip_to_bounds(x + d0 / _rows(tf.maximum(n0, 1e-12), x) * eps, lo, hi)
+            x0 = clip_to_bounds(x + d0 / expand_rows(tf.maximum(n0, 1e-12), x) * eps, lo, hi)
         logits = tf.cast(model_call(x0), dt)
         loss = margin(logits, y)
         fwd = tf.cast(b, tf.int64)
@@ -178,7 +178,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
                     return tf.sqrt(tf.reduce_sum(tf.square(t), axis=[1, 2], keepdims=True))
 
                 img_norm = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(delta, [b, -1])), axis=1))
-                img_norm = _rows(img_norm, x)
+                img_norm = expand_rows(img_norm, x)
                 win_norm = chan_norm(delta * win1f)
                 both_norm = chan_norm(delta * both)
                 new = pat * rsign([b, 1, 1, c], seeds(i, 3))
@@ -188,13 +188,13 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
                 d_new = tf.where(win2, tf.zeros_like(delta), delta)
                 d_new = tf.where(win1, new, d_new)
                 n_new = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d_new, [b, -1])), axis=1))
-                d_new = d_new / _rows(tf.maximum(n_new, 1e-12), x) * eps
+                d_new = d_new / expand_rows(tf.maximum(n_new, 1e-12), x) * eps
                 x_new = clip_to_bounds(x + d_new, lo, hi)
-            x_new = tf.where(_rows(active, x), x_new, xb)
+            x_new = tf.where(expand_rows(active, x), x_new, xb)
             logits = tf.cast(model_call(x_new), dt)
             l_new = margin(logits, y)
             better = tf.logical_and(active, l_new < loss)
-            xb = tf.where(_rows(better, x), x_new, xb)
+            xb = tf.where(expand_rows(better, x), x_new, xb)
             loss = tf.where(better, l_new, loss)
             return i + 1, xb, loss, fwd + tf.cast(b, tf.int64)
 
@@ -267,4 +267,5 @@ class Square(Attack):
     name = "square"
     norms = ("linf", "l2")
     gradient_free = True
+    supports_early_stop = True
     _run = staticmethod(_square_run)
