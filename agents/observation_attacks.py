@@ -1,0 +1,401 @@
+"""Observation attacks on agents: perturb what the policy sees inside an L∞ or L2 ball.
+
+Every gradient attack is one :mod:`attacks` call with an RL objective (DESIGN.md §7); there is
+no second PGD loop here. Each attack is a pure, seeded batch function
+``obs [B, d] float32 -> obs_adv [B, d] float32`` that also runs inside a ``tf.function``:
+
+* ``random``: uniform noise in the ball (the baseline).
+* ``action``: PGD (FGSM with ``steps=1``) away from the clean action. Discrete: untargeted
+  cross-entropy away from the greedy action (Huang et al. 2017); continuous: maximise
+  ``‖μ(ŝ) − μ(s)‖²``.
+* ``mad``: maximal action difference, ``KL(π(·|s) ‖ π(·|ŝ))`` with the clean distribution under
+  ``tf.stop_gradient``; 10 steps of ``eps/10`` by default (Zhang et al., "Robust deep
+  reinforcement learning against adversarial perturbations on state observations",
+  NeurIPS 2020). DQN's policy is taken as ``softmax(Q)``.
+* ``critic``: minimise the agent's own ``V(ŝ)``; DQN: drive the greedy action to the action of
+  lowest ``Q(s, ·)`` (targeted cross-entropy on the Q-values).
+* ``rs``: minimise ``Q^π(s, π(ŝ))`` with ``Q^π`` learned by Robust Sarsa
+  (:mod:`agents.robust_sarsa`; Zhang et al. 2020).
+
+Units. When the agent normalises observations the ball lives inside the normaliser:
+``ŝ = s + δ · std`` with ``‖δ‖ ≤ eps`` (eps in standard deviations, as the papers); otherwise
+raw units. ``scale=`` overrides this: ``"raw"`` forces raw units, an array ``[d]`` scales eps
+per dimension (e.g. the observation std of a raw-unit agent). Observations are not clipped to
+the observation space's bounds: the perturbation is what the agent *sees*.
+
+>>> import numpy as np, agents
+>>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
+>>> obs = np.zeros([4, 4], np.float32)
+>>> adv = mad_attack(agent, obs, eps=0.1, seed=0)
+>>> bool(np.abs(adv - obs).max() <= 0.1 + 1e-6), adv.shape
+(True, (4, 4))
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+import attacks
+from robustgrad import _checks
+
+__all__ = [
+    "ATTACK_NAMES",
+    "ObservationAttack",
+    "action_attack",
+    "attack_observations",
+    "check_attack_name",
+    "check_box_observations",
+    "critic_attack",
+    "mad_attack",
+    "perturbation_scale",
+    "perturbation_norms",
+    "random_attack",
+    "rs_attack",
+    "step_seed",
+]
+
+ATTACK_NAMES = ("random", "action", "mad", "critic", "rs")
+NORMS = ("linf", "l2")
+
+
+# -- checks -------------------------------------------------------------------------------------
+def check_attack_name(name, argument: str = "attack") -> str:
+    """``name`` if it is one of :data:`ATTACK_NAMES`, else ``ValueError`` naming ``argument``."""
+    return _checks.choice(name, argument, ATTACK_NAMES)
+
+
+def check_box_observations(space, argument: str = "env") -> None:
+    """``ValueError`` naming ``argument`` unless ``space`` is a 1-D ``gymnasium.spaces.Box``."""
+    import gymnasium as gym
+
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ValueError(f"{argument} must have a 1-D Box observation space (observation "
+                         f"attacks perturb real vectors), got {space}")
+
+
+def _has_critic(agent) -> bool:
+    if hasattr(agent, "q_values"):
+        return True
+    # an actor-critic whose value loss has weight 0 never trains its value network
+    return hasattr(agent, "value") and getattr(agent.config, "vf_coef", 0.0) > 0
+
+
+def check_attack(agent, name, eps, norm="linf", argument: str = "attack") -> tuple[str, float, str]:
+    """Validate an attack request against ``agent`` before any work; returns the canonical
+    ``(name, eps, norm)``."""
+    name = check_attack_name(name, argument)
+    eps = float(_checks.nonnegative(eps, "eps"))
+    norm = _checks.norm_name(norm)
+    _checks.choice(norm, "norm", NORMS)
+    check_box_observations(agent.env.single_observation_space, "agent")
+    if name == "critic" and not _has_critic(agent):
+        raise ValueError(f"{argument}: 'critic' needs an agent with a trained critic; "
+                         f"{type(agent).__name__} has no value function (vf_coef=0)")
+    return name, eps, norm
+
+
+# -- the victim seen through the attack's coordinates -------------------------------------------
+class _Victim:
+    """Callables over *scaled* observations ``u = s / scale`` of one agent (cached per agent,
+    so the compiled attack loops keyed on them trace once)."""
+
+    def __init__(self, agent, scale):
+        self._agent = weakref.ref(agent)
+        self.discrete = bool(agent.discrete)
+        self.is_dqn = hasattr(agent, "q_values")
+        self.fixed_scale = None if scale is None else tf.constant(scale, tf.float32)
+        self.policy = _Bound(self, "policy_outputs")
+        self.neg_value = _Bound(self, "negative_value")
+
+    @property
+    def agent(self):
+        a = self._agent()
+        if a is None:  # pragma: no cover
+            raise RuntimeError("the agent of this attack was garbage-collected")
+        return a
+
+    def scale(self):
+        """Per-dimension scale ``[d]``: the given one, else the normaliser's std, else ones."""
+        if self.fixed_scale is not None:
+            return self.fixed_scale
+        rms = self.agent._obs_rms()
+        if rms is None:
+            return tf.ones(self.agent.obs_shape, tf.float32)
+        return tf.cast(tf.sqrt(rms.var + rms.epsilon), tf.float32)
+
+    def outputs(self, obs):
+        """Logits (discrete on-policy), Q-values (DQN) or the Gaussian mean, of raw ``obs``."""
+        agent = self.agent
+        if self.is_dqn:
+            return agent.q(obs)
+        return agent.model.policy_net(agent.model.obs_norm(obs))
+
+    def policy_outputs(self, u):
+        return self.outputs(u * self.scale())
+
+    def negative_value(self, u):
+        return -self.agent.model.value(u * self.scale())
+
+    def clean_actions(self, obs):
+        out = self.outputs(obs)
+        if self.discrete:
+            return tf.argmax(out, axis=-1)
+        return out
+
+    def inverse_two_variance(self, batch):
+        """``1 / (2σ²)`` of the Gaussian policy, broadcast to ``[batch, action_dim]``."""
+        log_std = self.agent.model.log_std
+        w = 0.5 * tf.exp(-2.0 * tf.cast(log_std, tf.float32))
+        return tf.broadcast_to(w[None], [batch, tf.shape(log_std)[0]])
+
+
+class _Bound:
+    """A stable callable ``f(u)`` for the attacks' compiled-loop cache (one per victim)."""
+
+    def __init__(self, victim, method):
+        self._victim = victim
+        self._method = method
+
+    def __call__(self, u, training=False):
+        return getattr(self._victim, self._method)(u)
+
+
+_VICTIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _victim(agent, scale) -> _Victim:
+    if isinstance(scale, str):
+        _checks.choice(scale, "scale", ("raw",))
+        scale = np.ones(agent.obs_shape, np.float32)
+    key = None
+    if scale is not None:
+        scale = np.asarray(scale, np.float32)
+        if scale.shape != tuple(agent.obs_shape) or not np.all(np.isfinite(scale)) \
+                or np.any(scale <= 0):
+            raise ValueError(f"scale must be 'raw', None or positive finite values of shape "
+                             f"{tuple(agent.obs_shape)}, got shape {scale.shape}")
+        key = scale.tobytes()
+    table = _VICTIMS.setdefault(agent, {})
+    if key not in table:
+        table[key] = _Victim(agent, scale)
+    return table[key]
+
+
+def perturbation_scale(agent, scale=None) -> np.ndarray:
+    """The per-dimension unit of eps for ``agent`` (see the module doc), as ``[d]`` float32."""
+    return _victim(agent, scale).scale().numpy()
+
+
+def perturbation_norms(obs, obs_adv, scale, norm="linf"):
+    """``‖(obs_adv − obs) / scale‖`` per row: the perturbation in the units of eps. ``[B]``."""
+    delta = (tf.cast(obs_adv, tf.float32) - tf.cast(obs, tf.float32)) / scale
+    if _checks.norm_name(norm) == "linf":
+        return tf.reduce_max(tf.abs(delta), axis=-1)
+    return tf.norm(delta, axis=-1)
+
+
+def step_seed(seed, step):
+    """The stateless seed ``[2]`` int32 of ``step`` for base ``seed`` (an int or ``[2]``)."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        seed = tf.constant([int(seed) % (2**31 - 1), 0], tf.int32)
+    return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int32),
+                                                    tf.cast(step, tf.int32))
+
+
+# -- objectives (module-level: stable identities for the compiled-loop cache) -------------------
+def _kl_categorical(logits, clean_logp):
+    """KL(π_clean ‖ π(·|ŝ)) per row; ``clean_logp`` are the clean log-probabilities."""
+    return tf.reduce_sum(tf.exp(clean_logp) * (clean_logp - tf.nn.log_softmax(logits)), -1)
+
+
+def _weighted_square_distance(mean, target):
+    """``Σ w (μ − μ_clean)²``: the Gaussian KL for ``w = 1/(2σ²)``, ``‖Δμ‖²`` for ``w = 1``."""
+    clean_mean, w = target
+    return tf.reduce_sum(w * tf.square(mean - clean_mean), -1)
+
+
+def _negative_expected_q(logits, q_clean):
+    """``−Σ_a π(a|ŝ) Q(s, a)``: minimises the critic's value of the action taken at ŝ."""
+    return -tf.reduce_sum(tf.nn.softmax(logits) * q_clean, -1)
+
+
+# -- the attacks --------------------------------------------------------------------------------
+def _in_scaled_space(victim, obs, eps, norm, run):
+    """Map ``obs`` to ``u = obs / scale``, attack ``u`` with ``run(u)``, project the step onto
+    the ball and map back: ``ŝ = obs + δ · scale`` with ``‖δ‖ ≤ eps``."""
+    obs = tf.convert_to_tensor(obs, tf.float32)
+    scale = victim.scale()
+    u = obs / scale
+    u_adv = run(u)
+    delta = attacks.norms.project(tf.cast(u_adv, tf.float32) - u, eps, norm)
+    return obs + delta * scale
+
+
+def _prepare(agent, obs, eps, norm, scale):
+    eps = _checks.nonnegative(eps, "eps") if not isinstance(eps, (tf.Tensor, tf.Variable)) \
+        else eps
+    norm = _checks.choice(_checks.norm_name(norm), "norm", NORMS)
+    check_box_observations(agent.env.single_observation_space, "agent")
+    return _victim(agent, scale), tf.cast(eps, tf.float32), norm
+
+
+def _pgd(model, u, y, objective, eps, norm, steps, step_size, seed, targeted=False,
+         loss_fn=None):
+    if steps == 1 and not loss_fn and objective == "ce":
+        return attacks.fast_gradient_method(model, u, y, eps=eps, norm=norm, clip_min=None,
+                                            clip_max=None, targeted=targeted)
+    return attacks.projected_gradient_descent(
+        model, u, y, objective=objective, loss_fn=loss_fn, eps=eps, norm=norm, clip_min=None,
+        clip_max=None, steps=steps, step_size=step_size, seed=seed, targeted=targeted)
+
+
+def random_attack(agent, obs, *, eps, norm="linf", seed=0, scale=None):
+    """Uniform noise in the ball of radius ``eps`` (in the agent's units, see module doc)."""
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    seed = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else seed
+    return _in_scaled_space(victim, obs, eps, norm, lambda u: u + attacks.norms.random_in_ball(
+        tf.shape(u), eps, norm, seed))
+
+
+def action_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+    """PGD (``steps=1``: FGSM) away from the clean action: cross-entropy away from the greedy
+    action (discrete) or ``‖μ(ŝ) − μ(s)‖²`` (continuous, from a random start)."""
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    steps = _checks.positive_int(steps, "steps")
+
+    def run(u):
+        clean = tf.stop_gradient(victim.policy_outputs(u))
+        if victim.discrete:
+            return _pgd(victim.policy, u, tf.argmax(clean, -1), "ce", eps, norm, steps,
+                        step_size, seed)
+        target = (clean, tf.ones_like(clean))
+        return _pgd(victim.policy, u, target, _weighted_square_distance, eps, norm, steps,
+                    step_size, seed)
+
+    return _in_scaled_space(victim, obs, eps, norm, run)
+
+
+def mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+    """Maximal action difference: maximise ``KL(π(·|s) ‖ π(·|ŝ))`` (Zhang et al. 2020) by
+    ``steps`` PGD steps of ``step_size`` (default ``eps / steps``) from a random start."""
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    steps = _checks.positive_int(steps, "steps")
+    step_size = eps / float(steps) if step_size is None else step_size
+
+    def run(u):
+        clean = tf.stop_gradient(victim.policy_outputs(u))
+        if victim.discrete:
+            return _pgd(victim.policy, u, tf.nn.log_softmax(clean), _kl_categorical, eps, norm,
+                        steps, step_size, seed)
+        target = (clean, tf.stop_gradient(victim.inverse_two_variance(tf.shape(u)[0])))
+        return _pgd(victim.policy, u, target, _weighted_square_distance, eps, norm, steps,
+                    step_size, seed)
+
+    return _in_scaled_space(victim, obs, eps, norm, run)
+
+
+def critic_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+    """Minimise the agent's own critic: ``V(ŝ)`` (actor-critics), or for DQN make the greedy
+    action at ŝ the action of lowest ``Q(s, ·)``."""
+    name, _, _ = check_attack(agent, "critic", 0.0, norm)
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    steps = _checks.positive_int(steps, "steps")
+
+    def run(u):
+        if victim.is_dqn:
+            worst = tf.argmin(tf.stop_gradient(victim.policy_outputs(u)), -1)
+            return _pgd(victim.policy, u, worst, "ce", eps, norm, steps, step_size, seed,
+                        targeted=True)
+        return _pgd(None, u, None, None, eps, norm, steps, step_size, seed,
+                    loss_fn=victim.neg_value)
+
+    return _in_scaled_space(victim, obs, eps, norm, run)
+
+
+def rs_attack(agent, obs, q_pi, *, eps, norm="linf", steps=10, step_size=None, seed=0,
+              scale=None):
+    """Robust Sarsa attack: minimise ``Q^π(s, π(ŝ))`` (discrete: the expectation under
+    ``π(·|ŝ)``; continuous: at the mean action), ``q_pi`` a :class:`agents.robust_sarsa.QPi`."""
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    steps = _checks.positive_int(steps, "steps")
+    obs_t = tf.convert_to_tensor(obs, tf.float32)
+
+    def run(u):
+        if victim.discrete:
+            q_clean = tf.stop_gradient(q_pi.q_table(obs_t))
+            return _pgd(victim.policy, u, q_clean, _negative_expected_q, eps, norm, steps,
+                        step_size, seed)
+        return _pgd(victim.policy, u, obs_t, q_pi.negative_q_of_action, eps, norm, steps,
+                    step_size, seed)
+
+    return _in_scaled_space(victim, obs_t, eps, norm, run)
+
+
+_FUNCTIONS = {"random": random_attack, "action": action_attack, "mad": mad_attack,
+              "critic": critic_attack, "rs": rs_attack}
+
+
+def attack_observations(agent, obs, attack, *, eps, norm="linf", seed=0, scale=None,
+                        q_pi=None, **kwargs):
+    """Dispatch to the attack called ``attack`` (one of :data:`ATTACK_NAMES`)."""
+    name = check_attack_name(attack)
+    if name == "rs":
+        if q_pi is None:
+            raise ValueError("q_pi: the 'rs' attack needs a learned Q^π "
+                             "(agents.robust_sarsa.fit_q_pi(agent))")
+        return rs_attack(agent, obs, q_pi, eps=eps, norm=norm, seed=seed, scale=scale, **kwargs)
+    return _FUNCTIONS[name](agent, obs, eps=eps, norm=norm, seed=seed, scale=scale, **kwargs)
+
+
+class ObservationAttack:
+    """A configured observation attack: ``ObservationAttack(agent, "mad", eps=0.1)(obs, seed)``.
+
+    Holds the attack's name, budget, norm, units and keyword arguments (``steps``,
+    ``step_size``); ``rs`` learns its ``Q^π`` on first use (``rs_steps`` victim steps, or pass
+    ``q_pi``). Calls run one compiled function per attack object (eps and the seed are tensor
+    arguments: changing them does not retrace).
+    """
+
+    def __init__(self, agent, attack: str, eps: float, norm="linf", *, scale=None, q_pi=None,
+                 rs_steps: int = 20_000, **kwargs):
+        self.name, self.eps, self.norm = check_attack(agent, attack, eps, norm)
+        self.agent = agent
+        self.scale = scale
+        _victim(agent, scale)  # validates scale
+        self.q_pi = q_pi
+        self.rs_steps = _checks.positive_int(rs_steps, "rs_steps")
+        self.kwargs = dict(kwargs)
+        self._compiled = None
+
+    def _fn(self):
+        if self._compiled is None:
+            if self.name == "rs" and self.q_pi is None:
+                from agents.robust_sarsa import fit_q_pi
+
+                self.q_pi = fit_q_pi(self.agent, steps=self.rs_steps)
+            name, agent, norm, scale, q_pi, kw = (self.name, self.agent, self.norm, self.scale,
+                                                  self.q_pi, self.kwargs)
+
+            def attack(obs, eps, seed):
+                return attack_observations(agent, obs, name, eps=eps, norm=norm, seed=seed,
+                                           scale=scale, q_pi=q_pi, **kw)
+
+            self._compiled = tf.function(attack, reduce_retracing=True)
+        return self._compiled
+
+    def __call__(self, obs, seed=0, eps=None):
+        """``obs [B, d]`` -> ``obs_adv [B, d]`` (float32); ``seed`` an int or ``[2]`` tensor."""
+        eps = self.eps if eps is None else float(_checks.nonnegative(eps, "eps"))
+        obs = tf.convert_to_tensor(np.asarray(obs, np.float32))
+        s = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else tf.cast(seed, tf.int32)
+        return self._fn()(obs, tf.constant(eps, tf.float32), s)
+
+    def units(self) -> np.ndarray:
+        """The per-dimension unit of eps (see :func:`perturbation_scale`)."""
+        return perturbation_scale(self.agent, self.scale)
+
+    def __repr__(self):
+        return f"ObservationAttack({self.name!r}, eps={self.eps}, norm={self.norm!r})"
