@@ -1,4 +1,4 @@
-"""Callbacks for ``Agent.learn`` and a dependency-free progress bar.
+"""Callbacks for ``Agent.learn`` and its progress bar.
 
 A callback is a :class:`Callback` or a plain callable ``fn(agent, logs)`` (called like
 ``on_update``). ``on_update`` returning ``False`` stops training after that update.
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
 
 
 class Callback:
@@ -218,44 +216,28 @@ class EvalCallback(Callback):
 
 
 class ProgressBar:
-    """``[#####.....] 51200/100000 steps  4100 steps/s  return 187.3`` on stderr.
+    """The bar of :meth:`Agent.learn` on stderr: steps done of the budget, elapsed time, steps per
+    second, time left and the mean episode return (a :class:`robustgrad.progress.Progress`).
 
-    Redraws in place on a terminal (at most 5 times a second); elsewhere prints a line
-    at every 10% of the budget.
+    Quiet when ``enabled`` is false or ``stream`` (default stderr) is not a terminal.
     """
 
-    def __init__(self, total: int, enabled: bool = True, stream=None, width: int = 24):
+    def __init__(self, total: int, enabled: bool = True, stream=None):
+        from robustgrad.progress import Progress
+
         self.total = max(int(total), 1)
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-        self._next_decile = 1
-        self._last_line = None
+        self._progress = Progress(self.total, desc="training", unit="steps", enabled=enabled,
+                                  stream=stream)
+        self.enabled = self._progress.active
 
-    def update(self, done: int, sps: float, episode_return: float | None, force=False):
-        if not self.enabled:
-            return
-        frac = min(done / self.total, 1.0)
-        filled = int(frac * self.width)
-        ret = "   n/a" if episode_return is None else f"{episode_return:8.1f}"
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} steps "
-                f"{sps:7.0f} steps/s  return {ret}")
-        now = time.monotonic()
-        if self.tty:
-            if force or now - self._last > 0.2:
-                self.stream.write("\r" + line)
-                self.stream.flush()
-                self._last = now
-        elif (force and line != self._last_line) or frac * 10 >= self._next_decile:
-            while frac * 10 >= self._next_decile:
-                self._next_decile += 1
-            self.stream.write(line + "\n")
-            self.stream.flush()
-            self._last_line = line
+    def update(self, done: int, sps: float | None = None, episode_return: float | None = None,
+               force: bool = False) -> None:
+        """Report ``done`` steps (``sps`` is accepted for compatibility; the rate shown is the
+        bar's own); ``force`` is accepted for compatibility (the bar refreshes itself)."""
+        if episode_return is None or episode_return != episode_return:
+            self._progress.update_to(done)
+        else:
+            self._progress.update_to(done, **{"return": f"{episode_return:.1f}"})
 
-    def close(self):
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+    def close(self) -> None:
+        self._progress.close()

@@ -1,0 +1,174 @@
+"""One progress display for every long job (training, evaluation, agents), on ``tqdm``.
+
+A :class:`Progress` shows a bar with the count, the elapsed time, the rate and the estimated time
+left, plus a few named figures (``loss=0.31``), redrawn in place on stderr at most five times a
+second. It is quiet (writes nothing, costs nothing) when disabled (``--no-progress``) or when its
+stream is not a terminal, so logs and CI output hold no bar fragments. Three adapters share it:
+
+* :class:`EvaluationProgress`: the ``progress(done, total, desc)`` callable of
+  :func:`attacks.evaluate`;
+* :func:`keras_progress`: a Keras callback for ``fit`` (one bar over all epochs' batches);
+* ``agents.callbacks.ProgressBar``: the bar of ``Agent.learn``.
+
+This module imports neither TensorFlow nor ``tqdm`` until a display is actually shown.
+
+Example:
+  >>> with Progress(100, desc="crafting", unit="ex", enabled=False) as bar:
+  ...     for done in range(0, 101, 25):
+  ...         bar.update_to(done, loss=0.5)
+  >>> bar.active, bar.done
+  (False, 100)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from robustgrad._checks import positive_int
+
+__all__ = ["EvaluationProgress", "Progress", "is_terminal", "keras_progress"]
+
+_REFRESH_SECONDS = 0.2
+
+
+def is_terminal(stream: IO | None) -> bool:
+    """Whether ``stream`` is an interactive terminal (a bar there is redrawn in place)."""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class Progress:
+    """A progress bar over ``total`` units of work on ``stream`` (default: ``sys.stderr``).
+
+    Args:
+        total: units of work (an int >= 0; 0 shows a count without a bar).
+        desc: what is being done, shown before the bar.
+        unit: what one unit is (``"steps"``, ``"batches"``), shown in the rate.
+        enabled: ``False`` (e.g. ``--no-progress``) turns the display off; it is also off when
+            ``stream`` is not a terminal.
+        stream: where to draw (default ``sys.stderr`` at construction time).
+
+    ``active`` says whether anything is drawn; ``done`` is the position last reported.
+    """
+
+    def __init__(self, total: int, desc: str = "", unit: str = "it", enabled: bool = True,
+                 stream: IO | None = None):
+        self.total = int(positive_int(total, "total", minimum=0))
+        self.stream = sys.stderr if stream is None else stream
+        self.active = bool(enabled) and is_terminal(self.stream)
+        self.done = 0
+        self._bar = None
+        if self.active:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total or None, desc=desc or None, unit=unit,
+                             file=self.stream, mininterval=_REFRESH_SECONDS, dynamic_ncols=True,
+                             leave=True, smoothing=0.1)
+
+    def update_to(self, done: int, desc: str | None = None, **figures: Any) -> None:
+        """Move the bar to ``done`` units (absolute, not an increment) and show ``figures``."""
+        self.done = int(done)
+        if self._bar is None:
+            return
+        if desc is not None:
+            self._bar.set_description_str(desc, refresh=False)
+        if figures:
+            self._bar.set_postfix_str(", ".join(f"{k}={_format(v)}" for k, v in figures.items()),
+                                      refresh=False)
+        self._bar.update(self.done - self._bar.n)
+
+    def close(self) -> None:
+        """Draw the final state and end the line (idempotent)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class EvaluationProgress:
+    """The ``progress(done, total, desc)`` callable :func:`attacks.evaluate` reports to.
+
+    The bar starts at the first call (when the total is known) and closes when ``done`` reaches
+    ``total``.
+
+    Example:
+      >>> progress = EvaluationProgress(enabled=False)
+      >>> progress(3, 10, "pgd eps=0.1")
+    """
+
+    def __init__(self, enabled: bool = True, stream: IO | None = None, unit: str = "batches"):
+        self.enabled = enabled
+        self.stream = stream
+        self.unit = unit
+        self._progress: Progress | None = None
+
+    def __call__(self, done: int, total: int, desc: str) -> None:
+        if self._progress is None or self._progress.total != total:
+            self.close()
+            self._progress = Progress(total, desc=desc, unit=self.unit, enabled=self.enabled,
+                                      stream=self.stream)
+        self._progress.update_to(done, desc=desc)
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+
+
+def keras_progress(epochs: int, steps_per_epoch: int, enabled: bool = True,
+                   stream: IO | None = None, initial_epoch: int = 0):
+    """A ``keras.callbacks.Callback`` showing one :class:`Progress` over every training batch of
+    ``fit`` (from ``initial_epoch`` on), with the epoch and the running loss; use it with
+    ``fit(verbose=0)``.
+
+    Example:
+      >>> callback = keras_progress(epochs=2, steps_per_epoch=10, enabled=False)
+      >>> type(callback).__name__
+      'ProgressCallback'
+    """
+    import keras
+
+    total = (int(epochs) - int(initial_epoch)) * int(steps_per_epoch)
+
+    class ProgressCallback(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.progress: Progress | None = None
+            self._epoch = initial_epoch
+            self._seen = 0
+
+        def on_train_begin(self, logs=None):
+            self.progress = Progress(total, desc="training", unit="batches", enabled=enabled,
+                                     stream=stream)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._seen += 1
+            figures = {"epoch": f"{self._epoch + 1}/{epochs}"}
+            if logs and "loss" in logs:
+                figures["loss"] = float(logs["loss"])
+            self.progress.update_to(self._seen, **figures)
+
+        def on_train_end(self, logs=None):
+            if self.progress is not None:
+                self.progress.close()
+
+    return ProgressCallback()
