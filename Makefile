@@ -26,8 +26,10 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
+# ruff, then the layering contracts of pyproject.toml [tool.importlinter] (import-linter)
 lint: $(STAMP)
 	$(BIN)/ruff check robustgrad attacks agents tests benchmarks
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info
