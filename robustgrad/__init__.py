@@ -39,7 +39,8 @@ from robustgrad.tape import (  # noqa: E402
     value_and_grad,
     watched,
 )
-from robustgrad import data, hyper, meta, monitor, regularizers, transforms  # noqa: E402
+from robustgrad import data, errors, hyper, meta, monitor, regularizers, transforms  # noqa: E402
+from robustgrad.errors import NonFiniteError  # noqa: E402
 from robustgrad.monitor import gradient_stats  # noqa: E402
 from robustgrad.transforms import (  # noqa: E402
     GradientStep,
@@ -48,7 +49,8 @@ from robustgrad.transforms import (  # noqa: E402
 )
 
 __all__ = [
-    "GradientStep", "GradientTransformation", "NonFiniteGradientError", "gradient_stats",
+    "GradientStep", "GradientTransformation", "NonFiniteError", "NonFiniteGradientError",
+    "errors", "gradient_stats",
     "Tape", "WatchReport", "batch_jacobian", "check_connected", "clip_gradient",
     "clip_gradient_norm", "data", "grad", "hessian", "hessian_diagonal", "hvp",
     "input_gradient", "jacobian", "jvp", "monitor", "regularizers", "reverse_gradient",

@@ -37,12 +37,14 @@ __all__ = [
     "ArgumentTypeError",
     "NORMS",
     "choice",
+    "leaf_names",
     "looks_like_probabilities",
     "nonnegative",
     "norm_name",
     "number",
     "positive_int",
     "probability",
+    "scalar_output",
 ]
 
 
@@ -217,3 +219,67 @@ def looks_like_probabilities(outputs: Any) -> bool:
     if out.ndim != 2 or out.shape[0] == 0 or out.shape[1] < 2:
         return False
     return bool(np.all(out >= -1e-6) and np.allclose(out.sum(axis=1), 1.0, atol=1e-3))
+
+
+def scalar_output(value: Any, what: str = "fn", *,
+                  hint: str = "reduce it (e.g. tf.reduce_mean) before returning") -> Any:
+    """What a user's function returned, as a rank-0 floating tensor; ``what`` names the function.
+
+    Used wherever a loss or an objective must be a scalar (``grad``, ``hvp``, meta-learning and
+    hypergradient losses). A non-numeric value raises :class:`ArgumentTypeError`, a non-scalar a
+    ``ValueError`` giving its shape and ``hint``, an integer dtype an :class:`ArgumentTypeError`.
+    TensorFlow is imported on the first call only (this module stays importable without it).
+
+    >>> float(scalar_output(2.5, "loss"))
+    2.5
+    >>> scalar_output([1.0, 2.0], "loss", hint="reduce it")
+    Traceback (most recent call last):
+    ...
+    ValueError: loss must return a scalar (shape []), got shape (2,); reduce it
+    """
+    import tensorflow as tf
+
+    if not tf.is_tensor(value) and not isinstance(
+            value, (numbers.Real, np.ndarray, np.number, list, tuple)):
+        raise ArgumentTypeError(f"{what} must return a scalar tensor, got {type(value).__name__}")
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank is None or value.shape.rank != 0:
+        raise ValueError(f"{what} must return a scalar (shape []), got shape {value.shape}; {hint}")
+    if not value.dtype.is_floating:
+        raise ArgumentTypeError(
+            f"{what} must return a floating scalar, got dtype {value.dtype.name}")
+    return value
+
+
+def leaf_names(structure: Any, prefix: str | None = None, *,
+               variable_names: bool = False) -> list[str]:
+    """A display name for every leaf of a ``tf.nest`` structure, in ``tf.nest.flatten`` order.
+
+    A leaf is named by its nest path (``"a/0"``; dict keys sorted, namedtuple fields by name):
+    with ``prefix`` as ``"prefix[a/0]"`` (a bare leaf: ``prefix`` itself), without it as the path
+    (a bare leaf: ``"0"``). With ``variable_names=True`` a variable leaf is named instead by its
+    Keras 3 ``path`` (``"sequential/dense/kernel"``) or its ``tf.Variable`` name without ``":0"``.
+    TensorFlow is imported on the first call only.
+
+    >>> leaf_names({"w": [1.0, 2.0], "b": 3.0})
+    ['b', 'w/0', 'w/1']
+    >>> leaf_names({"w": 1.0}, "argument 0"), leaf_names(1.0, "argument 1")
+    (['argument 0[w]'], ['argument 1'])
+    """
+    import tensorflow as tf
+    from tensorflow.python.util import nest
+
+    names = []
+    for path, leaf in nest.flatten_with_joined_string_paths(structure):
+        name = None
+        if variable_names:
+            name = getattr(leaf, "path", None)
+            if not isinstance(name, str) or not name:
+                name = leaf.name.removesuffix(":0") if isinstance(leaf, tf.Variable) else None
+        if not name:
+            if prefix is None:
+                name = path or "0"
+            else:
+                name = f"{prefix}[{path}]" if path else prefix
+        names.append(name)
+    return names
