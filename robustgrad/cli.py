@@ -1,26 +1,40 @@
 """The ``robustgrad`` command line.
 
-The outermost layer: each sub-command lives in its own module under
-:mod:`robustgrad.commands` and is imported lazily, only when it runs, so
-``robustgrad --help`` stays fast and the core never imports ``attacks`` or
-``agents``. A command module exposes ``HELP`` (one line), ``add_arguments(parser)``
-and ``run(args) -> int``.
+The outermost layer: each sub-command lives in its own module under :mod:`robustgrad.commands`
+and is imported only when it runs, so ``robustgrad --help`` and ``robustgrad CMD --help`` import
+no TensorFlow. A command module exposes
+
+* ``HELP``: one line;
+* ``add_arguments(parser)``: its flags (no TensorFlow, no ``attacks``/``agents`` at import);
+* ``validate(args)`` (optional): the checks that need no TensorFlow, run before it loads;
+* ``run(args) -> int``: the work, importing TensorFlow, ``attacks`` and ``agents`` inside.
+
+Errors: a :class:`UsageError` (or a :class:`robustgrad._checks.ArgumentTypeError`) raised by a
+command is the user's mistake -- a bad flag value, a missing or unreadable file, an output
+directory that would be overwritten -- and prints one line ``robustgrad: error: ...`` with exit
+status 2, without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception is an
+internal error and keeps its traceback. Ctrl-C ends with status 130.
+
+TensorFlow's native start-up lines are hidden unless ``-v``/``--verbose`` is given (see
+:mod:`robustgrad.commands._startup`).
 
 Example::
 
     $ robustgrad --version
     $ robustgrad demo --out runs/demo
+    $ robustgrad -v evaluate --model runs/demo/attacks/digits_cnn.keras   # with TF's log lines
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 
-# Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main", "user_errors"]
 
 # sub-command name -> (module under robustgrad.commands, one-line help)
 COMMANDS = {
@@ -32,6 +46,48 @@ COMMANDS = {
     "evaluate-agent": ("evaluate_agent", "evaluate an RL agent, clean and under observation attacks"),
 }
 
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for (flag values, files, output directories).
+
+    ``robustgrad`` prints it as one line ``robustgrad: error: <message>`` and exits with status 2,
+    without a traceback. Commands raise it, or convert a library's validation errors with
+    :func:`user_errors`.
+    """
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[BaseException], prefix: str = "") -> Iterator[None]:
+    """Re-raise exceptions of ``types`` (default: ``ValueError``, ``TypeError``, ``OSError``)
+    from the block as :class:`UsageError`, with ``prefix`` before their message.
+
+    Wrap only steps whose errors are the user's (validating flags, loading the user's files),
+    never the work itself, so that internal errors keep their tracebacks.
+
+    Example:
+      >>> try:
+      ...     with user_errors(ValueError, prefix="--eps: "):
+      ...         float("abc")
+      ... except UsageError as exc:
+      ...     print(exc)
+      --eps: could not convert string to float: 'abc'
+    """
+    caught = types or (ValueError, TypeError, OSError)
+    try:
+        yield
+    except caught as exc:
+        raise UsageError(f"{prefix}{exc}") from exc
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line ``robustgrad: error: ...`` of every other user error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"robustgrad: error: {message} (see '{self.prog} --help')\n")
+
 
 def _load(module: str):
     return importlib.import_module(f"robustgrad.commands.{module}")
@@ -39,30 +95,35 @@ def _load(module: str):
 
 def build_parser(load_commands: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the command named ``load_commands`` is imported."""
-    from robustgrad import __version__
+    from robustgrad import __version__  # the package this module is in: already imported
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="robustgrad",
         description="Gradients as a first-class, controllable thing on TensorFlow 2.",
     )
     parser.add_argument("--version", action="version", version=f"robustgrad {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("-v", "--verbose", dest="show_native_log", action="store_true",
+                        help="show TensorFlow's start-up log lines (hidden by default)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == load_commands:
-            try:
-                mod = _load(module)
-            except ModuleNotFoundError as exc:  # a command not yet shipped
-                if exc.name != f"robustgrad.commands.{module}":
-                    raise
-                p.set_defaults(_missing=name)
-                continue
+            mod = _load(module)
             mod.add_arguments(p)
-            p.set_defaults(_run=mod.run)
+            p.set_defaults(_run=mod.run, _validate=getattr(mod, "validate", None))
     return parser
 
 
+def _error(message: object) -> int:
+    text = " ".join(str(message).split()) or type(message).__name__
+    print(f"robustgrad: error: {text}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    from robustgrad._checks import ArgumentTypeError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
@@ -70,11 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if getattr(args, "_missing", None):
-        print(f"robustgrad: the '{args._missing}' command is not available in this version",
-              file=sys.stderr)
-        return 2
-    return int(args._run(args) or 0)
+    if not args.show_native_log:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        if args._validate is not None:
+            args._validate(args)
+        from robustgrad.commands._startup import import_tensorflow
+
+        import_tensorflow(verbose=args.show_native_log)
+        return int(args._run(args) or 0)
+    except (UsageError, ArgumentTypeError) as exc:
+        if os.environ.get("ROBUSTGRAD_DEBUG"):
+            raise
+        return _error(exc)
+    except KeyboardInterrupt as exc:
+        detail = " ".join(str(exc).split())
+        print(f"robustgrad: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,26 +1,31 @@
 """``robustgrad demo``: the main job on the embedded defaults.
 
 Runs the core demonstration (gradient of a Keras model, Hessian-vector products, a chunked
-Jacobian, clipped gradients in a compiled train step), then each package's own demo stage when
-it is installed: ``attacks._demo`` (train a plain digits classifier, evaluate its robustness)
-and ``agents._demo`` (PPO on CartPole).
+Jacobian, clipped gradients in a compiled train step), then the attacks stage
+(:mod:`robustgrad.commands._demo_attacks`: train a plain digits classifier, evaluate its
+robustness) and the agents stage (:mod:`robustgrad.commands._demo_agents`: PPO on CartPole).
+
+Example::
+
+    robustgrad demo --out runs/demo     # a few minutes on 2 cores; outputs under runs/demo/
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from pathlib import Path
 
 HELP = "run the main job on the embedded defaults (digits, CartPole)"
 
-STAGES = ("attacks._demo", "agents._demo")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", default="runs/demo", help="output directory (default: runs/demo)")
+    parser.add_argument("--out", default="runs/demo",
+                        help="output directory (default: runs/demo; the demo's own earlier "
+                             "outputs there are replaced)")
     parser.add_argument("--core-only", action="store_true", help="run only the core demonstration")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _say(msg: str) -> None:
@@ -101,20 +106,18 @@ def core_demo(seed: int = 0) -> dict:
 
 
 def run(args) -> int:
+    from robustgrad.commands import _demo_agents, _demo_attacks
+    from robustgrad.commands._files import check_output_dir
+
     out = Path(args.out)
+    check_output_dir(args.out, "--out", overwrite=True)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     core_demo(args.seed)
     if not args.core_only:
-        for name in STAGES:
-            try:
-                stage = importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name != name:
-                    raise
-                _say(f"[demo] {name} is not available in this version; skipped")
-                continue
-            _say(f"[demo] --- {name.split('.')[0]} ---")
-            stage.run(out)
+        _say("[demo] --- attacks ---")
+        _demo_attacks.run(out)
+        _say("[demo] --- agents ---")
+        _demo_agents.run(out, seed=args.seed, progress=not args.no_progress)
     _say(f"[demo] done in {time.perf_counter() - t0:.1f}s; outputs under {out}/")
     return 0
