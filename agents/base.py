@@ -9,9 +9,7 @@ that make up its checkpoint.
 from __future__ import annotations
 
 import collections
-import json
 import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -22,6 +20,7 @@ import tensorflow as tf
 from agents.callbacks import ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import make_vec_env
+from agents.persistence import read_metadata, restore_weights, write_agent
 
 FORMAT_VERSION = 1
 
@@ -319,43 +318,26 @@ class Agent:
         """Write the agent to ``directory``: ``config.json``, ``agent.json`` (algorithm,
         steps, learning curve), ``weights/`` (a TF checkpoint of every variable: networks,
         optimiser, guard, normalisation, RNG) and ``normalization.npz`` (the observation
-        statistics as plain arrays). No pickle. The directory is replaced atomically."""
+        statistics as plain arrays). No pickle. Crash-safe: a kill at any moment leaves the
+        previous or the new version complete (see :mod:`agents.persistence`)."""
         directory = os.fspath(directory)
-        parent = os.path.dirname(os.path.abspath(directory))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-agent-", dir=parent)
-        try:
-            self._checkpoint().write(os.path.join(tmp, "weights", "ckpt"))
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(self.config.to_dict(), f, indent=2)
-            meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
-                    "num_timesteps": int(self.num_timesteps.numpy()),
-                    "env_id": self.config.env if isinstance(self.config.env, str) else None,
-                    "history": self.history}
-            with open(os.path.join(tmp, "agent.json"), "w") as f:
-                json.dump(meta, f)
-            rms = self._obs_rms()
-            if rms is not None:
-                np.savez(os.path.join(tmp, "normalization.npz"), **rms.numpy_state())
-            # keep anything else the caller put in the directory (logs, plots)
-            if os.path.isdir(directory):
-                for name in ("weights", "config.json", "agent.json", "normalization.npz"):
-                    p = os.path.join(directory, name)
-                    if os.path.isdir(p):
-                        shutil.rmtree(p)
-                    elif os.path.exists(p):
-                        os.remove(p)
-            os.makedirs(directory, exist_ok=True)
-            for name in os.listdir(tmp):
-                os.replace(os.path.join(tmp, name), os.path.join(directory, name))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
+                "num_timesteps": int(self.num_timesteps.numpy()),
+                "env_id": self.config.env if isinstance(self.config.env, str) else None,
+                "history": self.history}
+        rms = self._obs_rms()
+        write_agent(directory, self._checkpoint(), self.config.to_dict(), meta,
+                    rms.numpy_state() if rms is not None else None)
         return directory
 
     def _restore(self, directory: str):
-        self._checkpoint().read(os.path.join(directory, "weights", "ckpt")).expect_partial()
-        with open(os.path.join(directory, "agent.json")) as f:
-            meta = json.load(f)
+        meta, _ = read_metadata(directory)
+        if meta["algo"] != self.algo:
+            raise ValueError(f"directory: {directory!r} holds a {meta['algo']!r} agent, not "
+                             f"{self.algo!r}")
+        restore_weights(self._checkpoint(), directory,
+                        f"this {self.algo} agent (hidden_sizes="
+                        f"{getattr(self.config, 'hidden_sizes', None)})")
         self.history = list(meta.get("history", []))
         self._after_restore()
 
@@ -388,14 +370,7 @@ def load(directory: str, env=None, *, rollout_workers: int | None = None,
 
     algorithms = {c.algo: c for c in (agents.PPO, agents.A2C, agents.REINFORCE, agents.DQN)}
     directory = os.fspath(directory)
-    for name in ("config.json", "agent.json"):
-        if not os.path.exists(os.path.join(directory, name)):
-            raise ValueError(f"directory: {directory!r} does not contain a saved agent "
-                             f"(missing {name})")
-    with open(os.path.join(directory, "agent.json")) as f:
-        meta = json.load(f)
-    with open(os.path.join(directory, "config.json")) as f:
-        cfg = json.load(f)
+    meta, cfg = read_metadata(directory)
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")

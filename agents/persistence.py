@@ -1,0 +1,116 @@
+"""Saving and loading agents: crash-safe writes and loads that check what they read.
+
+An agent directory holds ``config.json`` (every config field), ``agent.json`` (algorithm, steps,
+learning curve; written last, so its presence marks a complete save), ``weights/`` (a TF checkpoint
+of every variable) and, with observation normalisation, ``normalization.npz`` (the statistics as
+plain arrays). No pickle. Other files in the directory (logs, plots, ``best/``) are left alone.
+
+Writes go through :func:`robustgrad.atomic.write_entries`: a kill at any moment leaves either the
+previous or the new version, never a mixture and never an empty checkpoint. Loads recover an
+interrupted write first, then refuse, with one line naming the file, anything that is not what
+:meth:`Agent.save` wrote: missing or non-JSON metadata, an unknown algorithm, weights that do not
+match the agent the metadata describes, a checkpoint value nothing consumed.
+
+>>> import tempfile, agents
+>>> agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, hidden_sizes=(8,), seed=0)
+>>> path = agent.save(tempfile.mkdtemp() + "/ppo")
+>>> read_metadata(path)[0]["algo"]
+'ppo'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from robustgrad import atomic
+
+__all__ = ["ENTRIES", "COMMIT", "read_metadata", "restore_weights", "write_agent"]
+
+ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
+COMMIT = "agent.json"
+
+
+def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, meta: dict,
+                normalization: dict[str, np.ndarray] | None) -> str:
+    """Write one agent version to ``directory`` crash-safely; returns ``directory``."""
+    directory = os.fspath(directory)
+
+    def writer(stage: str) -> None:
+        checkpoint.write(os.path.join(stage, "weights", "ckpt"))
+        with open(os.path.join(stage, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        if normalization is not None:
+            np.savez(os.path.join(stage, "normalization.npz"), **normalization)
+        with open(os.path.join(stage, COMMIT), "w") as f:
+            json.dump(meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    atomic.write_entries(directory, ENTRIES, writer, commit=COMMIT)
+    return directory
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg}); the file is corrupt or truncated") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text JSON file (it holds binary data)") from None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_metadata(directory: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(meta, config)`` read from an agent directory, after recovering an interrupted save.
+
+    Raises ``ValueError`` naming the directory or file when it is not a saved agent.
+    """
+    directory = os.fspath(directory)
+    if not os.path.exists(directory):
+        raise ValueError(f"directory: {directory!r} does not exist")
+    if not os.path.isdir(directory):
+        raise ValueError(f"directory: {directory!r} is a file, not an agent directory")
+    atomic.recover(directory, ENTRIES, COMMIT)
+    for name in ("config.json", COMMIT):
+        if not os.path.exists(os.path.join(directory, name)):
+            raise ValueError(f"directory: {directory!r} does not contain a saved agent "
+                             f"(missing {name})")
+    meta = _read_json(os.path.join(directory, COMMIT))
+    config = _read_json(os.path.join(directory, "config.json"))
+    for key in ("algo", "num_timesteps"):
+        if key not in meta:
+            raise ValueError(f"{os.path.join(directory, COMMIT)} has no {key!r} field; it was "
+                             "not written by Agent.save")
+    index = os.path.join(directory, "weights", "ckpt.index")
+    if not os.path.exists(index):
+        raise ValueError(f"directory: {directory!r} has no weights (missing weights/ckpt.index)")
+    return meta, config
+
+
+def restore_weights(checkpoint: tf.train.Checkpoint, directory: str, described: str) -> None:
+    """Restore ``checkpoint`` from ``directory/weights`` and check that it matched exactly.
+
+    Every variable of the agent must be restored and every saved value consumed; otherwise a
+    ``ValueError`` names the directory and ``described`` (what the metadata says the agent is).
+    """
+    path = os.path.join(directory, "weights", "ckpt")
+    try:
+        status = checkpoint.read(path)
+        status.assert_consumed()
+    except (ValueError, AssertionError, tf.errors.OpError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if len(detail) > 300:
+            detail = detail[:300] + "..."
+        raise ValueError(f"{path}: the saved weights do not match {described} ({detail}); "
+                         "the checkpoint was written by another agent or is corrupt") from None

@@ -1,0 +1,142 @@
+"""Replace a set of files in a directory so that a kill at any moment loses nothing.
+
+A saved object (an agent, a checkpoint) is a few named entries in a directory that may also hold
+other things (logs, plots). :func:`write_entries` writes the new version in a staging directory
+inside the target, then switches entry by entry with ``os.replace``, keeping the previous
+version in ``.previous/`` until the new one is complete. The *commit entry* (the metadata file a
+loader reads first) leaves first and arrives last, so its presence at the top level means the
+top-level version is complete. :func:`recover` (called by every loader and by the next write)
+finishes or rolls back an interrupted switch and removes staging leftovers:
+
+* no commit entry at the top but a ``.previous/``: the switch was interrupted; the previous
+  version is moved back (rolled back), whatever part of the new one had arrived is removed;
+* a commit entry at the top and a ``.previous/``: the new version is complete; ``.previous/``
+  is deleted.
+
+>>> import os, tempfile
+>>> d = tempfile.mkdtemp()
+>>> def writer(stage):
+...     open(os.path.join(stage, "data.txt"), "w").write("v1")
+...     open(os.path.join(stage, "meta.json"), "w").write("{}")
+>>> write_entries(d, ["data.txt", "meta.json"], writer, commit="meta.json")
+>>> sorted(os.listdir(d))
+['data.txt', 'meta.json']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+
+__all__ = ["PREVIOUS", "recover", "write_entries"]
+
+PREVIOUS = ".previous"
+_STAGING_PREFIX = ".incoming-"
+_MANIFEST = ".manifest.json"
+
+
+def _fault_point(stage: str) -> None:
+    """No-op hook between the steps of a switch; fault-injection tests replace it to kill there."""
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def recover(directory: str, entries: Sequence[str], commit: str) -> str | None:
+    """Finish or roll back an interrupted :func:`write_entries` in ``directory``.
+
+    Returns ``"rolled back"``, ``"completed"`` or None (nothing to do). Staging directories left
+    by a killed writer are removed.
+    """
+    if not os.path.isdir(directory):
+        return None
+    for name in os.listdir(directory):
+        if name.startswith(_STAGING_PREFIX):
+            _remove(os.path.join(directory, name))
+    prev = os.path.join(directory, PREVIOUS)
+    if not os.path.isdir(prev):
+        return None
+    if os.path.exists(os.path.join(directory, commit)) \
+            or not os.path.exists(os.path.join(prev, _MANIFEST)):
+        _remove(prev)  # the top level is complete (nothing had left it yet, or all arrived)
+        return "completed"
+    manifest = os.path.join(prev, _MANIFEST)
+    with open(manifest) as f:
+        old = json.load(f)
+    # roll back: the top level holds at most part of the new version. Every step can be
+    # repeated, so a kill during the roll-back is rolled back again by the next call.
+    for name in entries:
+        if name not in old:
+            _remove(os.path.join(directory, name))
+    for name in sorted(old, key=lambda n: n == commit):  # the commit entry goes back last
+        src = os.path.join(prev, name)
+        if os.path.lexists(src):
+            _remove(os.path.join(directory, name))
+            os.replace(src, os.path.join(directory, name))
+            _fault_point(f"restored {name}")
+    _remove(prev)
+    _fsync_dir(directory)
+    return "rolled back"
+
+
+def write_entries(directory: str, entries: Sequence[str], writer: Callable[[str], None],
+                  commit: str) -> None:
+    """Write ``entries`` of ``directory`` anew with ``writer(staging_dir)``, crash-safely.
+
+    Args:
+      directory: the target (created if missing); other files in it are left alone.
+      entries: every name this object owns in ``directory`` (files or directories); names the
+        writer does not produce are removed from the new version.
+      writer: writes the new version's entries into the staging directory it is given.
+      commit: the entry whose presence marks a complete version (written by ``writer``).
+    """
+    if commit not in entries:
+        raise ValueError(f"commit must be one of entries {list(entries)}, got {commit!r}")
+    os.makedirs(directory, exist_ok=True)
+    recover(directory, entries, commit)
+    stage = os.path.join(directory, f"{_STAGING_PREFIX}{uuid.uuid4().hex[:8]}")
+    os.makedirs(stage)
+    try:
+        writer(stage)
+        if not os.path.exists(os.path.join(stage, commit)):
+            raise RuntimeError(f"writer did not write the commit entry {commit!r}")
+        _fault_point("staged")
+        prev = os.path.join(directory, PREVIOUS)
+        os.makedirs(prev, exist_ok=True)
+        old = [n for n in entries if os.path.lexists(os.path.join(directory, n))]
+        with open(os.path.join(prev, _MANIFEST + ".tmp"), "w") as f:
+            json.dump(old, f)
+        os.replace(os.path.join(prev, _MANIFEST + ".tmp"), os.path.join(prev, _MANIFEST))
+        _fault_point("manifest")
+        for name in sorted(old, key=lambda n: n != commit):  # the commit entry leaves first
+            os.replace(os.path.join(directory, name), os.path.join(prev, name))
+            _fault_point(f"moved out {name}")
+        new = [n for n in entries if os.path.lexists(os.path.join(stage, n))]
+        for name in sorted(new, key=lambda n: n == commit):  # ... and arrives last
+            os.replace(os.path.join(stage, name), os.path.join(directory, name))
+            _fault_point(f"moved in {name}")
+        _fsync_dir(directory)
+        _remove(prev)
+        _fault_point("done")
+    finally:
+        _remove(stage)

@@ -1,0 +1,119 @@
+"""Crash safety of robustgrad.atomic and Agent.save: kill a writer at every step, then recover."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from robustgrad import atomic
+
+ENTRIES = ["weights", "config.json", "agent.json", "extra.npz"]
+
+# the subprocesses load robustgrad/atomic.py by path: importing the package would load TensorFlow
+_LOAD = textwrap.dedent(f"""
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location("atomic", {atomic.__file__!r})
+    atomic = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(atomic)
+""")
+
+_WRITER = _LOAD + textwrap.dedent("""
+    import os, sys
+    directory, version, kill_at, kill_in_recover = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    ENTRIES = ["weights", "config.json", "agent.json", "extra.npz"]
+
+    def writer(stage):
+        os.makedirs(os.path.join(stage, "weights"))
+        for name in ("weights/ckpt", "config.json", "agent.json"):
+            with open(os.path.join(stage, name), "w") as f:
+                f.write(version)
+        if version == "v2":  # an entry only the new version has
+            with open(os.path.join(stage, "extra.npz"), "w") as f:
+                f.write(version)
+
+    def fault(stage):
+        if stage == kill_at:
+            os._exit(9)
+    if kill_in_recover == "0":
+        atomic._fault_point = fault
+    atomic.write_entries(directory, ENTRIES, writer, commit="agent.json")
+""")
+
+STAGES = ["staged", "manifest", "moved out agent.json", "moved out config.json", "moved out weights",
+          "moved in config.json", "moved in extra.npz", "moved in weights", "moved in agent.json",
+          "done"]
+
+
+def _run(directory, version, kill_at="", kill_in_recover="0"):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-c", _WRITER, directory, version, kill_at,
+                           kill_in_recover], env=env, capture_output=True, text=True).returncode
+
+
+def _version(directory):
+    """The complete version at the top level, asserting it is not a mixture."""
+    names = sorted(n for n in os.listdir(directory))
+    assert not any(n.startswith(".incoming-") or n == atomic.PREVIOUS for n in names), names
+    contents = {open(os.path.join(directory, p)).read()
+                for p in ("weights/ckpt", "config.json", "agent.json")}
+    assert len(contents) == 1, f"mixed versions: {contents}"
+    (v,) = contents
+    assert os.path.exists(os.path.join(directory, "extra.npz")) == (v == "v2")
+    return v
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_kill_at_every_step_leaves_one_complete_version(tmp_path, stage):
+    d = str(tmp_path / "ckpt")
+    assert _run(d, "v1") == 0
+    (tmp_path / "ckpt" / "log.txt").write_text("keep me")
+    assert _run(d, "v2", kill_at=stage) == 9
+    atomic.recover(d, ENTRIES, "agent.json")
+    version = _version(d)
+    # before the commit entry arrives the old version survives; after, the new one
+    assert version == ("v2" if stage in ("moved in agent.json", "done") else "v1")
+    assert (tmp_path / "ckpt" / "log.txt").read_text() == "keep me"
+    # a later save works normally from the recovered state
+    assert _run(d, "v2") == 0 and _version(d) == "v2"
+
+
+def test_kill_during_roll_back_is_rolled_back_again(tmp_path):
+    d = str(tmp_path / "ckpt")
+    assert _run(d, "v1") == 0
+    assert _run(d, "v2", kill_at="moved in weights") == 9
+    script = _LOAD + textwrap.dedent(f"""
+        import os
+        def fault(stage):
+            if stage == "restored config.json":
+                os._exit(9)
+        atomic._fault_point = fault
+        atomic.recover({d!r}, {ENTRIES!r}, "agent.json")
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
+    assert atomic.recover(d, ENTRIES, "agent.json") == "rolled back"
+    assert _version(d) == "v1"
+
+
+def test_first_save_killed_leaves_nothing_half_written(tmp_path):
+    d = str(tmp_path / "ckpt")
+    assert _run(d, "v1", kill_at="moved in weights") == 9
+    atomic.recover(d, ENTRIES, "agent.json")
+    assert os.listdir(d) == []
+
+
+def test_commit_must_be_an_entry(tmp_path):
+    with pytest.raises(ValueError, match="commit must be one of entries"):
+        atomic.write_entries(str(tmp_path), ["a"], lambda s: None, commit="b")
+
+
+def test_writer_without_commit_entry_changes_nothing(tmp_path):
+    d = str(tmp_path)
+    atomic.write_entries(d, ["a.json"], lambda s: open(os.path.join(s, "a.json"), "w").write("1"),
+                         commit="a.json")
+    with pytest.raises(RuntimeError, match="commit entry"):
+        atomic.write_entries(d, ["a.json"], lambda s: None, commit="a.json")
+    assert json.load(open(os.path.join(d, "a.json"))) == 1
+    assert os.listdir(d) == ["a.json"]
