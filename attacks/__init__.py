@@ -3,7 +3,6 @@
 Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 """
 
-# --- BEGIN attacks (norms, objectives, attacks, evaluation) ---
 from . import norms, objectives  # noqa: E402,F401
 from ._base import Attack, AttackResult  # noqa: E402,F401
 from .fgsm import FGM, FGSM, fast_gradient_method  # noqa: E402,F401
@@ -21,9 +20,6 @@ from .deepfool import DeepFool, deepfool  # noqa: E402,F401
 from .square import Square, square  # noqa: E402,F401
 from .registry import ATTACK_NAMES, describe_attacks, make_attack, parse_attack, parse_attacks  # noqa: E402,F401,E501
 from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: E402,F401
-# --- END attacks ---
-
-# --- BEGIN training (adversarial training) ---
 from . import training  # noqa: E402,F401  (registers AdversarialTrainer for .keras loading)
 from .training import (  # noqa: E402,F401
     AdversarialTrainer,
@@ -31,9 +27,6 @@ from .training import (  # noqa: E402,F401
     EpochCheckpoint,
     make_classifier,
 )
-# --- END training ---
-
-# --- BEGIN sensitivity ---
 from . import sensitivity  # noqa: E402,F401
 from .sensitivity import (  # noqa: E402,F401
     class_jacobian_norms,
@@ -42,4 +35,3 @@ from .sensitivity import (  # noqa: E402,F401
     saliency,
     smoothgrad,
 )
-# --- END sensitivity ---

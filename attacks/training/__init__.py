@@ -1,0 +1,63 @@
+"""Adversarial training of classifiers, Keras-native.
+
+:class:`AdversarialTrainer` is a ``keras.Model`` that wraps a classifier (any Keras model
+returning logits) and replaces ``train_step`` with an adversarial one, so ``compile()``,
+``fit()``, callbacks, ``tf.distribute`` strategies and the ``.keras`` format all work as usual::
+
+    import attacks, keras
+    clf = attacks.training.make_classifier((8, 8, 1), 10)
+    trainer = attacks.AdversarialTrainer(clf, method="madry", eps=0.1, steps=10)
+    trainer.compile(optimizer=keras.optimizers.Adam(1e-3))
+    trainer.fit(x_train, y_train, batch_size=64, epochs=40, validation_data=(x_test, y_test))
+    clf.save("robust.keras")                 # the plain classifier, no custom objects
+    trainer.save("trainer.keras")            # the trainer; load it after ``import attacks``
+
+One concept per module:
+
+* :mod:`~attacks.training.trainer` -- :class:`AdversarialTrainer` and its ``train_step``;
+* :mod:`~attacks.training.methods` -- madry, trades, fast, free, clean as objects with one
+  ``craft`` and one ``loss`` (:data:`METHODS`, :data:`DEFAULT_STEPS`), with the papers;
+* :mod:`~attacks.training.crafting` -- the attack engine inside the training graph,
+  :func:`robust_accuracy`;
+* :mod:`~attacks.training.models` -- :func:`make_classifier`, :func:`freeze_layers`,
+  :func:`check_classifier`;
+* :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`;
+* :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
+  :class:`EpochCheckpoint`, :class:`NonFiniteGuard`, :class:`ScalarLogger`, :class:`EpochTimer`.
+
+>>> "madry" in METHODS and DEFAULT_STEPS["free"] == 4
+True
+"""
+
+from .callbacks import (
+    CatastrophicOverfittingGuard,
+    EpochCheckpoint,
+    EpochTimer,
+    NonFiniteGuard,
+    ScalarLogger,
+)
+from .crafting import robust_accuracy, robust_correct
+from .data import epoch_dataset, steps_per_epoch
+from .methods import DEFAULT_STEPS, METHODS, TrainingMethod, get_method
+from .models import check_classifier, freeze_layers, make_classifier
+from .trainer import AdversarialTrainer
+
+__all__ = [
+    "DEFAULT_STEPS",
+    "METHODS",
+    "AdversarialTrainer",
+    "CatastrophicOverfittingGuard",
+    "EpochCheckpoint",
+    "EpochTimer",
+    "NonFiniteGuard",
+    "ScalarLogger",
+    "TrainingMethod",
+    "check_classifier",
+    "epoch_dataset",
+    "freeze_layers",
+    "get_method",
+    "make_classifier",
+    "robust_accuracy",
+    "robust_correct",
+    "steps_per_epoch",
+]

@@ -1,0 +1,244 @@
+"""Adversarial-training methods as small objects: each has one ``craft`` and one ``loss``.
+
+A method is a stateless object registered by name; :class:`~attacks.training.AdversarialTrainer`
+looks its method up by ``trainer.method`` at every step and calls ``method.update`` (craft,
+then differentiate ``loss``, then apply). Adding a method is writing one more class here.
+
+* ``"madry"`` -- PGD adversarial training (Madry et al., "Towards Deep Learning Models
+  Resistant to Adversarial Attacks", ICLR 2018): ``steps`` PGD steps of ``step_size``
+  (default ``2.5 * eps / steps``) from a uniform random start, cross-entropy on the result.
+* ``"trades"`` -- TRADES (Zhang et al., "Theoretically Principled Trade-off between Robustness
+  and Accuracy", ICML 2019): ``CE(f(x), y) + beta * KL(f(x) || f(x'))``, ``x'`` maximising the
+  KL term by PGD from ``x + 0.001 * N(0, 1)``.
+* ``"fast"`` -- "Fast is better than free" (Wong et al., ICLR 2020): FGSM from a uniform random
+  start with step ``1.25 * eps``. Pair it with
+  :class:`~attacks.training.CatastrophicOverfittingGuard`.
+* ``"free"`` -- "Adversarial training for free!" (Shafahi et al., NeurIPS 2019): each batch is
+  replayed ``replays`` times; one backward pass gives both the weight gradient (applied) and
+  the input gradient (an FGSM step of size ``eps`` on the perturbation). The perturbation
+  starts uniformly at random in the ball for each batch (the paper carries it over from the
+  previous batch; a fresh start keeps batches independent, which deterministic resume and
+  ``tf.distribute`` need). Because crafting and update share one pass, ``free`` crafts in
+  training mode and has its own ``update``.
+* ``"clean"`` -- plain training with the same machinery (the reference for cost ratios).
+
+The PGD crafting of madry, trades and fast runs through the library's one attack engine
+(:func:`attacks.training.crafting.ascend`).
+
+>>> METHODS
+('madry', 'trades', 'fast', 'free', 'clean')
+>>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
+(10, 0.125)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple
+
+import tensorflow as tf
+
+from robustgrad._checks import NORMS, choice
+
+from .. import norms as _norms
+from .crafting import ascend, cross_entropy, kl_to_logits
+
+__all__ = ["DEFAULT_STEPS", "METHODS", "StepOutputs", "TrainingMethod", "get_method"]
+
+
+class StepOutputs(NamedTuple):
+    """What one training update produced (scalars are float32)."""
+
+    loss: tf.Tensor            #: the training loss (mean over the batch; replays averaged)
+    grad_norm: tf.Tensor       #: global gradient norm before clipping
+    adv_logits: tf.Tensor      #: logits the adversarial accuracy is measured on ``[B, C]``
+    clean_logits: Any          #: logits on the clean batch ``[B, C]``, or None if not computed
+
+
+class TrainingMethod:
+    """One adversarial-training method. ``trainer`` is the calling ``AdversarialTrainer``; a
+    method reads its configuration (``norm``, bounds, ``beta``, ...) and its hooks
+    (``_logits``, ``_craft_scale``, ``_scaled``, ``_apply_gradients``) and keeps no state."""
+
+    name: ClassVar[str] = ""
+    default_steps: ClassVar[int] = 0   #: PGD steps (madry, trades), replays (free)
+    min_steps: ClassVar[int] = 0
+    norms: ClassVar[tuple] = NORMS
+    adversarial: ClassVar[bool] = True  #: whether ``update`` crafts before the loss
+
+    def default_step_size(self, eps: float, steps: int) -> float:
+        """The step size when the user gives none (absolute, at full ``eps``)."""
+        return 2.5 * eps / max(steps, 1)
+
+    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+              step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+        """Adversarial examples ``[B, ...]`` for ``(x, y)``: PGD on the cross-entropy."""
+        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=steps, seed=seed)
+
+    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+             y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        """``(loss, adv_logits, clean_logits or None)``, the model called in training mode:
+        ``CE(adv)``, mixed ``r CE(adv) + (1 - r) CE(clean)`` when ``adv_ratio = r < 1``."""
+        adv_logits = trainer._logits(x_adv, True)
+        loss = tf.reduce_mean(cross_entropy(adv_logits, y))
+        clean_logits = None
+        if trainer.adv_ratio < 1.0:
+            clean_logits = trainer._logits(x, True)
+            loss = (trainer.adv_ratio * loss
+                    + (1.0 - trainer.adv_ratio) * tf.reduce_mean(cross_entropy(clean_logits, y)))
+        return loss, adv_logits, clean_logits
+
+    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+               scale: tf.Tensor) -> StepOutputs:
+        """Craft, differentiate :meth:`loss` w.r.t. the classifier's weights, apply."""
+        variables = trainer.model.trainable_variables
+        x_adv = None
+        if self.adversarial:
+            x_adv = self.craft(trainer, x, y, eps=eps, step_size=trainer.step_size * scale,
+                               steps=trainer.steps, seed=trainer._step_seed(1))
+        with tf.GradientTape() as tape:
+            loss, adv_logits, clean_logits = self.loss(trainer, x, x_adv, y)
+            scaled = trainer._scaled(loss)
+        grads = tape.gradient(scaled, variables)
+        gnorm = trainer._apply_gradients(grads, variables)
+        return StepOutputs(loss, gnorm, adv_logits, clean_logits)
+
+
+def _crafting_logits(trainer):
+    """``x -> float32 logits`` in the crafting mode, scaled for float16 compute."""
+    scale = trainer._craft_scale()
+    training = trainer.craft_training
+    if scale == 1.0:
+        return lambda z: trainer._logits(z, training)
+    return lambda z: trainer._logits(z, training) * scale
+
+
+def _pgd_on_ce(trainer, x, y, *, eps, step_size, steps, seed):
+    return ascend(_crafting_logits(trainer), lambda z: cross_entropy(z, y), x, eps=eps,
+                  step_size=step_size, steps=steps, norm=trainer.norm,
+                  clip_min=trainer.clip_min, clip_max=trainer.clip_max, seed=seed,
+                  start="uniform" if trainer.random_start else "none")
+
+
+class Madry(TrainingMethod):
+    name = "madry"
+    default_steps = 10
+    min_steps = 1
+
+
+class Fast(TrainingMethod):
+    name = "fast"
+    default_steps = 1
+    norms = ("linf", "l2")
+
+    def default_step_size(self, eps: float, steps: int) -> float:
+        return 1.25 * eps
+
+    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+              step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+        """One FGSM step from a random start (``steps`` is ignored)."""
+        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=1, seed=seed)
+
+
+class Trades(TrainingMethod):
+    name = "trades"
+    default_steps = 10
+    min_steps = 1
+
+    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+              step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+        """PGD on ``KL(f(x) || f(x'))`` from ``x + 0.001 N(0, 1)`` (no start in the ball)."""
+        p_clean = tf.stop_gradient(tf.nn.softmax(trainer._logits(x, trainer.craft_training)))
+
+        def start(x_, s):
+            x0 = x_ + 0.001 * tf.random.stateless_normal(tf.shape(x_), s, dtype=x_.dtype)
+            return _norms.clip_to_bounds(x0, trainer.clip_min, trainer.clip_max)
+
+        return ascend(_crafting_logits(trainer), lambda z: kl_to_logits(p_clean, z), x,
+                      eps=eps, step_size=step_size, steps=steps, norm=trainer.norm,
+                      clip_min=trainer.clip_min, clip_max=trainer.clip_max, seed=seed,
+                      start=start)
+
+    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+             y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        """``CE(f(x), y) + beta KL(f(x) || f(x_adv))`` (``adv_ratio`` does not apply)."""
+        clean_logits = trainer._logits(x, True)
+        adv_logits = trainer._logits(x_adv, True)
+        kl = kl_to_logits(tf.nn.softmax(clean_logits), adv_logits)
+        loss = tf.reduce_mean(cross_entropy(clean_logits, y) + trainer.beta * kl)
+        return loss, adv_logits, clean_logits
+
+
+class Free(TrainingMethod):
+    name = "free"
+    default_steps = 4
+    min_steps = 1
+    norms = ("linf", "l2")
+
+    def default_step_size(self, eps: float, steps: int) -> float:
+        return eps
+
+    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+              step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+        raise ValueError("method 'free' crafts inside its train step")
+
+    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+             y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        """``CE(f(x_adv), y)`` of one replay."""
+        logits = trainer._logits(x_adv, True)
+        return tf.reduce_mean(cross_entropy(logits, y)), logits, None
+
+    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+               scale: tf.Tensor) -> StepOutputs:
+        """``steps`` replays of the batch, each one weight update and one FGSM step on the
+        perturbation from the same backward pass (unrolled: the replay count is small)."""
+        norm, lo, hi = trainer.norm, trainer.clip_min, trainer.clip_max
+        variables = trainer.model.trainable_variables
+        delta = _norms.random_in_ball(tf.shape(x), eps, norm, seed=trainer._step_seed(1),
+                                      dtype=x.dtype)
+        delta = _norms.clip_to_bounds(x + delta, lo, hi) - x
+        losses, gnorms = [], []
+        for _ in range(trainer.steps):
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(delta)
+                loss, logits, _ = self.loss(trainer, x, x + delta, y)
+                scaled = trainer._scaled(loss)
+            grads = tape.gradient(scaled, variables)
+            g_delta = tape.gradient(scaled, delta)
+            del tape
+            gnorms.append(trainer._apply_gradients(grads, variables))
+            delta = delta + trainer.step_size * scale * _norms.steepest_ascent(g_delta, norm)
+            delta = _norms.project(delta, eps, norm)
+            delta = tf.stop_gradient(_norms.clip_to_bounds(x + delta, lo, hi) - x)
+            losses.append(loss)
+        return StepOutputs(tf.add_n(losses) / float(len(losses)),
+                           tf.add_n(gnorms) / float(len(gnorms)), logits, None)
+
+
+class Clean(TrainingMethod):
+    name = "clean"
+    default_steps = 0
+    adversarial = False
+
+    def default_step_size(self, eps: float, steps: int) -> float:
+        return eps
+
+    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+             y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        """``CE(f(x), y)``; ``x_adv`` is ignored."""
+        logits = trainer._logits(x, True)
+        return tf.reduce_mean(cross_entropy(logits, y)), logits, logits
+
+
+_REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
+                                                             Clean())}
+
+#: the method names, in the order the documentation and the CLI list them
+METHODS: tuple[str, ...] = tuple(_REGISTRY)
+
+#: default number of crafting steps per method (PGD steps for madry/trades, replays for free)
+DEFAULT_STEPS: dict[str, int] = {name: m.default_steps for name, m in _REGISTRY.items()}
+
+
+def get_method(name: str) -> TrainingMethod:
+    """The method object registered as ``name``; ``ValueError`` naming the choices otherwise."""
+    return _REGISTRY[choice(name, "method", METHODS)]

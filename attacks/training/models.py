@@ -1,0 +1,125 @@
+"""Classifiers for adversarial training: a small CNN factory, layer freezing (fine-tuning),
+and the check that a model outputs logits of the right width.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from robustgrad._checks import looks_like_probabilities, positive_int
+
+__all__ = ["check_classifier", "freeze_layers", "make_classifier"]
+
+
+def make_classifier(input_shape: Any, num_classes: int, width: int = 32,
+                    name: str = "classifier") -> keras.Sequential:
+    """A small CNN returning logits (no softmax): 3 conv layers, 2 max-pools, 2 dense layers.
+
+    ``width`` is the channel count of the first conv layer (then 2x, 4x). On 8x8 digits with
+    ``width=32`` it has ~0.2M parameters. ``input_shape`` is ``(H, W)`` or ``(H, W, C)``.
+
+    >>> clf = make_classifier((8, 8), 10, width=4)
+    >>> clf.output_shape
+    (None, 10)
+    """
+    input_shape = tuple(int(d) for d in input_shape)
+    if len(input_shape) == 2:
+        input_shape = input_shape + (1,)
+    if len(input_shape) != 3:
+        raise ValueError(f"input_shape must be (H, W) or (H, W, C); got {input_shape}")
+    num_classes = positive_int(num_classes, "num_classes", minimum=2)
+    width = positive_int(width, "width")
+    L = keras.layers
+    pool = input_shape[0] >= 4 and input_shape[1] >= 4
+    layers = [
+        keras.Input(input_shape),
+        L.Conv2D(width, 3, padding="same", activation="relu", name="conv1"),
+        L.Conv2D(2 * width, 3, padding="same", activation="relu", name="conv2"),
+    ]
+    if pool:
+        layers.append(L.MaxPooling2D(2, name="pool1"))
+    layers.append(L.Conv2D(4 * width, 3, padding="same", activation="relu", name="conv3"))
+    if pool and input_shape[0] >= 8:
+        layers.append(L.MaxPooling2D(2, name="pool2"))
+    layers += [
+        L.Flatten(name="flatten"),
+        L.Dense(4 * width, activation="relu", name="dense1"),
+        L.Dense(int(num_classes), name="logits", dtype="float32"),
+    ]
+    return keras.Sequential(layers, name=name)
+
+
+def freeze_layers(model: keras.Model, patterns: str | Iterable[str]) -> list[str]:
+    """Set ``trainable=False`` on every layer whose name matches one of ``patterns``.
+
+    A pattern is a glob (``conv*``) or, prefixed with ``re:``, a regular expression
+    (``re:^conv[12]$``). Returns the frozen layer names; ``ValueError`` when a pattern matches
+    nothing (naming it and the available layers). Frozen layers drop out of
+    ``trainable_variables``, so the optimizer never sees them (the same effect as a masked
+    gradient transformation that zeroes their updates, without optimizer state for them).
+
+    >>> freeze_layers(make_classifier((8, 8), 10, width=4), "conv1,re:^dense")
+    ['conv1', 'dense1']
+    """
+    if isinstance(patterns, str):
+        patterns = [p for p in patterns.split(",") if p.strip()]
+    layers = list(_iter_layers(model))
+    frozen = []
+    for pat in patterns:
+        pat = pat.strip()
+        if pat.startswith("re:"):
+            rx = re.compile(pat[3:])
+            hits = [layer for layer in layers if rx.search(layer.name)]
+        else:
+            hits = [layer for layer in layers if fnmatch.fnmatchcase(layer.name, pat)]
+        if not hits:
+            raise ValueError(
+                f"freeze pattern {pat!r} matches no layer; layers are: "
+                + ", ".join(layer.name for layer in layers)
+            )
+        for layer in hits:
+            layer.trainable = False
+            if layer.name not in frozen:
+                frozen.append(layer.name)
+    return frozen
+
+
+def _iter_layers(model):
+    for layer in model.layers:
+        yield layer
+        if hasattr(layer, "layers") and layer is not model:
+            yield from _iter_layers(layer)
+
+
+def check_classifier(model: Any, x_sample: Any, num_classes: int) -> None:
+    """Raise ``ValueError`` if ``model`` outputs probabilities or the wrong number of classes.
+
+    Runs ``model`` in inference mode on the first 32 rows of ``x_sample``.
+
+    >>> import numpy as np
+    >>> check_classifier(make_classifier((8, 8), 10, width=4), np.zeros((2, 8, 8, 1), "float32"), 12)
+    Traceback (most recent call last):
+    ...
+    ValueError: the labels have 12 classes but the model outputs 10 logits
+    """
+    out = model(tf.convert_to_tensor(x_sample[:32]), training=False)
+    out = np.asarray(out)
+    if out.ndim != 2:
+        raise ValueError(f"the model must output logits of shape (batch, classes); got {out.shape}")
+    if out.shape[1] != num_classes:
+        raise ValueError(
+            f"the labels have {num_classes} classes but the model outputs {out.shape[1]} logits"
+        )
+    if looks_like_probabilities(out):
+        raise ValueError(
+            "the model outputs probabilities (rows are non-negative and sum to 1): remove the "
+            "final softmax and output logits; attacks through saturated probabilities give "
+            "vanishing input gradients (gradient masking)"
+        )

@@ -1,0 +1,403 @@
+"""The adversarial trainer: a ``keras.Model`` whose ``train_step`` trains its classifier
+adversarially, so ``compile()``, ``fit()``, callbacks, ``tf.distribute`` strategies and the
+``.keras`` format all work as usual. The methods (madry, trades, fast, free, clean) are objects
+in :mod:`attacks.training.methods`; this module holds the Keras plumbing and the update
+(clipping, the non-finite guard, the all-reduce under a strategy).
+
+Common options: ``eps`` ramps up linearly over ``warmup_steps`` train steps; ``adv_ratio``
+mixes the clean and adversarial losses (``(1 - r) * CE(clean) + r * CE(adv)``; TRADES ignores
+it); adversarial examples are crafted with the model in inference mode
+(``craft_training=False``, so dropout/batch-norm statistics do not move while crafting) and
+the update runs in training mode. ``max_grad_norm`` clips by global norm and non-finite
+gradients skip the update (counted in ``nonfinite_count``).
+
+Random starts use stateless seeds derived from ``seed``, a step counter saved with the
+model, and the replica id, so a run restored from a checkpoint continues the same random
+stream. Under a ``tf.distribute`` strategy the gradients are all-reduced once, clipped and
+checked as global gradients (every replica takes the same decision), then applied.
+
+>>> from attacks.training import make_classifier
+>>> trainer = AdversarialTrainer(make_classifier((8, 8), 10, width=4), method="fast", eps=0.1)
+>>> trainer.steps, round(trainer.step_size, 3)
+(1, 0.125)
+>>> AdversarialTrainer(make_classifier((8, 8), 10, width=4), method="fast", norm="l1")
+Traceback (most recent call last):
+...
+ValueError: norm 'l1' is not supported by method 'fast'; use linf or l2
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from robustgrad import _checks, transforms
+
+from .crafting import accuracy, cross_entropy, robust_correct
+from .methods import get_method
+
+__all__ = ["AdversarialTrainer"]
+
+
+@keras.saving.register_keras_serializable(package="attacks")
+class AdversarialTrainer(keras.Model):
+    """A ``keras.Model`` that trains the wrapped classifier adversarially (see the module doc).
+
+    Args:
+        model: the classifier, a Keras model ``model(x, training) -> logits``.
+        method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"clean"``
+            (:data:`attacks.training.METHODS`).
+        eps: the perturbation budget, in the units of the inputs; ``0 < eps <= clip_max - clip_min``.
+        norm: ``"linf"`` or ``"l2"`` (``"l1"`` too for madry/trades).
+        clip_min, clip_max: input bounds (scalars).
+        steps: PGD steps (madry, trades) or replays (free); default per method
+            (:data:`attacks.training.DEFAULT_STEPS`).
+        step_size: PGD step (default ``2.5 * eps / steps``; fast: ``1.25 * eps``; free: ``eps``);
+            a float is absolute, scaled with ``eps`` during warm-up.
+        beta: the TRADES weight of the KL term.
+        random_start: start PGD/FGSM from a uniform point of the ball.
+        adv_ratio: weight of the adversarial loss, in [0, 1] (the rest on the clean loss).
+        warmup_steps: linear eps ramp over this many train steps (0: none).
+        craft_training: call the model in training mode while crafting (default False).
+        max_grad_norm: clip the global gradient norm to this value (None: no clipping).
+        eval_steps: PGD steps for the robust accuracy reported by ``evaluate()``/validation
+            (0: clean accuracy only).
+        max_nonfinite_steps: consecutive non-finite steps tolerated by the guard before
+            :class:`attacks.training.NonFiniteGuard` stops training.
+        seed: seed of the random starts.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        method: str = "madry",
+        eps: float = 0.1,
+        norm: Any = "linf",
+        clip_min: float = 0.0,
+        clip_max: float = 1.0,
+        steps: int | None = None,
+        step_size: float | None = None,
+        beta: float = 6.0,
+        random_start: bool = True,
+        adv_ratio: float = 1.0,
+        warmup_steps: int = 0,
+        craft_training: bool = False,
+        max_grad_norm: float | None = None,
+        eval_steps: int = 10,
+        max_nonfinite_steps: int = 10,
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if isinstance(model, dict):
+            model = keras.saving.deserialize_keras_object(model)
+        if not callable(model):
+            raise TypeError(f"model must be a Keras model returning logits; got {type(model)}")
+        impl = get_method(method)
+        norm = _checks.norm_name(norm)
+        if norm not in impl.norms:
+            raise ValueError(f"norm {norm!r} is not supported by method {method!r}; use "
+                             + " or ".join(impl.norms))
+        for name, v in (("eps", eps), ("clip_min", clip_min), ("clip_max", clip_max),
+                        ("beta", beta), ("adv_ratio", adv_ratio)):
+            _checks.number(v, name)
+        if not clip_min < clip_max:
+            raise ValueError(f"clip_min ({clip_min}) must be < clip_max ({clip_max})")
+        if norm == "linf":
+            _checks.number(eps, "eps", minimum=0, maximum=clip_max - clip_min,
+                           min_inclusive=False)
+        else:
+            _checks.number(eps, "eps", minimum=0, min_inclusive=False)
+        if steps is None:
+            steps = impl.default_steps
+        steps = _checks.positive_int(steps, "steps", minimum=impl.min_steps)
+        _checks.number(step_size, "step_size", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.nonnegative(beta, "beta")
+        _checks.probability(adv_ratio, "adv_ratio")
+        warmup_steps = _checks.positive_int(warmup_steps, "warmup_steps", minimum=0)
+        _checks.number(max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
+                       allow_none=True)
+        eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0)
+        max_nonfinite_steps = _checks.positive_int(max_nonfinite_steps, "max_nonfinite_steps",
+                                                   minimum=0)
+
+        self.model = model
+        self.method = method
+        self.eps = float(eps)
+        self.norm = norm
+        self.clip_min = float(clip_min)
+        self.clip_max = float(clip_max)
+        self.steps = int(steps)
+        if step_size is None:
+            step_size = impl.default_step_size(eps, steps)
+        self.step_size = float(step_size)
+        self.beta = float(beta)
+        self.random_start = bool(random_start)
+        self.adv_ratio = float(adv_ratio)
+        self.warmup_steps = int(warmup_steps)
+        self.craft_training = bool(craft_training)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.eval_steps = int(eval_steps)
+        self.max_nonfinite_steps = int(max_nonfinite_steps)
+        self.seed = int(seed)
+        self._grad_step = None
+
+        # state saved with the model (checkpoint and .keras): the train-step counter drives
+        # the eps warm-up and the stateless random stream.
+        self.step_counter = self.add_weight(
+            shape=(), dtype="int64", initializer="zeros", trainable=False,
+            name="step_counter", aggregation="only_first_replica")
+        self.nonfinite_count = self.add_weight(
+            shape=(), dtype="int64", initializer="zeros", trainable=False,
+            name="nonfinite_count", aggregation="only_first_replica")
+        metrics = keras.metrics
+        self.loss_tracker = metrics.Mean(name="loss")
+        self.adv_acc_tracker = metrics.Mean(name="adv_accuracy")
+        self.clean_acc_tracker = metrics.Mean(name="clean_accuracy")
+        self.robust_acc_tracker = metrics.Mean(name="robust_accuracy")
+        self.grad_norm_tracker = metrics.Mean(name="grad_norm")
+        self.eps_tracker = metrics.Mean(name="eps")
+        self._eval_fn = None
+        if getattr(model, "built", False):
+            self.built = True
+
+    # ---------------------------------------------------------------- keras plumbing
+    def call(self, x, training=False):
+        return self.model(x, training=training)
+
+    def build(self, input_shape=None):
+        if not self.model.built and input_shape is not None:
+            self.model.build(input_shape)
+        self.built = True
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.adv_acc_tracker, self.clean_acc_tracker,
+                self.robust_acc_tracker, self.grad_norm_tracker, self.eps_tracker]
+
+    def get_config(self):
+        return {
+            "model": keras.saving.serialize_keras_object(self.model),
+            "method": self.method, "eps": self.eps, "norm": self.norm,
+            "clip_min": self.clip_min, "clip_max": self.clip_max, "steps": self.steps,
+            "step_size": self.step_size, "beta": self.beta, "random_start": self.random_start,
+            "adv_ratio": self.adv_ratio, "warmup_steps": self.warmup_steps,
+            "craft_training": self.craft_training, "max_grad_norm": self.max_grad_norm,
+            "eval_steps": self.eval_steps, "max_nonfinite_steps": self.max_nonfinite_steps,
+            "seed": self.seed, "name": self.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["model"] = keras.saving.deserialize_keras_object(config["model"])
+        return cls(**config)
+
+    # ---------------------------------------------------------------- crafting
+    def _step_seed(self, salt: int):
+        """A stateless seed from (seed, step counter, replica id, salt)."""
+        ctx = tf.distribute.get_replica_context()
+        rid = ctx.replica_id_in_sync_group if ctx is not None else 0
+        base = tf.stack([tf.constant(self.seed, tf.int64), tf.cast(self.step_counter, tf.int64)])
+        s = tf.random.experimental.stateless_fold_in(tf.cast(base, tf.int32), rid)
+        return tf.random.experimental.stateless_fold_in(s, salt)
+
+    def _current_eps(self):
+        if self.warmup_steps <= 0:
+            return tf.constant(self.eps, tf.float32)
+        frac = tf.cast(self.step_counter + 1, tf.float32) / float(self.warmup_steps)
+        return self.eps * tf.minimum(frac, 1.0)
+
+    def _logits(self, x, training):
+        return tf.cast(self.model(x, training=training), tf.float32)
+
+    def _craft_scale(self):
+        # float16 compute: scale the objective so small input gradients do not underflow;
+        # the ascent directions (sign / normalised) do not depend on the scale.
+        policy = getattr(self.model, "dtype_policy", None)
+        compute = getattr(policy, "compute_dtype", "float32")
+        return 1024.0 if compute == "float16" else 1.0
+
+    def craft(self, x: Any, y: Any, eps: float | None = None, steps: int | None = None,
+              seed: Any = None) -> tf.Tensor:
+        """Adversarial examples for ``(x, y)`` as this trainer's method crafts them.
+
+        ``x`` float ``[B, ...]``, ``y`` int ``[B]``; ``eps`` defaults to the current (warm-up)
+        budget, ``steps`` to the trainer's, ``seed`` to one derived from the step counter."""
+        x = tf.convert_to_tensor(x, tf.float32)
+        y = tf.cast(tf.reshape(y, [-1]), tf.int32)
+        eps = self._current_eps() if eps is None else tf.constant(float(eps), tf.float32)
+        scale = eps / self.eps
+        seed = self._step_seed(1) if seed is None else seed
+        return get_method(self.method).craft(
+            self, x, y, eps=eps, step_size=self.step_size * scale,
+            steps=self.steps if steps is None else steps, seed=seed)
+
+    # ---------------------------------------------------------------- the update
+    def _num_replicas(self):
+        return tf.distribute.get_strategy().num_replicas_in_sync
+
+    def _transform(self):
+        """The core gradient transformation: clip by global norm, inside the non-finite guard."""
+
+        inner = (transforms.clip_by_global_norm(self.max_grad_norm) if self.max_grad_norm is not None
+                 else transforms.identity())
+        return transforms.apply_if_finite(inner, max_nonfinite_steps=self.max_nonfinite_steps)
+
+    def _maybe_build_grad_step(self):
+        """Single device, no loss scaling: a :class:`robustgrad.transforms.GradientStep`
+        (its state is a tf.Variable, saved by :class:`EpochCheckpoint`). Under a strategy or
+        loss scaling the stateless clip runs on the all-reduced gradients instead."""
+        step = getattr(self, "_grad_step", None)
+        if step is not None and step.optimizer is self.optimizer:
+            return
+        self._grad_step = None
+        if not self.model.built:
+            return
+        if getattr(self, "optimizer", None) is None:
+            return
+        if (tf.distribute.has_strategy() or getattr(self, "_distribute_strategy", None) is not None
+                or isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)):
+            return
+
+        variables = self.model.trainable_variables
+        if not self.optimizer.built:
+            self.optimizer.build(variables)
+        self._grad_step = transforms.GradientStep(self._transform(), self.optimizer, variables)
+
+    @property
+    def gradient_step(self):
+        """The core GradientStep used for updates (None under a strategy or loss scaling)."""
+        return getattr(self, "_grad_step", None)
+
+    def fit(self, *args, **kwargs):
+        self._maybe_build_grad_step()
+        return super().fit(*args, **kwargs)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras 3.15's version reduces the first distributed batch eagerly, which fails under
+        # MultiWorkerMirroredStrategy; the wrapped classifier is already built, so build only
+        # the optimizer (no data needed).
+        if self.model.built and getattr(self, "_distribute_strategy", None) is not None:
+            with self.distribute_strategy.scope():
+                if self.optimizer is not None and not self.optimizer.built:
+                    self.optimizer.build(self.trainable_variables)
+            return
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def _apply_gradients(self, grads, variables):
+        """Update the classifier; returns the global gradient norm (before clipping).
+
+        Single device: the core ``GradientStep`` (clip by global norm inside
+        ``apply_if_finite``; a rejected step never reaches the optimizer). Under a strategy: the
+        gradients are all-reduced once here, clipped and checked as global gradients (every
+        replica takes the same decision), and handed to the optimizer divided by the replica
+        count (the Keras optimizer all-reduces -- sums -- them again). With loss scaling the
+        ``LossScaleOptimizer`` skips non-finite steps and adapts its scale.
+        """
+        grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
+                 for g, v in zip(grads, variables)]
+        step = self.gradient_step
+        if step is not None:
+            stats = step(grads)
+            self.nonfinite_count.assign_add(1 - tf.cast(stats["applied"], tf.int64))
+            return stats["grad_norm"]
+
+        n = self._num_replicas()
+        ctx = tf.distribute.get_replica_context()
+        opt = self.optimizer
+        lso = isinstance(opt, keras.optimizers.LossScaleOptimizer)
+        loss_scale = tf.cast(opt.dynamic_scale, tf.float32) if lso else None
+        if n > 1 and ctx is not None:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        unscaled = [g / loss_scale for g in grads] if lso else grads
+        gnorm = transforms.global_norm(unscaled)
+        finite = transforms.all_finite(unscaled)
+        if self.max_grad_norm is not None:
+            clip = transforms.clip_by_global_norm(self.max_grad_norm)
+            unscaled, _ = clip.update(unscaled, clip.init(variables))
+        inv = 1.0 / n if (n > 1 and ctx is not None) else 1.0
+        if lso:
+            # the loss-scale optimizer skips non-finite steps and adapts its scale itself
+            opt.apply([g * loss_scale * inv for g in unscaled], variables)
+        elif tf.__internal__.distribute.strategy_supports_no_merge_call() or ctx is None or n == 1:
+            def apply():
+                opt.apply([g * inv for g in unscaled], variables)
+                return tf.constant(True)
+
+            tf.cond(finite, apply, lambda: tf.constant(False))
+        else:
+            # a cond around a synchronisation point must run in cross-replica context (the
+            # pattern of keras' LossScaleOptimizer): every replica computed the same `finite`.
+            def cross(distribution, grads, finite):
+                finite = distribution.experimental_local_results(finite)[0]
+
+                def apply():
+                    distribution.extended.call_for_each_replica(opt.apply,
+                                                                args=(grads, variables))
+                    return tf.constant(True)
+
+                tf.cond(finite, apply, lambda: tf.constant(False))
+
+            ctx.merge_call(cross, args=([g * inv for g in unscaled], finite))
+        self.nonfinite_count.assign_add(1 - tf.cast(finite, tf.int64))
+        return gnorm
+
+    def _scaled(self, loss):
+        """The per-replica loss to differentiate: mean over the local batch / replicas."""
+        n = self._num_replicas()
+        if n > 1:
+            loss = loss / float(n)
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            loss = self.optimizer.scale_loss(loss)
+        return loss
+
+    def train_step(self, data: Any) -> dict:
+        x, y = data[0], data[1]
+        x = tf.cast(tf.convert_to_tensor(x), tf.float32)
+        y = tf.cast(tf.reshape(y, [-1]), tf.int32)
+        eps = self._current_eps()
+        out = get_method(self.method).update(self, x, y, eps=eps, scale=eps / self.eps)
+
+        self.step_counter.assign_add(1)
+        self.loss_tracker.update_state(out.loss)
+        self.adv_acc_tracker.update_state(accuracy(out.adv_logits, y))
+        if out.clean_logits is not None:
+            self.clean_acc_tracker.update_state(accuracy(out.clean_logits, y))
+        self.grad_norm_tracker.update_state(out.grad_norm)
+        self.eps_tracker.update_state(eps)
+        logs = {"loss": self.loss_tracker.result(),
+                "adv_accuracy": self.adv_acc_tracker.result(),
+                "grad_norm": self.grad_norm_tracker.result(),
+                "eps": self.eps_tracker.result()}
+        if out.clean_logits is not None:
+            logs["clean_accuracy"] = self.clean_acc_tracker.result()
+        return self._for_reduction(logs)
+
+    def _for_reduction(self, logs):
+        # Keras reduces step outputs under a multi-worker strategy with
+        # strategy.reduce("MEAN", v, axis=0), which needs a batch axis: give scalars one.
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None and getattr(strategy.extended, "_in_multi_worker_mode",
+                                            lambda: False)():
+            return {k: tf.reshape(v, [1]) for k, v in logs.items()}
+        return logs
+
+    def test_step(self, data: Any) -> dict:
+        x, y = data[0], data[1]
+        x = tf.cast(tf.convert_to_tensor(x), tf.float32)
+        y = tf.cast(tf.reshape(y, [-1]), tf.int32)
+        logits = self._logits(x, False)
+        self.loss_tracker.update_state(tf.reduce_mean(cross_entropy(logits, y)))
+        self.clean_acc_tracker.update_state(accuracy(logits, y))
+        logs = {"loss": self.loss_tracker.result(),
+                "clean_accuracy": self.clean_acc_tracker.result()}
+        if self.eval_steps > 0:
+            robust = robust_correct(lambda z: self._logits(z, False), x, y, eps=self.eps,
+                                    norm=self.norm, clip_min=self.clip_min,
+                                    clip_max=self.clip_max, steps=self.eval_steps)
+            self.robust_acc_tracker.update_state(tf.reduce_mean(robust))
+            logs["robust_accuracy"] = self.robust_acc_tracker.result()
+        return self._for_reduction(logs)
