@@ -39,13 +39,16 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from robustgrad._checks import nonnegative, number, positive_int, scalar_output
+from robustgrad.data import load_digits
 from robustgrad.meta import FunctionalModel, mlp
 from robustgrad.tape import unrecorded
 
@@ -64,13 +67,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # Hypergradient-descent optimisers
 # --------------------------------------------------------------------------------------------
-def _check_beta(hypergradient_lr):
-    beta = float(hypergradient_lr)
-    if not (beta >= 0 and math.isfinite(beta)):
-        raise ValueError(f"hypergradient_lr must be a finite number >= 0, got {hypergradient_lr!r}")
-    return beta
-
-
 class _HDMixin:
     """Shared machinery: a global hypergradient step on the learning-rate variable before the
     per-variable updates."""
@@ -94,7 +90,7 @@ class _HDMixin:
             self.update_step(g, v, new_lr)
 
     @property
-    def hypergradient(self):
+    def hypergradient(self) -> Any:
         """The last hypergradient ``d f(theta_{t-1}) / d alpha`` (a scalar variable)."""
         return self._last_hypergradient
 
@@ -111,9 +107,10 @@ class SGDHD(_HDMixin, keras.optimizers.Optimizer):
     ``theta_t = theta_{t-1} - alpha_t g_t``. With ``hypergradient_lr=0`` it is plain SGD.
     """
 
-    def __init__(self, learning_rate=0.01, hypergradient_lr=1e-3, name="sgd_hd", **kwargs):
+    def __init__(self, learning_rate: float = 0.01, hypergradient_lr: float = 1e-3,
+                 name: str = "sgd_hd", **kwargs: Any):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.hypergradient_lr = _check_beta(hypergradient_lr)
+        self.hypergradient_lr = nonnegative(hypergradient_lr, "hypergradient_lr")
         self._check_lr_variable()
 
     def build(self, variables):
@@ -150,16 +147,14 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
     ``theta_t = theta_{t-1} - alpha_t u_t``.
     """
 
-    def __init__(self, learning_rate=0.001, hypergradient_lr=1e-7, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-7, name="adam_hd", **kwargs):
+    def __init__(self, learning_rate: float = 0.001, hypergradient_lr: float = 1e-7,
+                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7,
+                 name: str = "adam_hd", **kwargs: Any):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.hypergradient_lr = _check_beta(hypergradient_lr)
-        for arg, val in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= float(val) < 1.0:
-                raise ValueError(f"{arg} must be in [0, 1), got {val!r}")
-        if not float(epsilon) > 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.hypergradient_lr = nonnegative(hypergradient_lr, "hypergradient_lr")
+        self.beta_1 = number(beta_1, "beta_1", minimum=0, maximum=1, max_inclusive=False)
+        self.beta_2 = number(beta_2, "beta_2", minimum=0, maximum=1, max_inclusive=False)
+        self.epsilon = number(epsilon, "epsilon", minimum=0, min_inclusive=False)
         self._check_lr_variable()
 
     def build(self, variables):
@@ -207,8 +202,8 @@ class HyperParams(NamedTuple):
 def make_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) -> np.ndarray:
     """A fixed ``[steps, batch_size]`` int32 array of minibatch indices (epochs of random
     permutations), so that the unrolled loss is a deterministic function of the hyper-parameters."""
-    steps = _positive_int("steps", steps)
-    batch_size = _positive_int("batch_size", batch_size)
+    steps = positive_int(steps, "steps")
+    batch_size = positive_int(batch_size, "batch_size")
     if batch_size > num_examples:
         raise ValueError(f"batch_size={batch_size} exceeds the {num_examples} training examples")
     rng = np.random.default_rng(seed)
@@ -220,26 +215,15 @@ def make_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) 
     return np.asarray(out[:steps], np.int32)
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or int(value) != value or int(value) <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def _xent(logits, y):
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(y, tf.int32), logits=logits))
 
 
-def _scalar(value, what):
-    value = tf.convert_to_tensor(value)
-    if value.shape.rank != 0:
-        raise ValueError(f"{what} must return a scalar (rank-0) tensor, got shape {value.shape}")
-    return value
-
-
-def unrolled_loss(model: FunctionalModel, params0, hparams: HyperParams, x_train, y_train,
-                  x_val, y_val, batches, loss: Callable | None = None, outer_tape=None):
+def unrolled_loss(model: FunctionalModel, params0: Any, hparams: HyperParams, x_train: Any,
+                  y_train: Any, x_val: Any, y_val: Any, batches: Any,
+                  loss: Callable | None = None,
+                  outer_tape: tf.GradientTape | None = None) -> tuple[tf.Tensor, tf.Tensor]:
     """Validation loss after ``T = len(batches)`` SGD steps from ``params0``.
 
     Inner update (``lr = exp(log_lr)``, ``wd = exp(log_wd)``)::
@@ -274,7 +258,7 @@ def unrolled_loss(model: FunctionalModel, params0, hparams: HyperParams, x_train
         yb = tf.gather(y_train, idx)
         with tf.GradientTape() as inner:
             inner.watch(params)
-            train_loss = _scalar(loss_fn(model.apply(params, xb), yb), "loss")
+            train_loss = scalar_output(loss_fn(model.apply(params, xb), yb), "loss")
         grads = inner.gradient(train_loss, params)
         missing = [n for g, n in zip(grads, model.names) if g is None]
         if missing:
@@ -284,12 +268,13 @@ def unrolled_loss(model: FunctionalModel, params0, hparams: HyperParams, x_train
         # bookkeeping: no outer gradient may flow through the recorded training loss
         with unrecorded(*([outer_tape] if outer_tape is not None else [])):
             record = record.write(t, tf.cast(train_loss, tf.float32))
-    val = _scalar(loss_fn(model.apply(params, x_val), y_val), "loss")
+    val = scalar_output(loss_fn(model.apply(params, x_val), y_val), "loss")
     return val, record.stack()
 
 
-def hypergradient(model: FunctionalModel, params0, hparams: HyperParams, x_train, y_train,
-                  x_val, y_val, batches, loss: Callable | None = None):
+def hypergradient(model: FunctionalModel, params0: Any, hparams: HyperParams, x_train: Any,
+                  y_train: Any, x_val: Any, y_val: Any, batches: Any,
+                  loss: Callable | None = None) -> tuple[tf.Tensor, HyperParams]:
     """``(val_loss, HyperParams of d val_loss / d log_lr, d log_wd)`` through the unroll.
 
     Not compiled by itself; :class:`UnrolledHyperOptimizer` wraps it in a ``tf.function``.
@@ -324,14 +309,17 @@ class UnrolledHyperOptimizer(tf.Module):
     "grad_log_lr", "grad_log_wd"}``; ``fit(n)`` runs n of them and returns the history.
     """
 
-    def __init__(self, model: FunctionalModel, x_train, y_train, x_val, y_val, *, steps=20,
-                 batch_size=64, learning_rate=0.01, weight_decay=1e-3, outer_lr=0.1, seed=0,
-                 loss: Callable | None = None):
+    def __init__(self, model: FunctionalModel, x_train: Any, y_train: Any, x_val: Any,
+                 y_val: Any, *, steps: int = 20, batch_size: int = 64,
+                 learning_rate: float = 0.01, weight_decay: float = 1e-3, outer_lr: float = 0.1,
+                 seed: int = 0, loss: Callable | None = None):
         super().__init__(name="unrolled_hyper")
-        steps = _positive_int("steps", steps)
-        for name, v in (("learning_rate", learning_rate), ("weight_decay", weight_decay)):
-            if not float(v) > 0:
-                raise ValueError(f"{name} must be > 0 (it is optimised in log space), got {v!r}")
+        steps = positive_int(steps, "steps")
+        learning_rate = number(learning_rate, "learning_rate (optimised in log space)",
+                               minimum=0, min_inclusive=False)
+        weight_decay = number(weight_decay, "weight_decay (optimised in log space)",
+                              minimum=0, min_inclusive=False)
+        outer_lr = number(outer_lr, "outer_lr", minimum=0, min_inclusive=False)
         x_train = tf.convert_to_tensor(x_train)
         x_val = tf.convert_to_tensor(x_val)
         if int(x_train.shape[0]) != int(np.shape(y_train)[0]):
@@ -363,10 +351,13 @@ class UnrolledHyperOptimizer(tf.Module):
         self.optimizer.apply_gradients(zip(list(g), [self.log_lr, self.log_wd]))
         return {"val_loss": val, "grad_log_lr": g.log_lr, "grad_log_wd": g.log_wd}
 
-    def validation_loss(self, learning_rate=None, weight_decay=None):
+    def validation_loss(self, learning_rate: float | None = None,
+                        weight_decay: float | None = None) -> float:
         """Validation loss after the unroll at the given (default: current) hyper-parameters."""
-        log_lr = self.log_lr if learning_rate is None else math.log(learning_rate)
-        log_wd = self.log_wd if weight_decay is None else math.log(weight_decay)
+        log_lr = self.log_lr if learning_rate is None else math.log(
+            number(learning_rate, "learning_rate", minimum=0, min_inclusive=False))
+        log_wd = self.log_wd if weight_decay is None else math.log(
+            number(weight_decay, "weight_decay", minimum=0, min_inclusive=False))
         return float(self._value(tf.constant(log_lr, tf.float32), tf.constant(log_wd, tf.float32)))
 
     @property
@@ -377,13 +368,13 @@ class UnrolledHyperOptimizer(tf.Module):
     def weight_decay(self) -> float:
         return float(tf.exp(self.log_wd))
 
-    def step(self) -> dict:
+    def step(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self._step().items()}
         out.update(learning_rate=self.learning_rate, weight_decay=self.weight_decay)
         return out
 
-    def fit(self, iterations: int, log_every: int = 0) -> dict:
-        iterations = _positive_int("iterations", iterations)
+    def fit(self, iterations: int, log_every: int = 0) -> dict[str, np.ndarray]:
+        iterations = positive_int(iterations, "iterations")
         hist: dict[str, list] = {}
         for i in range(iterations):
             out = self.step()
@@ -395,22 +386,12 @@ class UnrolledHyperOptimizer(tf.Module):
         return {k: np.array(v) for k, v in hist.items()}
 
 
-def digits_problem(hidden=32, seed=0, n_val=None):
+def digits_problem(hidden: int = 32, seed: int = 0, n_val: int | None = None) -> tuple[
+        FunctionalModel, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """The small digits problem used by the tests and benchmarks: ``(model, (x_tr, y_tr),
     (x_val, y_val))`` with a ``[64, hidden, 10]`` tanh MLP and flattened float32 inputs.
     Validation is the held-out split of :func:`robustgrad.data.load_digits`."""
-    try:
-        from robustgrad.data import load_digits
-
-        (xtr, ytr), (xva, yva) = load_digits()
-    except ImportError:  # pragma: no cover - fallback before robustgrad.data exists
-        from sklearn.datasets import load_digits as _ld
-        from sklearn.model_selection import train_test_split
-
-        d = _ld()
-        x = (d.data / 16.0).astype("float32")
-        xtr, xva, ytr, yva = train_test_split(x, d.target.astype("int64"), test_size=0.25,
-                                              random_state=0, stratify=d.target)
+    (xtr, ytr), (xva, yva) = load_digits()
     xtr = np.asarray(xtr, np.float32).reshape(len(xtr), -1)
     xva = np.asarray(xva, np.float32).reshape(len(xva), -1)
     if n_val is not None:
