@@ -9,6 +9,7 @@ that make up its checkpoint.
 from __future__ import annotations
 
 import collections
+from contextlib import nullcontext
 import os
 import tempfile
 import time
@@ -21,6 +22,7 @@ from agents.callbacks import ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import make_vec_env
 from agents.persistence import read_metadata, restore_weights, write_agent
+from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 
 FORMAT_VERSION = 1
 
@@ -153,7 +155,7 @@ class Agent:
 
     # -- learning ----------------------------------------------------------------------------
     def learn(self, total_steps: int, callbacks=None, progress_bar: bool = True,
-              schedule_start: int = 0):
+              schedule_start: int = 0, handle_interrupts: bool = True):
         """Train for ``total_steps`` more environment steps (rounded up to whole updates).
 
         Schedules (learning-rate annealing, DQN's epsilon) run over this call's budget;
@@ -165,6 +167,11 @@ class Agent:
         :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
         rejected updates (the weights are untouched by rejected updates). An exception in
         ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
+
+        ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
+        update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
+        directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
+        ``KeyboardInterrupt``) naming it; a second signal aborts at once.
         """
         if isinstance(total_steps, bool) or not isinstance(total_steps, (int, np.integer)) \
                 or total_steps <= 0:
@@ -180,12 +187,28 @@ class Agent:
             cb.on_training_start(self)
         if not self._env_ready:
             self._reset_env()
+        self.training_failed = True  # until the loop below finishes or a callback stops it
+        interrupts = deferred_interrupts("training") if handle_interrupts else nullcontext(None)
+        with interrupts as interrupt:
+            self._learn_loop(total_steps, schedule_start, cbs, bar, interrupt)
+        if interrupt is not None and interrupt.requested:
+            path = self.config.checkpoint_dir or tempfile.mkdtemp(
+                prefix=f"robustgrad-{self.algo}-")
+            self.save(path)
+            raise TrainingInterrupted(
+                f"training stopped by {interrupt.signal_name} at step "
+                f"{int(self.num_timesteps.numpy())}; checkpoint saved to {path}",
+                checkpoint=path, signal_name=interrupt.signal_name)
+        if self.config.checkpoint_dir:
+            self.save(self.config.checkpoint_dir)
+        return self
+
+    def _learn_loop(self, total_steps, schedule_start, cbs, bar, interrupt):
         done = 0
         failures = 0
         start = time.perf_counter()
         cfg = self.config
         next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
-        self.training_failed = True  # until the loop below finishes or a callback stops it
         try:
             while done < total_steps:
                 try:
@@ -229,7 +252,11 @@ class Agent:
                     next_ckpt += cfg.checkpoint_every
                 if stop:
                     break
-            self.training_failed = False
+                if interrupt is not None and interrupt.requested:
+                    break  # a safe point: the update is complete; learn() saves and raises
+            # an interrupted run is unfinished: callbacks must not treat it as the end
+            # (EvalCallback's keep_best leaves the current weights for the resume)
+            self.training_failed = bool(interrupt is not None and interrupt.requested)
         finally:
             bar.update(done, done / max(time.perf_counter() - start, 1e-9),
                        float(np.mean(self.episode_returns)) if self.episode_returns else None,
@@ -237,9 +264,6 @@ class Agent:
             bar.close()
             for cb in cbs:
                 cb.on_training_end(self)
-        if cfg.checkpoint_dir:
-            self.save(cfg.checkpoint_dir)
-        return self
 
     def _save_crash_checkpoint(self, exc):
         path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")

@@ -108,7 +108,7 @@ def restore_weights(checkpoint: tf.train.Checkpoint, directory: str, described: 
     try:
         status = checkpoint.read(path)
         status.assert_consumed()
-    except (ValueError, AssertionError, tf.errors.OpError) as exc:
+    except (ValueError, AssertionError, IndexError, tf.errors.OpError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if len(detail) > 300:
             detail = detail[:300] + "..."
