@@ -34,7 +34,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-__all__ = ["COMMANDS", "UsageError", "build_parser", "main", "user_errors"]
+__all__ = ["COMMANDS", "UsageError", "build_parser", "is_user_error", "main", "user_errors"]
 
 # sub-command name -> (module under robustgrad.commands, one-line help)
 COMMANDS = {
@@ -114,6 +114,15 @@ def build_parser(load_commands: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the user's mistake: a :class:`UsageError`, or a wrong argument type
+    caught by the project's validation (:class:`robustgrad._checks.ArgumentTypeError`)."""
+    if isinstance(exc, UsageError):
+        return True
+    checks = sys.modules.get("robustgrad._checks")  # not imported for nothing (numpy is slow)
+    return checks is not None and isinstance(exc, checks.ArgumentTypeError)
+
+
 def _error(message: object) -> int:
     text = " ".join(str(message).split()) or type(message).__name__
     print(f"robustgrad: error: {text}", file=sys.stderr)
@@ -122,8 +131,6 @@ def _error(message: object) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    from robustgrad._checks import ArgumentTypeError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
@@ -140,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
         import_tensorflow(verbose=args.show_native_log)
         return int(args._run(args) or 0)
-    except (UsageError, ArgumentTypeError) as exc:
-        if os.environ.get("ROBUSTGRAD_DEBUG"):
+    except Exception as exc:
+        if not is_user_error(exc) or os.environ.get("ROBUSTGRAD_DEBUG"):
             raise
         return _error(exc)
     except KeyboardInterrupt as exc:
@@ -151,4 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m robustgrad.cli``: run the importable module's main, not this __main__ copy,
+    # so that the UsageError the commands raise is the class main() catches
+    from robustgrad.cli import main as _main
+
+    sys.exit(_main())

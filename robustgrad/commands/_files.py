@@ -1,12 +1,35 @@
-"""File helpers shared by the sub-commands."""
+"""File checks and helpers shared by the sub-commands: output directories checked before the
+work starts, Keras models loaded with one clear error per kind of bad file.
+
+Every problem is a :class:`robustgrad.cli.UsageError` naming the flag, the path and what is wrong,
+raised before any long work (``robustgrad: error: ...``, exit status 2).
+
+Example:
+  >>> import tempfile, os
+  >>> d = tempfile.mkdtemp()
+  >>> open(os.path.join(d, "report.json"), "w").close()
+  >>> check_output_dir(d, "--out")  # doctest: +ELLIPSIS
+  Traceback (most recent call last):
+  ...
+  robustgrad.cli.UsageError: --out ...: exists and is not empty (report.json); pass --overwrite ...
+  >>> check_output_dir(os.path.join(d, "new"), "--out")   # fine: created when the results exist
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import zipfile
+from collections.abc import Iterable, Iterator
+
+from robustgrad.cli import UsageError
+
+__all__ = ["check_model_file", "check_output_dir", "load_keras_model", "remove_outputs",
+           "removed_if_empty_on_error"]
 
 
-def remove_outputs(directory: str, names) -> None:
+def remove_outputs(directory: str, names: Iterable[str]) -> None:
     """Delete ``directory/name`` for each of ``names`` (files or directory trees) that
     exists, leaving anything else in ``directory`` alone (``--overwrite``)."""
     for name in names:
@@ -15,3 +38,80 @@ def remove_outputs(directory: str, names) -> None:
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) -> None:
+    """Refuse an output directory the command could not or should not write, before any work.
+
+    Refused: ``path`` exists and is not a directory; it (or, when it does not exist yet, its
+    nearest existing parent) is not writable; it is not empty and ``overwrite`` is false.
+    Nothing is created: commands create the directory when they write their results.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: exists and is not a directory")
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
+        raise UsageError(f"{flag} {path}: not writable{where}")
+    if os.path.isdir(path) and not overwrite:
+        entries = sorted(os.listdir(path))
+        if entries:
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise UsageError(f"{flag} {path}: exists and is not empty ({shown}); pass "
+                             "--overwrite to replace its outputs")
+
+
+@contextlib.contextmanager
+def removed_if_empty_on_error(path: str) -> Iterator[None]:
+    """If the block fails, remove ``path`` when the block created it and left it empty, so that
+    a failed command leaves no empty output directory behind."""
+    existed = os.path.exists(path)
+    try:
+        yield
+    except BaseException:
+        if not existed and os.path.isdir(path) and not os.listdir(path):
+            os.rmdir(path)
+        raise
+
+
+def check_model_file(path: str, flag: str = "--model") -> None:
+    """The checks of :func:`load_keras_model` that need no Keras: the file exists, is a file, and
+    a ``.keras`` file is a complete zip archive."""
+    if not os.path.exists(path):
+        raise UsageError(f"{flag} {path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory, expected a .keras file (a SavedModel "
+                         "directory cannot be loaded as a Keras model)")
+    if not path.endswith((".keras", ".h5", ".hdf5")):
+        raise UsageError(f"{flag} {path}: expected a .keras file (or a legacy .h5 file)")
+    if path.endswith(".keras") and not zipfile.is_zipfile(path):
+        raise UsageError(f"{flag} {path}: not a valid .keras file (not a zip archive, or "
+                         "truncated)")
+
+
+def load_keras_model(path: str, flag: str = "--model"):
+    """``keras.models.load_model(path, compile=False)`` with one-line errors naming ``flag`` and
+    the file: missing, a directory, not a zip archive, truncated or otherwise not loadable."""
+    check_model_file(path, flag)
+    import keras
+
+    try:
+        return keras.models.load_model(path, compile=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the reason, the file is what is wrong
+        detail = " ".join(str(exc).split())
+        if len(detail) > 200:
+            detail = detail[:200] + "..."
+        raise UsageError(f"{flag} {path}: cannot be loaded as a Keras model "
+                         f"({type(exc).__name__}: {detail})") from exc

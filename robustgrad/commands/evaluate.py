@@ -7,17 +7,19 @@ Example::
 
 Prints the report table and writes ``report.json``, ``report.txt``, ``robust_accuracy.png``
 (robust accuracy against eps) and ``examples.png`` (clean / adversarial / perturbation) under
-``--out``. A progress bar runs on stderr.
+``--out`` (default ``runs/evaluate``), which must be empty or new unless ``--overwrite``. A
+progress bar runs on stderr when it is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import time
+
+from robustgrad.cli import UsageError, user_errors
 
 HELP = "evaluate a classifier's robustness under attacks"
+
+DEFAULT_OUT = "runs/evaluate"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,10 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated attacks, run as a cascade in this order "
                         "(default fgsm,pgd,apgd-ce,square); known: fgsm, fgm, bim, mim, pgd, "
                         "pgd-cw, pgd-dlr, apgd-ce, apgd-dlr, apgd-t, cw, deepfool, square; a "
-                        "number sets the steps (pgd40)")
+                        "number sets the steps (pgd40), KxR steps and restarts (pgd50x5)")
     p.add_argument("--eps", default="0.05,0.1", help="comma-separated budgets (default 0.05,0.1)")
     p.add_argument("--norm", default="linf", help="linf (default), l2 or l1")
-    p.add_argument("--batch-size", type=int, default=256, help="examples per attack call")
+    p.add_argument("--batch-size", type=int, default=256,
+                   help="examples per attack call (default 256)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N examples")
     p.add_argument("--clip-min", type=float, default=None,
                    help="lower input bound (default: 0 for digits, the data minimum otherwise)")
@@ -44,95 +47,87 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sanity-checks", action="store_true",
                    help="skip the gradient-masking checks")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--out", default="runs/evaluate", help="output directory")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"output directory for the report and figures (default {DEFAULT_OUT})")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out (its report files are replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _load_data(spec):
-    """``(x_test, y_test, clip_min, clip_max)`` for ``--data``."""
-    import numpy as np
-
-    if spec.endswith(".npz") and os.path.exists(spec):
-        with np.load(spec) as d:
-            for kx, ky in (("x_test", "y_test"), ("x", "y")):
-                if "x_train" not in d.files and kx in d.files and ky in d.files:
-                    # a bare evaluation set: bounds default to the data's range
-                    return d[kx].astype("float32"), d[ky].astype("int64"), None, None
-    try:  # the shared loader: digits, mnist, fashion_mnist, cifar10 (if on disk), .npz
-        from attacks._data import load_dataset
-    except ImportError:  # pragma: no cover
-        load_dataset = None
-    if load_dataset is not None:
-        ds = load_dataset(spec)
-        return ds.x_test, ds.y_test, ds.clip_min, ds.clip_max
-    if spec == "digits":  # pragma: no cover
-        from attacks._demo import load_digits_arrays
-
-        _, (x, y) = load_digits_arrays()
-        return x, y, 0.0, 1.0
-    raise ValueError(f"--data must be 'digits' or an existing .npz file, got {spec!r}")
-
-
-class _Bar:
-    def __init__(self, enabled):
-        self.enabled = enabled and sys.stderr is not None
-        self.t0 = time.perf_counter()
-
-    def __call__(self, done, total, desc):
-        if not self.enabled:
-            return
-        width = 30
-        fill = int(width * done / max(total, 1))
-        el = time.perf_counter() - self.t0
-        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} "
-                         f"{el:6.1f}s  {desc:<28}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
-def run(args) -> int:
-    import numpy as np
+def parse_eps(text: str, flag: str = "--eps") -> list[float]:
+    """``"0.05,0.1"`` -> ``[0.05, 0.1]``: at least one finite budget >= 0."""
+    from robustgrad import _checks
 
     try:
-        eps = [float(e) for e in args.eps.split(",") if e.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        print(f"robustgrad evaluate: --eps must be comma-separated numbers, got {args.eps!r}",
-              file=sys.stderr)
-        return 2
-    names = [a.strip() for a in args.attacks.split(",") if a.strip()]
-    if not os.path.exists(args.model):
-        print(f"robustgrad evaluate: --model {args.model} does not exist", file=sys.stderr)
-        return 2
-    import keras
+        values = []
+    if not values:
+        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}")
+    with user_errors(ValueError):
+        return [float(_checks.nonnegative(v, flag)) for v in values]
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow (before it loads)."""
+    from robustgrad import _checks
+    from robustgrad.commands._files import check_model_file, check_output_dir
+
+    args.eps_values = parse_eps(args.eps)
+    args.attack_names = [a.strip() for a in args.attacks.split(",") if a.strip()]
+    if not args.attack_names:
+        raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
+    with user_errors(ValueError):
+        args.norm = _checks.norm_name(args.norm, "--norm")
+        _checks.positive_int(args.batch_size, "--batch-size")
+        if args.limit is not None:
+            _checks.positive_int(args.limit, "--limit")
+    if args.clip_min is not None and args.clip_max is not None and args.clip_min >= args.clip_max:
+        raise UsageError(f"--clip-min must be below --clip-max, got {args.clip_min} and "
+                         f"{args.clip_max}")
+    check_model_file(args.model)
+    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
 
     import attacks
+    from attacks.data import load_test_set
+    from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
+    from robustgrad.progress import EvaluationProgress
 
-    try:  # the adversarial-training package registers its Keras classes on import
-        import attacks.training  # noqa: F401
-    except Exception:  # pragma: no cover
-        pass
-    try:
-        x, y, lo, hi = _load_data(args.data)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        print(f"robustgrad evaluate: {exc}", file=sys.stderr)
-        return 2
+    if not hasattr(args, "eps_values"):  # called without the command line's validate step
+        validate(args)
+    with user_errors(ValueError):
+        specs = attacks.parse_attacks(args.attack_names)
+        for label, attack in specs:
+            if args.norm not in attack.norms:
+                raise ValueError(f"--attacks: {label} does not support --norm {args.norm} "
+                                 f"(supports {', '.join(attack.norms)})")
+    with user_errors(ValueError, OSError):
+        x, y, lo, hi = load_test_set(args.data)
     if args.limit:
         x, y = x[: args.limit], y[: args.limit]
     lo = args.clip_min if args.clip_min is not None else lo
     hi = args.clip_max if args.clip_max is not None else hi
-    model = keras.models.load_model(args.model, compile=False)
+    model = load_keras_model(args.model)
+    eps_text = ",".join(f"{e:g}" for e in args.eps_values)
     print(f"evaluating {args.model} on {len(x)} examples of {args.data}: attacks "
-          f"{','.join(names)}, {args.norm} eps {','.join(f'{e:g}' for e in eps)}", flush=True)
+          f"{','.join(label for label, _ in specs)}, {args.norm} eps {eps_text}", flush=True)
+    progress = EvaluationProgress(enabled=not args.no_progress)
     try:
-        report = attacks.evaluate(
-            model, x, np.asarray(y), names, eps, args.batch_size, norm=args.norm, clip_min=lo,
-            clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
-            sanity_checks=not args.no_sanity_checks, progress=_Bar(not args.no_progress))
-    except (ValueError, TypeError) as exc:
-        print(f"robustgrad evaluate: {exc}", file=sys.stderr)
-        return 2
+        # attacks.evaluate checks the model against the data (shapes, label range) before any
+        # attack runs: those ValueErrors are the user's
+        with user_errors(ValueError):
+            report = attacks.evaluate(
+                model, x, np.asarray(y), specs, args.eps_values, args.batch_size, norm=args.norm,
+                clip_min=lo, clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
+                sanity_checks=not args.no_sanity_checks, progress=progress)
+    finally:
+        progress.close()
     print(report.table())
-    paths = report.save(args.out)
-    print("wrote " + ", ".join(paths.values()))
+    with removed_if_empty_on_error(args.out):
+        paths = report.save(args.out)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0

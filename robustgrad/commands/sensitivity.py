@@ -17,6 +17,8 @@ Writes under ``--out``:
 * ``sensitivity_distribution.png`` -- histograms of the per-example spectral norms and Lipschitz
   estimates, the two models overlaid.
 * ``class_jacobian_norms.png`` -- mean per-class Jacobian norm, per model.
+
+``--out`` must be new or empty unless ``--overwrite``; it is created only when the results exist.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import json
 import os
 import sys
 import time
+
+from robustgrad.cli import user_errors
 
 HELP = "input-gradient sensitivity analysis of a classifier"
 
@@ -37,7 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a second classifier (e.g. adversarially trained) analysed side by side")
     p.add_argument("--data", default="digits",
                    help="digits (default), a keras dataset name, or a path.npz (test split used)")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True,
+                   help="output directory for summary.json and the figures (no default)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out (its summary and figures are replaced)")
     p.add_argument("--num", type=int, default=256, help="test examples analysed (default 256)")
     p.add_argument("--eps", type=float, default=0.1, help="Lipschitz ball radius (default 0.1)")
     p.add_argument("--norm", default="linf", help="ball norm: linf (default), l2, l1")
@@ -50,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restarts", type=int, default=2, help="PGD restarts (default 2)")
     p.add_argument("--smoothgrad-samples", type=int, default=16,
                    help="noise samples for SmoothGrad (default 16; 0 skips it)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 
 
 def _stats(v):
@@ -189,52 +196,41 @@ def _figures(out, results, y, num_classes, image_shape):
     return files
 
 
+def validate(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow (before it loads)."""
+    from robustgrad import _checks
+    from robustgrad.commands._files import check_model_file, check_output_dir
+
+    with user_errors(ValueError):
+        for name in ("num", "power_iters", "chunk_size", "batch_size", "lipschitz_steps",
+                     "restarts"):
+            _checks.positive_int(getattr(args, name), f"--{name.replace('_', '-')}")
+        _checks.positive_int(args.smoothgrad_samples, "--smoothgrad-samples", minimum=0)
+        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False)
+        args.norm = _checks.norm_name(args.norm, "--norm")
+    check_model_file(args.model, "--model")
+    if args.model2:
+        check_model_file(args.model2, "--model2")
+    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
 def run(args) -> int:
     import numpy as np
 
-    for name in ("num", "power_iters", "chunk_size", "batch_size", "lipschitz_steps",
-                 "restarts"):
-        if getattr(args, name) < 1:
-            print(f"robustgrad sensitivity: --{name.replace('_', '-')} must be >= 1",
-                  file=sys.stderr)
-            return 2
-    if not args.eps > 0:
-        print("robustgrad sensitivity: --eps must be > 0", file=sys.stderr)
-        return 2
-    paths = [("model", args.model)] + ([("model2", args.model2)] if args.model2 else [])
-    for flag, p in paths:
-        if not os.path.exists(p):
-            print(f"robustgrad sensitivity: --{flag} {p}: no such file", file=sys.stderr)
-            return 2
-
-    import keras
-
     import attacks  # noqa: F401  (registers the package's Keras classes for loading)
+    from attacks.data import load_dataset
+    from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
 
-    if args.data == "digits":
-        from robustgrad.data import load_digits
-
-        _, (x_test, y_test) = load_digits(seed=args.seed)
-        lo, hi = 0.0, 1.0
-    else:
-        try:
-            from attacks._data import load_dataset
-
-            data = load_dataset(args.data, seed=args.seed)
-        except (ImportError, ValueError, FileNotFoundError) as exc:
-            print(f"robustgrad sensitivity: --data {args.data}: {exc}", file=sys.stderr)
-            return 2
-        x_test, y_test = data.x_test, data.y_test
-        lo, hi = float(data.clip_min), float(data.clip_max)
-    x = np.asarray(x_test[: args.num], np.float32)
-    if x.ndim == 3:
-        x = x[..., None]
-    y = np.asarray(y_test[: args.num], np.int64)
-    os.makedirs(args.out, exist_ok=True)
+    paths = [("model", args.model)] + ([("model2", args.model2)] if args.model2 else [])
+    with user_errors(ValueError, OSError):
+        data = load_dataset(args.data, seed=args.seed)
+    lo, hi = float(data.clip_min), float(data.clip_max)
+    x = np.asarray(data.x_test[: args.num], np.float32)
+    y = np.asarray(data.y_test[: args.num], np.int64)
+    models = [(flag, p, load_keras_model(p, f"--{flag}")) for flag, p in paths]
 
     results = {}
-    for flag, p in paths:
-        model = keras.models.load_model(p, compile=False)
+    for flag, p, model in models:
         base = os.path.basename(p)
         if base == "model.keras":  # train-classifier's layout: name it after its run directory
             base = os.path.basename(os.path.dirname(os.path.abspath(p)))
@@ -248,7 +244,9 @@ def run(args) -> int:
               f"[{', '.join(r['local_lipschitz_method'])}]; {r['total_seconds']:.1f}s")
     num_classes = len(results[next(iter(results))][1]["class_jacobian"][0])
     image_shape = tuple(x.shape[1:]) if x.ndim == 4 else None
-    files = _figures(args.out, results, y, num_classes, image_shape)
+    with removed_if_empty_on_error(args.out):
+        os.makedirs(args.out, exist_ok=True)
+        files = _figures(args.out, results, y, num_classes, image_shape)
     summary = {
         "data": args.data, "num_examples": int(len(x)),
         "settings": {k: getattr(args, k) for k in ("eps", "norm", "power_iters", "chunk_size",
