@@ -27,7 +27,7 @@ the observation space's bounds: the perturbation is what the agent *sees*.
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
 >>> obs = np.zeros([4, 4], np.float32)
 >>> adv = mad_attack(agent, obs, eps=0.1, seed=0)
->>> bool(np.abs(adv - obs).max() <= 0.1 + 1e-6), adv.shape
+>>> bool(np.abs(adv - obs).max() <= 0.1 + 1e-6), tuple(adv.shape)
 (True, (4, 4))
 """
 
@@ -139,11 +139,14 @@ class _Victim:
     def negative_value(self, u):
         return -self.agent.model.value(u * self.scale())
 
-    def clean_actions(self, obs):
+    def deterministic_actions(self, obs):
+        """What ``agent.act(obs, deterministic=True)`` returns: the greedy action (int32) or
+        the Gaussian mean clipped to the action bounds."""
         out = self.outputs(obs)
         if self.discrete:
-            return tf.argmax(out, axis=-1)
-        return out
+            return tf.argmax(out, axis=-1, output_type=tf.int32)
+        env = self.agent.env
+        return tf.clip_by_value(out, env.action_low, env.action_high)
 
     def inverse_two_variance(self, batch):
         """``1 / (2σ²)`` of the Gaussian policy, broadcast to ``[batch, action_dim]``."""
@@ -383,15 +386,33 @@ class ObservationAttack:
                 return attack_observations(agent, obs, name, eps=eps, norm=norm, seed=seed,
                                            scale=scale, q_pi=q_pi, **kw)
 
+            victim = _victim(agent, scale)
+
+            def step(obs, eps, seed):
+                adv = attack(obs, eps, seed)
+                return (adv, perturbation_norms(obs, adv, victim.scale(), norm),
+                        victim.deterministic_actions(adv), victim.deterministic_actions(obs))
+
             self._compiled = tf.function(attack, reduce_retracing=True)
+            self._compiled_step = tf.function(step, reduce_retracing=True)
         return self._compiled
 
-    def __call__(self, obs, seed=0, eps=None):
-        """``obs [B, d]`` -> ``obs_adv [B, d]`` (float32); ``seed`` an int or ``[2]`` tensor."""
+    def _args(self, obs, seed, eps):
         eps = self.eps if eps is None else float(_checks.nonnegative(eps, "eps"))
         obs = tf.convert_to_tensor(np.asarray(obs, np.float32))
         s = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else tf.cast(seed, tf.int32)
-        return self._fn()(obs, tf.constant(eps, tf.float32), s)
+        return obs, tf.constant(eps, tf.float32), s
+
+    def __call__(self, obs, seed=0, eps=None):
+        """``obs [B, d]`` -> ``obs_adv [B, d]`` (float32); ``seed`` an int or ``[2]`` tensor."""
+        return self._fn()(*self._args(obs, seed, eps))
+
+    def step(self, obs, seed=0, eps=None):
+        """One compiled call for a rollout step: ``(obs_adv, norms [B], actions at obs_adv,
+        actions at obs)``, norms in eps units, actions deterministic (as ``agent.act``)."""
+        args = self._args(obs, seed, eps)
+        self._fn()
+        return tuple(t.numpy() for t in self._compiled_step(*args))
 
     def units(self) -> np.ndarray:
         """The per-dimension unit of eps (see :func:`perturbation_scale`)."""

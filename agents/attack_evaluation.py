@@ -1,0 +1,409 @@
+"""Attack-success evaluation of agents: episode returns under observation attacks.
+
+:func:`evaluate_under_attack` runs whole episodes on a vector env of several copies stepping
+together, one batch attack per step (the fast path), for every attack and budget, and returns
+an :class:`AgentAttackReport`: per attack and eps the mean / median / std / min episode return,
+the fraction of steps whose action the attack changed, the mean perturbation norm (checked
+``<= eps``) and env steps per second; the worst case over attacks per eps (the papers' minimum
+over attacks of the mean return) and over every budget up to eps (RL attacks are not monotone
+in eps: the report warns when a larger eps scores higher); the normalised score
+``(R − R_random) / (R_clean − R_random)`` with ``R_random`` (uniformly random actions) measured
+in the same run. Every run uses the same env seed (common random numbers).
+
+:class:`ObservationAttackWrapper` applies one attack to any gymnasium env an agent acts in; it
+calls the same batch function with the same per-step seeds, so for the same seed and the same
+observations both paths give the same perturbations.
+
+>>> import agents
+>>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
+>>> report = evaluate_under_attack(agent, ["random"], eps=[0.1], n_episodes=2, progress=False)
+>>> row = report.row("random", 0.1)
+>>> bool(row["mean_perturbation"] <= 0.1 + 1e-6), len(row["returns"])
+(True, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+import gymnasium as gym
+from agents.envs import make_vec_env
+from agents.observation_attacks import (
+    ATTACK_NAMES,
+    ObservationAttack,
+    check_attack,
+    check_box_observations,
+    perturbation_scale,
+    step_seed,
+)
+from robustgrad import _checks
+
+__all__ = ["AgentAttackReport", "ObservationAttackWrapper", "evaluate_under_attack",
+           "monotonicity_warnings", "worst_cases"]
+
+_BUDGET_TOL = 1e-5  # relative slack on ‖δ‖ <= eps (float32 rounding of s + δ·std)
+
+
+def _actions_differ(a, b, space) -> np.ndarray:
+    """Per row: the attacked action differs (discrete) or moved by > 1% of the action range."""
+    a, b = np.asarray(a), np.asarray(b)
+    if isinstance(space, gym.spaces.Discrete):
+        return a != b
+    span = np.where(np.isfinite(space.high - space.low), space.high - space.low, 1.0)
+    return np.any(np.abs(a - b) > 0.01 * span, axis=-1)
+
+
+def _check_budget(norms, eps, who):
+    if norms.size and float(np.max(norms)) > eps * (1 + _BUDGET_TOL) + 1e-6:
+        raise AssertionError(f"{who}: a perturbation of norm {float(np.max(norms))} exceeds "
+                             f"eps={eps}")
+
+
+class ObservationAttackWrapper(gym.ObservationWrapper):
+    """Perturb each observation ``agent`` sees in ``env`` (a 1-D Box env) with ``attack``.
+
+    ``attack``: a name of :data:`agents.observation_attacks.ATTACK_NAMES` or an
+    :class:`ObservationAttack`. Step ``t`` (counted over the wrapper's life) uses the seed
+    ``step_seed(seed, t)``. Records ``perturbation_norms`` (in eps units) and
+    ``action_changed`` (the agent's deterministic action differs on ŝ) per step.
+    """
+
+    def __init__(self, env: gym.Env, agent, attack, eps: float = 0.1, seed: int = 0,
+                 norm="linf", **kwargs):
+        check_box_observations(env.observation_space, "env")
+        super().__init__(env)
+        if isinstance(attack, ObservationAttack):
+            self.attack = attack
+        else:
+            self.attack = ObservationAttack(agent, attack, eps, norm, **kwargs)
+        self.agent = agent
+        self.seed = _checks.positive_int(seed, "seed", minimum=0)
+        self.t = 0
+        self.perturbation_norms: list[float] = []
+        self.action_changed: list[bool] = []
+
+    def observation(self, observation):
+        obs = np.asarray(observation, np.float32)[None]
+        adv, norm, a_adv, a_clean = self.attack.step(obs, seed=step_seed(self.seed, self.t))
+        self.t += 1
+        _check_budget(norm, self.attack.eps, "ObservationAttackWrapper")
+        self.perturbation_norms.append(float(norm[0]))
+        changed = _actions_differ(a_adv, a_clean, self.agent.env.single_action_space)
+        self.action_changed.append(bool(changed[0]))
+        return adv[0].astype(np.asarray(observation).dtype)
+
+
+# -- episodes -----------------------------------------------------------------------------------
+def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_actions=False):
+    """Whole episodes split evenly over ``num_envs`` copies (as ``Agent.evaluate``).
+
+    ``perturb(obs, t) -> (obs_adv, norms, actions at obs_adv, actions at obs)``. Returns a
+    dict of returns, lengths, changed fraction, perturbation norms, steps per second and env
+    0's first trajectory.
+    """
+    env = make_vec_env(agent.config.env, num_envs, seed=seed)
+    space = env.single_action_space
+    rng = np.random.default_rng(seed)
+    targets = np.array([(n_episodes + i) // num_envs for i in range(num_envs)])
+    counts = np.zeros(num_envs, int)
+    returns, lengths, changed, norms, trajectory = [], [], [], [], []
+    first_done = False
+    steps = 0
+    start = time.perf_counter()
+    try:
+        obs = env.reset()
+        t = 0
+        while (counts < targets).any():
+            active = counts < targets
+            if random_actions:
+                actions = np.array([space.sample() for _ in range(num_envs)]) \
+                    if not isinstance(space, gym.spaces.Discrete) \
+                    else rng.integers(0, space.n, num_envs)
+            elif perturb is not None:
+                seen, n, actions, clean = perturb(obs, t)
+                norms.append(n[active])
+                changed.append(_actions_differ(actions, clean, space)[active])
+            else:
+                actions = agent.act(obs, deterministic=True)
+            if not first_done:
+                trajectory.append(obs[0].tolist())
+            obs, _r, term, trunc, _f = env.step(actions)
+            steps += int(active.sum())
+            t += 1
+            done = term | trunc
+            first_done = first_done or bool(done[0])
+            if done.any():
+                for i, (ret, length) in zip(np.nonzero(done)[0], env.drain_episodes()):
+                    if counts[i] < targets[i]:
+                        returns.append(ret)
+                        lengths.append(length)
+                        counts[i] += 1
+    finally:
+        env.close()
+    seconds = time.perf_counter() - start
+    norms = np.concatenate(norms) if norms else np.zeros(0)
+    return {"returns": [float(r) for r in returns], "lengths": [int(v) for v in lengths],
+            "action_changed": float(np.mean(np.concatenate(changed))) if changed else 0.0,
+            "norms": norms, "steps_per_second": steps / max(seconds, 1e-9),
+            "trajectory": trajectory}
+
+
+def _stats(returns):
+    r = np.asarray(returns, np.float64)
+    return {"mean": float(r.mean()), "median": float(np.median(r)), "std": float(r.std()),
+            "min": float(r.min()), "max": float(r.max())}
+
+
+def _normalized(r, clean, random):
+    den = clean - random
+    return float((r - random) / den) if den != 0 else float("nan")
+
+
+# -- the report ---------------------------------------------------------------------------------
+@dataclasses.dataclass
+class AgentAttackReport:
+    """What :func:`evaluate_under_attack` measured; ``rows`` hold one dict per (attack, eps)."""
+
+    algo: str
+    env: str
+    norm: str
+    units: str
+    eps: list
+    attacks: list
+    n_episodes: int
+    seed: int
+    clean: dict
+    random_policy: dict
+    rows: list
+    worst_case: list
+    warnings: list
+    trajectories: dict
+
+    def row(self, attack: str, eps: float) -> dict:
+        """The row of ``attack`` at budget ``eps``."""
+        for r in self.rows:
+            if r["attack"] == attack and math.isclose(r["eps"], eps):
+                return r
+        raise KeyError(f"no row for attack={attack!r}, eps={eps}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | None = None) -> str:
+        """The report as JSON (written to ``path`` when given)."""
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def __str__(self):
+        head = (f"{self.algo.upper()} on {self.env}: {self.n_episodes} episodes per row, "
+                f"{self.norm} ball in {self.units} units\n"
+                f"clean {self.clean['mean']:.1f} (median {self.clean['median']:.1f}), "
+                f"random policy {self.random_policy['mean']:.1f}\n")
+        cols = (f"{'attack':<8} {'eps':>6} {'mean':>8} {'median':>8} {'std':>7} {'min':>7} "
+                f"{'changed':>8} {'|d|':>7} {'score':>6} {'steps/s':>8}")
+        lines = [head + cols]
+        for r in self.rows:
+            lines.append(f"{r['attack']:<8} {r['eps']:>6.3g} {r['mean']:>8.1f} "
+                         f"{r['median']:>8.1f} {r['std']:>7.1f} {r['min']:>7.1f} "
+                         f"{r['action_changed']:>8.1%} {r['mean_perturbation']:>7.4f} "
+                         f"{r['normalized_score']:>6.2f} {r['steps_per_second']:>8.0f}")
+        lines.append("worst case over attacks (and over every budget up to eps):")
+        for w in self.worst_case:
+            lines.append(f"  eps {w['eps']:<6.3g} {w['attack']:<7} mean {w['mean']:.1f} "
+                         f"(score {w['normalized_score']:.2f}); up to eps: "
+                         f"{w['up_to_eps_mean']:.1f} ({w['up_to_eps_attack']} at "
+                         f"{w['up_to_eps_eps']:.3g})")
+        lines += [f"warning: {m}" for m in self.warnings]
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> str:
+        """Mean return vs eps per attack, with the clean and random-policy returns."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name in self.attacks:
+            rows = [r for r in self.rows if r["attack"] == name]
+            ax.plot([r["eps"] for r in rows], [r["mean"] for r in rows], "o-", label=name)
+        ax.axhline(self.clean["mean"], color="k", ls="--", lw=1, label="clean")
+        ax.axhline(self.random_policy["mean"], color="gray", ls=":", lw=1,
+                   label="random policy")
+        ax.set_xlabel(f"eps ({self.norm}, {self.units} units)")
+        ax.set_ylabel("mean episode return")
+        ax.set_title(f"{self.algo.upper()} {self.env} under observation attacks")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+    def plot_trajectories(self, path: str) -> str:
+        """Each observation dimension over time: one clean and one attacked episode."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        clean = np.asarray(self.trajectories["clean"])
+        attacked = np.asarray(self.trajectories["attacked"])
+        d = min(clean.shape[1], 8)
+        fig, axes = plt.subplots(d, 1, figsize=(7, 1.6 * d), sharex=True, squeeze=False)
+        for i in range(d):
+            ax = axes[i, 0]
+            ax.plot(clean[:, i], lw=1, label="clean")
+            ax.plot(attacked[:, i], lw=1, label=self.trajectories["label"])
+            ax.set_ylabel(f"obs[{i}]")
+        axes[0, 0].legend(fontsize=8)
+        axes[-1, 0].set_xlabel("step")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+    def save(self, directory: str) -> dict:
+        """Write ``report.json``, ``report.txt``, ``return_vs_eps.png``, ``trajectories.png``."""
+        import os
+
+        os.makedirs(directory, exist_ok=True)
+        paths = {k: os.path.join(directory, k) for k in
+                 ("report.json", "report.txt", "return_vs_eps.png", "trajectories.png")}
+        self.to_json(paths["report.json"])
+        with open(paths["report.txt"], "w") as f:
+            f.write(str(self) + "\n")
+        self.plot(paths["return_vs_eps.png"])
+        self.plot_trajectories(paths["trajectories.png"])
+        return paths
+
+
+def worst_cases(rows: list, budgets: list) -> list:
+    """Per eps: the attack of lowest mean return, and the lowest over every budget up to eps."""
+    out, so_far = [], None
+    for e in budgets:
+        w = min((r for r in rows if math.isclose(r["eps"], e)), key=lambda r: r["mean"])
+        if so_far is None or w["mean"] < so_far["mean"]:
+            so_far = w
+        out.append({"eps": e, "attack": w["attack"], "mean": w["mean"], "median": w["median"],
+                    "normalized_score": w["normalized_score"], "up_to_eps_mean": so_far["mean"],
+                    "up_to_eps_attack": so_far["attack"], "up_to_eps_eps": so_far["eps"]})
+    return out
+
+
+def monotonicity_warnings(rows: list, attacks: list, clean_return: float) -> list:
+    """A warning per attack and pair of consecutive budgets where the larger eps scores higher
+    (by more than 1% of the clean return)."""
+    slack = 0.01 * max(abs(clean_return), 1.0)
+    out = []
+    for name in attacks:
+        series = sorted((r for r in rows if r["attack"] == name), key=lambda r: r["eps"])
+        for lo, hi in zip(series, series[1:]):
+            if hi["mean"] > lo["mean"] + slack:
+                out.append(f"{name}: eps {hi['eps']:g} scores higher ({hi['mean']:.1f}) than "
+                           f"eps {lo['eps']:g} ({lo['mean']:.1f}); RL attacks are not monotone "
+                           "in eps, use the worst case up to eps")
+    return out
+
+
+# -- the evaluation -----------------------------------------------------------------------------
+def _units(agent, scale) -> str:
+    if scale is None:
+        return "normalised" if agent._obs_rms() is not None else "raw"
+    return "raw" if isinstance(scale, str) and scale == "raw" else "per-dimension std"
+
+
+def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_episodes=50,
+                          seed: int = 0, *, norm="linf", scale=None, num_envs: int | None = None,
+                          rs_steps: int = 20_000, attack_kwargs: dict | None = None,
+                          progress: bool = True) -> AgentAttackReport:
+    """Episode returns of ``agent`` (deterministic actions) under each attack and budget.
+
+    Args:
+      attacks: names from :data:`ATTACK_NAMES`. eps: budgets (sorted, duplicates dropped),
+        in the agent's units (normalised when it normalises observations, else raw).
+      n_episodes: episodes per row, over ``num_envs`` copies (default ``min(n, 8)``).
+      seed: env seed of every run (and the attacks' base seed).
+      scale: ``None`` (the agent's units), ``"raw"``, ``"std"`` (eps per dimension times the
+        observation std of the first clean episode) or an array ``[d]``.
+      rs_steps: victim steps for Robust Sarsa's ``Q^π`` (trained once, shared over eps).
+      attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``).
+    All arguments are checked before any episode runs.
+    """
+    if isinstance(attacks, str):
+        attacks = [a.strip() for a in attacks.split(",") if a.strip()]
+    attacks = list(dict.fromkeys(attacks))
+    if not attacks:
+        raise ValueError("attacks must name at least one attack, got []")
+    budgets = sorted({float(_checks.nonnegative(e, "eps")) for e in np.atleast_1d(eps).tolist()})
+    if not budgets:
+        raise ValueError("eps must hold at least one budget, got []")
+    for name in attacks:
+        check_attack(agent, name, budgets[0], norm, argument="attacks")
+    norm = _checks.norm_name(norm)
+    n_episodes = _checks.positive_int(n_episodes, "n_episodes")
+    seed = _checks.positive_int(seed, "seed", minimum=0)
+    k = _checks.positive_int(num_envs or min(n_episodes, 8), "num_envs")
+    rs_steps = _checks.positive_int(rs_steps, "rs_steps")
+    attack_kwargs = dict(attack_kwargs or {})
+    if isinstance(scale, str):
+        _checks.choice(scale, "scale", ("raw", "std"))
+    elif scale is not None:
+        perturbation_scale(agent, scale)  # validates the array
+
+    def say(msg):
+        if progress:
+            print(f"[evaluate_under_attack] {msg}", file=sys.stderr, flush=True)
+
+    clean = _run_episodes(agent, n_episodes, k, seed)
+    say(f"clean: mean {np.mean(clean['returns']):.1f}")
+    rand = _run_episodes(agent, n_episodes, k, seed, random_actions=True)
+    say(f"random policy: mean {np.mean(rand['returns']):.1f}")
+    units = _units(agent, scale)
+    if isinstance(scale, str) and scale == "std":
+        scale = np.maximum(np.asarray(clean["trajectory"], np.float32).std(0), 1e-6) \
+            if len(clean["trajectory"]) > 1 else None
+    r_clean, r_rand = float(np.mean(clean["returns"])), float(np.mean(rand["returns"]))
+    rows, trajectories, q_pi = [], {"clean": clean["trajectory"]}, None
+    for name in attacks:
+        kw = dict(attack_kwargs.get(name, {}))
+        attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale, q_pi=q_pi,
+                                   rs_steps=rs_steps, **kw)
+        for e in budgets:
+            def perturb(obs, t, attack=attack, e=e):
+                return attack.step(obs, seed=step_seed(seed, t), eps=e)
+
+            run = _run_episodes(agent, n_episodes, k, seed, perturb=perturb)
+            _check_budget(run["norms"], e, f"attack {name!r}")
+            q_pi = attack.q_pi if name == "rs" else q_pi
+            row = {"attack": name, "eps": e, **_stats(run["returns"]),
+                   "returns": run["returns"], "action_changed": run["action_changed"],
+                   "mean_perturbation": float(run["norms"].mean()) if run["norms"].size else 0.0,
+                   "max_perturbation": float(run["norms"].max()) if run["norms"].size else 0.0,
+                   "steps_per_second": run["steps_per_second"]}
+            row["normalized_score"] = _normalized(row["mean"], r_clean, r_rand)
+            rows.append(row)
+            say(f"{name} eps={e:g}: mean {row['mean']:.1f}, median {row['median']:.1f}, "
+                f"{row['action_changed']:.0%} actions changed, "
+                f"{row['steps_per_second']:.0f} steps/s")
+            trajectories[(name, e)] = run["trajectory"]
+    worst = worst_cases(rows, budgets)
+    warnings_ = monotonicity_warnings(rows, attacks, r_clean)
+    strongest = worst[-1]
+    traj = {"clean": trajectories["clean"],
+            "attacked": trajectories[(strongest["attack"], strongest["eps"])],
+            "label": f"{strongest['attack']} eps={strongest['eps']:g}"}
+    return AgentAttackReport(
+        algo=agent.algo, env=agent.config.env if isinstance(agent.config.env, str) else "<factory>",
+        norm=norm, units=units, eps=budgets, attacks=attacks, n_episodes=n_episodes, seed=seed,
+        clean={**_stats(clean["returns"]), "returns": clean["returns"]},
+        random_policy={**_stats(rand["returns"]), "returns": rand["returns"]},
+        rows=rows, worst_case=worst, warnings=warnings_, trajectories=traj)
