@@ -29,12 +29,16 @@ import collections
 import gymnasium as gym
 import tensorflow as tf
 
+from agents import _sums
 from agents._step import make_gradient_step
 from agents.base import Agent
+from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
+from agents.envs import graph_env_step
 from agents.networks import QNetwork
 from agents.optim import Adam
 from agents.returns import td_target
+from agents.schedules import linear
 
 
 def huber(x, delta):
@@ -82,22 +86,11 @@ class DQN(Agent):
         self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
         self.gradient_step = make_gradient_step(self.optimizer, self.variables,
                                                 cfg.max_grad_norm, self.transform)
-        cap, N = cfg.buffer_size, cfg.num_envs
-        z = tf.zeros
-        self.buffer = tf.Module(name="replay")
-        self.buffer.obs = tf.Variable(z((cap,) + self.obs_shape), trainable=False)
-        self.buffer.next_obs = tf.Variable(z((cap,) + self.obs_shape), trainable=False)
-        self.buffer.actions = tf.Variable(z([cap], tf.int32), trainable=False)
-        self.buffer.rewards = tf.Variable(z([cap]), trainable=False)
-        self.buffer.terminated = tf.Variable(z([cap]), trainable=False)
-        # prioritised replay: (|td| + eps) ** alpha per slot, 0 for empty slots
-        self.buffer.priority = tf.Variable(z([cap]), trainable=False)
-        self.buffer.max_priority = tf.Variable(1.0, trainable=False)
-        self.buffer.pos = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.buffer.size = tf.Variable(0, dtype=tf.int64, trainable=False)
+        N = cfg.num_envs
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, N, cfg.prioritized_replay)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
-        self._obs = tf.Variable(z((N,) + self.obs_shape), trainable=False, name="obs")
+        self._obs = tf.Variable(tf.zeros((N,) + self.obs_shape), trainable=False, name="obs")
         self.trace_counts = collections.Counter()
         self._collect = tf.function(self._collect_graph)
         self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
@@ -143,36 +136,18 @@ class DQN(Agent):
         self.trace_counts["collect"] += 1
         cfg = self.config
         N = cfg.num_envs
-        obs_shape = (N,) + self.obs_shape
-        cap = tf.constant(cfg.buffer_size, tf.int64)
         obs = self._obs.read_value()
         e0, e1 = cfg.exploration_initial_eps, cfg.exploration_final_eps
         for t in tf.range(n_steps):
             done = tf.cast(steps_done, tf.float32) + tf.cast(t * N, tf.float32)
-            progress = tf.minimum(done / tf.maximum(explore_steps, 1.0), 1.0)
-            eps = e0 + (e1 - e0) * progress
+            eps = linear(e0, e1, done, explore_steps)
             eps = tf.where(self.num_timesteps < cfg.learning_starts, 1.0, eps)
             self.epsilon.assign(eps)
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
             a = self._explore(greedy, eps, self.rng)
-            nobs, r, term, trunc, fin = tf.numpy_function(
-                self._env_step_np, [a], [tf.float32, tf.float32, tf.bool, tf.bool, tf.float32],
-                stateful=True)
-            nobs.set_shape(obs_shape)
-            fin.set_shape(obs_shape)
-            r.set_shape((N,))
-            term.set_shape((N,))
-            idx = tf.reshape((self.buffer.pos + tf.range(N, dtype=tf.int64)) % cap, [-1, 1])
-            self.buffer.obs.scatter_nd_update(idx, obs)
-            self.buffer.next_obs.scatter_nd_update(idx, fin)
-            self.buffer.actions.scatter_nd_update(idx, a)
-            self.buffer.rewards.scatter_nd_update(idx, r)
-            self.buffer.terminated.scatter_nd_update(idx, tf.cast(term, tf.float32))
-            if cfg.prioritized_replay:
-                self.buffer.priority.scatter_nd_update(idx, tf.fill([N], self.buffer.max_priority))
-            self.buffer.pos.assign((self.buffer.pos + N) % cap)
-            self.buffer.size.assign(tf.minimum(self.buffer.size + N, cap))
+            nobs, r, term, _trunc, fin = graph_env_step(self._env_step_np, a, N, self.obs_shape)
+            self.buffer.add(obs, a, r, fin, term)
             self.num_timesteps.assign_add(N)
             if self.num_timesteps % cfg.target_update_interval < N:
                 self._update_target()
@@ -207,28 +182,13 @@ class DQN(Agent):
         """Minibatch indices into the replay buffer and their loss weights: uniform, or
         proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
         importance-sampling weights ``(N P(i)) ** -beta / max``."""
-        cfg = self.config
-        B, size = cfg.batch_size, self.buffer.size
-        if not cfg.prioritized_replay:
-            return self.rng.uniform([B], 0, size, dtype=tf.int64), None
-        filled = tf.range(cfg.buffer_size, dtype=tf.int64) < size
-        cdf = tf.cumsum(tf.where(filled, tf.cast(self.buffer.priority, tf.float64), 0.0))
-        total = cdf[-1]
-        u = (tf.cast(self.rng.uniform([B]), tf.float64) + tf.range(B, dtype=tf.float64)) / B
-        idx = tf.searchsorted(cdf, u * total, side="right", out_type=tf.int64)
-        idx = tf.minimum(idx, size - 1)
-        prob = tf.cast(tf.gather(self.buffer.priority, idx), tf.float64) / total
-        w = tf.pow(tf.cast(size, tf.float64) * prob, -tf.cast(beta, tf.float64))
-        return idx, tf.cast(w / tf.reduce_max(w), tf.float32)
+        return self.buffer.sample(self.rng, self.config.batch_size, beta)
 
     def _update_priorities(self, idx, td):
         """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN
         observation) gets priority 0, so that transition is not drawn again."""
         cfg = self.config
-        p = tf.pow(tf.abs(td) + cfg.priority_eps, cfg.priority_alpha)
-        p = tf.where(tf.math.is_finite(p), p, 0.0)
-        self.buffer.priority.scatter_nd_update(tf.reshape(idx, [-1, 1]), p)
-        self.buffer.max_priority.assign(tf.maximum(self.buffer.max_priority, tf.reduce_max(p)))
+        self.buffer.update_priorities(idx, td, cfg.priority_alpha, cfg.priority_eps)
 
     def _update_target(self):
         tau = self.config.tau
@@ -238,44 +198,39 @@ class DQN(Agent):
     def _train_graph(self, n_steps, beta):
         self.trace_counts["train"] += 1
         cfg = self.config
-        z = tf.constant(0.0)
-        loss_sum, q_sum, norm_sum, applied = z, z, z, z
+        sums = _sums.zeros(("loss", "q_mean", "grad_norm", "updates_applied"))
         for _ in tf.range(n_steps):
             idx, weights = self._sample(beta)
-            obs = tf.gather(self.buffer.obs, idx)
+            batch = self.buffer.gather(idx)
             with tf.GradientTape() as tape:
-                loss, q, td = self.loss(obs, tf.gather(self.buffer.actions, idx),
-                                        tf.gather(self.buffer.rewards, idx),
-                                        tf.gather(self.buffer.next_obs, idx),
-                                        tf.gather(self.buffer.terminated, idx), weights)
+                loss, q, td = self.loss(batch["obs"], batch["actions"], batch["rewards"],
+                                        batch["next_obs"], batch["terminated"], weights)
             grads = tape.gradient(loss, self.variables)
             if cfg.prioritized_replay:
                 self._update_priorities(idx, td)
             step = self._apply_gradients(grads)
             self.grad_steps.assign_add(1)
-            loss_sum += loss
-            q_sum += tf.reduce_mean(q)
-            norm_sum += step["grad_norm"]
-            applied += tf.cast(step["applied"], tf.float32)
+            sums = _sums.add(sums, {"loss": loss, "q_mean": tf.reduce_mean(q),
+                                    "grad_norm": step["grad_norm"],
+                                    "updates_applied": tf.cast(step["applied"], tf.float32)})
         n = tf.cast(n_steps, tf.float32)
-        return {"loss": loss_sum / n, "q_mean": q_sum / n, "grad_norm": norm_sum / n,
-                "updates_applied": applied, "updates_tried": n}
+        stats = _sums.means(sums, n)
+        stats.update(updates_applied=sums["updates_applied"], updates_tried=n)
+        return stats
 
     def _train_iteration(self, steps_done, total):
         cfg = self.config
         N = cfg.num_envs
         lr = cfg.learning_rate
         if cfg.learning_rate_final is not None:
-            frac = min(steps_done / max(total, 1), 1.0)
-            lr = lr + (cfg.learning_rate_final - lr) * frac
+            lr = linear(lr, cfg.learning_rate_final, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
         explore = cfg.exploration_fraction * total
         self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
                       tf.constant(explore, tf.float32))
         logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
-            b0 = cfg.priority_beta
-            beta = b0 + (1.0 - b0) * min(steps_done / max(total, 1), 1.0)
+            beta = linear(cfg.priority_beta, 1.0, steps_done, total)
             stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
             logs.update({k: float(v) for k, v in stats.items()})
             self.num_updates.assign_add(1)

@@ -64,6 +64,33 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     return VecEnv(vec, seed=seed)
 
 
+def graph_env_step(step_fn: Callable, actions, num_envs: int, obs_shape: tuple[int, ...]):
+    """Call the numpy ``step_fn(actions)`` of a :class:`VecEnv` from inside a ``tf.function``
+    (``tf.numpy_function``, stateful) and give the results their static shapes.
+
+    Returns ``obs [N, *obs_shape] float32, reward [N] float32, terminated [N] bool,
+    truncated [N] bool, final_obs [N, *obs_shape] float32`` (``N = num_envs``).
+
+    >>> import numpy as np, tensorflow as tf
+    >>> def fake_step(a):
+    ...     n = a.shape[0]
+    ...     z = np.zeros((n, 3), np.float32)
+    ...     return z, np.ones(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), z
+    >>> out = tf.function(lambda a: graph_env_step(fake_step, a, 2, (3,)))(tf.constant([0, 1]))
+    >>> [tuple(t.shape) for t in out]
+    [(2, 3), (2,), (2,), (2,), (2, 3)]
+    """
+    obs, reward, terminated, truncated, final_obs = tf.numpy_function(
+        step_fn, [actions], [tf.float32, tf.float32, tf.bool, tf.bool, tf.float32],
+        stateful=True)
+    shape = (num_envs,) + tuple(obs_shape)
+    obs.set_shape(shape)
+    final_obs.set_shape(shape)
+    for t in (reward, terminated, truncated):
+        t.set_shape((num_envs,))
+    return obs, reward, terminated, truncated, final_obs
+
+
 def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
     mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if isinstance(mode, str):

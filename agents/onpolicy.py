@@ -22,10 +22,11 @@ import tensorflow as tf
 from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.config import OnPolicyConfig
-from agents.envs import RunningMeanStd
+from agents.envs import RunningMeanStd, graph_env_step
 from agents.networks import ActorCritic
 from agents.optim import Adam
 from agents.returns import bootstrap_values, discounted_returns, gae
+from agents.schedules import linear
 
 
 def _normalize(x):
@@ -127,14 +128,8 @@ class OnPolicyAgent(Agent):
             dist = self.model.distribution(safe)
             a = dist.sample(seed=seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            nobs, r, term, trunc, fin = tf.numpy_function(
-                self._env_step_np, [a_env], [tf.float32, tf.float32, tf.bool, tf.bool,
-                                             tf.float32], stateful=True)
-            nobs.set_shape(obs_shape)
-            fin.set_shape(obs_shape)
-            r.set_shape((N,))
-            term.set_shape((N,))
-            trunc.set_shape((N,))
+            nobs, r, term, trunc, fin = graph_env_step(self._env_step_np, a_env, N,
+                                                       self.obs_shape)
             tas["obs"] = tas["obs"].write(t, obs)
             tas["actions"] = tas["actions"].write(t, a)
             tas["rewards"] = tas["rewards"].write(t, r)
@@ -226,7 +221,7 @@ class OnPolicyAgent(Agent):
         cfg = self.config
         lr = cfg.learning_rate
         if cfg.anneal_lr:
-            lr = lr * max(1.0 - steps_done / total, 0.0)
+            lr = linear(lr, 0.0, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
         workers = self.rollout_workers  # agents.distributed: the same rollout on Ray actors
         batch = self._rollout() if workers is None else workers.collect()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from agents import _sums
 from agents.config import PPOConfig
 from agents.onpolicy import OnPolicyAgent, _normalize
 
@@ -28,8 +29,8 @@ class PPO(OnPolicyAgent):
         B = cfg.n_steps * cfg.num_envs
         mb = B // cfg.n_minibatches
         c = cfg.clip_coef
-        z = tf.constant(0.0)
-        pg_s, v_s, ent_s, kl_s, cf_s, gn_s, applied = z, z, z, z, z, z, z
+        sums = _sums.zeros(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                            "grad_norm", "updates_applied"))
         n = tf.constant(0.0)
         epochs = tf.constant(0.0)
         last_kl = tf.constant(0.0)
@@ -66,19 +67,17 @@ class PPO(OnPolicyAgent):
                 approx_kl = tf.reduce_mean((ratio - 1.0) - logratio)
                 clipfrac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > c, tf.float32))
                 kl_sum += approx_kl
-                pg_s += pg_loss
-                v_s += v_loss
-                ent_s += entropy
-                kl_s += approx_kl
-                cf_s += clipfrac
-                gn_s += step["grad_norm"]
-                applied += tf.cast(step["applied"], tf.float32)
+                sums = _sums.add(sums, {
+                    "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
+                    "approx_kl": approx_kl, "clip_fraction": clipfrac,
+                    "grad_norm": step["grad_norm"],
+                    "updates_applied": tf.cast(step["applied"], tf.float32)})
                 n += 1.0
             epochs += 1.0
             last_kl = kl_sum / float(cfg.n_minibatches)
             if cfg.target_kl is not None:
                 if last_kl > cfg.target_kl:
                     break
-        return {"policy_loss": pg_s / n, "value_loss": v_s / n, "entropy": ent_s / n,
-                "approx_kl": kl_s / n, "clip_fraction": cf_s / n, "grad_norm": gn_s / n,
-                "updates_applied": applied, "updates_tried": n, "epochs": epochs}
+        stats = _sums.means(sums, n)
+        stats.update(updates_applied=sums["updates_applied"], updates_tried=n, epochs=epochs)
+        return stats

@@ -1,0 +1,35 @@
+"""Running sums of per-step statistics inside compiled loops (one home for the bookkeeping
+PPO's minibatch loop and DQN's gradient-step loop share).
+
+The sums are a ``dict`` of scalar tensors, a loop variable AutoGraph carries through
+``for _ in tf.range(...)``; adding in loop order keeps the results bit-identical to
+hand-written ``s += x`` lines.
+
+>>> import tensorflow as tf
+>>> s = zeros(("loss", "kl"))
+>>> s = add(s, {"loss": tf.constant(2.0), "kl": tf.constant(0.5)})
+>>> s = add(s, {"loss": tf.constant(4.0), "kl": tf.constant(0.25)})
+>>> {k: float(v) for k, v in means(s, 2.0).items()}
+{'loss': 3.0, 'kl': 0.375}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import tensorflow as tf
+
+
+def zeros(names: Iterable[str]) -> dict:
+    """``{name: 0.0}`` as float32 scalar tensors."""
+    return {name: tf.constant(0.0) for name in names}
+
+
+def add(sums: dict, values: dict) -> dict:
+    """``sums[k] + values[k]`` for every key of ``sums`` (``values`` must have them all)."""
+    return {k: s + values[k] for k, s in sums.items()}
+
+
+def means(sums: dict, n) -> dict:
+    """``sums[k] / n`` for every key."""
+    return {k: s / n for k, s in sums.items()}
