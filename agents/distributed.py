@@ -164,11 +164,17 @@ class _RolloutWorker:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         self.worker_id = worker_id
-        self.agent = agent_cls(config)
-        self.agent._reset_env()
+        self.agent = agent_cls(config)  # its env is reset (seeded) by the first collect
 
     def ready(self) -> int:
         return self.worker_id
+
+    def info(self) -> dict:
+        """``worker_id``, process id and Ray node id of this actor."""
+        import ray
+
+        return {"worker_id": self.worker_id, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     def reset(self) -> None:
         self.agent._reset_env()
@@ -178,6 +184,8 @@ class _RolloutWorker:
         one compiled rollout; returns the batch as numpy arrays, finished episodes and the
         rollout's wall time."""
         agent = self.agent
+        if not agent._env_ready:
+            agent._reset_env()
         agent.set_weights(weights)
         state = np.array(rng_state, np.int64)
         state[_KEY_INDEX] += self.worker_id
@@ -241,6 +249,7 @@ class RolloutWorkers:
         self.agent = agent
         self.num_workers = num_workers
         self.max_restarts = max_restarts
+        self.startup_timeout = startup_timeout
         self.envs_per_worker = n = cfg.num_envs // num_workers
         self.restarts = 0
         self.logs: dict[str, float] = {}
@@ -273,17 +282,27 @@ class RolloutWorkers:
         refs = [submit(a) for a in self.actors]
         out = [None] * len(refs)
         pending = dict(enumerate(refs))
+        died: set[int] = set()
+        deadline = None
         while pending:
             k, ref = next(iter(pending.items()))
             try:
                 out[k] = ray.get(ref)
                 del pending[k]
-            except ray.exceptions.RayActorError as exc:
-                self.restarts += 1
+            except ray.exceptions.RayActorError as exc:  # died, or restarting (unavailable)
+                if k not in died:
+                    died.add(k)
+                    self.restarts += 1
                 if self.restarts > self.max_restarts:
                     raise RuntimeError(f"rollout worker {k} died and the restart budget "
                                        f"(max_restarts={self.max_restarts}) is spent: {exc}") \
                         from None
+                deadline = deadline or time.monotonic() + self.startup_timeout
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"rollout worker {k} was not restarted within "
+                                       f"{self.startup_timeout:g} s: {exc}") from None
+                if isinstance(exc, ray.exceptions.ActorUnavailableError):
+                    time.sleep(0.5)  # Ray is restarting it; ask again shortly
                 pending[k] = submit(self.actors[k])
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
