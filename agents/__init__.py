@@ -6,11 +6,18 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 # --- BEGIN agents ---
 # public re-exports (ruff: F401 is expected here)
 from agents.a2c import A2C  # noqa: F401
+from agents.attack_evaluation import (  # noqa: F401
+    AgentAttackReport,
+    ObservationAttackWrapper,
+    evaluate_under_attack,
+)
 from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
 from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
 from agents.dqn import DQN  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
+from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
+from agents.robust_sarsa import fit_q_pi  # noqa: F401
 from agents.ppo import PPO  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
 # --- END agents ---
