@@ -175,7 +175,10 @@ def evaluate(model: Callable, x: Any, y: Any,
 
 def _budgets(eps: Any) -> list[float]:
     """The distinct budgets in increasing order, each a finite number >= 0."""
-    values = [eps] if np.ndim(eps) == 0 else list(np.ravel(eps))
+    if isinstance(eps, (list, tuple)):
+        values = list(eps)
+    else:  # a number, an array or a tensor
+        values = [eps] if np.ndim(eps) == 0 else np.asarray(eps).ravel().tolist()
     budgets = sorted({_checks.nonnegative(e, "eps") for e in values})
     if not budgets:
         raise ValueError("eps: give at least one budget")
