@@ -1,0 +1,131 @@
+"""Rollouts on Ray workers (agents/distributed.py): throughput scaling and overhead.
+
+1. Scaling on an env whose step is expensive but cheap on CPU (CartPole sleeping
+   ``--sleep-ms`` per step, standing in for an external simulator): env steps/s of the
+   rollout phase with 1, 2, 4, 8 workers (``--envs-per-worker`` envs each), against linear
+   scaling of the 1-worker rate. Goal: >= 0.8 x linear up to 8 workers.
+2. Overhead on plain CartPole: the rollout phase of 2 workers against the local agent's
+   compiled rollout over the same ``num_envs``, for several fragment sizes (steps per
+   worker per iteration); reports the smallest fragment at which 2 workers are within
+   10% of the local agent (overhead = local rate / distributed rate - 1).
+
+Only the collection is timed (``RolloutWorkers.collect`` vs ``OnPolicyAgent._rollout``):
+the learner's update is the same code in both cases. Run it from a snapshot copy of the
+tree (AutoGraph re-reads sources)::
+
+    PYTHONPATH=/tmp/snap python benchmarks/distributed_rl.py --json runs/distributed_rl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gymnasium as gym  # noqa: E402
+import ray  # noqa: E402
+
+import agents  # noqa: E402
+from agents.config import PPOConfig  # noqa: E402
+from agents.distributed import init_ray  # noqa: E402
+
+
+class SleepyCartPole(gym.Wrapper):
+    """CartPole-v1 whose ``step`` sleeps ``sleep_s`` first (an external simulator's latency)."""
+
+    sleep_s = 0.002
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+
+    def step(self, action):
+        time.sleep(self.sleep_s)
+        return self.env.step(action)
+
+
+def _config(env, num_envs, n_steps):
+    return PPOConfig(env=env, num_envs=num_envs, n_steps=n_steps, n_minibatches=1, n_epochs=1,
+                     seed=0)
+
+
+def rollout_rate(collect, steps_per_call, iters):
+    """Env steps per second of ``collect()`` over ``iters`` calls after one warm-up call."""
+    collect()
+    start = time.perf_counter()
+    for _ in range(iters):
+        collect()
+    return steps_per_call * iters / (time.perf_counter() - start)
+
+
+def local_rate(cfg, iters):
+    agent = agents.PPO(cfg)
+    try:
+        agent._reset_env()
+        return rollout_rate(agent._rollout, cfg.n_steps * cfg.num_envs, iters)
+    finally:
+        agent.close()
+
+
+def distributed_rate(cfg, workers, iters):
+    agent = agents.PPO(cfg, rollout_workers=workers)
+    try:
+        agent._reset_env()
+        return rollout_rate(agent.rollout_workers.collect, cfg.n_steps * cfg.num_envs, iters)
+    finally:
+        agent.close()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", default="1,2,4,8")
+    p.add_argument("--envs-per-worker", type=int, default=4)
+    p.add_argument("--n-steps", type=int, default=64)
+    p.add_argument("--sleep-ms", type=float, default=2.0)
+    p.add_argument("--fragments", default="64,512,2048",
+                   help="steps per worker per iteration for the overhead rows (1 env each)")
+    p.add_argument("--iters", type=int, default=4)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    workers = [int(w) for w in args.workers.split(",")]
+    SleepyCartPole.sleep_s = args.sleep_ms / 1000.0
+    init_ray(None, num_cpus=max(workers + [2]))
+    out = {"sleep_ms": args.sleep_ms, "envs_per_worker": args.envs_per_worker,
+           "n_steps": args.n_steps, "cpu_count": os.cpu_count(),
+           "loadavg": os.getloadavg(), "scaling": [], "overhead": []}
+    base = None
+    for k in workers:
+        cfg = _config(SleepyCartPole, k * args.envs_per_worker, args.n_steps)
+        rate = distributed_rate(cfg, k, args.iters)
+        base = base or rate / k
+        row = {"workers": k, "steps_per_second": rate, "fraction_of_linear": rate / (base * k)}
+        out["scaling"].append(row)
+        print(f"sleep {args.sleep_ms:g} ms  workers {k}: {rate:8.0f} env steps/s  "
+              f"({row['fraction_of_linear']:.2f} x linear)", flush=True)
+    under = None
+    for frag in [int(f) for f in args.fragments.split(",")]:
+        cfg = _config("CartPole-v1", 2, frag)
+        loc = local_rate(cfg, args.iters)
+        dist = distributed_rate(cfg, 2, args.iters)
+        overhead = loc / dist - 1.0
+        out["overhead"].append({"fragment": frag, "local_steps_per_second": loc,
+                                "workers2_steps_per_second": dist, "overhead": overhead})
+        if under is None and overhead < 0.10:
+            under = frag
+        print(f"CartPole fragment {frag:5d}: local {loc:8.0f}  2 workers {dist:8.0f} steps/s  "
+              f"overhead {100 * overhead:+.0f}%", flush=True)
+    out["fragment_under_10pct"] = under
+    out["loadavg_end"] = os.getloadavg()
+    print(f"fragment at which the 2-worker overhead is under 10%: {under}")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    ray.shutdown()
+    return out
+
+
+if __name__ == "__main__":
+    main()
