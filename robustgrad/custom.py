@@ -15,9 +15,12 @@ flows on into them.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
+
+from robustgrad._checks import number
 
 __all__ = [
     "clip_gradient",
@@ -37,20 +40,13 @@ def _float_tensor(x, what: str = "x"):
     return x
 
 
-def _check_number(value, what: str, *, minimum=None, strictly=False):
-    if tf.is_tensor(value):
-        return value  # checked by the graph's users; a tensor scale may be a schedule
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
-    if value != value:
-        raise ValueError(f"{what} must not be NaN")
-    if minimum is not None and (value < minimum or (strictly and value == minimum)):
-        op = ">" if strictly else ">="
-        raise ValueError(f"{what} must be {op} {minimum}, got {value}")
-    return value
+def _number_or_tensor(value, name: str, **bounds):
+    """A tensor passes unchecked (the graph's users check it: it may be a schedule, or
+    per-element bounds); a Python/NumPy number is checked by :func:`robustgrad._checks.number`."""
+    return value if tf.is_tensor(value) else number(value, name, **bounds)
 
 
-def clip_gradient(x, clip_min, clip_max):
+def clip_gradient(x: Any, clip_min: Any, clip_max: Any) -> tf.Tensor:
     """Identity forward; the incoming gradient is clipped element-wise to ``[clip_min, clip_max]``.
 
     Args:
@@ -65,8 +61,8 @@ def clip_gradient(x, clip_min, clip_max):
       [1.0, 1.0]
     """
     x = _float_tensor(x)
-    _check_number(clip_min, "clip_min")
-    _check_number(clip_max, "clip_max")
+    clip_min = _number_or_tensor(clip_min, "clip_min", allow_inf=True)
+    clip_max = _number_or_tensor(clip_max, "clip_max", allow_inf=True)
     if not tf.is_tensor(clip_min) and not tf.is_tensor(clip_max) and clip_min > clip_max:
         raise ValueError(f"clip_min ({clip_min}) must be <= clip_max ({clip_max})")
 
@@ -80,7 +76,8 @@ def clip_gradient(x, clip_min, clip_max):
     return _op(x)
 
 
-def clip_gradient_norm(x, max_norm, axis=None):
+def clip_gradient_norm(x: Any, max_norm: Any, axis: int | Sequence[int] | None = None
+                       ) -> tf.Tensor:
     """Identity forward; the incoming gradient is rescaled to L2 norm at most ``max_norm``.
 
     Args:
@@ -97,7 +94,8 @@ def clip_gradient_norm(x, max_norm, axis=None):
       [0.6, 0.8]
     """
     x = _float_tensor(x)
-    _check_number(max_norm, "max_norm", minimum=0, strictly=True)
+    max_norm = _number_or_tensor(max_norm, "max_norm", minimum=0, min_inclusive=False,
+                                 allow_inf=True)
 
     @tf.custom_gradient
     def _op(t):
@@ -109,7 +107,7 @@ def clip_gradient_norm(x, max_norm, axis=None):
     return _op(x)
 
 
-def scale_gradient(x, scale):
+def scale_gradient(x: Any, scale: Any) -> tf.Tensor:
     """Identity forward; the incoming gradient is multiplied by ``scale`` (any real, or a tensor).
 
     ``scale=0`` is ``stop_gradient`` with a zero (not ``None``) gradient.
@@ -122,7 +120,7 @@ def scale_gradient(x, scale):
       3.0
     """
     x = _float_tensor(x)
-    _check_number(scale, "scale")
+    scale = _number_or_tensor(scale, "scale")
 
     @tf.custom_gradient
     def _op(t):
@@ -134,7 +132,7 @@ def scale_gradient(x, scale):
     return _op(x)
 
 
-def reverse_gradient(x, scale: float = 1.0):
+def reverse_gradient(x: Any, scale: Any = 1.0) -> tf.Tensor:
     """Identity forward; the gradient is multiplied by ``-scale`` (Ganin & Lempitsky 2015).
 
     Args:
@@ -148,8 +146,7 @@ def reverse_gradient(x, scale: float = 1.0):
       >>> float(t.gradient(y, x))
       -1.5
     """
-    _check_number(scale, "scale", minimum=0)
-    return scale_gradient(x, -scale if not tf.is_tensor(scale) else -scale)
+    return scale_gradient(x, -_number_or_tensor(scale, "scale", minimum=0))
 
 
 def straight_through(forward_fn: Callable) -> Callable:
@@ -189,7 +186,7 @@ def straight_through(forward_fn: Callable) -> Callable:
     return _ste
 
 
-def safe_sqrt(x):
+def safe_sqrt(x: Any) -> tf.Tensor:
     """``sqrt(max(x, 0))`` with gradient 0 (not ``inf``/``NaN``) at ``x <= 0``.
 
     Uses the double-``where`` trick, so higher derivatives stay finite too.
@@ -207,7 +204,8 @@ def safe_sqrt(x):
     return tf.where(positive, tf.sqrt(safe_x), tf.zeros_like(x))
 
 
-def safe_norm(x, axis=None, keepdims: bool = False):
+def safe_norm(x: Any, axis: int | Sequence[int] | None = None, keepdims: bool = False
+              ) -> tf.Tensor:
     """Euclidean norm along ``axis`` whose gradient at ``x = 0`` is 0, not ``NaN``.
 
     ``tf.norm`` has gradient ``x / ||x||`` = ``0/0`` at the origin; this returns the

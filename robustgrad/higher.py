@@ -13,7 +13,8 @@ XLA rejects).
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.ops.parallel_for.control_flow_ops import pfor as _tf_pfor
@@ -125,7 +126,7 @@ def _stacked_vjps(tape, target, source, n, cotangent_fn, chunk_size, what: str,
 # --------------------------------------------------------------------------- jvp / vjp
 
 
-def jvp(fn: Callable, primals, tangents):
+def jvp(fn: Callable, primals: Any, tangents: Any) -> tuple[Any, Any]:
     """Forward-mode Jacobian-vector product (like ``jax.jvp``).
 
     Args:
@@ -155,7 +156,7 @@ def jvp(fn: Callable, primals, tangents):
     return out, t_out
 
 
-def vjp(fn: Callable, *primals):
+def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable]:
     """Reverse-mode vector-Jacobian product (like ``jax.vjp``).
 
     Returns ``(outputs, pullback)``; ``pullback(cotangents)`` takes a structure matching the
@@ -240,7 +241,7 @@ def _hvp_forward_over_reverse(fn, args, tans):
     return tf.nest.pack_sequence_as(args, hv)
 
 
-def hvp(fn: Callable, primals, tangents, mode: str = "forward_over_reverse"):
+def hvp(fn: Callable, primals: Any, tangents: Any, mode: str = "forward_over_reverse") -> Any:
     """Hessian-vector product ``H(primals) · tangents`` of a scalar function.
 
     Args:
@@ -287,7 +288,7 @@ def hvp(fn: Callable, primals, tangents, mode: str = "forward_over_reverse"):
 # --------------------------------------------------------------------------- Jacobians
 
 
-def jacobian(fn: Callable, x, chunk_size: int | None = None):
+def jacobian(fn: Callable, x: Any, chunk_size: int | None = None) -> tf.Tensor:
     """Full Jacobian of ``fn`` at ``x``: shape ``fn(x).shape + x.shape``.
 
     Rows are VJPs with one-hot cotangents, vectorised with ``pfor``; ``chunk_size`` computes at
@@ -328,7 +329,7 @@ def jacobian(fn: Callable, x, chunk_size: int | None = None):
     return out
 
 
-def batch_jacobian(fn: Callable, x, chunk_size: int | None = None):
+def batch_jacobian(fn: Callable, x: Any, chunk_size: int | None = None) -> tf.Tensor:
     """Per-example Jacobians: ``[B, *out.shape[1:], *x.shape[1:]]`` for row-independent ``fn``.
 
     ``fn`` maps a batch ``x`` ``[B, ...]`` to ``[B, ...]`` with example ``b``'s output depending
@@ -380,7 +381,7 @@ def batch_jacobian(fn: Callable, x, chunk_size: int | None = None):
     return tf.ensure_shape(out, static) if static.rank is not None else out
 
 
-def hessian(fn: Callable, x, chunk_size: int | None = None):
+def hessian(fn: Callable, x: Any, chunk_size: int | None = None) -> tf.Tensor:
     """Full Hessian of scalar ``fn`` at tensor ``x``: shape ``x.shape + x.shape``.
 
     The Jacobian of the gradient (reverse over reverse), vectorised, ``chunk_size`` rows at a time.
@@ -409,8 +410,9 @@ def hessian(fn: Callable, x, chunk_size: int | None = None):
 
 
 def hessian_diagonal(
-    fn: Callable, x, num_samples: int = 100, seed=None, chunk_size: int | None = None,
-):
+    fn: Callable, x: Any, num_samples: int = 100, seed: Any = None,
+    chunk_size: int | None = None,
+) -> tf.Tensor:
     """Hutchinson estimate of the Hessian's diagonal: ``mean_i v_i ⊙ (H v_i)``, ``v_i`` Rademacher.
 
     Unbiased; its variance falls as ``1/num_samples`` and is zero for a diagonal Hessian

@@ -11,10 +11,12 @@ Every function here works eagerly and inside ``tf.function``.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import tensorflow as tf
-from tensorflow.python.util import nest as _nest
+
+from robustgrad._checks import leaf_names, scalar_output
 
 __all__ = [
     "Tape",
@@ -67,11 +69,6 @@ def _as_source(x, what: str):
     return t
 
 
-def _leaf_names(structure, prefix: str) -> list[str]:
-    paths = _nest.flatten_with_joined_string_paths(structure)
-    return [f"{prefix}[{p}]" if p else prefix for p, _ in paths]
-
-
 def _normalise_argnums(argnums) -> tuple[tuple[int, ...], bool]:
     if isinstance(argnums, bool) or not isinstance(argnums, (int, tuple, list)):
         raise TypeError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
@@ -84,21 +81,17 @@ def _normalise_argnums(argnums) -> tuple[tuple[int, ...], bool]:
     return tuple(argnums), True
 
 
+_SCALAR_HINT = "reduce it (e.g. tf.reduce_mean) or use vjp/jacobian for non-scalar outputs"
+
+
 def _check_scalar(value, what: str = "fn"):
-    if not tf.is_tensor(value) and not isinstance(value, (float, int)):
-        raise TypeError(f"{what} must return a scalar tensor, got {type(value).__name__}")
-    value = tf.convert_to_tensor(value)
-    if value.shape.rank is None or value.shape.rank != 0:
-        raise ValueError(
-            f"{what} must return a scalar (shape []), got shape {value.shape}; "
-            "reduce it (e.g. tf.reduce_mean) or use vjp/jacobian for non-scalar outputs"
-        )
-    if not value.dtype.is_floating:
-        raise TypeError(f"{what} must return a floating scalar, got dtype {value.dtype.name}")
-    return value
+    """``fn``'s return value as a floating scalar tensor (:func:`robustgrad._checks.scalar_output`
+    with the hint that fits a derivative transform)."""
+    return scalar_output(value, what, hint=_SCALAR_HINT)
 
 
-def check_connected(grads, sources, names: Sequence[str] | None = None, *, what: str = "fn"):
+def check_connected(grads: Any, sources: Any, names: Sequence[str] | None = None, *,
+                    what: str = "fn") -> Any:
     """Raise ``ValueError`` naming every source whose gradient is ``None``.
 
     Args:
@@ -139,7 +132,7 @@ def check_connected(grads, sources, names: Sequence[str] | None = None, *, what:
     return grads
 
 
-def stop_gradient(structure):
+def stop_gradient(structure: Any) -> Any:
     """``tf.stop_gradient`` over every tensor or variable of a ``tf.nest`` structure.
 
     Non-tensor leaves (Python numbers, strings, ``None``) are returned unchanged.
@@ -157,7 +150,7 @@ def stop_gradient(structure):
 
 
 @contextlib.contextmanager
-def unrecorded(*tapes: tf.GradientTape):
+def unrecorded(*tapes: tf.GradientTape) -> Iterator[None]:
     """Pause recording on every given tape (``tape.stop_recording()`` on each).
 
     Operations run inside the block are invisible to those tapes, so no gradient flows through
@@ -295,7 +288,7 @@ def value_and_grad(
             )
             args[n] = struct
             sources.append(struct)
-            names.extend(_leaf_names(struct, f"argument {n}"))
+            names.extend(leaf_names(struct, f"argument {n}"))
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(tf.nest.flatten(sources))
             out = fn(*args, **kwargs)
@@ -376,8 +369,9 @@ def _per_example_loss(loss, logits, y):
 
 
 def input_gradient(
-    model: Callable, x, y, loss: str | Callable = "crossentropy", training: bool = False,
-):
+    model: Callable, x: Any, y: Any, loss: str | Callable = "crossentropy",
+    training: bool = False,
+) -> tf.Tensor:
     """Gradient of a classification loss with respect to the model's input.
 
     The per-example losses are summed before differentiating, so row ``i`` of the result is
