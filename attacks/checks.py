@@ -41,6 +41,7 @@ __all__ = [
     "budget_warnings",
     "input_gradient_warnings",
     "non_monotone_warning",
+    "outside_budget_warning",
     "probability_warning",
     "unbounded_attack_check",
 ]

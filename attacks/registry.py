@@ -177,16 +177,17 @@ make_attack = parse_attack
 
 
 def parse_attacks(specs: AttackSpec | Iterable[AttackSpec]) -> list[tuple[str, Attack]]:
-    """``[(label, Attack), ...]`` for a comma-separated string of names, one spec, or a sequence
-    of specs (each as :func:`parse_attack` takes). Refuses an empty list and duplicate labels.
+    """``[(label, Attack), ...]`` for a comma-separated string of names, one
+    :class:`attacks.Attack`, or a sequence of specs (each as :func:`parse_attack` takes; a
+    ``(label, Attack)`` pair goes inside the sequence: ``[("mine", PGD())]``). Refuses an empty
+    list and duplicate labels.
 
     >>> [(label, attack.config["steps"]) for label, attack in parse_attacks(["pgd", "pgd40"])]
     [('pgd', 20), ('pgd40', 40)]
     """
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
-    elif isinstance(specs, Attack) or (isinstance(specs, tuple) and len(specs) == 2
-                                       and isinstance(specs[1], Attack)):
+    elif isinstance(specs, Attack):
         specs = [specs]
     parsed = [parse_attack(s) for s in specs]
     if not parsed:

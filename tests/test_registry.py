@@ -96,7 +96,9 @@ def test_parse_attacks_reads_the_command_line_form_and_refuses_empty_and_duplica
     assert [label for label, _ in parse_attacks("fgsm")] == ["fgsm"]
     pgd = attacks.PGD(steps=2)
     assert parse_attacks(pgd) == [("pgd", pgd)]
-    assert parse_attacks(("a", pgd)) == [("a", pgd)]
+    assert parse_attacks([("a", pgd)]) == [("a", pgd)]
+    # a tuple is a sequence of specs, as evaluate's default ("fgsm", "pgd", ...) is
+    assert [label for label, _ in parse_attacks(("fgsm", pgd))] == ["fgsm", "pgd"]
     with pytest.raises(ValueError, match="attacks: give at least one attack"):
         parse_attacks(" , ")
     with pytest.raises(ValueError, match="attacks: give at least one attack"):
