@@ -44,7 +44,8 @@ from agents.observation_attacks import (
 )
 from robustgrad import _checks
 
-__all__ = ["AgentAttackReport", "ObservationAttackWrapper", "evaluate_under_attack",
+__all__ = ["AgentAttackReport", "ObservationAttackWrapper", "check_evaluation",
+           "evaluate_under_attack",
            "monotonicity_warnings", "worst_cases"]
 
 _BUDGET_TOL = 1e-5  # relative slack on ‖δ‖ <= eps (float32 rounding of s + δ·std)
@@ -321,6 +322,26 @@ def _units(agent, scale) -> str:
     return "raw" if isinstance(scale, str) and scale == "raw" else "per-dimension std"
 
 
+def check_evaluation(agent, attacks, eps, norm="linf", scale=None) -> tuple[list, list, str]:
+    """Check an evaluation request against ``agent`` (names, budgets, norm, units, a critic for
+    ``critic``, Box observations); returns ``(attacks, sorted budgets, norm)``."""
+    if isinstance(attacks, str):
+        attacks = [a.strip() for a in attacks.split(",") if a.strip()]
+    attacks = list(dict.fromkeys(attacks))
+    if not attacks:
+        raise ValueError("attacks must name at least one attack, got []")
+    budgets = sorted({float(_checks.nonnegative(e, "eps")) for e in np.atleast_1d(eps).tolist()})
+    if not budgets:
+        raise ValueError("eps must hold at least one budget, got []")
+    for name in attacks:
+        check_attack(agent, name, budgets[0], norm, argument="attacks")
+    if isinstance(scale, str):
+        _checks.choice(scale, "scale", ("raw", "std"))
+    elif scale is not None:
+        perturbation_scale(agent, scale)  # validates the array
+    return attacks, budgets, _checks.norm_name(norm)
+
+
 def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_episodes=50,
                           seed: int = 0, *, norm="linf", scale=None, num_envs: int | None = None,
                           rs_steps: int = 20_000, attack_kwargs: dict | None = None,
@@ -338,26 +359,12 @@ def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_e
       attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``).
     All arguments are checked before any episode runs.
     """
-    if isinstance(attacks, str):
-        attacks = [a.strip() for a in attacks.split(",") if a.strip()]
-    attacks = list(dict.fromkeys(attacks))
-    if not attacks:
-        raise ValueError("attacks must name at least one attack, got []")
-    budgets = sorted({float(_checks.nonnegative(e, "eps")) for e in np.atleast_1d(eps).tolist()})
-    if not budgets:
-        raise ValueError("eps must hold at least one budget, got []")
-    for name in attacks:
-        check_attack(agent, name, budgets[0], norm, argument="attacks")
-    norm = _checks.norm_name(norm)
+    attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale)
     n_episodes = _checks.positive_int(n_episodes, "n_episodes")
     seed = _checks.positive_int(seed, "seed", minimum=0)
     k = _checks.positive_int(num_envs or min(n_episodes, 8), "num_envs")
     rs_steps = _checks.positive_int(rs_steps, "rs_steps")
     attack_kwargs = dict(attack_kwargs or {})
-    if isinstance(scale, str):
-        _checks.choice(scale, "scale", ("raw", "std"))
-    elif scale is not None:
-        perturbation_scale(agent, scale)  # validates the array
 
     def say(msg):
         if progress:

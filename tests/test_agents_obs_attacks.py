@@ -277,3 +277,60 @@ class DictObs(gym.Env):
 def test_non_box_observations_are_refused(trained, env):
     with pytest.raises(ValueError, match=r"env must have a 1-D Box observation space"):
         ObservationAttackWrapper(env(), trained, "random", eps=0.1)
+
+
+# -- the command line ---------------------------------------------------------------------------
+def test_cli_attack_names_match_the_library():
+    from agents.observation_attacks import ATTACK_NAMES
+    from robustgrad.commands.evaluate_agent import ATTACKS
+
+    assert ATTACKS == ATTACK_NAMES
+
+
+def test_cli_evaluate_agent_under_attack(trained, tmp_path, capsys):
+    from robustgrad.cli import main
+
+    saved = trained.save(str(tmp_path / "agent"))
+    out = tmp_path / "report"
+    args = ["evaluate-agent", "--agent", saved, "--attacks", "random,action", "--eps", "0.2,0.05",
+            "--episodes", "2", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "worst case over attacks" in text and "action" in text
+    for name in ("report.json", "report.txt", "return_vs_eps.png", "trajectories.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert main(args) == 2  # --out is not empty
+    assert "pass --overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--attacks", "random,fgsm"], "--attacks must be one of ('random', 'action', 'mad', "
+                                   "'critic', 'rs'), got 'fgsm'"),
+    (["--attacks", "mad", "--eps", "0.1,-0.1"], "--eps must be a number >= 0, got -0.1"),
+    (["--attacks", "mad", "--norm", "l1"], "--norm must be one of ('linf', 'l2'), got 'l1'"),
+    (["--attacks", "mad", "--episodes", "0"], "--episodes must be an int >= 1, got 0"),
+    (["--attacks", "mad", "--out", "FILE"], "exists and is not a directory"),
+], ids=["name", "eps", "norm", "episodes", "out-file"])
+def test_cli_refuses_bad_flags_before_loading(tmp_path, capsys, extra, message):
+    from robustgrad.cli import main
+
+    (tmp_path / "agent").mkdir()  # looks like a saved agent but holds no weights:
+    for name in ("config.json", "agent.json"):  # validation must stop before loading it
+        (tmp_path / "agent" / name).write_text("{}")
+    (tmp_path / "FILE").write_text("x")
+    extra = [str(tmp_path / "FILE") if e == "FILE" else e for e in extra]
+    assert main(["evaluate-agent", "--agent", str(tmp_path / "agent")] + extra) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_critic_attack_needs_a_critic(tmp_path, capsys):
+    from robustgrad.cli import main
+
+    agent = agents.REINFORCE(env="CartPole-v1", seed=0, num_envs=1, n_steps=32, vf_coef=0.0,
+                             preset=None)
+    saved = agent.save(str(tmp_path / "agent"))
+    assert main(["evaluate-agent", "--agent", saved, "--attacks", "critic",
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "--agent: attacks: 'critic' needs an agent with a trained critic" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,43 +1,105 @@
-"""``robustgrad evaluate-agent``: evaluate a saved RL agent.
+"""``robustgrad evaluate-agent``: a saved RL agent's return, clean and under observation attacks.
 
 Example::
 
     robustgrad evaluate-agent --agent runs/ppo --episodes 20
     robustgrad evaluate-agent --agent runs/ppo --episodes 20 --stochastic --json
+    robustgrad evaluate-agent --agent runs/ppo --attacks random,action,mad,critic,rs \\
+        --eps 0.05,0.1,0.2 --episodes 50 --out runs/ppo-attacks
 
-Runs full episodes on a fresh vector environment of the agent's env id and prints the
+Without ``--attacks``: full episodes on a fresh vector environment of the agent's env id, the
 mean and standard deviation of the episode return (deterministic actions unless
-``--stochastic``). Observation attacks on agents are not in this version yet.
+``--stochastic``). With ``--attacks``: :func:`agents.evaluate_under_attack` (deterministic
+actions), the report table on stdout, progress on stderr, and under ``--out`` (default
+``runs/evaluate-agent``; new or empty unless ``--overwrite``) ``report.json``, ``report.txt``,
+``return_vs_eps.png`` and ``trajectories.png``. Budgets are in the agent's units: standard
+deviations of its observation normaliser when it has one, raw units otherwise (``--scale``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
 
-HELP = "evaluate a saved RL agent (mean episode return)"
+from robustgrad.cli import UsageError, user_errors
+
+HELP = "evaluate an RL agent, clean and under observation attacks"
+
+DEFAULT_OUT = "runs/evaluate-agent"
+# the names of agents.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
+# before TensorFlow loads (tests/test_agents_obs_attacks.py checks that both agree)
+ATTACKS = ("random", "action", "mad", "critic", "rs")
+SCALES = ("auto", "raw", "std")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", required=True, help="directory written by train-agent / save()")
-    p.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    p.add_argument("--episodes", type=int, default=20, help="episodes per row (default 20)")
     p.add_argument("--seed", type=int, default=None,
                    help="evaluation env seed (default: training seed + 10000)")
-    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    p.add_argument("--stochastic", action="store_true",
+                   help="sample actions instead of the mode (clean evaluation only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--attacks", default=None,
+                   help=f"comma-separated observation attacks: {', '.join(ATTACKS)} "
+                        "(default: none, a clean evaluation)")
+    p.add_argument("--eps", default="0.05,0.1,0.2",
+                   help="comma-separated budgets (default 0.05,0.1,0.2)")
+    p.add_argument("--norm", default="linf", help="linf (default) or l2")
+    p.add_argument("--scale", default="auto", choices=SCALES,
+                   help="units of eps: auto (the agent's normaliser std if it has one, else "
+                        "raw), raw, or std (per dimension, the observation std of a clean "
+                        "episode)")
+    p.add_argument("--rs-steps", type=int, default=20_000,
+                   help="victim steps to learn Robust Sarsa's Q^pi (default 20000)")
+    p.add_argument("--num-envs", type=int, default=None,
+                   help="environment copies stepping together (default min(episodes, 8))")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"output directory with --attacks (default {DEFAULT_OUT})")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out (its report files are replaced)")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
 
-def run(args: argparse.Namespace) -> int:
-    import agents
+def validate(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow (before it loads)."""
+    from robustgrad import _checks
+    from robustgrad.commands._files import check_output_dir
+    from robustgrad.commands.evaluate import parse_eps
 
-    try:
-        if args.episodes <= 0:
-            raise ValueError(f"--episodes: must be positive, got {args.episodes}")
-        agent = agents.load(args.agent)
-    except ValueError as exc:
-        print(f"robustgrad evaluate-agent: {exc}", file=sys.stderr)
-        return 2
+    with user_errors(ValueError):
+        _checks.positive_int(args.episodes, "--episodes")
+        _checks.positive_int(args.rs_steps, "--rs-steps")
+        if args.num_envs is not None:
+            _checks.positive_int(args.num_envs, "--num-envs")
+        if args.seed is not None:
+            _checks.positive_int(args.seed, "--seed", minimum=0)
+    if not os.path.isdir(args.agent):
+        raise UsageError(f"--agent {args.agent}: no such directory")
+    for name in ("config.json", "agent.json"):
+        if not os.path.exists(os.path.join(args.agent, name)):
+            raise UsageError(f"--agent {args.agent}: does not contain a saved agent (missing "
+                             f"{name})")
+    args.attack_names = None
+    if args.attacks is None:
+        return
+    names = list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
+    if not names:
+        raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
+    with user_errors(ValueError):
+        for name in names:
+            _checks.choice(name, "--attacks", ATTACKS)
+        args.norm = _checks.choice(_checks.norm_name(args.norm, "--norm"), "--norm",
+                                   ("linf", "l2"))
+    if args.stochastic:
+        raise UsageError("--stochastic: attacks are evaluated on deterministic actions")
+    args.attack_names = names
+    args.eps_values = parse_eps(args.eps)
+    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
+def _clean(agent, args) -> int:
     result = agent.evaluate(args.episodes, deterministic=not args.stochastic, seed=args.seed)
     result["algo"] = agent.algo
     result["env"] = agent.config.env
@@ -50,4 +112,31 @@ def run(args: argparse.Namespace) -> int:
               f"mean return {result['mean_return']:.1f} +/- {result['std_return']:.1f} over "
               f"{args.episodes} episodes ({mode}); min {min(result['returns']):.1f}, "
               f"max {max(result['returns']):.1f}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    import agents
+    from agents.attack_evaluation import check_evaluation
+    from robustgrad.commands._files import removed_if_empty_on_error
+
+    if not hasattr(args, "attack_names"):  # called without the command line's validate step
+        validate(args)
+    with user_errors(ValueError):
+        agent = agents.load(args.agent)
+    if args.attack_names is None:
+        return _clean(agent, args)
+    seed = agent.config.seed + 10_000 if args.seed is None else args.seed
+    # the agent-dependent checks (a critic for 'critic', Box observations) run before any episode
+    scale = None if args.scale == "auto" else args.scale
+    with user_errors(ValueError, prefix="--agent: "):
+        check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale)
+    report = agents.evaluate_under_attack(
+        agent, args.attack_names, args.eps_values, n_episodes=args.episodes, seed=seed,
+        norm=args.norm, scale=scale, num_envs=args.num_envs, rs_steps=args.rs_steps,
+        progress=not args.no_progress)
+    print(report.to_json() if args.json else report)
+    with removed_if_empty_on_error(args.out):
+        paths = report.save(args.out)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
