@@ -21,8 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
+# the repository root, not benchmarks/ (whose agents.py would shadow the agents package)
+sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gymnasium as gym  # noqa: E402
