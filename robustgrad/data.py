@@ -6,13 +6,18 @@ classes), which ships inside scikit-learn: nothing is downloaded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
+
+from robustgrad._checks import number, positive_int
 
 __all__ = ["load_digits", "make_dataset"]
 
 
-def load_digits(test_size: float = 0.25, seed: int = 0):
+def load_digits(test_size: float = 0.25, seed: int = 0) -> tuple[
+        tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """scikit-learn's digits as ``(x_train, y_train), (x_test, y_test)``, like ``keras.datasets``.
 
     Images are float32 in ``[0, 1]`` (the 0–16 intensities divided by 16), shape ``(N, 8, 8, 1)``;
@@ -27,12 +32,9 @@ def load_digits(test_size: float = 0.25, seed: int = 0):
     from sklearn.datasets import load_digits as _sk_digits
     from sklearn.model_selection import train_test_split
 
-    if not isinstance(test_size, (int, float)) or isinstance(test_size, bool) or not (
-        0.0 < test_size < 1.0
-    ):
-        raise ValueError(f"test_size must be a fraction in (0, 1), got {test_size!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    test_size = number(test_size, "test_size", minimum=0, maximum=1, min_inclusive=False,
+                       max_inclusive=False)
+    seed = positive_int(seed, "seed", minimum=0)
     bunch = _sk_digits()
     x = (bunch.images.astype(np.float32) / 16.0)[..., None]
     y = bunch.target.astype(np.int64)
@@ -43,7 +45,7 @@ def load_digits(test_size: float = 0.25, seed: int = 0):
 
 
 def make_dataset(
-    x, y=None, batch_size: int = 128, shuffle: bool = True, seed: int = 0,
+    x: Any, y: Any = None, batch_size: int = 128, shuffle: bool = True, seed: int = 0,
     repeat: bool = False, drop_remainder: bool = False,
 ) -> tf.data.Dataset:
     """A batched, prefetched ``tf.data.Dataset`` of ``(x, y)`` (or ``x``) arrays.
@@ -56,8 +58,7 @@ def make_dataset(
       >>> xb, yb = next(iter(ds)); xb.shape
       TensorShape([64, 8, 8, 1])
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    batch_size = positive_int(batch_size, "batch_size")
     n = len(x)
     if y is not None and len(y) != n:
         raise ValueError(f"x and y must have the same length, got {n} and {len(y)}")

@@ -13,12 +13,15 @@ at trace time; everything else is a tensor).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import tensorflow as tf
 
 __all__ = ["gradient_stats", "variable_names", "write_gradient_summaries"]
 
 
-def variable_names(variables):
+def variable_names(variables: Sequence[Any]) -> list[str]:
     """Unique display names: Keras 3 ``path`` (``"sequential/dense/kernel"``), else a tf.Variable's
     name without ``":0"``, else ``"var_<i>"``; duplicates get ``"_1"``, ``"_2"``... suffixes."""
     names, seen = [], {}
@@ -39,7 +42,7 @@ def variable_names(variables):
     return names
 
 
-def gradient_stats(grads, variables):
+def gradient_stats(grads: Sequence[Any], variables: Sequence[Any]) -> dict[str, Any]:
     """Summarise gradients aligned with ``variables``.
 
     Args:
@@ -105,7 +108,8 @@ def _scalar(tag, value, step):
     return tf.summary.write(tag, value, step=step, metadata=_scalar_metadata())
 
 
-def write_gradient_summaries(stats, step, writer=None, prefix="gradients"):
+def write_gradient_summaries(stats: dict[str, Any], step: Any, writer: Any = None,
+                             prefix: str = "gradients") -> tf.Tensor:
     """Write ``stats`` (from :func:`gradient_stats`) as ``tf.summary`` scalars (TensorBoard format;
     the ``tensorboard`` package itself is only needed to view them).
 

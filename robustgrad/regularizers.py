@@ -27,9 +27,13 @@ None (TF's global RNG).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from robustgrad._checks import choice, nonnegative, norm_name, number, positive_int
 
 __all__ = [
     "crossentropy",
@@ -45,7 +49,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def crossentropy(logits, y):
+def crossentropy(logits: Any, y: Any) -> tf.Tensor:
     """Per-example softmax cross-entropy ``[B]`` from logits ``[B, C]`` and labels.
 
     ``y`` is either integer class ids ``[B]`` or a float distribution (one-hot) ``[B, C]``. Written
@@ -117,12 +121,7 @@ def _flat_rows(g):
     return tf.reshape(tf.cast(g, tf.float32), [tf.shape(g)[0], -1])
 
 
-def _check_norm(norm):
-    if norm in (1, 2) and not isinstance(norm, bool):
-        return int(norm)
-    if norm in (np.inf, "inf"):
-        return np.inf
-    raise ValueError(f"norm must be 1, 2 or np.inf, got {norm!r}")
+_NORM_ORDER = {"l1": 1, "l2": 2, "linf": np.inf}
 
 
 def _row_norm_sq(rows, norm):
@@ -178,7 +177,8 @@ def _uniform(shape, seed, salt):
 # --------------------------------------------------------------------------------------------
 
 
-def input_gradient_penalty(model, x, y, loss="crossentropy", norm=2, training=False):
+def input_gradient_penalty(model: Callable, x: Any, y: Any, loss: str | Callable = "crossentropy",
+                           norm: Any = 2, training: bool = False) -> tf.Tensor:
     """Double backpropagation: the mean squared norm of the loss's input gradient.
 
     Drucker & LeCun 1992, "Improving generalization performance using double backpropagation";
@@ -193,7 +193,7 @@ def input_gradient_penalty(model, x, y, loss="crossentropy", norm=2, training=Fa
         x: float tensor ``[B, ...]``.
         y: labels for ``loss`` (integer ``[B]`` or one-hot ``[B, C]`` for cross-entropy).
         loss: ``"crossentropy"`` or a callable ``loss(logits, y) -> per-example losses [B]``.
-        norm: 1, 2 or ``np.inf``.
+        norm: 1, 2 or ``np.inf`` (or a name: ``"l1"``, ``"l2"``, ``"linf"``).
         training: passed to the model.
 
     Returns: float32 scalar, differentiable w.r.t. the model's variables.
@@ -201,14 +201,15 @@ def input_gradient_penalty(model, x, y, loss="crossentropy", norm=2, training=Fa
     For a linear model ``logits = x @ W`` with cross-entropy the input gradient of example i is
     ``W @ (softmax(x_i W) - onehot(y_i))``.
     """
-    norm = _check_norm(norm)
+    norm = _NORM_ORDER[norm_name(norm)]
     loss_fn = _resolve_loss(loss)
     x = _float_input(x, "x")
     g = _input_grad(model, x, y, loss_fn, training)
     return tf.reduce_mean(_row_norm_sq(_flat_rows(g), norm))
 
 
-def jacobian_penalty(model, x, num_projections=1, seed=None, training=False):
+def jacobian_penalty(model: Callable, x: Any, num_projections: int = 1, seed: Any = None,
+                     training: bool = False) -> tf.Tensor:
     """Random-projection estimate of the mean squared Frobenius norm of the input-output Jacobian.
 
     Hoffman, Roberts & Yaida 2019, "Robust Learning with Jacobian Regularization",
@@ -226,10 +227,7 @@ def jacobian_penalty(model, x, num_projections=1, seed=None, training=False):
 
     Returns: float32 scalar estimate of ``mean_i ||d f(x_i) / d x_i||_F^2``.
     """
-    if isinstance(num_projections, bool) or not isinstance(num_projections, numbers.Integral):
-        raise TypeError(f"num_projections must be an int, got {type(num_projections).__name__}")
-    if num_projections < 1:
-        raise ValueError(f"num_projections must be >= 1, got {num_projections}")
+    num_projections = positive_int(num_projections, "num_projections")
     seed = _check_seed(seed)
     x = _float_input(x, "x")
     with tf.GradientTape(persistent=num_projections > 1) as tape:
@@ -254,7 +252,8 @@ def jacobian_penalty(model, x, num_projections=1, seed=None, training=False):
     return tf.reduce_mean(c * total / float(num_projections))
 
 
-def gradient_penalty(critic, real, fake, seed=None, target=1.0, training=False):
+def gradient_penalty(critic: Callable, real: Any, fake: Any, seed: Any = None,
+                     target: float = 1.0, training: bool = False) -> tf.Tensor:
     """WGAN-GP gradient penalty, Gulrajani et al. 2017, "Improved Training of Wasserstein GANs",
     arXiv:1704.00028.
 
@@ -272,10 +271,7 @@ def gradient_penalty(critic, real, fake, seed=None, target=1.0, training=False):
 
     Returns: float32 scalar.
     """
-    if isinstance(target, bool) or not isinstance(target, numbers.Real):
-        raise TypeError(f"target must be a real number, got {type(target).__name__}")
-    if not target >= 0:
-        raise ValueError(f"target must be >= 0, got {target}")
+    target = nonnegative(target, "target")
     seed = _check_seed(seed)
     real = _float_input(real, "real")
     fake = _float_input(fake, "fake")
@@ -300,8 +296,9 @@ def gradient_penalty(critic, real, fake, seed=None, target=1.0, training=False):
     return tf.reduce_mean(tf.square(norm - float(target)))
 
 
-def curvature_penalty(model, x, y, h=0.5, loss="crossentropy", direction="sign",
-                      training=False):
+def curvature_penalty(model: Callable, x: Any, y: Any, h: float = 0.5,
+                      loss: str | Callable = "crossentropy", direction: str = "sign",
+                      training: bool = False) -> tf.Tensor:
     """CURE curvature regulariser, Moosavi-Dezfooli et al. 2019, "Robustness via curvature
     regularization, and vice versa" (CVPR), arXiv:1811.09716.
 
@@ -327,12 +324,8 @@ def curvature_penalty(model, x, y, h=0.5, loss="crossentropy", direction="sign",
 
     Returns: float32 scalar.
     """
-    if isinstance(h, bool) or not isinstance(h, numbers.Real):
-        raise TypeError(f"h must be a real number, got {type(h).__name__}")
-    if not h > 0:
-        raise ValueError(f"h must be > 0, got {h}")
-    if direction not in ("sign", "normalized"):
-        raise ValueError(f"direction must be 'sign' or 'normalized', got {direction!r}")
+    h = number(h, "h", minimum=0, min_inclusive=False)
+    choice(direction, "direction", ("sign", "normalized"))
     loss_fn = _resolve_loss(loss)
     x = _float_input(x, "x")
     g0 = _input_grad(model, x, y, loss_fn, training)
