@@ -1,5 +1,7 @@
 """agents.graph_envs: the compiled classic-control tasks against gymnasium, step by step."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -164,20 +166,24 @@ def test_reset_distribution_within_gymnasium_bounds(env_id):
     assert spec.observation_space.contains(obs[0]) and np.isfinite(obs).all()
 
 
-def _rollout_fn(spec, steps, jit_compile=False):
+@functools.lru_cache(maxsize=None)
+def _rollout_fn(env_id, jit_compile=False):
+    """A compiled rollout of ``steps`` random-action steps (shared by the tests: traced once)."""
+    spec = graph_env(env_id)
     traces = []
 
     @tf.function(jit_compile=jit_compile)
-    def rollout(state, key):
+    def rollout(state, key, steps):
         traces.append(1)
         n = tf.shape(state.time)[0]
         total, dones = tf.zeros([n]), tf.zeros([n], tf.int32)
+        obs = spec.observe(state)
         for t in tf.range(steps):
             k = tf.random.experimental.stateless_fold_in(key, t, alg="philox")
+            # integer draws: the float ones differ under XLA (see classic_control.uniform01)
             if spec.discrete:
                 a = tf.random.stateless_uniform([n], k, 0, spec.action_space.n, tf.int32, alg="philox")
             else:
-                # integer draws: the float ones differ under XLA (see classic_control.uniform01)
                 a = tf.random.stateless_uniform([n, 1], k, 0, 2001, tf.int32, alg="philox")
                 a = tf.cast(a, tf.float32) / 1000.0 - 1.0
             state, obs, r, term, trunc, _ = spec.step(state, a)
@@ -185,44 +191,50 @@ def _rollout_fn(spec, steps, jit_compile=False):
             dones += tf.cast(term | trunc, tf.int32)
         return state, obs, total, dones
 
-    return rollout, traces
+    return spec, rollout, traces
 
 
 def test_rollout_is_a_pure_function_of_seed_and_actions():
-    spec = graph_env("CartPole-v1")
-    rollout, _ = _rollout_fn(spec, 200)
-    key = tf.constant([5, 6], tf.int64)
-    a = rollout(spec.reset(0, 8), key)
-    b = rollout(spec.reset(0, 8), key)
+    spec, rollout, _ = _rollout_fn("CartPole-v1")
+    key, steps = tf.constant([5, 6], tf.int64), tf.constant(200)
+    a = rollout(spec.reset(0, 16), key, steps)
+    b = rollout(spec.reset(0, 16), key, steps)
     for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
-    assert int(tf.reduce_sum(a[3])) >= 8  # random CartPole episodes end within 200 steps
-    c = rollout(spec.reset(1, 8), key)
+    assert int(tf.reduce_sum(a[3])) >= 16  # random CartPole episodes end within 200 steps
+    c = rollout(spec.reset(1, 16), key, steps)
     assert not np.array_equal(a[0].physics.numpy(), c[0].physics.numpy())
     # the key advances: the reset states drawn after episodes end differ from the first ones
-    first = spec.reset(0, 8)
+    first = spec.reset(0, 16)
     assert not np.array_equal(first.rng.numpy(), a[0].rng.numpy())
     # an integer tensor seed and a continued key are accepted
-    np.testing.assert_array_equal(spec.reset(tf.constant(0), 8).physics.numpy(), first.physics.numpy())
-    assert not np.array_equal(spec.reset(first.rng, 8).physics.numpy(), first.physics.numpy())
+    np.testing.assert_array_equal(spec.reset(tf.constant(0), 16).physics.numpy(), first.physics.numpy())
+    assert not np.array_equal(spec.reset(first.rng, 16).physics.numpy(), first.physics.numpy())
 
 
-@pytest.mark.parametrize("env_id", IDS)
+_SLOW_XLA = pytest.mark.slow  # each XLA compile takes seconds; one discrete, one Box task by default
+
+
+@pytest.mark.parametrize("env_id", [
+    "CartPole-v1", "Pendulum-v1", pytest.param("Acrobot-v1", marks=_SLOW_XLA),
+    pytest.param("MountainCar-v0", marks=_SLOW_XLA),
+    pytest.param("MountainCarContinuous-v0", marks=_SLOW_XLA)])
 def test_compiled_rollout_traces_once_and_xla_agrees(env_id):
-    spec = graph_env(env_id)
-    rollout, traces = _rollout_fn(spec, 30)
-    xla_rollout, xla_traces = _rollout_fn(spec, 30, jit_compile=True)
+    spec, rollout, traces = _rollout_fn(env_id)
+    _, xla_rollout, xla_traces = _rollout_fn(env_id, jit_compile=True)
     key = tf.constant([1, 2], tf.int64)
-    for seed in (0, 1):
+    for seed, steps in ((0, 30), (1, 250)):  # 250 steps: past Pendulum's time limit
         state = spec.reset(seed, 16)
-        plain = rollout(state, key)
-        fused = xla_rollout(state, key)
+        plain = rollout(state, key, tf.constant(steps))
+        fused = xla_rollout(state, key, tf.constant(steps))
         np.testing.assert_allclose(fused[1].numpy(), plain[1].numpy(), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(fused[2].numpy(), plain[2].numpy(), rtol=1e-4, atol=1e-3)
         np.testing.assert_array_equal(fused[3].numpy(), plain[3].numpy())
         np.testing.assert_array_equal(fused[0].time.numpy(), plain[0].time.numpy())
     assert len(traces) == 1 and len(xla_traces) == 1
     assert isinstance(plain[0], GraphEnvState)
+    if env_id in ("CartPole-v1", "Pendulum-v1"):
+        assert int(tf.reduce_sum(plain[3])) >= 16  # episodes ended and were reset inside the loop
 
 
 def test_graph_vec_env_records_episodes_like_vec_env():
