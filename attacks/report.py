@@ -122,22 +122,12 @@ class EvaluationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready Python values (no image arrays; non-finite numbers -> None)."""
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("examples",)}
-        d["worst_case"] = {str(k): v for k, v in self.worst_case.items()}
-        d["carried"] = {str(k): v for k, v in self.carried.items()}
-        d["records"] = [dataclasses.asdict(r) for r in self.records]
-        d["bounds"] = [float(np.min(self.bounds[0])), float(np.max(self.bounds[1]))]
-
-        def clean(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return None
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, list):
-                return [clean(x) for x in v]
-            return v
-
-        return clean(d)
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "examples"}
+        fields["worst_case"] = {str(e): acc for e, acc in self.worst_case.items()}
+        fields["carried"] = {str(e): count for e, count in self.carried.items()}
+        fields["records"] = [dataclasses.asdict(r) for r in self.records]
+        fields["bounds"] = [float(np.min(self.bounds[0])), float(np.max(self.bounds[1]))]
+        return _json_ready(fields)
 
     def to_json(self, path: str | os.PathLike) -> str | os.PathLike:
         """Write the report (without image arrays) as JSON; returns the path."""
@@ -157,14 +147,14 @@ class EvaluationReport:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(5.5, 4))
-        eps = [0.0] + list(self.eps)
+        budgets = [0.0] + list(self.eps)
         for name in self.attacks:
-            acc = [self.clean_accuracy] + [next(r.robust_accuracy for r in self.records
-                                                if r.attack == name and r.eps == e)
-                                           for e in self.eps]
-            ax.plot(eps, acc, marker="o", alpha=0.7, label=name + (" (cumulative)"
-                                                                  if self.cascade else ""))
-        ax.plot(eps, [self.clean_accuracy] + [self.worst_case[e] for e in self.eps], "k-",
+            accuracies = [self.clean_accuracy] + [next(r.robust_accuracy for r in self.records
+                                                       if r.attack == name and r.eps == e)
+                                                  for e in self.eps]
+            ax.plot(budgets, accuracies, marker="o", alpha=0.7,
+                    label=name + (" (cumulative)" if self.cascade else ""))
+        ax.plot(budgets, [self.clean_accuracy] + [self.worst_case[e] for e in self.eps], "k-",
                 lw=2.5, marker="s", label="worst case")
         ax.set_xlabel(f"eps ({self.norm})")
         ax.set_ylabel("robust accuracy")
@@ -227,6 +217,17 @@ class EvaluationReport:
         if self.examples:
             paths["examples"] = self.plot_examples(os.path.join(out_dir, "examples.png"))
         return paths
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by ``None`` (JSON has no NaN), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return value
 
 
 def _show_image(axis, image, title: str, signed: bool = False) -> None:
