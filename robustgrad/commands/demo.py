@@ -105,12 +105,17 @@ def core_demo(seed: int = 0) -> dict:
     return {"loss": float(loss), "test_accuracy": acc, "hvp_mode_diff": diff}
 
 
-def run(args) -> int:
-    from robustgrad.commands import _demo_agents, _demo_attacks
+def validate(args) -> None:
+    """Before TensorFlow loads: ``--out`` must be a writable directory (or new)."""
     from robustgrad.commands._files import check_output_dir
 
-    out = Path(args.out)
     check_output_dir(args.out, "--out", overwrite=True)
+
+
+def run(args) -> int:
+    from robustgrad.commands import _demo_agents, _demo_attacks
+
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     core_demo(args.seed)
