@@ -384,3 +384,50 @@ def test_cache_holds_models_weakly_and_reuses_bound_methods():
         attacks.projected_gradient_descent(pol.logits, small_batch(8), None, eps=0.1, steps=2,
                                            clip_min=0.0, clip_max=1.0)
     assert pol.net.traces == 1
+
+
+# ----------------------------------------------------------------------------- one engine
+
+
+@pytest.mark.parametrize("cls", [attacks.FGM, attacks.FGSM, attacks.PGD, attacks.BIM, attacks.MIM,
+                                 attacks.APGD, attacks.CarliniWagnerL2, attacks.DeepFool,
+                                 attacks.Square])
+def test_supports_early_stop_is_declared_truthfully(cls):
+    import inspect
+
+    takes = "early_stop" in inspect.signature(cls._run).parameters
+    assert cls.supports_early_stop is takes
+    assert attacks.Attack.supports_early_stop is False
+
+
+def test_engine_loop_inside_tf_function_matches_pgd():
+    """The engine's loop, called unvalidated inside another tf.function, gives PGD's answer."""
+    from attacks._engine import iterative_loop
+
+    model = Linear([1.0, -2.0, 0.5])
+    x = tf.constant([[0.5, 0.5, 0.5], [0.2, 0.9, 0.4]])
+    y = tf.constant([0, 1], tf.int64)
+    expected = attacks.projected_gradient_descent(model, x, y, eps=0.1, clip_min=0.0,
+                                                  clip_max=1.0, steps=4, seed=3)
+
+    def value_fn(xa, y_, _):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y_, logits=model(xa)), \
+            tf.zeros([tf.shape(xa)[0]], tf.bool)
+
+    traces = []
+
+    @tf.function
+    def outer(x):
+        traces.append(1)
+        loop = iterative_loop(value_fn, norm="linf", steps=4)
+        eps = tf.constant(0.1)
+        x_adv, rows, _ = loop(x, y, y, eps, 2.5 * eps / 4.0, tf.constant(0.0), tf.constant(1.0),
+                              attacks._base.seed_tensor(3))
+        return x_adv, rows
+
+    x_adv, rows = outer(x)
+    outer(x + 0.01)
+    assert len(traces) == 1 and int(rows) == 4 * 2
+    np.testing.assert_allclose(x_adv.numpy(), expected.numpy(), atol=1e-6)
+    # the optimum of a linear model: eps * sign(w) away from the label, inside the box
+    np.testing.assert_allclose(x_adv.numpy()[0], [0.4, 0.6, 0.4], atol=1e-6)

@@ -277,3 +277,60 @@ def test_cli_finetune_freeze_mixed_precision_accum_export(tmp_path, digits):
     np.testing.assert_allclose(y_served, m(x).numpy(), rtol=1e-3, atol=1e-3)
     trainer = keras.models.load_model(out / "trainer.keras")
     assert trainer.method == "fast"
+
+
+# ------------------------------------------------------------------ methods, crafting, old files
+
+def test_methods_are_defined_once():
+    from attacks.training import methods
+
+    assert T.METHODS == ("madry", "trades", "fast", "free", "clean") == methods.METHODS
+    assert T.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "clean": 0}
+    assert T.get_method("trades").name == "trades"
+    with pytest.raises(ValueError, match=r"method must be one of \('madry', 'trades', 'fast', "
+                                         r"'free', 'clean'\), got 'pgd'"):
+        T.get_method("pgd")
+    tr = T.AdversarialTrainer(_tiny_clf(), method="free", eps=0.1)
+    with pytest.raises(ValueError, match="crafts inside its train step"):
+        tr.craft(np.zeros((2, 8, 8, 1), np.float32), [0, 1])
+
+
+def test_robust_correct_matches_the_linear_margin():
+    """logits [s, -s] with s = x.w: label 0 survives an L-inf eps iff s - eps ||w||_1 > 0."""
+    w = np.array([[1.0], [-2.0], [0.5]], np.float32)          # ||w||_1 = 3.5
+
+    def model(x, training=False):
+        s = x @ w
+        return tf.concat([s, -s], axis=1)
+
+    # s = 0.55, 0.20, 0.15 at x; eps 0.1 costs 0.35 (no coordinate reaches a bound)
+    x = np.array([[0.9, 0.4, 0.9], [0.8, 0.45, 0.6], [0.5, 0.3, 0.5]], np.float32)
+    y = np.zeros(3, np.int32)
+    ok = T.robust_correct(lambda z: model(z), tf.constant(x), tf.constant(y), eps=0.1,
+                          norm="linf", clip_min=0.0, clip_max=1.0, steps=10).numpy()
+    np.testing.assert_array_equal(ok, [1.0, 0.0, 0.0])
+    assert T.robust_accuracy(model, x, y, eps=0.1, steps=10) == pytest.approx(1 / 3)
+    assert T.robust_accuracy(model, x, y, eps=0.01, steps=10, restarts=2) == 1.0
+
+
+def test_keras_file_saved_before_the_split_loads(tmp_path, digits):
+    """A .keras file names the class's module; files written when it was attacks.training load."""
+    import zipfile
+
+    tr = T.AdversarialTrainer(_tiny_clf(), method="fast", eps=0.1, seed=5)
+    new = str(tmp_path / "new.keras")
+    tr.save(new)
+    old = str(tmp_path / "old.keras")
+    with zipfile.ZipFile(new) as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                cfg = json.loads(data)
+                assert cfg["registered_name"] == "attacks>AdversarialTrainer"
+                cfg["module"] = "attacks.training"
+                data = json.dumps(cfg).encode()
+            dst.writestr(item, data)
+    loaded = keras.models.load_model(old)
+    assert isinstance(loaded, T.AdversarialTrainer) and loaded.method == "fast"
+    x = digits.x_test[:4]
+    np.testing.assert_allclose(loaded(x).numpy(), tr(x).numpy(), rtol=1e-5, atol=1e-6)
