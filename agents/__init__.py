@@ -3,7 +3,6 @@
 Builds on :mod:`robustgrad` and :mod:`attacks`.
 """
 
-# --- BEGIN agents ---
 # public re-exports (ruff: F401 is expected here)
 from agents.a2c import A2C  # noqa: F401
 from agents.attack_evaluation import (  # noqa: F401
@@ -21,4 +20,3 @@ from agents.observation_attacks import ObservationAttack, attack_observations  #
 from agents.robust_sarsa import fit_q_pi  # noqa: F401
 from agents.ppo import PPO  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
-# --- END agents ---
