@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
-import numpy as np
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the repository before benchmarks/ (whose agents.py would shadow the agents package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
 
 GRID = (0.02, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
 
