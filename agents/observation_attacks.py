@@ -303,7 +303,7 @@ def mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0
 def critic_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
     """Minimise the agent's own critic: ``V(ŝ)`` (actor-critics), or for DQN make the greedy
     action at ŝ the action of lowest ``Q(s, ·)``."""
-    name, _, _ = check_attack(agent, "critic", 0.0, norm)
+    check_attack(agent, "critic", 0.0, norm)
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
     steps = _checks.positive_int(steps, "steps")
 
