@@ -17,6 +17,6 @@ from agents.dqn import DQN  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
 from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
-from agents.robust_sarsa import fit_q_pi  # noqa: F401
 from agents.ppo import PPO  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
+from agents.robust_sarsa import fit_q_pi  # noqa: F401
