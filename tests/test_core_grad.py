@@ -226,3 +226,36 @@ def test_check_connected_names_every_unconnected_source():
     assert rg.check_connected([tf.ones(1)], [a]) is not None
     with pytest.raises(ValueError, match="leaves"):
         rg.check_connected([None, None], [a])
+
+
+def test_leaf_names_one_helper_for_messages():
+    import collections
+
+    from robustgrad._checks import leaf_names
+
+    pair = collections.namedtuple("Pair", "w b")
+    tree = {"z": tf.ones(1), "a": [tf.ones(1), pair(tf.ones(1), tf.ones(1))]}
+    assert leaf_names(tree) == ["a/0", "a/1/w", "a/1/b", "z"]
+    assert leaf_names(tree, "argument 2") == ["argument 2[a/0]", "argument 2[a/1/w]",
+                                              "argument 2[a/1/b]", "argument 2[z]"]
+    assert leaf_names(tf.ones(1)) == ["0"] and leaf_names(tf.ones(1), "argument 0") == ["argument 0"]
+    dense = keras.layers.Dense(2, name="head")
+    dense.build((None, 3))
+    v = tf.Variable(1.0, name="scale")
+    assert leaf_names([dense.kernel, v, tf.ones(1)], variable_names=True) == [
+        "head/kernel", "scale", "2"]
+    assert leaf_names([v], "argument 0") == ["argument 0[0]"]
+
+
+def test_scalar_output_is_the_one_scalar_check():
+    from robustgrad._checks import ArgumentTypeError, scalar_output
+
+    assert scalar_output(tf.constant(2.0, tf.float64)).dtype == tf.float64
+    with pytest.raises(ValueError, match=r"loss must return a scalar \(shape \[\]\), got shape "
+                                         r"\(2, 1\); reduce it"):
+        scalar_output(tf.ones((2, 1)), "loss")
+    with pytest.raises(ArgumentTypeError, match="objective must return a floating scalar, got "
+                                                "dtype int32"):
+        scalar_output(tf.constant(3), "objective")
+    with pytest.raises(TypeError, match="fn must return a scalar tensor, got str"):
+        scalar_output("1.0")

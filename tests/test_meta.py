@@ -205,3 +205,57 @@ def test_full_sinusoid_benchmark_criteria():
     base_mse = float(meta.finetune_mse(base, test, steps=1, lr=0.01))
     assert not base_mse < 3 * mse["maml"]          # (NaN-safe: a diverged baseline counts)
     assert mse["maml"] <= mse["fomaml"]
+
+
+# -- one inner loop ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["_models", "_tasks", "_adapt", "_learner"])
+def test_every_module_docstring_example_runs(name):
+    import doctest
+    import importlib
+
+    module = importlib.import_module(f"robustgrad.meta.{name}")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_finetune_mse_is_the_learners_evaluation_and_leaves_the_model_alone():
+    tasks = _tiny_tasks(seed=4, n=4)
+    model = meta.mlp([1, 6, 1], activation="tanh", seed=2, dtype=tf.float64)
+    before = model.get_weights()
+    learner = meta.MetaLearner(model, "maml", inner_lr=0.05)
+    # steps=0: the plain query MSE, by hand
+    pred = np.stack([model(x).numpy() for x in tasks.x_query])
+    by_hand = np.mean((pred - tasks.y_query.numpy()) ** 2, axis=(1, 2))
+    np.testing.assert_allclose(meta.finetune_mse(model, tasks, steps=0, per_task=True), by_hand,
+                               rtol=1e-10)
+    for steps in (1, 3):
+        vectorised = meta.finetune_mse(model, tasks, steps=steps, lr=0.05, per_task=True)
+        np.testing.assert_allclose(vectorised, learner.evaluate(tasks, steps, per_task=True),
+                                   rtol=1e-10)
+        # a callable loss takes the per-task loop: same numbers
+        looped = meta.finetune_mse(model, tasks, steps=steps, lr=0.05, per_task=True,
+                                   loss=lambda p, y: tf.reduce_mean(tf.square(p - y)))
+        np.testing.assert_allclose(looped, vectorised, rtol=1e-8)
+    # SGD on the support set lowers the support loss (query = support here)
+    on_support = meta.Tasks(tasks.x_support, tasks.y_support, tasks.x_support, tasks.y_support)
+    losses = [float(meta.finetune_mse(model, on_support, steps=k, lr=0.01)) for k in (0, 1, 5)]
+    assert losses[0] > losses[1] > losses[2]
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_finetune_mse_bad_arguments():
+    model = meta.mlp([1, 4, 1])
+    tasks = meta.SinusoidTasks(seed=0).sample(2)
+    with pytest.raises(ValueError, match=r"steps must be an int >= 0, got -1"):
+        meta.finetune_mse(model, tasks, steps=-1)
+    with pytest.raises(ValueError, match=r"lr must be a number >= 0, got nan"):
+        meta.finetune_mse(model, tasks, lr=float("nan"))
+    with pytest.raises(TypeError, match="FunctionalModel"):
+        meta.finetune_mse(lambda x: x, tasks)
+    with pytest.raises(ValueError, match=r"inner_lr must be a number > 0, got 0"):
+        meta.MetaLearner(model, "maml", inner_lr=0)
+    with pytest.raises(ValueError, match=r"k_shot must be an int >= 1, got 0"):
+        meta.SinusoidTasks(k_shot=0)
+    with pytest.raises(ValueError, match=r"amplitude\[1\] must be a number >= 5, got 1"):
+        meta.SinusoidTasks(amplitude=(5, 1))

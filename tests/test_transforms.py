@@ -379,3 +379,88 @@ def test_gradient_step_bad_input():
         T.GradientStep(lambda g: g, keras.optimizers.SGD(0.1), vs)
     with pytest.raises(ValueError, match="variables"):
         T.GradientStep(T.identity(), keras.optimizers.SGD(0.1), [])
+
+
+# ---------------------------------------------------------------- the package and its vocabulary
+
+
+@pytest.mark.parametrize("name", ["_base", "_clipping", "_nonfinite", "_accumulate", "_noise",
+                                  "_masking", "_step"])
+def test_every_module_docstring_example_runs(name):
+    import importlib
+
+    module = importlib.import_module(f"robustgrad.transforms.{name}")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_public_names_are_one_object_whichever_path():
+    import robustgrad
+    from robustgrad.errors import NonFiniteError, NonFiniteGradientError
+    from robustgrad.transforms._step import GradientStep
+
+    assert T.GradientStep is GradientStep is robustgrad.GradientStep
+    assert T.NonFiniteGradientError is NonFiniteGradientError is robustgrad.NonFiniteGradientError
+    assert robustgrad.NonFiniteError is NonFiniteError
+    assert issubclass(NonFiniteGradientError, NonFiniteError)
+    assert issubclass(NonFiniteError, ValueError)
+    assert all(hasattr(T, n) for n in T.__all__)
+
+
+def test_apply_if_finite_state_uses_the_nonfinite_vocabulary():
+    assert T.ApplyIfFiniteState._fields == (
+        "nonfinite_count", "last_finite", "total_nonfinite", "max_nonfinite_steps", "inner_state")
+    t = T.apply_if_finite(T.identity(), max_nonfinite_steps=4)
+    s = t.init([tf.zeros(1)])
+    _, s = t.update([tf.constant([np.nan])], s)
+    _, s = t.update([tf.constant([np.inf])], s)
+    assert (int(s.nonfinite_count), int(s.total_nonfinite), int(s.max_nonfinite_steps)) == (2, 2, 4)
+    assert [int(x) for x in T.nonfinite_count(s)] == [2, 4]
+    for old, new in (("notfinite_count", "nonfinite_count"), ("total_notfinite", "total_nonfinite"),
+                     ("max_consecutive_errors", "max_nonfinite_steps")):
+        with pytest.warns(DeprecationWarning, match=new):
+            assert int(getattr(s, old)) == int(getattr(s, new))
+
+
+def test_max_consecutive_errors_is_a_deprecated_keyword():
+    with pytest.warns(DeprecationWarning, match="max_nonfinite_steps"):
+        t = T.apply_if_finite(T.identity(), max_consecutive_errors=3)
+    assert int(t.init([tf.zeros(1)]).max_nonfinite_steps) == 3
+    with pytest.raises(TypeError, match="max_nonfinite_steps only"):
+        T.apply_if_finite(T.identity(), 2, max_consecutive_errors=3)
+    with pytest.raises(ValueError, match="max_nonfinite_steps .* must be an int >= 0, got -2"):
+        T.apply_if_finite(T.identity(), max_nonfinite_steps=-2)
+    with pytest.raises(TypeError, match="max_nonfinite_steps"):
+        T.apply_if_finite(T.identity(), max_nonfinite_steps=1.5)
+
+
+def test_raise_if_exceeded_names_the_limit_and_is_a_nonfinite_error():
+    import robustgrad
+
+    model = _mlp()
+    step = T.GradientStep(T.apply_if_finite(T.identity(), max_nonfinite_steps=1),
+                          keras.optimizers.SGD(0.1), model.trainable_variables)
+    bad = [g * np.nan for g in _grads(model, X, Y)]
+    stats = step(bad)
+    step.raise_if_exceeded(stats)          # 1 <= limit 1: no error
+    step.raise_if_exceeded()
+    stats = step(bad)
+    with pytest.raises(robustgrad.NonFiniteError, match=r"2 consecutive .*max_nonfinite_steps \(1\)"):
+        step.raise_if_exceeded(stats)
+    with pytest.raises(T.NonFiniteGradientError, match="2 consecutive"):
+        step.raise_if_exceeded()
+
+
+def test_validation_messages_name_argument_value_and_range():
+    with pytest.raises(ValueError, match=r"max_norm must be a number >= 0, got -1.0"):
+        T.clip_by_global_norm(-1.0)
+    with pytest.raises(ValueError, match=r"clipping must be a number > 0, got 0"):
+        T.adaptive_clip(0)
+    with pytest.raises(ValueError, match=r"min_value must be a number <= 1, got 2.0"):
+        T.clip_by_value(1.0, min_value=2.0)
+    with pytest.raises(TypeError, match=r"k must be an int >= 1, got 1.5"):
+        T.accumulate(1.5)
+    with pytest.raises(ValueError, match=r"stddev must be a number >= 0, got nan"):
+        T.add_noise(float("nan"))
+    u, _ = _run(T.clip_by_norm(float("inf")), [tf.constant([3.0, 4.0])])
+    np.testing.assert_allclose(u[0], [3.0, 4.0])       # an infinite bound clips nothing
