@@ -7,7 +7,7 @@ tensors (inside a compiled loop).
 
 >>> linear(1.0, 0.0, 25, 100)
 0.75
->>> linear(1.0, 0.04, 20_000, 8_000)  # held at the end value past the horizon
+>>> round(linear(1.0, 0.04, 20_000, 8_000), 12)  # held at the end value past the horizon
 0.04
 """
 
@@ -23,9 +23,10 @@ def linear(start, end, done, horizon):
 
     ``done`` and ``horizon`` are step counts (Python numbers, or float tensors of one dtype);
     the value moves from ``start`` at ``done = 0`` to ``end`` at ``done >= horizon`` and stays
-    there. With Python numbers the result is a Python float, otherwise a tensor.
+    there. With Python numbers the result is a Python float, otherwise a tensor. (The end
+    value is reached up to rounding: ``start + (end - start) * 1``.)
 
-    >>> float(linear(0.4, 1.0, tf.constant(50.0), tf.constant(100.0)))
+    >>> round(float(linear(0.4, 1.0, tf.constant(50.0), tf.constant(100.0))), 6)
     0.7
     """
     if isinstance(done, numbers.Real) and isinstance(horizon, numbers.Real):
