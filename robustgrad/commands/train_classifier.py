@@ -121,31 +121,28 @@ def _config_of(args) -> dict:
 
 def validate(args) -> None:
     """Checks that need no TensorFlow: run before anything is imported or written."""
+    from robustgrad import _checks
+
     if args.method not in METHODS:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
                          + ", ".join(METHODS))
     if args.norm not in ("linf", "l2"):
         raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
-    if not (args.eps > 0):
-        raise UsageError(f"--eps must be > 0; got {args.eps}")
     if args.epochs is None:
         args.epochs = DEFAULT_EPOCHS[args.method]
-    if args.epochs < 1:
-        raise UsageError(f"--epochs must be >= 1; got {args.epochs}")
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1; got {args.batch_size}")
-    if args.grad_accum < 1:
-        raise UsageError(f"--grad-accum must be >= 1; got {args.grad_accum}")
-    if args.steps is not None and args.steps < 1:
-        raise UsageError(f"--steps must be >= 1; got {args.steps}")
-    if not 0.0 <= args.adv_ratio <= 1.0:
-        raise UsageError(f"--adv-ratio must be in [0, 1]; got {args.adv_ratio}")
-    if args.warmup_epochs < 0:
-        raise UsageError(f"--warmup-epochs must be >= 0; got {args.warmup_epochs}")
-    if args.lr <= 0:
-        raise UsageError(f"--lr must be > 0; got {args.lr}")
-    if args.limit is not None and args.limit < 2:
-        raise UsageError(f"--limit must be >= 2; got {args.limit}")
+    with user_errors(ValueError):
+        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False)
+        _checks.positive_int(args.epochs, "--epochs")
+        _checks.positive_int(args.batch_size, "--batch-size")
+        _checks.positive_int(args.grad_accum, "--grad-accum")
+        _checks.positive_int(args.steps, "--steps", allow_none=True)
+        _checks.probability(args.adv_ratio, "--adv-ratio")
+        _checks.nonnegative(args.warmup_epochs, "--warmup-epochs")
+        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False)
+        _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
+        _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
+        _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
+        _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
                          + ", ".join(STRATEGIES))
