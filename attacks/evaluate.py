@@ -128,13 +128,16 @@ def evaluate(model: Callable, x: Any, y: Any,
             _warn(found, message)
 
     total_units = len(budgets) * len(named_attacks) + (1 if sanity_checks else 0)
+
+    def report_progress(done: int, description: str) -> None:
+        if progress is not None:
+            progress(done, total_units, description)
+
     outcomes = run_cascade(
         model, inputs, labels, named_attacks, budgets, norm=norm, clip_min=clip_min,
         clip_max=clip_max, correct=correct,
         targets=_random_targets(labels, num_classes, target_seed), batch_size=batch_size,
-        cascade=cascade, seed=seed,
-        progress=None if progress is None else lambda done, what: progress(done, total_units,
-                                                                            what))
+        cascade=cascade, seed=seed, progress=report_progress)
     gradient_free = {label: attack.gradient_free for label, attack in named_attacks}
     for outcome in outcomes:
         for message in budget_warnings(outcome, gradient_free, n, cascade=cascade,
@@ -146,8 +149,7 @@ def evaluate(model: Callable, x: Any, y: Any,
 
     if sanity_checks:
         _warn(found, non_monotone_warning(worst_case))
-        if progress is not None:
-            progress(total_units - 1, total_units, "unbounded check")
+        report_progress(total_units - 1, "unbounded check")
         unbounded = unbounded_attack_check(model, inputs, labels, correct, norm=norm,
                                            clip_min=clip_min, clip_max=clip_max,
                                            num_classes=num_classes, batch_size=batch_size,
@@ -155,8 +157,7 @@ def evaluate(model: Callable, x: Any, y: Any,
         _warn(found, unbounded.message)
         gradient_passes += unbounded.gradient_passes
         forward_passes += unbounded.forward_passes
-    if progress is not None:
-        progress(total_units, total_units, "done")
+    report_progress(total_units, "done")
 
     return EvaluationReport(
         norm=norm, eps=budgets, attacks=[label for label, _ in named_attacks], n=n,
