@@ -412,3 +412,17 @@ def test_evaluate_end_to_end_writes_report_and_refuses_a_second_time(tiny_model,
     assert cli.main(argv) == 2
     assert "--overwrite" in _one_error_line(capsys.readouterr().err)
     assert cli.main([*argv, "--overwrite"]) == 0
+
+
+def test_resume_with_a_garbage_config_is_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text('{"method": "madry", "eps"')  # truncated
+    assert cli.main(["train-classifier", "--out", str(out), "--resume"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"robustgrad: error: --resume: {out / 'config.json'} is not readable "
+                           "JSON (")
+    (out / "config.json").write_text("[1, 2]")
+    assert cli.main(["train-classifier", "--out", str(out), "--resume"]) == 2
+    assert _one_error_line(capsys.readouterr().err).endswith(
+        "does not hold a configuration (a JSON object), got list")
