@@ -223,7 +223,10 @@ def test_compiled_rollout_traces_once_and_xla_agrees(env_id):
     spec, rollout, traces = _rollout_fn(env_id)
     _, xla_rollout, xla_traces = _rollout_fn(env_id, jit_compile=True)
     key = tf.constant([1, 2], tf.int64)
-    for seed, steps in ((0, 30), (1, 250)):  # 250 steps: past Pendulum's time limit
+    # 250 steps: past Pendulum's time limit. Acrobot is chaotic: XLA's fused float32 arithmetic
+    # rounds differently and the difference grows over hundreds of steps, so 30 steps there.
+    long = 30 if env_id == "Acrobot-v1" else 250
+    for seed, steps in ((0, 30), (1, long)):
         state = spec.reset(seed, 16)
         plain = rollout(state, key, tf.constant(steps))
         fused = xla_rollout(state, key, tf.constant(steps))
