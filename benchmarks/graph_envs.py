@@ -11,7 +11,8 @@ For each task and each batch size N (default 1, 8, 64, 1024), measured side by s
   (``vectorization_mode="vector_entry_point"``, its own next-step autoreset), a stronger
   reference than ``sync``.
 
-Each figure is the median of ``--repeats`` timed calls after a warm-up (compile excluded); the
+Each figure is the median of ``--repeats`` timed calls of about ``--seconds`` each (the number of
+steps per call is calibrated) after a warm-up (compile excluded); the
 ratio columns divide by ``sync``. The machine's load is printed: on a shared machine the absolute
 figures move, the ratios less.
 
@@ -58,43 +59,56 @@ def graph_rollout(spec, jit_compile: bool):
     return rollout
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up (and compile)
+def steps_per_second(run, n: int, seconds: float, repeats: int) -> float:
+    """Env steps per second of ``run(steps)`` (``steps`` batched steps of ``n`` envs).
+
+    ``steps`` is calibrated so that one timed call lasts about ``seconds``; the figure is the
+    median of ``repeats`` timed calls after a warm-up (which compiles).
+    """
+    run(8)
+    steps, elapsed = 8, 0.0
+    while steps < 10_000_000:
+        t0 = time.perf_counter()
+        run(steps)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds / 5:
+            break
+        steps *= 4
+    steps = max(1, int(steps * seconds / max(elapsed, 1e-9)))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        run(steps)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return n * steps / statistics.median(times)
 
 
-def graph_steps_per_second(env_id: str, n: int, steps: int, jit_compile: bool, repeats: int) -> float:
+def graph_steps_per_second(env_id: str, n: int, jit_compile: bool, seconds: float, repeats: int) -> float:
     spec = graph_env(env_id)
     rollout = graph_rollout(spec, jit_compile)
     state = spec.reset(0, n)
     key = tf.constant([0, 1], tf.int64)
-    steps_t = tf.constant(steps)
 
-    def run():
-        _, total = rollout(state, key, steps_t)
+    def run(steps):
+        _, total = rollout(state, key, tf.constant(steps))
         total.numpy()
 
-    return n * steps / _median_seconds(run, repeats)
+    return steps_per_second(run, n, seconds, repeats)
 
 
-def gym_steps_per_second(env_id: str, n: int, steps: int, mode: str, repeats: int) -> float:
+def gym_steps_per_second(env_id: str, n: int, mode: str, seconds: float, repeats: int) -> float:
     kwargs = {} if mode == "vector_entry_point" else {  # the NumPy CartPole takes no vector_kwargs
         "vector_kwargs": {"autoreset_mode": AutoresetMode.SAME_STEP}}
     vec = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, **kwargs)
     vec.reset(seed=0)
     vec.action_space.seed(0)
-    actions = [vec.action_space.sample() for _ in range(steps)]
+    pool = [vec.action_space.sample() for _ in range(256)]  # drawn before timing
 
-    def run():
-        for a in actions:
-            vec.step(a)
+    def run(steps):
+        for t in range(steps):
+            vec.step(pool[t % len(pool)])
 
-    out = n * steps / _median_seconds(run, repeats)
+    out = steps_per_second(run, n, seconds, repeats)
     vec.close()
     return out
 
@@ -104,10 +118,7 @@ def main(argv=None):
     p.add_argument("--envs", default="CartPole-v1,Pendulum-v1",
                    help=f"comma-separated ids or 'all' ({', '.join(GRAPH_ENV_IDS)})")
     p.add_argument("--sizes", default="1,8,64,1024")
-    p.add_argument("--graph-env-steps", type=int, default=100_000,
-                   help="env steps (N x T) per timed graph call")
-    p.add_argument("--gym-env-steps", type=int, default=10_000,
-                   help="env steps (N x T) per timed gymnasium call")
+    p.add_argument("--seconds", type=float, default=0.5, help="length of one timed call")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     envs = GRAPH_ENV_IDS if args.envs == "all" else tuple(args.envs.split(","))
@@ -119,12 +130,11 @@ def main(argv=None):
           f"{'graph/sync':>10} {'xla/sync':>9}")
     for env_id in envs:
         for n in sizes:
-            graph_steps = max(1, args.graph_env_steps // n)
-            gym_steps = max(1, args.gym_env_steps // n)
-            graph = graph_steps_per_second(env_id, n, graph_steps, False, args.repeats)
-            xla = graph_steps_per_second(env_id, n, graph_steps, True, args.repeats)
-            sync = gym_steps_per_second(env_id, n, gym_steps, "sync", args.repeats)
-            vec = (gym_steps_per_second(env_id, n, gym_steps, "vector_entry_point", args.repeats)
+            t, r = args.seconds, args.repeats
+            graph = graph_steps_per_second(env_id, n, False, t, r)
+            xla = graph_steps_per_second(env_id, n, True, t, r)
+            sync = gym_steps_per_second(env_id, n, "sync", t, r)
+            vec = (gym_steps_per_second(env_id, n, "vector_entry_point", t, r)
                    if env_id == "CartPole-v1" else float("nan"))
             print(f"{env_id:26} {n:5d} {graph:11,.0f} {xla:11,.0f} {sync:10,.0f} {vec:10,.0f} "
                   f"{graph / sync:10.1f} {xla / sync:9.1f}", flush=True)
