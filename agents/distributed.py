@@ -330,6 +330,8 @@ class RolloutWorkers:
         for k, (_batch, episodes, seconds) in enumerate(results):
             self._episodes.extend(episodes)
             logs[f"worker_{k}_steps_per_second"] = steps / max(seconds, 1e-9)
+        # what Ray costs on top of the slowest worker's own rollout (put, calls, transfer)
+        logs["rollout_overhead_seconds"] = max(wall - max(r[2] for r in results), 0.0)
         self.logs = logs
         return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
                 for key in results[0][0]}

@@ -73,10 +73,21 @@ def local_rate(cfg, iters):
 
 
 def distributed_rate(cfg, workers, iters):
+    """Env steps/s of ``collect`` and the mean fraction of its wall time that Ray adds on
+    top of the slowest worker's own rollout (weights put, calls, result transfer)."""
     agent = agents.PPO(cfg, rollout_workers=workers)
+    fractions = []
+
+    def collect():
+        out = agent.rollout_workers.collect()
+        logs = agent.rollout_workers.logs
+        fractions.append(logs["rollout_overhead_seconds"] / logs["rollout_seconds"])
+        return out
+
     try:
         agent._reset_env()
-        return rollout_rate(agent.rollout_workers.collect, cfg.n_steps * cfg.num_envs, iters)
+        rate = rollout_rate(collect, cfg.n_steps * cfg.num_envs, iters)
+        return rate, sum(fractions[1:]) / len(fractions[1:])
     finally:
         agent.close()
 
@@ -101,27 +112,35 @@ def main(argv=None):
     base = None
     for k in workers:
         cfg = _config(SleepyCartPole, k * args.envs_per_worker, args.n_steps)
-        rate = distributed_rate(cfg, k, args.iters)
+        rate, ray_share = distributed_rate(cfg, k, args.iters)
         base = base or rate / k
-        row = {"workers": k, "steps_per_second": rate, "fraction_of_linear": rate / (base * k)}
+        row = {"workers": k, "steps_per_second": rate, "fraction_of_linear": rate / (base * k),
+               "ray_share_of_iteration": ray_share}
         out["scaling"].append(row)
         print(f"sleep {args.sleep_ms:g} ms  workers {k}: {rate:8.0f} env steps/s  "
-              f"({row['fraction_of_linear']:.2f} x linear)", flush=True)
-    under = None
+              f"({row['fraction_of_linear']:.2f} x linear; Ray {100 * ray_share:.0f}% of the "
+              "iteration)", flush=True)
+    under = under_ray = None
     for frag in [int(f) for f in args.fragments.split(",")]:
         cfg = _config("CartPole-v1", 2, frag)
         loc = local_rate(cfg, args.iters)
-        dist = distributed_rate(cfg, 2, args.iters)
+        dist, ray_share = distributed_rate(cfg, 2, args.iters)
         overhead = loc / dist - 1.0
         out["overhead"].append({"fragment": frag, "local_steps_per_second": loc,
-                                "workers2_steps_per_second": dist, "overhead": overhead})
+                                "workers2_steps_per_second": dist, "overhead": overhead,
+                                "ray_share_of_iteration": ray_share})
         if under is None and overhead < 0.10:
             under = frag
+        if under_ray is None and ray_share < 0.10:
+            under_ray = frag
         print(f"CartPole fragment {frag:5d}: local {loc:8.0f}  2 workers {dist:8.0f} steps/s  "
-              f"overhead {100 * overhead:+.0f}%", flush=True)
+              f"overhead {100 * overhead:+.0f}% (Ray's own share {100 * ray_share:.0f}%)",
+              flush=True)
     out["fragment_under_10pct"] = under
+    out["fragment_ray_share_under_10pct"] = under_ray
     out["loadavg_end"] = os.getloadavg()
-    print(f"fragment at which the 2-worker overhead is under 10%: {under}")
+    print(f"smallest fragment with 2 workers within 10% of the local rollout: {under}; "
+          f"with Ray's own share under 10%: {under_ray}")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
