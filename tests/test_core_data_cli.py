@@ -51,6 +51,7 @@ def test_cli_version_help_and_commands(capsys):
     out = capsys.readouterr().out
     for name in ("train-classifier", "evaluate", "train-agent", "evaluate-agent", "demo"):
         assert name in out
+    assert "-v, --verbose" in out and "start-up log lines" in out
 
 
 def test_console_script_is_installed():
