@@ -19,7 +19,8 @@ RANDOM_CARTPOLE = 22.0
                           "exploration_fraction": 0.2}, 60.0),
 ], ids=["ppo", "a2c", "reinforce", "dqn"])
 def test_learns_cartpole(cls, steps, kwargs, threshold):
-    agent = cls(env="CartPole-v1", seed=0, **kwargs)
+    # the plain config defaults (the tuned presets are covered by test_agents_presets.py)
+    agent = cls(env="CartPole-v1", seed=0, preset=None, **kwargs)
     agent.learn(steps, progress_bar=False)
     result = agent.evaluate(10)
     assert result["mean_return"] >= threshold > 2.5 * RANDOM_CARTPOLE, result
@@ -27,9 +28,20 @@ def test_learns_cartpole(cls, steps, kwargs, threshold):
 
 @pytest.mark.slow
 def test_ppo_cartpole_100k_solves():
-    agent = agents.PPO(env="CartPole-v1", seed=0)
+    agent = agents.PPO(env="CartPole-v1", seed=0)  # the ppo-CartPole-v1 preset
+    assert agent.config.preset == "ppo-CartPole-v1"
     agent.learn(100_000, progress_bar=False)
     assert agent.evaluate(20)["mean_return"] >= 475
+
+
+@pytest.mark.slow
+def test_ppo_acrobot_normalized_learns():
+    # observation + reward normalisation (the ppo-Acrobot-v1 preset): observation
+    # normalisation alone used to stall (see the README)
+    agent = agents.PPO(env="Acrobot-v1", seed=0)
+    assert agent.config.normalize_obs and agent.config.normalize_reward
+    agent.learn(150_000, progress_bar=False)
+    assert agent.evaluate(20)["mean_return"] >= -100
 
 
 @pytest.mark.slow

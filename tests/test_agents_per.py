@@ -92,9 +92,9 @@ def test_prioritized_update_compiles_with_xla():
 
 
 @pytest.mark.parametrize("field, value, match", [
-    ("priority_alpha", 1.5, r"priority_alpha: must be in \[0, 1\]"),
-    ("priority_beta", -0.1, r"priority_beta: must be in \[0, 1\]"),
-    ("priority_eps", 0.0, "priority_eps"),
+    ("priority_alpha", 1.5, r"^priority_alpha must be a number in \[0, 1\], got 1.5$"),
+    ("priority_beta", -0.1, r"^priority_beta must be a number in \[0, 1\], got -0.1$"),
+    ("priority_eps", 0.0, r"^priority_eps must be a number > 0, got 0.0$"),
 ])
 def test_bad_priority_config(field, value, match):
     with pytest.raises(ValueError, match=match):
