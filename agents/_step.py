@@ -17,13 +17,14 @@ from robustgrad import transforms as T
 _GUARD_LIMIT = 1_000_000_000
 
 
-def default_transform(max_grad_norm: float | None):
+def default_transform(max_grad_norm: float | None) -> T.GradientTransformation:
     """``chain(apply_if_finite(clip_by_global_norm(max_grad_norm)))`` (no clip if ``None``)."""
     inner = T.clip_by_global_norm(max_grad_norm) if max_grad_norm else T.identity()
     return T.chain(T.apply_if_finite(inner, _GUARD_LIMIT))
 
 
-def make_gradient_step(optimizer, variables, max_grad_norm=None, transform=None):
+def make_gradient_step(optimizer, variables, max_grad_norm: float | None = None,
+                       transform=None) -> T.GradientStep:
     """A :class:`robustgrad.transforms.GradientStep` over ``variables``.
 
     ``transform`` (any ``GradientTransformation``) replaces the default chain; wrap it in

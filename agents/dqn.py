@@ -41,7 +41,8 @@ from agents.returns import td_target
 from agents.schedules import linear
 
 
-def huber(x, delta):
+def huber(x, delta: float) -> tf.Tensor:
+    """Huber loss (smooth L1) of ``x`` elementwise: quadratic within ``delta``, linear outside."""
     a = tf.abs(x)
     return tf.where(a <= delta, 0.5 * tf.square(x), delta * (a - 0.5 * delta))
 

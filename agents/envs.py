@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
+from robustgrad._checks import positive_int
 
 EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
 
@@ -51,8 +52,7 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     subprocesses (``AsyncVectorEnv``) instead of a loop in this process.
     """
     check_env_id(env)
-    if num_envs <= 0:
-        raise ValueError(f"num_envs: must be positive, got {num_envs}")
+    num_envs = positive_int(num_envs, "num_envs")
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
     if isinstance(env, str):
         vec = gym.make_vec(env, num_envs=num_envs,

@@ -102,10 +102,10 @@ def _ours(algo, steps, seed):
     import agents
 
     if algo == "ppo":
-        agent = agents.PPO(env="CartPole-v1", seed=seed, **PPO_SETTINGS)
+        agent = agents.PPO(env="CartPole-v1", seed=seed, preset=None, **PPO_SETTINGS)
         warm = agent.config.n_steps * agent.config.num_envs
     else:
-        agent = agents.DQN(env="CartPole-v1", seed=seed, **DQN_SETTINGS)
+        agent = agents.DQN(env="CartPole-v1", seed=seed, preset=None, **DQN_SETTINGS)
         warm = agent.config.learning_starts + agent.config.train_freq
     # one learn() call over the whole budget (so schedules match SB3's); time from the end of
     # the first update that ran (tracing and compilation excluded)
