@@ -5,14 +5,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench lint clean install
+.PHONY: demo test test-all bench lint clean install docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -e '.[dev,distributed]'
+	$(BIN)/python -m pip install -e '.[dev,distributed,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,6 +30,10 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check robustgrad attacks agents tests benchmarks
 	$(BIN)/lint-imports
+
+# the documentation site, offline, warnings as errors (mkdocs.yml; output in build/site)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build *.egg-info
