@@ -384,6 +384,8 @@ def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_e
         kw = dict(attack_kwargs.get(name, {}))
         attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale, q_pi=q_pi,
                                    rs_steps=rs_steps, **kw)
+        # trace (and for rs learn Q^pi) before the timed episodes: steps/s is the steady rate
+        attack.step(np.zeros((k,) + tuple(agent.obs_shape), np.float32), seed=step_seed(seed, 0))
         for e in budgets:
             def perturb(obs, t, attack=attack, e=e):
                 return attack.step(obs, seed=step_seed(seed, t), eps=e)
