@@ -67,7 +67,7 @@ def _accepts_training(model) -> bool:
     return ok
 
 
-def weak_caller(fn, training=None):
+def weak_caller(fn: Callable, training: Any = None) -> Callable:
     """``f(x)`` calling ``fn`` (``call_model(fn, x, training)`` unless ``training`` is None)
     through a weak reference, so a cached compiled loop does not keep the model alive."""
     accepts = _accepts_training(fn) if training is not None else False
@@ -88,7 +88,7 @@ def weak_caller(fn, training=None):
     return f
 
 
-def call_model(model, x, training=False):
+def call_model(model: Any, x: Any, training: Any = False) -> tf.Tensor:
     """``model(x, training=training)``, or ``model(x)`` for a callable without ``training``."""
     if _accepts_training(model):
         return model(x, training=training)
@@ -103,7 +103,7 @@ _PROBED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _STRONG_CACHE: dict = {}
 
 
-def cached(owner, key, builder: Callable[[], Callable]):
+def cached(owner: Any, key: tuple, builder: Callable[[], Callable]) -> Callable:
     """The compiled function for ``(owner, key)``, built by ``builder()`` on first use.
 
     Held weakly by the owner (the model or ``loss_fn``); a bound method is keyed by its object
@@ -123,13 +123,13 @@ def cached(owner, key, builder: Callable[[], Callable]):
     return fn
 
 
-def relaxed_spec(t):
+def relaxed_spec(t: Any) -> tf.TensorSpec:
     """A TensorSpec like ``t`` with an unknown batch dimension."""
     t = tf.convert_to_tensor(t)
     return tf.TensorSpec([None] + t.shape.as_list()[1:], t.dtype)
 
 
-def spec_key(structure):
+def spec_key(structure: Any) -> tuple:
     return tuple((tuple(s.shape.as_list()), s.dtype.name)
                  for s in tf.nest.flatten(tf.nest.map_structure(relaxed_spec, structure)))
 
@@ -140,7 +140,7 @@ def spec_key(structure):
 COMPUTE_DTYPES = (tf.float32, tf.float64)
 
 
-def seed_tensor(seed):
+def seed_tensor(seed: Any) -> tf.Tensor:
     """A stateless seed ``[2]`` int32 from an int, a ``tf.random.Generator`` or ``None``."""
     if seed is None:
         return tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int32)
@@ -179,7 +179,7 @@ class Prepared:
 _looks_like_probabilities = looks_like_probabilities
 
 
-def warn_if_probabilities(out, who="model"):
+def warn_if_probabilities(out: Any, who: str = "model") -> bool:
     if looks_like_probabilities(out):
         warnings.warn(
             f"{who} outputs look like probabilities (non-negative rows summing to 1). Attacks and "
@@ -222,8 +222,9 @@ def _probe(model, x, training, loss_fn, need_gradient=True):
     return out
 
 
-def prepare(model, x, y, *, eps, clip_min, clip_max, targeted, objective, training,
-            loss_fn=None, eps_name="eps", allow_none_eps=False, need_gradient=True):
+def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: Any, targeted: bool,
+            objective: Any, training: Any, loss_fn: Callable | None = None, eps_name: str = "eps",
+            allow_none_eps: bool = False, need_gradient: bool = True) -> Prepared:
     """Validate and convert the common arguments. Raises before any compiled work."""
     if loss_fn is None and model is None:
         raise ValueError("model is required (or pass loss_fn=f(x_adv) -> [B] with model=None)")
@@ -333,7 +334,7 @@ def _is_label_vector(y):
     return t.dtype.is_integer and t.shape.rank == 1
 
 
-def finish(p: Prepared, x_adv):
+def finish(p: Prepared, x_adv: tf.Tensor) -> tf.Tensor:
     return tf.cast(x_adv, p.in_dtype)
 
 
@@ -374,11 +375,11 @@ class Attack:
         self.config = dict(config)
 
     @property
-    def norm(self):
+    def norm(self) -> Any:
         return self.config.get("norm", self.norms[0])
 
     @tf.autograph.experimental.do_not_convert
-    def run(self, model, x, y=None, **overrides) -> AttackResult:
+    def run(self, model: Any, x: Any, y: Any = None, **overrides: Any) -> AttackResult:
         kw = {**self.config, **overrides}
         return type(self)._run(model, x, y, **kw)
 
@@ -386,16 +387,16 @@ class Attack:
     def __call__(self, model, x, y=None, **overrides):
         return self.run(model, x, y, **overrides).x_adv
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {"class_name": type(self).__name__, **self.config}
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> Any:
         config = dict(config)
         config.pop("class_name", None)
         return cls(**config)
 
-    def replace(self, **kw):
+    def replace(self, **kw: Any) -> Any:
         return type(self)(**{**self.config, **kw})
 
     def __repr__(self):

@@ -24,6 +24,8 @@ AutoAttack) freezes examples once misclassified.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import tensorflow as tf
 
@@ -37,7 +39,7 @@ from ._engine import expand_rows, keep_best
 __all__ = ["apgd", "APGD", "checkpoint_schedule"]
 
 
-def checkpoint_schedule(steps):
+def checkpoint_schedule(steps: int) -> list[int]:
     """The iterations (1-based counts of steps) at which APGD checks its step size.
 
     Follows the reference implementation's discretisation of ``p_0 = 0, p_1 = 0.22``,
@@ -235,9 +237,11 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
 
 
 @tf.autograph.experimental.do_not_convert
-def apgd(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, targeted=False, seed=None,
-         steps=100, restarts=1, objective="ce", n_target_classes=None, early_stop=True,
-         rho=0.75, momentum=0.75, training=False, jit_compile=False, loss_fn=None):
+def apgd(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any, clip_max: Any,
+         targeted: bool = False, seed: Any = None, steps: int = 100, restarts: int = 1, objective: Any = "ce",
+         n_target_classes: int | None = None, early_stop: bool = True, rho: float = 0.75,
+         momentum: Any = 0.75, training: Any = False, jit_compile: bool = False,
+         loss_fn: Callable | None = None) -> tf.Tensor:
     """APGD (Croce & Hein 2020) under L∞ or L2; returns ``x_adv``.
 
     ``objective="ce"`` is APGD-CE, ``"dlr"`` APGD-DLR; ``n_target_classes=9`` is APGD-T (targeted

@@ -16,6 +16,8 @@ compiled ``tf.while_loop`` (one trace per model, configuration and per-example s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -136,10 +138,11 @@ def _cw_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=No
 
 
 @tf.autograph.experimental.do_not_convert
-def carlini_wagner_l2(model, x, y=None, *, eps=None, norm="l2", clip_min, clip_max,
-                      targeted=False, seed=None, steps=100, binary_search_steps=5,
-                      confidence=0.0, initial_const=1.0, learning_rate=None, training=False,
-                      jit_compile=False):
+def carlini_wagner_l2(model: Any, x: Any, y: Any = None, *, eps: Any = None, norm: Any = "l2", clip_min: Any,
+                      clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 100,
+                      binary_search_steps: int = 5, confidence: float = 0.0, initial_const: float = 1.0,
+                      learning_rate: float = None, training: Any = False,
+                      jit_compile: bool = False) -> tf.Tensor:
     """Carlini–Wagner L2 (2017); returns ``x_adv`` (unchanged where no success was found).
 
     ``confidence`` is kappa: a success needs ``margin >= kappa``. ``initial_const`` is the first

@@ -14,6 +14,8 @@ onto the ball. Untargeted only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from . import _validate as V
@@ -113,9 +115,10 @@ def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_
 
 
 @tf.autograph.experimental.do_not_convert
-def deepfool(model, x, y=None, *, eps=None, norm="l2", clip_min, clip_max, targeted=False,
-             seed=None, steps=50, overshoot=0.02, candidates=10, training=False,
-             jit_compile=False):
+def deepfool(model: Any, x: Any, y: Any = None, *, eps: Any = None, norm: Any = "l2", clip_min: Any,
+             clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 50,
+             overshoot: float = 0.02, candidates: int = 10, training: Any = False,
+             jit_compile: bool = False) -> tf.Tensor:
     """DeepFool (L2 or L∞); returns ``x_adv``. ``candidates`` classes are considered per step."""
     return _deepfool_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, overshoot=overshoot,

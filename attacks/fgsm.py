@@ -20,6 +20,8 @@ shape). See :mod:`attacks.pgd` for ``objective``/``loss_fn`` reuse.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import tensorflow as tf
 
 from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key
@@ -64,9 +66,10 @@ def _fgm_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max
 
 
 @tf.autograph.experimental.do_not_convert
-def fast_gradient_method(model, x, y=None, *, eps, norm="linf", clip_min, clip_max,
-                         targeted=False, seed=None, objective="ce", training=False,
-                         jit_compile=False, l1_top_k=None, loss_fn=None):
+def fast_gradient_method(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any,
+                         clip_max: Any, targeted: bool = False, seed: Any = None, objective: Any = "ce",
+                         training: Any = False, jit_compile: bool = False, l1_top_k: Any = None,
+                         loss_fn: Callable | None = None) -> tf.Tensor:
     """One steepest-ascent step of size ``eps``: FGSM (L∞), FGM (L2, L1); returns ``x_adv``.
 
     Arguments as in :func:`attacks.projected_gradient_descent`; ``seed`` is accepted for the

@@ -77,7 +77,7 @@ def _bcast(v, x):
     return tf.reshape(v, tf.concat([tf.shape(v), tf.ones([tf.rank(x) - 1], tf.int32)], 0))
 
 
-def norm(delta, norm="linf"):
+def norm(delta: tf.Tensor, norm: Any = "linf") -> tf.Tensor:
     """Per-example norm of ``delta`` over its non-batch axes, shape ``[B]``."""
     n = canonical_norm(norm)
     f = _flat(delta)
@@ -88,7 +88,7 @@ def norm(delta, norm="linf"):
     return tf.reduce_sum(tf.abs(f), axis=1)
 
 
-def project_l1(delta, eps):
+def project_l1(delta: tf.Tensor, eps: Any) -> tf.Tensor:
     """Exact Euclidean projection of each row of ``delta`` onto the L1 ball of radius ``eps``.
 
     Duchi et al. 2008, Fig. 1: sort ``|v|`` decreasingly, find the largest ``rho`` with
@@ -116,7 +116,7 @@ def project_l1(delta, eps):
     return tf.reshape(w, shape)
 
 
-def project(delta, eps, norm="linf"):
+def project(delta: tf.Tensor, eps: Any, norm: Any = "linf") -> tf.Tensor:
     """Euclidean projection of ``delta`` onto the ``norm`` ball of radius ``eps`` (scalar or [B])."""
     n = canonical_norm(norm)
     delta = tf.convert_to_tensor(delta)
@@ -131,7 +131,7 @@ def project(delta, eps, norm="linf"):
     return project_l1(delta, eps)
 
 
-def steepest_ascent(grad, norm="linf", l1_top_k=None):
+def steepest_ascent(grad: tf.Tensor, norm: Any = "linf", l1_top_k: Any = None) -> tf.Tensor:
     """The unit-norm direction ``d`` (``||d|| = 1``) that maximises ``<grad, d>``.
 
     ``linf``: ``sign(g)``. ``l2``: ``g / ||g||_2`` (zero where ``g`` is zero). ``l1``: with
@@ -171,7 +171,8 @@ def steepest_ascent(grad, norm="linf", l1_top_k=None):
     return tf.reshape(d, tf.shape(g))
 
 
-def random_in_ball(shape, eps, norm="linf", seed=None, dtype=tf.float32):
+def random_in_ball(shape: Any, eps: Any, norm: Any = "linf", seed: Any = None,
+                   dtype: Any = tf.float32) -> tf.Tensor:
     """A uniform sample from the ``norm`` ball of radius ``eps`` (scalar or [B]), per example.
 
     ``seed`` is a stateless seed (shape ``[2]`` int tensor, or an int); the same seed gives
@@ -206,7 +207,7 @@ def random_in_ball(shape, eps, norm="linf", seed=None, dtype=tf.float32):
     return tf.reshape(z, shape)
 
 
-def clip_to_bounds(x, clip_min, clip_max):
+def clip_to_bounds(x: Any, clip_min: Any, clip_max: Any) -> tf.Tensor:
     """``x`` clipped into ``[clip_min, clip_max]`` (scalars or arrays broadcasting to ``x``)."""
     x = tf.convert_to_tensor(x)
     lo = tf.cast(clip_min, x.dtype)

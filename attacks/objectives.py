@@ -24,6 +24,8 @@ probabilities as ``y`` and a KL divergence as the objective.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import tensorflow as tf
 
 __all__ = [
@@ -47,7 +49,7 @@ def _onehot(y, logits):
     return tf.one_hot(tf.cast(y, tf.int32), tf.shape(logits)[-1], dtype=logits.dtype)
 
 
-def cross_entropy(logits, y):
+def cross_entropy(logits: tf.Tensor, y: Any) -> tf.Tensor:
     """Sparse softmax cross-entropy per example, from logits."""
     logits = tf.convert_to_tensor(logits)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(y, tf.int32),
@@ -62,7 +64,7 @@ def _other_max(logits, y):
     return z_y, z_other
 
 
-def cw_margin(logits, y, targeted=False, confidence=None):
+def cw_margin(logits: tf.Tensor, y: Any, targeted: bool = False, confidence: float = None) -> tf.Tensor:
     """CW margin: untargeted ``max_{j!=y} z_j - z_y``; targeted ``z_y - max_{j!=y} z_j``.
 
     With ``confidence`` (kappa) the margin is capped at ``kappa`` (``min(margin, kappa)``), the
@@ -76,7 +78,7 @@ def cw_margin(logits, y, targeted=False, confidence=None):
     return m
 
 
-def dlr(logits, y):
+def dlr(logits: tf.Tensor, y: Any) -> tf.Tensor:
     """Untargeted DLR (Croce & Hein 2020, eq. 6), maximised by the attack."""
     logits = tf.convert_to_tensor(logits)
     srt = tf.sort(logits, axis=-1, direction="DESCENDING")
@@ -84,7 +86,7 @@ def dlr(logits, y):
     return -(z_y - z_other) / (srt[:, 0] - srt[:, 2] + 1e-12)
 
 
-def targeted_dlr(logits, y, target):
+def targeted_dlr(logits: tf.Tensor, y: Any, target: tf.Tensor) -> tf.Tensor:
     """Targeted DLR (Croce & Hein 2020, eq. 7): ``-(z_y - z_t) / (z_pi1 - (z_pi3 + z_pi4)/2)``.
 
     Needs at least 4 classes; ``y`` is the true (or clean predicted) label, ``target`` the target.
@@ -96,7 +98,7 @@ def targeted_dlr(logits, y, target):
     return -(z_y - z_t) / (srt[:, 0] - 0.5 * (srt[:, 2] + srt[:, 3]) + 1e-12)
 
 
-def canonical_objective(objective) -> str | None:
+def canonical_objective(objective: Any) -> str | None:
     """The built-in name for ``objective`` or ``None`` for a callable; ``ValueError`` otherwise."""
     if callable(objective):
         return None
@@ -107,7 +109,7 @@ def canonical_objective(objective) -> str | None:
         f"got {objective!r}")
 
 
-def get_objective(objective="ce", targeted=False):
+def get_objective(objective: Any = "ce", targeted: bool = False) -> Callable:
     """An internal objective ``f(logits, y, y_true) -> [B]`` to maximise.
 
     ``y`` holds the labels the caller passed (targets when ``targeted``), ``y_true`` the true or

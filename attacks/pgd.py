@@ -35,6 +35,8 @@ time) to reuse the trace. ``loss_fn`` is probed once, eagerly, on the first rows
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import tensorflow as tf
 
 from . import _validate as V
@@ -65,10 +67,12 @@ def _check_iter_args(steps, restarts, step_size, early_stop, p):
 
 
 @tf.autograph.experimental.do_not_convert
-def run_iterative(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, targeted=False,
-                  seed=None, steps=10, step_size=None, restarts=1, rand_init=True,
-                  early_stop=False, objective="ce", training=False, jit_compile=False,
-                  momentum=None, l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None, kind="pgd"):
+def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any,
+                  clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 10,
+                  step_size: Any = None, restarts: int = 1, rand_init: bool = True, early_stop: bool = False,
+                  objective: Any = "ce", training: Any = False, jit_compile: bool = False,
+                  momentum: Any = None, l1_top_k: Any = DEFAULT_L1_TOP_K, loss_fn: Callable | None = None,
+                  kind: str = "pgd") -> AttackResult:
     norm = canonical_norm(norm)
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective=objective, training=training, loss_fn=loss_fn)
@@ -96,10 +100,13 @@ def run_iterative(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, tar
 
 
 @tf.autograph.experimental.do_not_convert
-def projected_gradient_descent(model, x, y=None, *, eps, norm="linf", clip_min, clip_max,
-                               targeted=False, seed=None, steps=10, step_size=None, restarts=1,
-                               rand_init=True, early_stop=False, objective="ce", training=False,
-                               jit_compile=False, l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None):
+def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf",
+                               clip_min: Any, clip_max: Any, targeted: bool = False, seed: Any = None,
+                               steps: int = 10, step_size: Any = None, restarts: int = 1,
+                               rand_init: bool = True, early_stop: bool = False, objective: Any = "ce",
+                               training: Any = False, jit_compile: bool = False,
+                               l1_top_k: Any = DEFAULT_L1_TOP_K,
+                               loss_fn: Callable | None = None) -> tf.Tensor:
     """PGD (Madry et al. 2018) under the L∞, L2 or L1 norm; returns ``x_adv``.
 
     Args:
@@ -132,10 +139,11 @@ def projected_gradient_descent(model, x, y=None, *, eps, norm="linf", clip_min, 
 
 
 @tf.autograph.experimental.do_not_convert
-def basic_iterative_method(model, x, y=None, *, eps, norm="linf", clip_min, clip_max,
-                           targeted=False, seed=None, steps=10, step_size=None,
-                           early_stop=False, objective="ce", training=False, jit_compile=False,
-                           l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None):
+def basic_iterative_method(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any,
+                           clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 10,
+                           step_size: Any = None, early_stop: bool = False, objective: Any = "ce",
+                           training: Any = False, jit_compile: bool = False, l1_top_k: Any = DEFAULT_L1_TOP_K,
+                           loss_fn: Callable | None = None) -> tf.Tensor:
     """BIM (Kurakin et al. 2017): PGD from ``x`` without random start; step ``eps / steps``."""
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
@@ -145,11 +153,12 @@ def basic_iterative_method(model, x, y=None, *, eps, norm="linf", clip_min, clip
 
 
 @tf.autograph.experimental.do_not_convert
-def momentum_iterative_method(model, x, y=None, *, eps, norm="linf", clip_min, clip_max,
-                              targeted=False, seed=None, steps=10, step_size=None,
-                              decay_factor=1.0, early_stop=False, objective="ce",
-                              training=False, jit_compile=False, l1_top_k=DEFAULT_L1_TOP_K,
-                              loss_fn=None):
+def momentum_iterative_method(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf",
+                              clip_min: Any, clip_max: Any, targeted: bool = False, seed: Any = None,
+                              steps: int = 10, step_size: Any = None, decay_factor: float = 1.0,
+                              early_stop: bool = False, objective: Any = "ce", training: Any = False,
+                              jit_compile: bool = False, l1_top_k: Any = DEFAULT_L1_TOP_K,
+                              loss_fn: Callable | None = None) -> tf.Tensor:
     """MIM (Dong et al. 2018): ``g <- mu g + grad / ||grad||_1``, step along ``g``'s direction."""
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,

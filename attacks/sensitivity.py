@@ -153,7 +153,8 @@ def _scalar_fn(function):
 
 
 # --------------------------------------------------------------------------------------------
-def saliency(model: Callable, x, y=None, *, function="logit", absolute: bool = False):
+def saliency(model: Callable, x: Any, y: Any = None, *, function: Any = "logit",
+             absolute: bool = False) -> tf.Tensor:
     """Input-gradient saliency ``d f(model(x), y) / d x`` per example.
 
     Args:
@@ -173,9 +174,9 @@ def saliency(model: Callable, x, y=None, *, function="logit", absolute: bool = F
     return tf.abs(g) if absolute else g
 
 
-def smoothgrad(model: Callable, x, y=None, *, num_samples: int = 25, noise_level: float = 0.15,
-               value_range: float | None = None, function="logit", absolute: bool = False,
-               seed: int = 0):
+def smoothgrad(model: Callable, x: Any, y: Any = None, *, num_samples: int = 25, noise_level: float = 0.15,
+               value_range: float | None = None, function: Any = "logit", absolute: bool = False,
+               seed: int = 0) -> tf.Tensor:
     """SmoothGrad (Smilkov et al. 2017): the mean saliency over ``num_samples`` copies of ``x``
     with Gaussian noise of standard deviation ``noise_level * value_range``.
 
@@ -216,8 +217,8 @@ def smoothgrad(model: Callable, x, y=None, *, num_samples: int = 25, noise_level
 
 
 # --------------------------------------------------------------------------------------------
-def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
-                         batch_size: int = 256, norm="l2"):
+def class_jacobian_norms(model: Callable, x: Any, *, chunk_size: int | None = None,
+                         batch_size: int = 256, norm: Any = "l2") -> tf.Tensor:
     """Per-example, per-class input-gradient norms ``||d logit_c / d x||`` -> float32 ``[N, C]``.
 
     The logits' Jacobian of each mini-batch of ``batch_size`` examples comes from
@@ -252,8 +253,8 @@ def class_jacobian_norms(model: Callable, x, *, chunk_size: int | None = None,
 
 
 # --------------------------------------------------------------------------------------------
-def jacobian_spectral_norm(model: Callable, x, *, num_iters: int = 20, seed: int = 0,
-                           return_vectors: bool = False):
+def jacobian_spectral_norm(model: Callable, x: Any, *, num_iters: int = 20, seed: int = 0,
+                           return_vectors: bool = False) -> tf.Tensor:
     """Largest singular value of each example's logit Jacobian ``J_b = d logits_b / d x_b``.
 
     Power iteration on ``J^T J``: ``v <- J^T (J v) / ||.||`` with ``J v`` from
@@ -308,9 +309,10 @@ def jacobian_spectral_norm(model: Callable, x, *, num_iters: int = 20, seed: int
 
 
 # --------------------------------------------------------------------------------------------
-def local_lipschitz(model: Callable, x, y=None, *, eps: float, norm="linf", clip_min=None,
-                    clip_max=None, function="logit", steps: int = 20, restarts: int = 3,
-                    step_size: float | None = None, seed: int = 0, return_points: bool = False):
+def local_lipschitz(model: Callable, x: Any, y: Any = None, *, eps: float, norm: Any = "linf",
+                    clip_min: Any = None, clip_max: Any = None, function: Any = "logit", steps: int = 20,
+                    restarts: int = 3, step_size: float | None = None, seed: int = 0,
+                    return_points: bool = False) -> tf.Tensor:
     """Empirical local Lipschitz constant of ``f(model(x), y)`` over ``B_norm(x, eps)``.
 
     ``L(x) ~= max_{||x' - x|| <= eps} ||grad_x' f(x')||_*`` (``||.||_*`` the dual norm: L1 for

@@ -19,6 +19,8 @@ Only forward passes (queries): a black-box check against gradient masking. Input
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 import numpy as np
@@ -33,7 +35,7 @@ from ._engine import expand_rows
 __all__ = ["square", "Square"]
 
 
-def p_schedule(p_init, it, n_iters):
+def p_schedule(p_init: float | None, it: int, n_iters: int) -> float:
     """The fraction of pixels changed at iteration ``it`` (paper's schedule, rescaled)."""
     it = int(it / n_iters * 10000)
     for bound, div in ((8000, 512), (6000, 256), (4000, 128), (2000, 64), (1000, 32),
@@ -249,8 +251,9 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
 
 
 @tf.autograph.experimental.do_not_convert
-def square(model, x, y=None, *, eps, norm="linf", clip_min, clip_max, targeted=False, seed=None,
-           steps=1000, p_init=None, early_stop=True, training=False, jit_compile=False):
+def square(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any, clip_max: Any,
+           targeted: bool = False, seed: Any = None, steps: int = 1000, p_init: float | None = None,
+           early_stop: bool = True, training: Any = False, jit_compile: bool = False) -> tf.Tensor:
     """Square Attack (L∞ or L2), gradient-free; returns ``x_adv``.
 
     ``steps`` is the query budget per example (one forward pass each); ``p_init`` the initial

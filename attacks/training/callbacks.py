@@ -74,7 +74,7 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
         return float(self._fn(tf.constant(self.x, tf.float32),
                               tf.constant(self.y.astype(np.int32))))
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         acc = self._measure()
         self.history.append(acc)
         if logs is not None:
@@ -121,7 +121,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.checkpoint.restore(path).assert_existing_objects_matched()
         return int(self.epoch.numpy())
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)
 
@@ -130,7 +130,7 @@ class NonFiniteGuard(keras.callbacks.Callback):
     """Stop with :class:`robustgrad.transforms.NonFiniteGradientError` after more than
     ``max_nonfinite_steps`` consecutive non-finite gradient steps (each one was skipped)."""
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         step = getattr(self.model, "gradient_step", None)
         if step is not None:
             step.raise_if_exceeded()
@@ -156,7 +156,7 @@ class ScalarLogger(keras.callbacks.Callback):
             self._writers[run] = tf.summary.create_file_writer(os.path.join(self.log_dir, run))
         return self._writers[run]
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         for key, value in (logs or {}).items():
             run, tag = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
             try:
@@ -169,7 +169,7 @@ class ScalarLogger(keras.callbacks.Callback):
         for w in self._writers.values():
             w.flush()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         for w in self._writers.values():
             w.close()
 
@@ -182,11 +182,11 @@ class EpochTimer(keras.callbacks.Callback):
         self.seconds: list[float] = []
         self._t0 = None
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._t0 = time.perf_counter()
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._last = time.perf_counter()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.seconds.append(getattr(self, "_last", self._t0) - self._t0)

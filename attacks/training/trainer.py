@@ -164,20 +164,20 @@ class AdversarialTrainer(keras.Model):
             self.built = True
 
     # ---------------------------------------------------------------- keras plumbing
-    def call(self, x, training=False):
+    def call(self, x: Any, training: Any = False) -> tf.Tensor:
         return self.model(x, training=training)
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: Any = None) -> None:
         if not self.model.built and input_shape is not None:
             self.model.build(input_shape)
         self.built = True
 
     @property
-    def metrics(self):
+    def metrics(self) -> list:
         return [self.loss_tracker, self.adv_acc_tracker, self.clean_acc_tracker,
                 self.robust_acc_tracker, self.grad_norm_tracker, self.eps_tracker]
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {
             "model": keras.saving.serialize_keras_object(self.model),
             "method": self.method, "eps": self.eps, "norm": self.norm,
@@ -190,7 +190,7 @@ class AdversarialTrainer(keras.Model):
         }
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> Any:
         config = dict(config)
         config["model"] = keras.saving.deserialize_keras_object(config["model"])
         return cls(**config)
@@ -268,11 +268,11 @@ class AdversarialTrainer(keras.Model):
         self._grad_step = transforms.GradientStep(self._transform(), self.optimizer, variables)
 
     @property
-    def gradient_step(self):
+    def gradient_step(self) -> Any:
         """The core GradientStep used for updates (None under a strategy or loss scaling)."""
         return getattr(self, "_grad_step", None)
 
-    def fit(self, *args, **kwargs):
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
         self._maybe_build_grad_step()
         return super().fit(*args, **kwargs)
 
