@@ -379,10 +379,10 @@ def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_e
         scale = np.maximum(np.asarray(clean["trajectory"], np.float32).std(0), 1e-6) \
             if len(clean["trajectory"]) > 1 else None
     r_clean, r_rand = float(np.mean(clean["returns"])), float(np.mean(rand["returns"]))
-    rows, trajectories, q_pi = [], {"clean": clean["trajectory"]}, None
+    rows, trajectories = [], {"clean": clean["trajectory"]}
     for name in attacks:
         kw = dict(attack_kwargs.get(name, {}))
-        attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale, q_pi=q_pi,
+        attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale,
                                    rs_steps=rs_steps, **kw)
         # trace (and for rs learn Q^pi) before the timed episodes: steps/s is the steady rate
         attack.step(np.zeros((k,) + tuple(agent.obs_shape), np.float32), seed=step_seed(seed, 0))
@@ -392,7 +392,6 @@ def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_e
 
             run = _run_episodes(agent, n_episodes, k, seed, perturb=perturb)
             _check_budget(run["norms"], e, f"attack {name!r}")
-            q_pi = attack.q_pi if name == "rs" else q_pi
             row = {"attack": name, "eps": e, **_stats(run["returns"]),
                    "returns": run["returns"], "action_changed": run["action_changed"],
                    "mean_perturbation": float(run["norms"].mean()) if run["norms"].size else 0.0,
