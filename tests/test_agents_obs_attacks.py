@@ -334,3 +334,12 @@ def test_cli_critic_attack_needs_a_critic(tmp_path, capsys):
     assert "--agent: attacks: 'critic' needs an agent with a trained critic" \
         in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_per_dimension_std_units_in_the_evaluation(normalised):
+    report = evaluate_under_attack(normalised, ["random", "action"], eps=[0.1], n_episodes=1,
+                                   scale="std", progress=False)
+    assert report.units == "per-dimension std"
+    for name in ("random", "action"):
+        row = report.row(name, 0.1)
+        assert 0 < row["mean_perturbation"] <= row["max_perturbation"] <= 0.1 * (1 + 1e-5) + 1e-6
