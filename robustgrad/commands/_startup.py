@@ -11,7 +11,6 @@ so a real error, a Python warning or a traceback is never hidden. ``TF_CPP_MIN_L
 to 2 unless the user set it) quiets TensorFlow's later info lines as usual.
 
 Example:
-  >>> import re
   >>> bool(is_startup_noise("I0000 00:00:1796.980825    6593 port.cc:153] oneDNN custom operations are on."))
   True
   >>> is_startup_noise("Traceback (most recent call last):")
