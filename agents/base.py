@@ -22,13 +22,19 @@ from agents.callbacks import ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import make_vec_env
 from agents.persistence import read_metadata, restore_weights, write_agent
+from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 
 FORMAT_VERSION = 1
 
 
-class NonFiniteTrainingError(RuntimeError):
-    """Training stopped: too many consecutive updates were rejected as non-finite."""
+class NonFiniteTrainingError(NonFiniteError, RuntimeError):
+    """Training stopped: too many consecutive updates were rejected as non-finite.
+
+    A :class:`robustgrad.NonFiniteError` (the project's one non-finite error family) and, as
+    before, a ``RuntimeError``. The limit is ``max_nonfinite_updates``: it counts whole updates in
+    which every gradient step was rejected (a PPO update is many gradient steps), not gradient
+    steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
 
 
 class Agent:

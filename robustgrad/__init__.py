@@ -6,54 +6,54 @@ The shared core: JAX-style derivative transforms over Python callables (``grad``
 ``check_connected``), custom-gradient ops, gradient transformations (:mod:`robustgrad.transforms`),
 derivative-based regularisers (:mod:`robustgrad.regularizers`) and monitoring
 (:mod:`robustgrad.monitor`). Knows nothing of attacks or agents.
+
+Names are imported on first use (PEP 562), so ``import robustgrad`` -- and the command line's
+``robustgrad --help``, which lives in this package -- loads no TensorFlow until a name that needs
+it is touched.
+
+>>> import robustgrad as rg
+>>> rg.__version__
+'0.1.0'
+>>> callable(rg.value_and_grad)
+True
 """
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-from robustgrad.custom import (  # noqa: E402
-    clip_gradient,
-    clip_gradient_norm,
-    reverse_gradient,
-    safe_norm,
-    safe_sqrt,
-    scale_gradient,
-    straight_through,
-)
-from robustgrad.higher import (  # noqa: E402
-    batch_jacobian,
-    hessian,
-    hessian_diagonal,
-    hvp,
-    jacobian,
-    jvp,
-    vjp,
-)
-from robustgrad.tape import (  # noqa: E402
-    Tape,
-    WatchReport,
-    check_connected,
-    grad,
-    input_gradient,
-    stop_gradient,
-    unrecorded,
-    value_and_grad,
-    watched,
-)
-from robustgrad import data, errors, hyper, meta, monitor, regularizers, transforms  # noqa: E402
-from robustgrad.errors import NonFiniteError  # noqa: E402
-from robustgrad.monitor import gradient_stats  # noqa: E402
-from robustgrad.transforms import (  # noqa: E402
-    GradientStep,
-    GradientTransformation,
-    NonFiniteGradientError,
-)
+# public name -> the module that defines it
+_NAMES = {
+    **dict.fromkeys(("clip_gradient", "clip_gradient_norm", "reverse_gradient", "safe_norm",
+                     "safe_sqrt", "scale_gradient", "straight_through"), "robustgrad.custom"),
+    **dict.fromkeys(("batch_jacobian", "hessian", "hessian_diagonal", "hvp", "jacobian", "jvp",
+                     "vjp"), "robustgrad.higher"),
+    **dict.fromkeys(("Tape", "WatchReport", "check_connected", "grad", "input_gradient",
+                     "stop_gradient", "unrecorded", "value_and_grad", "watched"),
+                    "robustgrad.tape"),
+    "NonFiniteError": "robustgrad.errors",
+    "gradient_stats": "robustgrad.monitor",
+    **dict.fromkeys(("GradientStep", "GradientTransformation", "NonFiniteGradientError"),
+                    "robustgrad.transforms"),
+}
+_SUBMODULES = ("atomic", "data", "errors", "hyper", "interrupts", "meta", "monitor", "progress",
+               "regularizers", "transforms")
 
-__all__ = [
-    "GradientStep", "GradientTransformation", "NonFiniteError", "NonFiniteGradientError",
-    "errors", "gradient_stats",
-    "Tape", "WatchReport", "batch_jacobian", "check_connected", "clip_gradient",
-    "clip_gradient_norm", "data", "grad", "hessian", "hessian_diagonal", "hvp",
-    "input_gradient", "jacobian", "jvp", "monitor", "regularizers", "reverse_gradient",
-    "safe_norm", "safe_sqrt", "scale_gradient", "stop_gradient", "straight_through",
-    "transforms", "unrecorded", "value_and_grad", "vjp", "watched", "hyper", "meta",
-]
+__all__ = sorted([*_NAMES, *_SUBMODULES])
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"robustgrad.{name}")
+    elif name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+    else:
+        raise AttributeError(f"module 'robustgrad' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
