@@ -5,11 +5,14 @@ test closes its agent so that its worker actors free their CPUs.
 """
 
 import functools
+import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -215,13 +218,47 @@ def _free_port():
         return s.getsockname()[1]
 
 
+_CLUSTER_DRIVER = """
+import json, os, sys, time
+import ray
+import agents
+from agents.distributed import init_ray
+address, tmp = sys.argv[1], sys.argv[2]
+init_ray(address)
+deadline = time.time() + 120
+while ray.cluster_resources().get("CPU", 0) < 2:
+    assert time.time() < deadline, "the second node did not join"
+    time.sleep(1)
+ckpt = os.path.join(tmp, "ckpt")
+agent = agents.PPO(env="CartPole-v1", seed=0, rollout_workers=2, ray_address=address,
+                   checkpoint_dir=ckpt)
+infos = ray.get([a.info.remote() for a in agent.rollout_workers.actors])
+agent.learn(10_240, progress_bar=False)
+steps = [int(agent.num_timesteps.numpy())]
+agent.close()
+resumed = agents.load(ckpt, rollout_workers=2, ray_address=address)
+steps.append(int(resumed.num_timesteps.numpy()))
+resumed.learn(10_240, progress_bar=False)
+steps.append(int(resumed.num_timesteps.numpy()))
+ret = resumed.evaluate(10)["mean_return"]
+resumed.close()
+print(json.dumps({"nodes": len({i["node_id"] for i in infos}), "steps": steps,
+                  "mean_return": ret}))
+"""
+
+
 @pytest.mark.slow
 def test_two_node_cluster_on_loopback_trains_and_resumes(tmp_path):
-    if ray.is_initialized():
-        ray.shutdown()
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
     port = _free_port()
-    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")}
+    ray_tmp = tempfile.mkdtemp(prefix="rg-ray-", dir="/tmp")  # Ray's socket paths must be short
+    # token authentication with a token made for this throw-away cluster, shared by the two
+    # nodes and this driver (not the user's ~/.ray token)
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
+            "RAY_TMPDIR": ray_tmp}
+    env = {**os.environ, **auth, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(agents.__file__)))]
+        + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
     common = ["--block", "--include-dashboard=false", "--disable-usage-stats"]
     head = subprocess.Popen([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1",
                              f"--port={port}", "--num-cpus=1", *common], env=env,
@@ -242,31 +279,20 @@ def test_two_node_cluster_on_loopback_trains_and_resumes(tmp_path):
              "--num-cpus=1", *common], env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         address = f"127.0.0.1:{port}"
-        init_ray(address)
-        deadline = time.time() + 120
-        while ray.cluster_resources().get("CPU", 0) < 2:
-            assert time.time() < deadline, "the second node did not join"
-            time.sleep(1)
-        ckpt = str(tmp_path / "ckpt")
-        agent = agents.PPO(env="CartPole-v1", seed=0, rollout_workers=2, ray_address=address,
-                           checkpoint_dir=ckpt)
-        infos = ray.get([a.info.remote() for a in agent.rollout_workers.actors])
-        assert infos[0]["node_id"] != infos[1]["node_id"]  # one worker per node
-        agent.learn(10_240, progress_bar=False)
-        agent.close()
-        resumed = agents.load(ckpt, rollout_workers=2, ray_address=address)
-        assert int(resumed.num_timesteps.numpy()) == 10_240
-        resumed.learn(10_240, progress_bar=False)
-        assert int(resumed.num_timesteps.numpy()) == 20_480
-        assert resumed.evaluate(10)["mean_return"] >= 150
-        resumed.close()
+        # the driver runs in a fresh interpreter so that Ray reads the token settings at start
+        driver = subprocess.run([sys.executable, "-c", _CLUSTER_DRIVER, address, str(tmp_path)],
+                                env=env, capture_output=True, text=True, timeout=900)
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        result = json.loads(driver.stdout.strip().splitlines()[-1])
+        assert result["nodes"] == 2 and result["steps"] == [10_240, 10_240, 20_480], result
+        assert result["mean_return"] >= 150, result
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
         for p in reversed(nodes):
             try:
-                os.killpg(p.pid, 15)
+                os.killpg(p.pid, 15)  # the process group of this test's `ray start` only
                 p.wait(timeout=60)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
                 os.killpg(p.pid, 9)
-        shutil.rmtree(tmp_path / "ray", ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
