@@ -64,6 +64,10 @@ class AgentConfig:
     jit_compile: bool = False
     """Compile the update step with XLA. Off by default: on a 2-core CPU it made the PPO
     CartPole update ~1.5x faster but costs ~15 s of compilation; measure on your platform."""
+    backend: str = "gymnasium"
+    """Where the environments run: ``"gymnasium"`` (Python envs, any id or factory) or
+    ``"graph"`` (the TensorFlow-ops envs of :mod:`agents.graph_envs`, stepped inside the
+    compiled iteration; only for :data:`agents.graph_envs.GRAPH_ENV_IDS`)."""
     preset: str | None = None
     """Name of the tuned preset (``agents/presets.json``) the other fields were taken from
     (``None``: dataclass defaults and overrides only). Recorded, not re-applied on load."""
@@ -86,6 +90,12 @@ class AgentConfig:
         self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every",
                                              minimum=0)
         self.seed = positive_int(self.seed, "seed", minimum=None)
+        choice(self.backend, "backend", ("gymnasium", "graph"))
+        if self.backend == "graph":
+            from agents.graph_envs import GRAPH_ENV_IDS
+            if self.env not in GRAPH_ENV_IDS:
+                raise ValueError(f"backend='graph' needs env to be one of {GRAPH_ENV_IDS} "
+                                 f"(the compiled environments), got {self.env!r}")
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
 
