@@ -71,6 +71,25 @@ class AgentConfig:
     preset: str | None = None
     """Name of the tuned preset (``agents/presets.json``) the other fields were taken from
     (``None``: dataclass defaults and overrides only). Recorded, not re-applied on load."""
+    robust: str | None = None
+    """Robust training against observation perturbations (:mod:`agents.robust`): ``None``
+    (plain training), ``"sa"`` (state-adversarial regulariser: SA-PPO/SA-A2C's
+    ``kappa * max KL(pi(.|s) || pi(.|s_hat))``, SA-DQN's hinge on the greedy action's Q-margin;
+    Zhang et al., NeurIPS 2020) or ``"adv"`` (train on observations attacked by
+    ``robust_attack``). REINFORCE has no robust variant."""
+    robust_eps: float = 0.1
+    """L-inf radius of the observation ball, in standard deviations when ``normalize_obs``
+    (inside the normaliser, as the papers) and in raw units otherwise."""
+    robust_kappa: float = 0.1
+    """Weight kappa of the SA regulariser (``robust="sa"``)."""
+    robust_steps: int = 10
+    """PGD steps of the inner maximisation (step size ``robust_eps / robust_steps``)."""
+    robust_eps_warmup: float = 0.75
+    """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
+    ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
+    robust_attack: str = "mad"
+    """The attack of ``robust="adv"`` (``"random"``, ``"action"``, ``"mad"`` or ``"critic"``;
+    see :mod:`agents.observation_attacks`)."""
 
     def __post_init__(self):
         check_env_id(self.env, "env")
@@ -98,6 +117,13 @@ class AgentConfig:
                                  f"(the compiled environments), got {self.env!r}")
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
+        if self.robust is not None:
+            choice(self.robust, "robust", ("sa", "adv"))
+        nonnegative(self.robust_eps, "robust_eps")
+        nonnegative(self.robust_kappa, "robust_kappa")
+        self.robust_steps = positive_int(self.robust_steps, "robust_steps")
+        probability(self.robust_eps_warmup, "robust_eps_warmup")
+        choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -233,6 +259,9 @@ class REINFORCEConfig(OnPolicyConfig):
         if self.gae_lambda != 1.0:
             raise ValueError(f"gae_lambda must be 1.0 for REINFORCE (Monte-Carlo returns), got "
                              f"{self.gae_lambda!r}")
+        if self.robust is not None:
+            raise ValueError(f"robust: REINFORCE has no robust variant (use PPO, A2C or DQN), "
+                             f"got {self.robust!r}")
 
 
 @dataclass
