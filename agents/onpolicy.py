@@ -92,6 +92,12 @@ class OnPolicyAgent(Agent):
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
 
+    def _perceived(self, obs, seed):
+        """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and
+        learned from): ``obs`` itself; ``robust="adv"`` returns it attacked (agents.robust).
+        ``seed``: the step's stateless seed ``[2]`` int32."""
+        return obs
+
     def _act_graph(self, obs, deterministic):
         dist = self.model.distribution(obs)
         if deterministic:
@@ -122,6 +128,7 @@ class OnPolicyAgent(Agent):
         obs = self._obs.read_value()
         seeds = tf.cast(self.rng.make_seeds(T), tf.int32)  # one RNG read per rollout
         for t in tf.range(T):
+            obs = self._perceived(obs, seeds[:, t])
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
