@@ -13,7 +13,9 @@ Errors: a :class:`UsageError` (or a :class:`robustgrad._checks.ArgumentTypeError
 command is the user's mistake -- a bad flag value, a missing or unreadable file, an output
 directory that would be overwritten -- and prints one line ``robustgrad: error: ...`` with exit
 status 2, without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception is an
-internal error and keeps its traceback. Ctrl-C ends with status 130.
+internal error and keeps its traceback. Ctrl-C ends with status 130; a training command stopped
+at a safe point (:class:`robustgrad.interrupts.TrainingInterrupted`) also prints the checkpoint
+it wrote and the command that resumes it.
 
 TensorFlow's native start-up lines are hidden unless ``-v``/``--verbose`` is given (see
 :mod:`robustgrad.commands._startup`).
@@ -31,6 +33,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 
@@ -153,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc)
     except KeyboardInterrupt as exc:
         detail = " ".join(str(exc).split())
+        if getattr(exc, "checkpoint", None) and hasattr(args, "resume"):
+            # a training command stopped at a safe point: say how to continue it
+            again = argv if "--resume" in argv else [*argv, "--resume"]
+            detail += f"; resume with: robustgrad {shlex.join(again)}"
         print(f"robustgrad: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
