@@ -65,16 +65,17 @@ def steps_per_second(run, n: int, seconds: float, repeats: int) -> float:
     ``steps`` is calibrated so that one timed call lasts about ``seconds``; the figure is the
     median of ``repeats`` timed calls after a warm-up (which compiles).
     """
-    run(8)
-    steps, elapsed = 8, 0.0
+    steps, elapsed = 16, 0.0
     while steps < 10_000_000:
+        run(steps)  # XLA specialises on the loop length: compile before timing each new length
         t0 = time.perf_counter()
         run(steps)
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds / 5:
             break
-        steps *= 4
+        steps *= 8
     steps = max(1, int(steps * seconds / max(elapsed, 1e-9)))
+    run(steps)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

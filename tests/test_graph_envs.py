@@ -167,7 +167,7 @@ def test_reset_distribution_within_gymnasium_bounds(env_id):
 
 
 @functools.lru_cache(maxsize=None)
-def _rollout_fn(env_id, jit_compile=False):
+def _rollout_fn(env_id, jit_compile=False, tag=""):
     """A compiled rollout of ``steps`` random-action steps (shared by the tests: traced once)."""
     spec = graph_env(env_id)
     traces = []
@@ -192,6 +192,12 @@ def _rollout_fn(env_id, jit_compile=False):
         return state, obs, total, dones
 
     return spec, rollout, traces
+
+
+def test_a_single_env_keeps_its_static_shape_in_a_compiled_loop():
+    spec, rollout, _ = _rollout_fn("Pendulum-v1", tag="N=1")  # its own function: N is static
+    state, obs, total, dones = rollout(spec.reset(0, 1), tf.constant([0, 1], tf.int64), tf.constant(201))
+    assert state.physics.shape == (1, 2) and obs.shape == (1, 3) and int(dones[0]) == 1
 
 
 def test_rollout_is_a_pure_function_of_seed_and_actions():
@@ -287,3 +293,28 @@ def test_graph_vec_env_continuous_and_tensor_outputs():
     assert all(-200 * (np.pi ** 2 + 0.1 * 64 + 0.004) <= ret < 0 for ret, _ in episodes)
     with pytest.raises(ValueError, match=r"actions must be numbers of shape \(2, 1\)"):
         env.step(np.zeros((2, 2)))
+
+
+def test_graph_vec_env_state_lives_in_variables_shared_with_compiled_code():
+    env = GraphVecEnv("Acrobot-v1", num_envs=2, seed=0)
+    env.reset()
+    start = env.state
+
+    @tf.function
+    def external_step(actions):  # what an agent's compiled rollout does
+        state = GraphEnvState(*(v.read_value() for v in env.variables))
+        state, obs, *_ = env.spec.step(state, actions)
+        for variable, value in zip(env.variables, state):
+            variable.assign(value)
+        return obs
+
+    obs = external_step(tf.constant([0, 2]))
+    after_external, expected, *_ = env.spec.step(start, tf.constant([0, 2]))
+    # compiled and eager arithmetic may differ in the last bit
+    np.testing.assert_allclose(obs.numpy(), expected.numpy(), rtol=1e-6, atol=1e-7)
+    assert env.state.time.numpy().tolist() == [1, 1]
+    obs, *_ = env.step(np.array([1, 1]))
+    np.testing.assert_allclose(obs, env.spec.step(after_external, tf.constant([1, 1]))[1].numpy(),
+                               rtol=1e-6, atol=1e-7)
+    assert env.state.time.numpy().tolist() == [2, 2]
+    assert all(isinstance(v, tf.Variable) and not v.trainable for v in env.variables)

@@ -142,8 +142,8 @@ class GraphEnvSpec:
         rewards, ``[N]`` bool flags and ``[N, obs_dim]`` float32 final observations.
         """
         d = self.dynamics
-        actions = tf.convert_to_tensor(actions)
-        actions = tf.reshape(actions, [-1]) if not self.discrete else actions
+        batch = state.time.shape[0]  # static when known: the outputs keep a static N
+        actions = tf.reshape(tf.convert_to_tensor(actions), [-1 if batch is None else batch])
         if not self.discrete:
             actions = tf.cast(actions, self.dtype)
         physics, reward, terminated = d.transition(state.physics, actions)
@@ -153,6 +153,7 @@ class GraphEnvSpec:
         final_obs = d.observe(physics)
         key, sub = _split(state.rng)
         fresh = d.sample(sub, tf.shape(time)[0], self.dtype)
+        fresh.set_shape(physics.shape)  # keeps N static (a tf.while_loop needs a fixed shape for N = 1)
         physics = tf.where(done[:, None], fresh, physics)
         obs = tf.where(done[:, None], d.observe(fresh), final_obs)
         episode_return = tf.where(done, tf.zeros_like(reward), state.episode_return + reward)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents.graph_envs.core import GraphEnvSpec, graph_env
+from agents.graph_envs.core import GraphEnvSpec, GraphEnvState, graph_env
 from robustgrad._checks import positive_int
 
 
@@ -33,6 +33,11 @@ class GraphVecEnv:
 
     The first :meth:`reset` uses ``seed``; later resets without a seed continue the RNG stream
     of the state, as ``VecEnv`` does. Episode returns are accumulated in the physics dtype.
+
+    The state lives in :attr:`variables`, a :class:`GraphEnvState` of ``tf.Variable`` created by
+    the first reset: code compiled elsewhere (an agent's rollout) can read them, call
+    ``spec.step`` and assign the result back, sharing one state with this adapter; ``state``
+    reads their current values.
     """
 
     def __init__(self, env: str | GraphEnvSpec, num_envs: int, seed: int | None = 0, *,
@@ -53,17 +58,29 @@ class GraphVecEnv:
             self.action_high = np.asarray(space.high, np.float32)
         self.as_numpy = bool(as_numpy)
         self._seed = seed
-        self._step = tf.function(self._step_with_episodes, jit_compile=bool(jit_compile))
-        self.state = None
+        self._step = tf.function(self._step_variables, jit_compile=bool(jit_compile))
+        self.variables: GraphEnvState | None = None
         self.obs: Any = None
         self.episodes: list[tuple[float, int]] = []
         self.error: BaseException | None = None
 
-    def _step_with_episodes(self, state, actions):
+    @property
+    def state(self) -> GraphEnvState | None:
+        """The current state (tensors read from :attr:`variables`), ``None`` before a reset."""
+        if self.variables is None:
+            return None
+        return GraphEnvState(*(v.read_value() for v in self.variables))
+
+    def _assign(self, state: GraphEnvState) -> None:
+        for variable, value in zip(self.variables, state):
+            variable.assign(value)
+
+    def _step_variables(self, actions):
+        state = GraphEnvState(*(v.read_value() for v in self.variables))
         new_state, obs, reward, terminated, truncated, final_obs = self.spec.step(state, actions)
+        self._assign(new_state)
         ended_return = state.episode_return + tf.cast(reward, state.episode_return.dtype)
-        return (new_state, obs, reward, terminated, truncated, final_obs, ended_return,
-                state.time + 1)
+        return obs, reward, terminated, truncated, final_obs, ended_return, state.time + 1
 
     def _out(self, x):
         return x.numpy() if self.as_numpy else x
@@ -75,8 +92,13 @@ class GraphVecEnv:
         if seed is None:  # no seed ever given: draw one like gymnasium's unseeded reset
             seed = int(np.random.SeedSequence().generate_state(1)[0])
         self._seed = None
-        self.state = self.spec.reset(seed, self.num_envs)
-        self.obs = self._out(self.spec.observe(self.state))
+        state = self.spec.reset(seed, self.num_envs)
+        if self.variables is None:
+            self.variables = GraphEnvState(*(tf.Variable(value, trainable=False, name=f"env_{name}")
+                                             for name, value in state._asdict().items()))
+        else:
+            self._assign(state)
+        self.obs = self._out(self.spec.observe(state))
         return self.obs
 
     def _check_actions(self, actions):
@@ -93,12 +115,12 @@ class GraphVecEnv:
 
     def step(self, actions):
         """Step all environments; returns ``obs, reward, terminated, truncated, final_obs``."""
-        if self.state is None:
+        if self.variables is None:
             raise ValueError("step() called before reset()")
         actions = self._check_actions(actions)
         try:
-            (self.state, obs, reward, terminated, truncated, final_obs, ended_return,
-             ended_length) = self._step(self.state, actions)
+            (obs, reward, terminated, truncated, final_obs, ended_return,
+             ended_length) = self._step(actions)
         except BaseException as exc:  # noqa: BLE001 - stored, then re-raised unchanged
             self.error = exc
             raise
