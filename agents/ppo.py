@@ -16,10 +16,16 @@ import tensorflow as tf
 from agents import _sums
 from agents.config import PPOConfig
 from agents.onpolicy import OnPolicyAgent, _normalize
+from agents.robust import RobustOnPolicy
 
 
-class PPO(OnPolicyAgent):
-    """PPO agent. ``PPO(env="CartPole-v1", seed=0).learn(100_000)``; see :class:`PPOConfig`."""
+class PPO(RobustOnPolicy, OnPolicyAgent):
+    """PPO agent. ``PPO(env="CartPole-v1", seed=0).learn(100_000)``; see :class:`PPOConfig`.
+
+    ``robust="sa"`` is SA-PPO (Zhang et al. 2020): each minibatch's loss gets
+    ``kappa * KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
+    (:mod:`agents.robust`); ``robust="adv"`` acts on attacked observations.
+    """
 
     algo = "ppo"
     config_cls = PPOConfig
@@ -30,7 +36,7 @@ class PPO(OnPolicyAgent):
         mb = B // cfg.n_minibatches
         c = cfg.clip_coef
         sums = _sums.zeros(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                            "grad_norm", "updates_applied"))
+                            "sa_kl", "grad_norm", "updates_applied"))
         n = tf.constant(0.0)
         epochs = tf.constant(0.0)
         last_kl = tf.constant(0.0)
@@ -47,6 +53,7 @@ class PPO(OnPolicyAgent):
                 mb_val = tf.gather(values, idx)
                 if cfg.normalize_advantages:
                     mb_adv = _normalize(mb_adv)
+                mb_obs_adv = self._sa_observations(mb_obs)
                 with tf.GradientTape() as tape:
                     dist = self.model.distribution(mb_obs)
                     logratio = dist.log_prob(mb_act) - mb_logp_old
@@ -61,7 +68,8 @@ class PPO(OnPolicyAgent):
                             tf.square(new_v - mb_ret), tf.square(v_clipped - mb_ret)))
                     else:
                         v_loss = 0.5 * tf.reduce_mean(tf.square(new_v - mb_ret))
-                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                    sa_loss, sa_kl = self._sa_term(mb_obs, mb_obs_adv)
+                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss + sa_loss
                 grads = tape.gradient(loss, self.variables)
                 step = self._apply_gradients(grads)
                 approx_kl = tf.reduce_mean((ratio - 1.0) - logratio)
@@ -69,7 +77,7 @@ class PPO(OnPolicyAgent):
                 kl_sum += approx_kl
                 sums = _sums.add(sums, {
                     "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
-                    "approx_kl": approx_kl, "clip_fraction": clipfrac,
+                    "approx_kl": approx_kl, "clip_fraction": clipfrac, "sa_kl": sa_kl,
                     "grad_norm": step["grad_norm"],
                     "updates_applied": tf.cast(step["applied"], tf.float32)})
                 n += 1.0

@@ -1,0 +1,188 @@
+"""State-adversarial regularisers and adversarial observations for robust RL training.
+
+Zhang, Chen, Xiao, Li, Liu, Boning, Hsieh, "Robust deep reinforcement learning against
+adversarial perturbations on state observations", NeurIPS 2020:
+
+* **SA-PPO / SA-A2C**: ``loss += kappa * mean_s max_{s_hat in B(s, eps)} KL(pi(.|s) || pi(.|s_hat))``.
+  The inner max is the ``mad`` attack of :mod:`agents.observation_attacks` (the :mod:`attacks`
+  PGD engine; 10 steps of ``eps / 10`` by default, random start); the clean distribution is
+  under ``tf.stop_gradient``, ``s_hat`` too, so the gradient reaches the policy only through
+  ``pi(.|s_hat)`` (the paper's convex-relaxation variant is not implemented; SGLD neither).
+* **SA-DQN** (PGD variant): ``loss += kappa * mean_s max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -c)``
+  with ``a* = argmax_a Q(s, a)`` and ``s_hat`` found by the ``action`` attack (PGD on the
+  cross-entropy away from ``a*``); ``c`` is :data:`HINGE_MARGIN`.
+* **adversarial observation training** (``robust="adv"``): the on-policy agents act on, store
+  and learn from observations attacked by ``robust_attack`` during the rollout (the agent lives
+  in the perturbed MDP, as Kos & Song 2017 and Pattanaik et al. 2018); DQN's update uses the
+  attacked ``s`` in ``Q(s, a)`` (its replay buffer keeps clean observations).
+
+eps and kappa rise linearly from 0 over ``robust_eps_warmup`` of the ``learn`` budget
+(:class:`RobustSchedule`, held in ``tf.Variable`` so the compiled update traces once). Budgets
+are in the attack's units: standard deviations inside the normaliser when the agent normalises
+observations, raw units otherwise.
+
+>>> import tensorflow as tf
+>>> q = tf.constant([[1.0, 3.0, 2.0]])
+>>> float(q_margin_hinge(q, tf.constant([1]), 1.0)[0])  # max(2 - 3, -1)
+-1.0
+>>> float(q_margin_hinge(q, tf.constant([2]), 1.0)[0])  # max(3 - 2, -1)
+1.0
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from agents import observation_attacks as oa
+from agents.schedules import linear
+
+tfd = tfp.distributions
+
+__all__ = ["HINGE_MARGIN", "RobustSchedule", "adversarial_observations", "attacked_q_margin",
+           "clean_distribution", "policy_kl", "q_margin_hinge", "sa_observations",
+           "sa_policy_regularizer"]
+
+HINGE_MARGIN = 1.0
+"""``c`` of SA-DQN's hinge ``max(margin, -c)``: margins below ``-c`` contribute no gradient."""
+
+
+class RobustSchedule(tf.Module):
+    """eps and kappa of the current update, ramped linearly from 0 (``tf.Variable`` scalars
+    read inside the compiled update; :meth:`update` before each iteration).
+
+    >>> s = RobustSchedule(eps=0.2, kappa=0.5, warmup=0.75)
+    >>> s.update(375, 1000); round(float(s.eps), 6), round(float(s.kappa), 6)
+    (0.1, 0.25)
+    >>> s.update(900, 1000); round(float(s.eps), 6)
+    0.2
+    """
+
+    def __init__(self, eps: float, kappa: float, warmup: float):
+        super().__init__(name="robust_schedule")
+        self.target_eps, self.target_kappa, self.warmup = float(eps), float(kappa), float(warmup)
+        self.eps = tf.Variable(0.0 if warmup > 0 else self.target_eps, trainable=False,
+                               name="robust_eps")
+        self.kappa = tf.Variable(0.0 if warmup > 0 else self.target_kappa, trainable=False,
+                                 name="robust_kappa")
+
+    def update(self, steps_done: int, total: int) -> None:
+        """Set eps and kappa for an update at ``steps_done`` of a ``total``-step budget."""
+        if self.warmup <= 0:
+            frac = 1.0
+        else:
+            frac = linear(0.0, 1.0, float(steps_done), self.warmup * float(total))
+        self.eps.assign(self.target_eps * frac)
+        self.kappa.assign(self.target_kappa * frac)
+
+
+def clean_distribution(model, obs) -> tfd.Distribution:
+    """``pi(.|obs)`` of an :class:`agents.networks.ActorCritic` with every parameter under
+    ``tf.stop_gradient`` (the fixed side of the KL)."""
+    out = tf.stop_gradient(model.policy_net(model.obs_norm(obs)))
+    if model.discrete:
+        return tfd.Categorical(logits=out)
+    std = tf.stop_gradient(tf.exp(model.log_std) * tf.ones_like(out))
+    return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
+
+
+def policy_kl(model, obs, obs_adv) -> tf.Tensor:
+    """``KL(pi(.|obs) || pi(.|obs_adv))`` per row ``[B]``, the clean side stopped, the
+    perturbed side differentiable w.r.t. the model's variables."""
+    return tfd.kl_divergence(clean_distribution(model, obs), model.distribution(obs_adv))
+
+
+def sa_observations(agent, obs, eps, steps: int, seed) -> tf.Tensor:
+    """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball (the ``mad`` attack,
+    PGD with ``steps`` steps of ``eps / steps``), under ``tf.stop_gradient``. ``[B, d]``."""
+    return tf.stop_gradient(oa.mad_attack(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
+                                          seed=seed))
+
+
+def sa_policy_regularizer(agent, obs, obs_adv) -> tf.Tensor:
+    """The SA-PPO/SA-A2C regulariser (before kappa): mean over the batch of
+    :func:`policy_kl` at the attack's ``obs_adv``; scalar."""
+    return tf.reduce_mean(policy_kl(agent.model, obs, obs_adv))
+
+
+def q_margin_hinge(q_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
+    """SA-DQN's hinge per row ``[B]``: ``max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -margin)``.
+
+    ``q_adv [B, A]`` float, ``greedy [B]`` int (``a*``, the greedy action at the clean state).
+    """
+    q_adv = tf.convert_to_tensor(q_adv, tf.float32)
+    n_actions = tf.shape(q_adv)[-1]
+    mask = tf.one_hot(greedy, n_actions, dtype=tf.bool)
+    q_star = tf.gather(q_adv, greedy, batch_dims=1)
+    q_other = tf.reduce_max(tf.where(mask, tf.constant(-float("inf")), q_adv), axis=-1)
+    return tf.maximum(q_other - q_star, -float(margin))
+
+
+def attacked_q_margin(agent, obs, eps, steps: int, seed, margin: float = HINGE_MARGIN):
+    """SA-DQN's regulariser (before kappa) on a batch: ``s_hat`` from PGD away from the clean
+    greedy action (``action`` attack, stopped), then the mean :func:`q_margin_hinge` of the
+    online network at ``s_hat``; scalar."""
+    obs = tf.stop_gradient(obs)
+    greedy = tf.argmax(tf.stop_gradient(agent.q(obs)), axis=-1, output_type=tf.int32)
+    obs_adv = tf.stop_gradient(oa.action_attack(agent, obs, eps=eps, steps=steps,
+                                                step_size=eps / float(steps), seed=seed))
+    return tf.reduce_mean(q_margin_hinge(agent.q(obs_adv), greedy, margin))
+
+
+def adversarial_observations(agent, obs, attack: str, eps, steps: int, seed) -> tf.Tensor:
+    """``obs`` attacked by ``attack`` (``random``/``action``/``mad``/``critic``) at radius
+    ``eps``; non-finite rows of ``obs`` are passed through unchanged (the non-finite guard of
+    the update must still see them). Stopped. ``[B, d]``."""
+    obs = tf.convert_to_tensor(obs, tf.float32)
+    finite = tf.math.is_finite(obs)
+    safe = tf.where(finite, obs, tf.zeros_like(obs))
+    kw = {} if attack == "random" else {"steps": steps, "step_size": eps / float(steps)}
+    adv = oa.attack_observations(agent, safe, attack, eps=eps, seed=seed, **kw)
+    return tf.stop_gradient(tf.where(finite, adv, obs))
+
+
+class RobustOnPolicy:
+    """Mixin of PPO and A2C: the ``robust`` config fields at work.
+
+    Builds the :class:`RobustSchedule`, updates it before each iteration, attacks the rollout's
+    observations for ``robust="adv"`` and gives the update :meth:`_sa_term`.
+    """
+
+    def _build(self):
+        super()._build()
+        cfg = self.config
+        self.robust_schedule = None
+        if cfg.robust is not None:
+            self.robust_schedule = RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
+                                                  cfg.robust_eps_warmup)
+
+    def _perceived(self, obs, seed):
+        if self.config.robust != "adv":
+            return obs
+        seed = tf.random.experimental.stateless_fold_in(seed, 1)
+        return adversarial_observations(self, obs, self.config.robust_attack,
+                                        self.robust_schedule.eps, self.config.robust_steps, seed)
+
+    def _sa_observations(self, obs):
+        """``s_hat`` of the SA regulariser for a minibatch (``None`` unless ``robust="sa"``);
+        computed outside the gradient tape."""
+        if self.config.robust != "sa":
+            return None
+        return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
+                               self._seed())
+
+    def _sa_term(self, obs, obs_adv):
+        """``(kappa * KL, KL)`` for the loss and the logs; zeros without ``robust="sa"``."""
+        if obs_adv is None:
+            return tf.constant(0.0), tf.constant(0.0)
+        kl = sa_policy_regularizer(self, obs, obs_adv)
+        return self.robust_schedule.kappa * kl, kl
+
+    def _train_iteration(self, steps_done, total):
+        if self.robust_schedule is not None:
+            self.robust_schedule.update(steps_done, total)
+        logs, n = super()._train_iteration(steps_done, total)
+        if self.robust_schedule is not None:
+            logs["robust_eps"] = float(self.robust_schedule.eps.numpy())
+            logs["robust_kappa"] = float(self.robust_schedule.kappa.numpy())
+        return logs, n
