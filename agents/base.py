@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from agents.callbacks import ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
-from agents.envs import make_vec_env
+from agents.envs import graph_env_step, make_vec_env
+from agents.graph_backend import make_training_env
 from agents.persistence import read_metadata, restore_weights, write_agent
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
@@ -66,8 +67,10 @@ class Agent:
                              f"{type(config).__name__}")
         self.config = config
         self.transform = transform
-        self.env = make_vec_env(config.env, config.num_envs, seed=config.seed,
-                                async_envs=config.async_envs)
+        if rollout_workers is not None and config.backend == "graph":
+            raise ValueError("rollout_workers: the graph backend steps its environments inside "
+                             "the compiled iteration; use backend='gymnasium' with Ray workers")
+        self.env = make_training_env(config)  # backend="graph": agents.graph_backend
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape
         self.discrete = self.env.discrete
@@ -89,6 +92,14 @@ class Agent:
     def _seed(self, rng=None):
         """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
         return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
+
+    def _env_step_in_graph(self, actions):
+        """One step of the training envs from inside a compiled rollout: the compiled env's
+        own ops for ``backend="graph"``, ``tf.numpy_function`` around ``VecEnv.step``
+        otherwise. Returns ``obs, reward, terminated, truncated, final_obs``."""
+        if self.config.backend == "graph":
+            return self.env.step_graph(actions)
+        return graph_env_step(self._env_step_np, actions, self.config.num_envs, self.obs_shape)
 
     def _apply_gradients(self, grads):
         """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
