@@ -1,6 +1,7 @@
 """On-policy actor-critic machinery shared by REINFORCE, A2C and PPO.
 
-Two compiled functions per iteration, each traced once:
+Two compiled functions per iteration, each traced once (one, ``_iteration()``, with
+``backend="graph"``: the environment is then TensorFlow ops stepped inside the rollout):
 
 * ``_rollout()``: ``n_steps`` vector-env steps in one ``tf.function`` loop. The policy
   samples in the graph; the environment is stepped through ``tf.numpy_function``; the
@@ -22,7 +23,7 @@ import tensorflow as tf
 from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.config import OnPolicyConfig
-from agents.envs import RunningMeanStd, graph_env_step
+from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic
 from agents.optim import Adam
 from agents.returns import bootstrap_values, discounted_returns, gae
@@ -66,6 +67,8 @@ class OnPolicyAgent(Agent):
         self.trace_counts = collections.Counter()
         self._rollout = tf.function(self._rollout_graph)
         self._train = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
+        # backend="graph": rollout + targets + update of an iteration in one compiled call
+        self._iteration = tf.function(self._iteration_graph, jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,
@@ -135,8 +138,7 @@ class OnPolicyAgent(Agent):
             dist = self.model.distribution(safe)
             a = dist.sample(seed=seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            nobs, r, term, trunc, fin = graph_env_step(self._env_step_np, a_env, N,
-                                                       self.obs_shape)
+            nobs, r, term, trunc, fin = self._env_step_in_graph(a_env)
             tas["obs"] = tas["obs"].write(t, obs)
             tas["actions"] = tas["actions"].write(t, a)
             tas["rewards"] = tas["rewards"].write(t, r)
@@ -146,6 +148,11 @@ class OnPolicyAgent(Agent):
             obs = nobs
         self._obs.assign(obs)
         return {k: v.stack() for k, v in tas.items()}
+
+    def _iteration_graph(self):
+        """Rollout, targets and update of one iteration (``backend="graph"``: one call)."""
+        self.trace_counts["iteration"] += 1
+        return self._train_graph(self._rollout_graph())
 
     # -- targets and update --------------------------------------------------------------
     def _scale_rewards(self, rewards, ends):
@@ -231,8 +238,11 @@ class OnPolicyAgent(Agent):
             lr = linear(lr, 0.0, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
         workers = self.rollout_workers  # agents.distributed: the same rollout on Ray actors
-        batch = self._rollout() if workers is None else workers.collect()
-        stats = self._train(batch)
+        if cfg.backend == "graph":
+            stats = self._iteration()
+        else:
+            batch = self._rollout() if workers is None else workers.collect()
+            stats = self._train(batch)
         n = cfg.n_steps * cfg.num_envs
         self.num_timesteps.assign_add(n)
         self.num_updates.assign_add(1)
