@@ -34,7 +34,6 @@ from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
-from agents.envs import graph_env_step
 from agents.networks import QNetwork
 from agents.optim import Adam
 from agents.returns import td_target
@@ -147,7 +146,7 @@ class DQN(Agent):
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
             a = self._explore(greedy, eps, self.rng)
-            nobs, r, term, _trunc, fin = graph_env_step(self._env_step_np, a, N, self.obs_shape)
+            nobs, r, term, _trunc, fin = self._env_step_in_graph(a)  # base: either backend
             self.buffer.add(obs, a, r, fin, term)
             self.num_timesteps.assign_add(N)
             if self.num_timesteps % cfg.target_update_interval < N:
