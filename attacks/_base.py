@@ -175,10 +175,6 @@ class Prepared:
     key: tuple = ()
 
 
-# the old private name, still imported by attacks.evaluate
-_looks_like_probabilities = looks_like_probabilities
-
-
 def warn_if_probabilities(out: Any, who: str = "model") -> bool:
     if looks_like_probabilities(out):
         warnings.warn(
