@@ -394,8 +394,10 @@ class Agent:
 
     def __repr__(self):
         env = self.config.env if isinstance(self.config.env, str) else "<factory>"
-        return (f"{type(self).__name__}(env={env!r}, "
-                f"steps={int(self.num_timesteps.numpy())})")
+        # AutoGraph may format the agent while tracing: no .numpy() there
+        steps = int(self.num_timesteps.numpy()) if tf.executing_eagerly() else "?"
+        preset = f", preset={self.config.preset!r}" if self.config.preset else ""
+        return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
 
 
 def load(directory: str, env=None, *, rollout_workers: int | None = None,
