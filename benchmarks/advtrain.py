@@ -83,7 +83,7 @@ def measure_costs(methods, rounds=3, batch=64, width=64, eps=0.1):
     import numpy as np
 
     from attacks import training as T
-    from attacks._data import load_dataset
+    from attacks.data import load_dataset
 
     d = load_dataset("digits")
     spe = T.steps_per_epoch(len(d.x_train), batch)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import attacks
 from attacks import training as T
-from attacks._data import load_dataset
+from attacks.data import load_dataset
 from robustgrad.cli import main as cli_main
 
 
