@@ -29,7 +29,7 @@ import collections
 import gymnasium as gym
 import tensorflow as tf
 
-from agents import _sums
+from agents import _sums, robust
 from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.buffers import ReplayBuffer
@@ -92,6 +92,10 @@ class DQN(Agent):
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
         self._obs = tf.Variable(tf.zeros((N,) + self.obs_shape), trainable=False, name="obs")
         self.trace_counts = collections.Counter()
+        self.robust_schedule = None  # robust="sa"/"adv": eps and kappa of agents.robust
+        if cfg.robust is not None:
+            self.robust_schedule = robust.RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
+                                                         cfg.robust_eps_warmup)
         self._collect = tf.function(self._collect_graph)
         self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
 
@@ -198,19 +202,32 @@ class DQN(Agent):
     def _train_graph(self, n_steps, beta):
         self.trace_counts["train"] += 1
         cfg = self.config
-        sums = _sums.zeros(("loss", "q_mean", "grad_norm", "updates_applied"))
+        sums = _sums.zeros(("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied"))
         for _ in tf.range(n_steps):
             idx, weights = self._sample(beta)
             batch = self.buffer.gather(idx)
+            obs = batch["obs"]
+            if cfg.robust == "adv":  # the update sees attacked s in Q(s, a); the buffer is clean
+                obs = robust.adversarial_observations(self, obs, cfg.robust_attack,
+                                                      self.robust_schedule.eps,
+                                                      cfg.robust_steps, self._seed())
+            obs_adv, greedy = obs, tf.zeros([cfg.batch_size], tf.int32)
+            if cfg.robust == "sa":
+                obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
+                                                             cfg.robust_steps, self._seed())
             with tf.GradientTape() as tape:
-                loss, q, td = self.loss(batch["obs"], batch["actions"], batch["rewards"],
+                loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
                                         batch["next_obs"], batch["terminated"], weights)
+                hinge = tf.constant(0.0)
+                if cfg.robust == "sa":  # SA-DQN (Zhang et al. 2020)
+                    hinge = robust.attacked_q_margin(self, obs_adv, greedy)
+                    loss = loss + self.robust_schedule.kappa * hinge
             grads = tape.gradient(loss, self.variables)
             if cfg.prioritized_replay:
                 self._update_priorities(idx, td)
             step = self._apply_gradients(grads)
             self.grad_steps.assign_add(1)
-            sums = _sums.add(sums, {"loss": loss, "q_mean": tf.reduce_mean(q),
+            sums = _sums.add(sums, {"loss": loss, "q_mean": tf.reduce_mean(q), "sa_hinge": hinge,
                                     "grad_norm": step["grad_norm"],
                                     "updates_applied": tf.cast(step["applied"], tf.float32)})
         n = tf.cast(n_steps, tf.float32)
@@ -225,6 +242,8 @@ class DQN(Agent):
         if cfg.learning_rate_final is not None:
             lr = linear(lr, cfg.learning_rate_final, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
+        if self.robust_schedule is not None:
+            self.robust_schedule.update(steps_done, total)
         explore = cfg.exploration_fraction * total
         self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
                       tf.constant(explore, tf.float32))

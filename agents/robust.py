@@ -40,7 +40,7 @@ from agents.schedules import linear
 tfd = tfp.distributions
 
 __all__ = ["HINGE_MARGIN", "RobustSchedule", "adversarial_observations", "attacked_q_margin",
-           "clean_distribution", "policy_kl", "q_margin_hinge", "sa_observations",
+           "clean_distribution", "policy_kl", "q_margin_hinge", "sa_dqn_observations", "sa_observations",
            "sa_policy_regularizer"]
 
 HINGE_MARGIN = 1.0
@@ -112,20 +112,26 @@ def q_margin_hinge(q_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
     """
     q_adv = tf.convert_to_tensor(q_adv, tf.float32)
     n_actions = tf.shape(q_adv)[-1]
-    mask = tf.one_hot(greedy, n_actions, dtype=tf.bool)
+    mask = tf.one_hot(greedy, n_actions) > 0.5
     q_star = tf.gather(q_adv, greedy, batch_dims=1)
     q_other = tf.reduce_max(tf.where(mask, tf.constant(-float("inf")), q_adv), axis=-1)
     return tf.maximum(q_other - q_star, -float(margin))
 
 
-def attacked_q_margin(agent, obs, eps, steps: int, seed, margin: float = HINGE_MARGIN):
-    """SA-DQN's regulariser (before kappa) on a batch: ``s_hat`` from PGD away from the clean
-    greedy action (``action`` attack, stopped), then the mean :func:`q_margin_hinge` of the
-    online network at ``s_hat``; scalar."""
+def sa_dqn_observations(agent, obs, eps, steps: int, seed):
+    """SA-DQN's inner max: ``(s_hat, a*)`` with ``a* = argmax_a Q(s, a)`` ``[B]`` int32 and
+    ``s_hat`` ``[B, d]`` from ``steps`` PGD steps of ``eps / steps`` on the cross-entropy away
+    from ``a*`` (the ``action`` attack); both stopped."""
     obs = tf.stop_gradient(obs)
     greedy = tf.argmax(tf.stop_gradient(agent.q(obs)), axis=-1, output_type=tf.int32)
     obs_adv = tf.stop_gradient(oa.action_attack(agent, obs, eps=eps, steps=steps,
                                                 step_size=eps / float(steps), seed=seed))
+    return obs_adv, greedy
+
+
+def attacked_q_margin(agent, obs_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
+    """SA-DQN's regulariser (before kappa): the mean :func:`q_margin_hinge` of the online
+    network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar, differentiable."""
     return tf.reduce_mean(q_margin_hinge(agent.q(obs_adv), greedy, margin))
 
 
