@@ -259,9 +259,10 @@ def test_two_node_cluster_on_loopback_trains_and_resumes(tmp_path):
     env = {**os.environ, **auth, "PYTHONPATH": os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(agents.__file__)))]
         + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
-    common = ["--block", "--include-dashboard=false", "--disable-usage-stats"]
+    common = ["--block", "--disable-usage-stats"]
     head = subprocess.Popen([ray_bin, "start", "--head", "--node-ip-address=127.0.0.1",
-                             f"--port={port}", "--num-cpus=1", *common], env=env,
+                             f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                             *common], env=env,
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     nodes = [head]
@@ -274,15 +275,17 @@ def test_two_node_cluster_on_loopback_trains_and_resumes(tmp_path):
             except OSError:
                 assert time.time() < deadline, "the head node did not start"
                 time.sleep(1)
+        second_log = open(os.path.join(ray_tmp, "second_node.log"), "w")  # noqa: SIM115
         nodes.append(subprocess.Popen(
             [ray_bin, "start", f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1",
-             "--num-cpus=1", *common], env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+             "--num-cpus=1", *common], env=env,
+            start_new_session=True, stdout=second_log, stderr=subprocess.STDOUT))
         address = f"127.0.0.1:{port}"
         # the driver runs in a fresh interpreter so that Ray reads the token settings at start
         driver = subprocess.run([sys.executable, "-c", _CLUSTER_DRIVER, address, str(tmp_path)],
                                 env=env, capture_output=True, text=True, timeout=900)
-        assert driver.returncode == 0, driver.stderr[-3000:]
+        with open(os.path.join(ray_tmp, "second_node.log")) as f:
+            assert driver.returncode == 0, driver.stderr[-2000:] + f.read()[-2000:]
         result = json.loads(driver.stdout.strip().splitlines()[-1])
         assert result["nodes"] == 2 and result["steps"] == [10_240, 10_240, 20_480], result
         assert result["mean_return"] >= 150, result
