@@ -94,36 +94,103 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
-    """Save a ``tf.train.CheckpointManager`` checkpoint at the end of every epoch.
+    """Save a ``tf.train.CheckpointManager`` checkpoint at the end of every epoch, and one of the
+    *current* state when a stop is requested (SIGINT/SIGTERM).
 
     The checkpoint holds the trainer (classifier weights and the step counter that drives the
     random stream and warm-up: the RNG state), the optimizer (its slots and iteration count),
-    the core GradientStep's transformation state, and the epoch.
+    the core GradientStep's transformation state, the running means of the epoch's metrics,
+    the epoch and the batches already done of it. Checkpoints are numbered by the trainer's
+    train-step counter.
+
+    With ``interrupt`` (the flag of :func:`robustgrad.interrupts.deferred_interrupts`), the flag
+    is polled after every batch: once a stop is requested, the state after that batch is saved
+    and :class:`robustgrad.interrupts.TrainingInterrupted` is raised with the checkpoint
+    directory (the last batch of an epoch lets the epoch end -- validation, the epoch
+    checkpoint -- run first). :meth:`restore` then returns the completed epochs and sets
+    :attr:`batches_done`; skip that many batches of the next epoch
+    (``epoch_dataset(..., skip_batches=...)``) and ``fit`` that epoch with
+    ``steps_per_epoch - batches_done`` steps to end where an uninterrupted run ends.
     """
 
-    def __init__(self, directory: str, trainer: AdversarialTrainer, max_to_keep: int = 2) -> None:
+    def __init__(self, directory: str, trainer: AdversarialTrainer, max_to_keep: int = 2,
+                 interrupt: Any = None) -> None:
         super().__init__()
+        self.directory = directory
+        self.trainer = trainer
+        self.interrupt = interrupt
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
+        self.batches_done = 0
+        self._offset = 0  # batches of the first epoch of this fit done before it (resume)
+        self._metric_values = None
         extra = {}
         trainer._maybe_build_grad_step()
         if trainer.gradient_step is not None:
             extra["gradient_step"] = trainer.gradient_step
+        self._metric_variables = [v for m in trainer.metrics for v in m.variables]
         self.checkpoint = tf.train.Checkpoint(model=trainer, optimizer=trainer.optimizer,
-                                              epoch=self.epoch, **extra)
+                                              epoch=self.epoch, batch=self.batch,
+                                              metrics=self._metric_variables, **extra)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=max_to_keep)
 
     def restore(self) -> int:
-        """Restore the latest checkpoint; returns the number of completed epochs (0 if none)."""
+        """Restore the latest checkpoint; returns the number of completed epochs (0 if none) and
+        sets :attr:`batches_done` (batches of the next epoch already trained, 0 at a boundary)."""
         path = self.manager.latest_checkpoint
         if path is None:
             return 0
         self.checkpoint.restore(path).assert_existing_objects_matched()
+        self.batches_done = self._offset = int(self.batch.numpy())
+        if self.batches_done:  # fit resets the metrics at the epoch's start: put them back then
+            self._metric_values = [v.numpy() for v in self._metric_variables]
         return int(self.epoch.numpy())
 
+    def _save(self, epochs_done: int, batches_done: int) -> str:
+        self.epoch.assign(epochs_done)
+        self.batch.assign(batches_done)
+        step = int(self.trainer.step_counter.numpy())
+        return self.manager.save(checkpoint_number=step)
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self._metric_values is not None:
+            for v, value in zip(self._metric_variables, self._metric_values):
+                v.assign(value)
+            self._metric_values = None
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        steps = (self.params or {}).get("steps")
+        if self.interrupt is None or not self.interrupt.requested:
+            return
+        if steps is not None and batch + 1 >= steps:
+            return  # the epoch's last batch: stop after the epoch end instead
+        epoch = int(self.epoch.numpy())
+        done = self._offset + batch + 1
+        self._save(epoch, done)
+        total = "" if steps is None else f" of {self._offset + steps}"
+        self._raise(f"at epoch {epoch + 1}, batch {done}{total}")
+
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.epoch.assign(epoch + 1)
-        self.manager.save(checkpoint_number=epoch + 1)
+        self._offset = 0
+        self._save(epoch + 1, 0)
+        epochs = (self.params or {}).get("epochs")
+        if self.interrupt is not None and self.interrupt.requested and \
+                (epochs is None or epoch + 1 < epochs):
+            self._raise(f"after epoch {epoch + 1}")
+
+    def raise_if_requested(self, epochs_done: int) -> None:
+        """Between two ``fit`` calls: raise ``TrainingInterrupted`` if a stop was requested."""
+        if self.interrupt is not None and self.interrupt.requested:
+            self._raise(f"after epoch {epochs_done}")
+
+    def _raise(self, where: str) -> None:
+        from robustgrad.interrupts import TrainingInterrupted
+
+        name = self.interrupt.signal_name
+        raise TrainingInterrupted(f"training stopped by {name} {where}; checkpoint saved to "
+                                  f"{self.directory}", checkpoint=self.directory,
+                                  signal_name=name)
 
 
 class NonFiniteGuard(keras.callbacks.Callback):
@@ -172,6 +239,7 @@ class ScalarLogger(keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         for w in self._writers.values():
             w.close()
+        self._writers = {}  # a later fit (a resumed epoch, then the rest) opens new ones
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -183,10 +251,18 @@ class EpochTimer(keras.callbacks.Callback):
         self._t0 = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = self._last = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._last = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.seconds.append(getattr(self, "_last", self._t0) - self._t0)
+        self._t0 = None
+
+    @property
+    def partial_seconds(self) -> float:
+        """Seconds of the batches of an epoch that did not end (0 when every epoch ended)."""
+        if self._t0 is None:
+            return 0.0
+        return getattr(self, "_last", self._t0) - self._t0

@@ -17,7 +17,7 @@ __all__ = ["epoch_dataset", "steps_per_epoch"]
 
 def epoch_dataset(x: Any, y: Any, batch_size: int, *, seed: int = 0, first_epoch: int = 0,
                   epochs: int = 1, drop_remainder: bool = False, shift: int = 0,
-                  pad_value: float = 0.0) -> tf.data.Dataset:
+                  pad_value: float = 0.0, skip_batches: int = 0) -> tf.data.Dataset:
     """A ``tf.data`` pipeline over epochs ``first_epoch .. epochs-1`` whose order depends only on
     ``(seed, epoch)``: resuming at epoch ``e`` replays exactly the batches an uninterrupted run
     would have seen. Use with ``fit(..., steps_per_epoch=steps_per_epoch(...))``.
@@ -25,15 +25,20 @@ def epoch_dataset(x: Any, y: Any, batch_size: int, *, seed: int = 0, first_epoch
     ``shift=k`` augments images (NHWC) with random translations of up to ``k`` pixels (pad with
     ``pad_value``, crop), drawn from stateless seeds ``(seed, epoch, batch)`` -- also replayed
     exactly on resume. ``x`` float ``[N, H, W, C]`` (any shape without ``shift``), ``y`` int
-    ``[N]``; the batches are ``(float32 [b, ...], int64 [b])``.
+    ``[N]``; the batches are ``(float32 [b, ...], int64 [b])``. ``skip_batches=k`` leaves out
+    the first ``k`` batches of ``first_epoch`` (a run resumed from a mid-epoch checkpoint: the
+    rest of the epoch, then the next ones, exactly as an uninterrupted run sees them).
 
     >>> import numpy as np
     >>> x, y = np.zeros((5, 2), "float32"), np.arange(5)
     >>> [len(b) for _, b in epoch_dataset(x, y, 2, epochs=2)]
     [2, 2, 1, 2, 2, 1]
+    >>> [len(b) for _, b in epoch_dataset(x, y, 2, epochs=2, skip_batches=2)]
+    [1, 2, 2, 1]
     """
     batch_size = positive_int(batch_size, "batch_size")
     shift = positive_int(shift, "shift", minimum=0)
+    skip_batches = positive_int(skip_batches, "skip_batches", minimum=0)
     n = len(x)
     x = np.asarray(x, np.float32)
 
@@ -63,6 +68,8 @@ def epoch_dataset(x: Any, y: Any, batch_size: int, *, seed: int = 0, first_epoch
         return xb, tf.gather(ys, i)
 
     ds = tf.data.Dataset.range(first_epoch, epochs).flat_map(one_epoch)
+    if skip_batches:
+        ds = ds.skip(skip_batches)
     ds = ds.map(gather)
     return ds.prefetch(2)
 

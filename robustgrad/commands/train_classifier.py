@@ -39,7 +39,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 # configuration keys that may change between a run and its --resume
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps",
                 "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "no_progress",
-                "show_native_log",
+                "show_native_log", "override", "overrides",
                 "stop_after_steps"}  # (a hidden test flag of earlier versions, in old configs)
 
 
@@ -96,6 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace the artefacts of an existing run in --out")
     g.add_argument("--resume", action="store_true",
                    help="continue from the latest checkpoint in --out (same configuration)")
+    g.add_argument("--override", default=None, metavar="KEY[,KEY]",
+                   help="with --resume: let these configuration keys change (e.g. epochs); "
+                        "recorded in config.json")
     g.add_argument("--strategy", default="none",
                    help="none (default), mirrored, or multiworker (reads TF_CONFIG)")
     g.add_argument("--logical-cpus", type=int, default=0,
@@ -186,18 +189,40 @@ def validate(args) -> None:
             raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
                              f"object), got {type(saved).__name__}")
         mine = _config_of(args)
+        allowed = _override_keys(args.override, mine)
         diff = sorted(k for k in set(saved) | set(mine)
                       if k not in _RESUME_FREE and saved.get(k) != mine.get(k))
-        if diff:
-            detail = ", ".join(f"{k}: saved {saved.get(k)!r} != {mine.get(k)!r}" for k in diff)
+        refused = [k for k in diff if k not in allowed]
+        if refused:
+            detail = ", ".join(f"{k}: saved {saved.get(k)!r} != {mine.get(k)!r}"
+                               for k in refused)
             raise UsageError(f"--resume: the run in {out} has a different configuration "
-                             f"({detail})")
+                             f"({detail}); pass --override {','.join(refused)} to change it")
+        args._changed = {k: [saved.get(k), mine.get(k)] for k in diff}
+        args._saved_config = saved
+    elif args.override is not None:
+        raise UsageError("--override: only with --resume (it names the configuration keys a "
+                         "resumed run may change)")
     elif existing and not args.overwrite:
         raise UsageError(f"--out {out} already holds a run ({', '.join(existing)}); pass "
                          "--overwrite to replace it or --resume to continue it")
     if args.export is not None:
         check_output_dir(args.export, "--export", overwrite=args.overwrite)
     args._validated = True
+
+
+def _override_keys(text: str | None, config: dict) -> set:
+    """``--override 'epochs,batch-size'`` -> ``{"epochs", "batch_size"}``, each a configuration
+    key (flag names with or without ``--``, dashes or underscores)."""
+    if text is None:
+        return set()
+    keys = {k.strip().lstrip("-").replace("-", "_") for k in text.split(",") if k.strip()}
+    unknown = sorted(k for k in keys if k not in config or k in _RESUME_FREE)
+    if not keys or unknown:
+        choices = ", ".join(k for k in config if k not in _RESUME_FREE)
+        raise UsageError(f"--override: expected configuration keys ({choices}); got "
+                         f"{text!r}")
+    return keys
 
 
 def _setup_devices(args):
@@ -331,56 +356,91 @@ def run(args) -> int:
             shutil.rmtree(args.export)
     os.makedirs(out, exist_ok=True)
 
-    ckpt = T.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer)
-    first_epoch = 0
-    if args.resume:
-        first_epoch = ckpt.restore()
-        _log(args, f"resuming {out} after epoch {first_epoch}")
-    else:
-        with open(os.path.join(out, "config.json"), "w") as f:
-            json.dump(_config_of(args), f, indent=1)
-    _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
-               f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "
-               f"{args.epochs} epochs x {spe} steps, batch {batch}"
-               + (f", strategy {args.strategy} ({strategy.num_replicas_in_sync} replicas)"
-                  if distributed else "")
-               + (f", frozen: {', '.join(frozen)}" if frozen else ""))
+    from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 
-    timer = T.EpochTimer()
-    callbacks = [timer, T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")), ckpt]
-    guard = None
-    if args.method == "fast" and not args.no_guard:
-        guard = T.CatastrophicOverfittingGuard(
-            x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
-            clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
-        callbacks.insert(0, guard)
-    show_bar = args.verbose == 1 and not args.no_progress
-    if show_bar:
-        callbacks.append(keras_progress(args.epochs, spe, initial_epoch=first_epoch))
+    interrupts = deferred_interrupts("training")
+    flag = interrupts.__enter__()  # SIGINT/SIGTERM: stop after the current batch, checkpoint
+    try:
+        ckpt = T.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer, interrupt=flag)
+        first_epoch, skipped = 0, 0
+        prior = {}
+        if args.resume:
+            first_epoch = ckpt.restore()
+            skipped = ckpt.batches_done
+            prior = _prior_history(out, first_epoch)
+            where = (f"at epoch {first_epoch + 1}, batch {skipped} of {spe}" if skipped
+                     else f"after epoch {first_epoch}")
+            _log(args, f"resuming {out} {where}")
+            if getattr(args, "_changed", None):  # --override: the new values, and a record
+                config = {**args._saved_config, **{k: v for k, (_, v) in args._changed.items()}}
+                config["overrides"] = [*args._saved_config.get("overrides", []),
+                                       args._changed]
+                with open(os.path.join(out, "config.json"), "w") as f:
+                    json.dump(config, f, indent=1)
+                _log(args, "configuration changed on resume (--override): " + ", ".join(
+                    f"{k} {a!r} -> {b!r}" for k, (a, b) in args._changed.items()))
+        else:
+            with open(os.path.join(out, "config.json"), "w") as f:
+                json.dump(_config_of(args), f, indent=1)
+        _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
+                   f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "
+                   f"{args.epochs} epochs x {spe} steps, batch {batch}"
+                   + (f", strategy {args.strategy} ({strategy.num_replicas_in_sync} replicas)"
+                      if distributed else "")
+                   + (f", frozen: {', '.join(frozen)}" if frozen else ""))
 
-    history = {}
-    t0 = time.time()
-    if first_epoch < args.epochs:
-        ds = T.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=first_epoch,
-                             epochs=args.epochs, drop_remainder=drop)
-        val = tf.data.Dataset.from_tensor_slices(
-            (x_te.astype(np.float32), y_te.astype(np.int64))).batch(256)
-        if distributed:
-            opts = tf.data.Options()
-            opts.experimental_distribute.auto_shard_policy = \
-                tf.data.experimental.AutoShardPolicy.DATA
-            ds, val = ds.with_options(opts), val.with_options(opts)
-        h = trainer.fit(ds, epochs=args.epochs, initial_epoch=first_epoch, steps_per_epoch=spe,
+        timer = T.EpochTimer()
+        recorder = keras.callbacks.History()
+        callbacks = [timer, T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")),
+                     recorder]
+        guard = None
+        if args.method == "fast" and not args.no_guard:
+            guard = T.CatastrophicOverfittingGuard(
+                x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
+                clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
+            callbacks.insert(0, guard)
+        bar = None
+        if args.verbose == 1 and not args.no_progress:
+            bar = keras_progress(args.epochs, spe, initial_epoch=first_epoch)
+            callbacks.append(bar)
+        callbacks.append(ckpt)  # last: it may stop the run once the others have seen the batch
+
+        def fit(epochs_from, epochs_to, steps, skip=0):
+            ds = T.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from,
+                                 epochs=epochs_to, drop_remainder=drop, skip_batches=skip)
+            val = tf.data.Dataset.from_tensor_slices(
+                (x_te.astype(np.float32), y_te.astype(np.int64))).batch(256)
+            if distributed:
+                opts = tf.data.Options()
+                opts.experimental_distribute.auto_shard_policy = \
+                    tf.data.experimental.AutoShardPolicy.DATA
+                ds, val = ds.with_options(opts), val.with_options(opts)
+            trainer.fit(ds, epochs=epochs_to, initial_epoch=epochs_from, steps_per_epoch=steps,
                         validation_data=val, callbacks=callbacks,
                         verbose=2 if args.verbose == 2 else 0)
-        history = {k: [float(v) for v in vals] for k, vals in h.history.items()}
-    train_time = time.time() - t0
-    extra = {"epoch_seconds": timer.seconds, "first_epoch": first_epoch}
-    if guard is not None:
-        extra["guard"] = {"collapsed_epoch": guard.collapsed_epoch,
-                          "pgd_accuracy": guard.history, "best_epoch": guard.best_epoch}
-    with open(os.path.join(out, "history.json"), "w") as f:
-        json.dump({"history": history, "train_seconds": train_time, **extra}, f, indent=1)
+
+        t0 = time.time()
+        try:
+            if first_epoch < args.epochs and skipped:
+                # the rest of the interrupted epoch, exactly the batches it had left
+                fit(first_epoch, first_epoch + 1, spe - skipped, skip=skipped)
+                first_epoch_end = first_epoch + 1
+                if guard is None or guard.collapsed_epoch is None:
+                    ckpt.raise_if_requested(first_epoch_end)
+            else:
+                first_epoch_end = first_epoch
+            if first_epoch_end < args.epochs and (guard is None or guard.collapsed_epoch is None):
+                fit(first_epoch_end, args.epochs, spe)
+        except TrainingInterrupted:
+            if bar is not None:
+                bar.on_train_end()
+            _write_history(out, prior, recorder, timer, guard, time.time() - t0, first_epoch,
+                           skipped, partial=timer.partial_seconds)
+            raise
+    finally:
+        interrupts.__exit__(None, None, None)
+    train_time = _write_history(out, prior, recorder, timer, guard, time.time() - t0,
+                                first_epoch, skipped)
 
     # ---- artefacts
     if args.mixed_precision:
@@ -388,7 +448,7 @@ def run(args) -> int:
     clf.save(os.path.join(out, "model.keras"))
     trainer.save(os.path.join(out, "trainer.keras"))
     _log(args, f"saved {os.path.join(out, 'model.keras')} and trainer.keras "
-               f"({train_time:.0f} s of training)")
+               f"({train_time:.0f} s of training in all)")
     if args.export:
         clf.export(args.export, format="tf_saved_model", verbose=False)
         _log(args, f"exported a SavedModel to {args.export} (signature 'serve')")
@@ -398,6 +458,59 @@ def run(args) -> int:
         with open(os.path.join(out, "report.json"), "w") as f:
             json.dump(report, f, indent=1)
     return 0
+
+
+def _prior_history(out: str, epochs_done: int) -> dict:
+    """The ``history.json`` of the run being resumed, cut to the ``epochs_done`` epochs its
+    checkpoint holds (an empty dict when there is none)."""
+    path = os.path.join(out, "history.json")
+    try:
+        with open(path) as f:
+            prior = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(prior, dict):
+        return {}
+    history = prior.get("history") if isinstance(prior.get("history"), dict) else {}
+    seconds = prior.get("epoch_seconds") if isinstance(prior.get("epoch_seconds"), list) else []
+    return {"history": {k: list(v)[:epochs_done] for k, v in history.items()
+                        if isinstance(v, list)},
+            "epoch_seconds": seconds[:epochs_done],
+            "train_seconds": float(prior.get("train_seconds") or 0.0),
+            "partial_epoch_seconds": float(prior.get("partial_epoch_seconds") or 0.0),
+            "resumed_at": [r for r in prior.get("resumed_at", []) if isinstance(r, dict)]}
+
+
+def _write_history(out, prior, recorder, timer, guard, seconds, first_epoch, skipped,
+                   partial=None) -> float:
+    """Write ``history.json``: every epoch from the start of the run (the resumed part after
+    the ``prior`` one), ``train_seconds`` summed over every part; returns that sum.
+    ``partial`` (seconds of an epoch interrupted mid-way) is kept for the part that ends it."""
+    history = {k: list(v) for k, v in prior.get("history", {}).items()}
+    for k, vals in recorder.history.items():
+        history.setdefault(k, []).extend(float(v) for v in vals)
+    epoch_seconds = list(prior.get("epoch_seconds", []))
+    mine = list(timer.seconds)
+    if mine and skipped:  # the interrupted epoch's earlier batches
+        mine[0] += prior.get("partial_epoch_seconds", 0.0)
+    epoch_seconds += mine
+    total = prior.get("train_seconds", 0.0) + seconds
+    resumed = list(prior.get("resumed_at", []))
+    if first_epoch or skipped:
+        resumed.append({"epoch": first_epoch, "batch": skipped})
+    record = {"history": history, "train_seconds": total, "epoch_seconds": epoch_seconds,
+              "resumed_at": resumed}
+    if partial is not None:
+        carried = prior.get("partial_epoch_seconds", 0.0) if skipped and not mine else 0.0
+        record["partial_epoch_seconds"] = partial + carried
+    if guard is not None:
+        record["guard"] = {"collapsed_epoch": guard.collapsed_epoch,
+                           "pgd_accuracy": guard.history, "best_epoch": guard.best_epoch}
+    path = os.path.join(out, "history.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)  # a second Ctrl-C never leaves half a file
+    return total
 
 
 def _final_report(args, clf, x_te, y_te, data) -> dict:

@@ -1,0 +1,107 @@
+"""Ctrl-C during `robustgrad train-classifier`: a checkpoint of the current batch, one line, exit
+130, and `--resume` ends exactly where an uninterrupted run ends, with the whole history."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+
+from attacks import training as T
+from robustgrad import cli
+
+ARGS = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
+        "--epochs", "3", "--batch-size", "16", "--width", "4", "--no-eval", "--no-progress",
+        "--verbose", "0", "--no-guard"]
+
+
+def _weights(out):
+    return keras.models.load_model(os.path.join(out, "model.keras")).get_weights()
+
+
+def _history(out):
+    with open(os.path.join(out, "history.json")) as f:
+        return json.load(f)
+
+
+def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypatch, capsys):
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    assert cli.main([*ARGS, "--out", ref]) == 0
+
+    seen = []
+    original = T.EpochTimer.on_train_batch_end
+
+    def send_sigint_at_batch_21(self, batch, logs=None):  # epoch 2 (16 batches each), batch 5
+        original(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == 21:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(T.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
+    assert cli.main([*ARGS, "--out", run]) == 130
+    err = capsys.readouterr().err
+    ckpt_dir = os.path.join(run, "checkpoints")
+    line = [x for x in err.splitlines() if x.startswith("robustgrad: interrupted")]
+    assert line == [f"robustgrad: interrupted: training stopped by SIGINT at epoch 2, batch 5 of "
+                    f"16; checkpoint saved to {ckpt_dir}; resume with: robustgrad "
+                    + " ".join([*ARGS, "--out", run, "--resume"])]
+    assert len(seen) == 21  # stopped at the batch after the signal
+    partial = _history(run)
+    assert len(partial["history"]["loss"]) == 1 and partial["partial_epoch_seconds"] > 0
+
+    monkeypatch.setattr(T.EpochTimer, "on_train_batch_end", original)
+    assert cli.main([*ARGS, "--out", run, "--resume"]) == 0
+    for a, b in zip(_weights(ref), _weights(run), strict=True):
+        np.testing.assert_array_equal(a, b)
+    full, whole = _history(run), _history(ref)
+    assert set(full["history"]) == set(whole["history"])
+    for key, values in whole["history"].items():  # every epoch, the resumed one's means too
+        np.testing.assert_allclose(full["history"][key], values, rtol=1e-5, err_msg=key)
+    assert len(full["epoch_seconds"]) == 3
+    assert full["train_seconds"] > partial["train_seconds"] > 0
+    assert full["resumed_at"] == [{"epoch": 1, "batch": 5}]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "robustgrad.cli", *args]
+
+
+def test_sigint_during_train_classifier_subprocess(tmp_path):
+    out = str(tmp_path / "clf")
+    args = [a if a != "3" else "200" for a in ARGS] + ["--out", out]  # stopped long before
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen(_cli(*args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker = os.path.join(out, "checkpoints", "checkpoint")
+    deadline = time.time() + 400
+    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert os.path.exists(marker), proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last = [line for line in err.splitlines() if line.startswith("robustgrad: interrupted")]
+    assert len(last) == 1, err[-3000:]
+    assert "training stopped by SIGINT" in last[0]
+    assert f"checkpoint saved to {os.path.join(out, 'checkpoints')}" in last[0]
+    assert last[0].endswith(f"--out {out} --resume")
+    stopped = _history(out)
+    epochs_done = len(stopped["history"]["loss"])
+    assert 1 <= epochs_done < 200
+    # the printed command with fewer epochs, so that the test ends: it continues from the
+    # checkpoint and the history holds every epoch from the start
+    resume = [a if a != "200" else str(epochs_done + 1) for a in args] + ["--resume",
+                                                                          "--override", "epochs"]
+    done = subprocess.run(_cli(*resume), env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = _history(out)
+    assert len(final["history"]["loss"]) == epochs_done + 1
+    assert final["history"]["loss"][:epochs_done] == stopped["history"]["loss"]
+    assert final["train_seconds"] > stopped["train_seconds"]
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["overrides"] == [{"epochs": [200, epochs_done + 1]}]
