@@ -231,23 +231,35 @@ class OnPolicyAgent(Agent):
         stats["updates_tried"] = tf.constant(1.0)
         return stats
 
-    def _train_iteration(self, steps_done, total):
+    def _start_iteration(self, steps_done, total) -> float:
+        """Set this iteration's learning rate (linear annealing); returns it."""
         cfg = self.config
         lr = cfg.learning_rate
         if cfg.anneal_lr:
             lr = linear(lr, 0.0, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
+        return lr
+
+    def _finish_iteration(self, stats, lr) -> tuple[dict, int]:
+        """Count the iteration's steps and update; returns ``(logs, env steps)``."""
+        cfg = self.config
+        n = cfg.n_steps * cfg.num_envs
+        self.num_timesteps.assign_add(n)
+        self.num_updates.assign_add(1)
+        logs = {k: float(v) for k, v in stats.items()}
+        logs["learning_rate"] = lr
+        return logs, n
+
+    def _train_iteration(self, steps_done, total):
+        cfg = self.config
+        lr = self._start_iteration(steps_done, total)
         workers = self.rollout_workers  # agents.distributed: the same rollout on Ray actors
         if cfg.backend == "graph":
             stats = self._iteration()
         else:
             batch = self._rollout() if workers is None else workers.collect()
             stats = self._train(batch)
-        n = cfg.n_steps * cfg.num_envs
-        self.num_timesteps.assign_add(n)
-        self.num_updates.assign_add(1)
-        logs = {k: float(v) for k, v in stats.items()}
-        logs["learning_rate"] = lr
+        logs, n = self._finish_iteration(stats, lr)
         if workers is not None:
             logs.update(workers.logs)  # per-worker steps/s, rollout time, restarts
         return logs, n
