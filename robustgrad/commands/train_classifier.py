@@ -27,6 +27,7 @@ import time
 
 from robustgrad.cli import UsageError, user_errors
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
+from robustgrad.commands._resume import check_resume, record_overrides
 
 HELP = "adversarially train a classifier (madry, trades, fast, free)"
 
@@ -189,16 +190,8 @@ def validate(args) -> None:
             raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
                              f"object), got {type(saved).__name__}")
         mine = _config_of(args)
-        allowed = _override_keys(args.override, mine)
-        diff = sorted(k for k in set(saved) | set(mine)
-                      if k not in _RESUME_FREE and saved.get(k) != mine.get(k))
-        refused = [k for k in diff if k not in allowed]
-        if refused:
-            detail = ", ".join(f"{k}: saved {saved.get(k)!r} != {mine.get(k)!r}"
-                               for k in refused)
-            raise UsageError(f"--resume: the run in {out} has a different configuration "
-                             f"({detail}); pass --override {','.join(refused)} to change it")
-        args._changed = {k: [saved.get(k), mine.get(k)] for k in diff}
+        args._changed = check_resume(saved, mine, override=args.override, where=out,
+                                     free=_RESUME_FREE, known=set(mine))
         args._saved_config = saved
     elif args.override is not None:
         raise UsageError("--override: only with --resume (it names the configuration keys a "
@@ -209,20 +202,6 @@ def validate(args) -> None:
     if args.export is not None:
         check_output_dir(args.export, "--export", overwrite=args.overwrite)
     args._validated = True
-
-
-def _override_keys(text: str | None, config: dict) -> set:
-    """``--override 'epochs,batch-size'`` -> ``{"epochs", "batch_size"}``, each a configuration
-    key (flag names with or without ``--``, dashes or underscores)."""
-    if text is None:
-        return set()
-    keys = {k.strip().lstrip("-").replace("-", "_") for k in text.split(",") if k.strip()}
-    unknown = sorted(k for k in keys if k not in config or k in _RESUME_FREE)
-    if not keys or unknown:
-        choices = ", ".join(k for k in config if k not in _RESUME_FREE)
-        raise UsageError(f"--override: expected configuration keys ({choices}); got "
-                         f"{text!r}")
-    return keys
 
 
 def _setup_devices(args):
@@ -372,9 +351,9 @@ def run(args) -> int:
                      else f"after epoch {first_epoch}")
             _log(args, f"resuming {out} {where}")
             if getattr(args, "_changed", None):  # --override: the new values, and a record
-                config = {**args._saved_config, **{k: v for k, (_, v) in args._changed.items()}}
-                config["overrides"] = [*args._saved_config.get("overrides", []),
-                                       args._changed]
+                config = record_overrides(
+                    {**args._saved_config, **{k: v for k, (_, v) in args._changed.items()}},
+                    args._changed)
                 with open(os.path.join(out, "config.json"), "w") as f:
                     json.dump(config, f, indent=1)
                 _log(args, "configuration changed on resume (--override): " + ", ".join(

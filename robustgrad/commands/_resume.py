@@ -1,0 +1,161 @@
+r"""The ``--resume`` rule both training commands share: a resumed run keeps its configuration.
+
+A key whose requested value differs from the saved one is refused, with every differing key
+named, unless ``--override KEY[,KEY]`` names it; the changes that were let through are recorded
+(``overrides`` in the run's ``config.json``: one ``{key: [saved, new]}`` entry per resume).
+
+>>> saved, mine = {"epochs": 10, "lr": 0.1, "out": "a"}, {"epochs": 12, "lr": 0.1, "out": "b"}
+>>> changed_keys(saved, mine, free={"out"})
+{'epochs': [10, 12]}
+>>> check_resume(saved, mine, override="epochs", where="runs/x", free={"out"})
+{'epochs': [10, 12]}
+>>> try:
+...     check_resume(saved, mine, override=None, where="runs/x", free={"out"})
+... except UsageError as exc:
+...     print(str(exc).replace("; ", ";\n"))
+--resume: the run in runs/x has a different configuration (epochs: saved 10 != 12);
+pass --override epochs to change it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from robustgrad.cli import UsageError
+
+__all__ = ["agent_overrides", "changed_keys", "check_agent_resume", "check_resume",
+           "override_keys", "read_agent_record", "record_overrides", "write_agent_record"]
+
+
+def changed_keys(saved: Mapping[str, Any], requested: Mapping[str, Any],
+                 free: Collection[str] = ()) -> dict[str, list]:
+    """``{key: [saved, requested]}`` for every key of ``requested`` (and of ``saved`` when
+    ``requested`` covers the whole configuration) whose value differs, except the ``free`` ones.
+    Tuples compare equal to lists (JSON has only lists)."""
+    def norm(v):
+        return [norm(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+    return {k: [saved.get(k), requested.get(k)] for k in sorted(set(requested) | set(saved))
+            if k not in free and k in requested and norm(saved.get(k)) != norm(requested.get(k))}
+
+
+def override_keys(text: str | None, known: Collection[str]) -> set[str]:
+    """``"epochs,batch-size"`` -> ``{"epochs", "batch_size"}``: flag names with or without
+    ``--``, dashes or underscores, each one of ``known``; ``UsageError`` otherwise."""
+    if text is None:
+        return set()
+    keys = {k.strip().lstrip("-").replace("-", "_") for k in str(text).split(",") if k.strip()}
+    unknown = sorted(k for k in keys if k not in known)
+    if not keys or unknown:
+        raise UsageError(f"--override: expected configuration keys (one of "
+                         f"{', '.join(sorted(known))}); got {text!r}")
+    return keys
+
+
+def check_resume(saved: Mapping[str, Any], requested: Mapping[str, Any], *,
+                 override: str | None, where: str, free: Collection[str] = (),
+                 known: Collection[str] | None = None,
+                 names: Mapping[str, str] | None = None) -> dict[str, list]:
+    """The changes of a resumed run, ``{key: [saved, new]}``, after checking each was allowed
+    by ``override``; else ``UsageError`` naming every refused key. ``names`` maps a key to the
+    name the user knows it by (``{"learning_rate": "lr"}``) for the message and ``--override``."""
+    names = dict(names or {})
+    alias = {v: k for k, v in names.items()}
+    known = set(known if known is not None else (set(saved) | set(requested))) - set(free)
+    allowed = {alias.get(k, k) for k in override_keys(override, known | set(alias))}
+    changed = changed_keys(saved, requested, free)
+    refused = [k for k in changed if k not in allowed]
+    if refused:
+        detail = ", ".join(f"{names.get(k, k)}: saved {changed[k][0]!r} != {changed[k][1]!r}"
+                           for k in refused)
+        keys = ",".join(names.get(k, k) for k in refused)
+        raise UsageError(f"--resume: the run in {where} has a different configuration "
+                         f"({detail}); pass --override {keys} to change it")
+    return changed
+
+
+def record_overrides(config: Mapping[str, Any], changed: Mapping[str, list]) -> dict:
+    """``config`` with ``changed`` appended to its ``overrides`` list (unchanged if empty).
+
+    >>> record_overrides({"epochs": 12}, {"epochs": [10, 12]})
+    {'epochs': 12, 'overrides': [{'epochs': [10, 12]}]}
+    """
+    config = dict(config)
+    if changed:
+        config["overrides"] = [*config.get("overrides", []), dict(changed)]
+    return config
+
+
+# names train-agent's flags give config fields (the rest are --set KEY=VALUE fields)
+AGENT_FLAG_NAMES = {"learning_rate": "lr"}
+
+
+def check_agent_resume(checkpoint: str, requested: Mapping[str, Any], *, override: str | None,
+                       steps: int) -> dict[str, list]:
+    """train-agent's side of the rule: ``requested`` (the config fields the command line sets,
+    with ``env`` and ``seed``) against the checkpoint's config; ``steps`` (the budget) must not
+    be below the steps the checkpoint already holds. Returns the allowed changes (the earlier
+    resumes' record: :func:`agent_overrides`)."""
+    from agents.persistence import read_metadata
+
+    meta, saved = read_metadata(checkpoint)
+    done = int(meta["num_timesteps"])
+    if steps < done:
+        raise UsageError(f"--steps {steps} is below the {done} steps the checkpoint in "
+                         f"{checkpoint} already holds (--steps is the total budget)")
+    requested = dict(requested)
+    if saved.get("env") is None:  # trained on a factory: the id on the command line is not it
+        requested.pop("env", None)
+    free = {"checkpoint_dir", "checkpoint_every", "overrides"}
+    return check_resume(saved, requested, override=override, where=checkpoint, free=free,
+                        known=set(saved) | set(requested), names=AGENT_FLAG_NAMES)
+
+
+def agent_overrides(checkpoint: str) -> list:
+    """The ``overrides`` record kept in ``checkpoint/config.json`` (``[]`` when none)."""
+    from agents.persistence import read_metadata
+
+    _, saved = read_metadata(checkpoint)
+    record = saved.get("overrides", [])
+    return list(record) if isinstance(record, list) else []
+
+
+def write_agent_record(directory: str, overrides: list, history: list, train_seconds: float,
+                       resumed_at: list) -> None:
+    """Add the ``overrides`` record to ``directory/config.json`` (an agent directory; loading
+    ignores the key) and write ``directory/history.json`` (every update from the start, the
+    summed ``train_seconds``, the steps each resume started from)."""
+    import json
+    import os
+
+    path = os.path.join(directory, "config.json")
+    if overrides and os.path.isfile(path):
+        with open(path) as f:
+            config = json.load(f)
+        config["overrides"] = overrides
+        _write_json(path, config)
+    _write_json(os.path.join(directory, "history.json"),
+                {"history": history, "train_seconds": train_seconds, "resumed_at": resumed_at})
+
+
+def read_agent_record(directory: str) -> tuple[float, list]:
+    """``(train_seconds, resumed_at)`` of ``directory/history.json`` (``(0.0, [])`` if none)."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(directory, "history.json")) as f:
+            record = json.load(f)
+        return float(record.get("train_seconds") or 0.0), list(record.get("resumed_at") or [])
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0, []
+
+
+def _write_json(path: str, value: Any) -> None:
+    import json
+    import os
+
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(path + ".tmp", path)
