@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from robustgrad.commands._files import remove_outputs
 
@@ -69,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from --out/checkpoint up to --steps in total")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing agent in --out instead of refusing")
+    p.add_argument("--override", default=None, metavar="KEY[,KEY]",
+                   help="with --resume: let these settings change (env, seed, lr, num_envs or "
+                        "any --set field); recorded in config.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -145,12 +149,25 @@ def run(args: argparse.Namespace) -> int:
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
         resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
-        if resumed:
+        changed, record = {}, []
+        if resumed:  # the same configuration, or the keys named by --override
+            from robustgrad.commands import _resume
+
+            fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
+                                                                      "checkpoint_every")}
+            changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env,
+                                                        "seed": args.seed},
+                                                 override=args.override, steps=args.steps)
+            record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
+            overrides.update({k: new for k, (_, new) in changed.items()})
             agent = agents.load(ckpt, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
                                  f"{args.algo}")
         else:
+            if args.override is not None:
+                raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
+                                 if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
@@ -181,6 +198,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"preset {agent.config.preset} (agents/presets.json; every value in "
               f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
               f"{extra}")
+    from robustgrad.commands._resume import read_agent_record, write_agent_record
+    from robustgrad.interrupts import TrainingInterrupted
+
+    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
+    resumed_at = resumed_at + ([done] if resumed else [])
+    started = time.perf_counter()
     status = 0
     if remaining > 0:
         try:
@@ -201,7 +224,15 @@ def run(args: argparse.Namespace) -> int:
         except agents.NonFiniteTrainingError as exc:
             print(f"robustgrad train-agent: {exc}", file=sys.stderr)
             status = 1
+        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
+            write_agent_record(ckpt, record, agent.history,
+                               prior_seconds + time.perf_counter() - started, resumed_at)
+            write_agent_record(out, [], agent.history,
+                               prior_seconds + time.perf_counter() - started, resumed_at)
+            raise
+    train_seconds = prior_seconds + time.perf_counter() - started
     agent.save(out)
+    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
     plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
                         f"{agent.algo.upper()} {args.env} (seed {args.seed})")
     if args.eval_episodes > 0 and status == 0:
