@@ -3,10 +3,15 @@
 Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 """
 
-from . import norms, objectives  # noqa: E402,F401
-from ._base import Attack, AttackResult  # noqa: E402,F401
-from .fgsm import FGM, FGSM, fast_gradient_method  # noqa: E402,F401
-from .pgd import (  # noqa: E402,F401
+# The public names of the package; importing `training` registers AdversarialTrainer for .keras loading.
+from . import norms, objectives, sensitivity, training  # noqa: F401
+from ._base import Attack, AttackResult  # noqa: F401
+from .apgd import APGD, apgd  # noqa: F401
+from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: F401
+from .deepfool import DeepFool, deepfool  # noqa: F401
+from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: F401
+from .fgsm import FGM, FGSM, fast_gradient_method  # noqa: F401
+from .pgd import (  # noqa: F401
     BIM,
     MIM,
     PGD,
@@ -14,24 +19,18 @@ from .pgd import (  # noqa: E402,F401
     momentum_iterative_method,
     projected_gradient_descent,
 )
-from .apgd import APGD, apgd  # noqa: E402,F401
-from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: E402,F401
-from .deepfool import DeepFool, deepfool  # noqa: E402,F401
-from .square import Square, square  # noqa: E402,F401
-from .registry import ATTACK_NAMES, describe_attacks, make_attack, parse_attack, parse_attacks  # noqa: E402,F401,E501
-from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: E402,F401
-from . import training  # noqa: E402,F401  (registers AdversarialTrainer for .keras loading)
-from .training import (  # noqa: E402,F401
-    AdversarialTrainer,
-    CatastrophicOverfittingGuard,
-    EpochCheckpoint,
-    make_classifier,
-)
-from . import sensitivity  # noqa: E402,F401
-from .sensitivity import (  # noqa: E402,F401
+from .registry import ATTACK_NAMES, describe_attacks, make_attack, parse_attack, parse_attacks  # noqa: F401
+from .sensitivity import (  # noqa: F401
     class_jacobian_norms,
     jacobian_spectral_norm,
     local_lipschitz,
     saliency,
     smoothgrad,
+)
+from .square import Square, square  # noqa: F401
+from .training import (  # noqa: F401
+    AdversarialTrainer,
+    CatastrophicOverfittingGuard,
+    EpochCheckpoint,
+    make_classifier,
 )
