@@ -7,6 +7,7 @@ Example::
     robustgrad train-agent --algo dqn --set learning_rate=1e-3 --set batch_size=128 --out runs/dqn
     robustgrad train-agent --algo dqn --eval-every 5000 --keep-best --out runs/dqn
     robustgrad train-agent --algo ppo --env Pendulum-v1 --preset none --out runs/ppo-defaults
+    robustgrad train-agent --algo ppo --env CartPole-v1 --backend graph --seeds 0-7 --out runs/ppo8
 
 With no ``--preset`` the tuned preset for (algorithm, env) in ``agents/presets.json`` is used
 when there is one (the command says which); ``--preset none`` gives the plain config defaults;
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from robustgrad.commands._files import remove_outputs
 
@@ -43,6 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=100_000,
                    help="total environment steps (default 100000)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--seeds", default=None, metavar="LIST",
+                   help="many seeds in one run, e.g. 0-7 or 0,2,5: one directory per seed "
+                        "under --out plus summary.json and learning_curves.png (with "
+                        "--backend graph, on-policy seeds train in one compiled program)")
+    p.add_argument("--backend", default=None, choices=("gymnasium", "graph"),
+                   help="gymnasium (default: Python envs) or graph (the envs in TensorFlow "
+                        "ops, compiled with the update; CartPole-v1, Acrobot-v1, "
+                        "MountainCar-v0, Pendulum-v1, MountainCarContinuous-v0)")
     p.add_argument("--out", default=None, help="output directory (default runs/<algo>)")
     p.add_argument("--num-envs", type=int, default=None,
                    help="parallel environments (default: the algorithm's)")
@@ -70,10 +78,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from --out/checkpoint up to --steps in total")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing agent in --out instead of refusing")
-    p.add_argument("--override", default=None, metavar="KEY[,KEY]",
-                   help="with --resume: let these settings change (env, seed, lr, num_envs or "
-                        "any --set field); recorded in config.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow (before it loads): ``--seeds``."""
+    from robustgrad.cli import UsageError
+    from robustgrad.commands._train_seeds import parse_seeds
+
+    args.seed_list = None
+    if args.seeds is not None:
+        try:
+            args.seed_list = parse_seeds(args.seeds)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if args.resume:
+            raise UsageError("--seeds: cannot be combined with --resume (resume one seed's "
+                             "directory with --out DIR/seed_<s> --seed <s> --resume)")
 
 
 def _parse_sets(items):
@@ -133,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             overrides["normalize_obs"] = True
         if args.normalize_reward:
             overrides["normalize_reward"] = True
+        if args.backend is not None:
+            overrides["backend"] = args.backend
         if args.eval_every is not None and args.eval_every <= 0:
             raise ValueError(f"--eval-every: must be positive, got {args.eval_every}")
         if args.keep_best and args.eval_every is None:
@@ -145,29 +168,19 @@ def run(args: argparse.Namespace) -> int:
                 agents.config.get_preset(preset, args.algo)
             except ValueError as exc:
                 raise ValueError(f"--{exc}") from None
+        if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
+            from robustgrad.commands._train_seeds import run_seeds
+            return run_seeds(args, args.seed_list, overrides, preset)
         every = args.checkpoint_every if args.checkpoint_every is not None else max(
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
         resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
-        changed, record = {}, []
-        if resumed:  # the same configuration, or the keys named by --override
-            from robustgrad.commands import _resume
-
-            fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
-                                                                      "checkpoint_every")}
-            changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env,
-                                                        "seed": args.seed},
-                                                 override=args.override, steps=args.steps)
-            record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
-            overrides.update({k: new for k, (_, new) in changed.items()})
+        if resumed:
             agent = agents.load(ckpt, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
                                  f"{args.algo}")
         else:
-            if args.override is not None:
-                raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
-                                 if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
@@ -198,12 +211,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"preset {agent.config.preset} (agents/presets.json; every value in "
               f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
               f"{extra}")
-    from robustgrad.commands._resume import read_agent_record, write_agent_record
-    from robustgrad.interrupts import TrainingInterrupted
-
-    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
-    resumed_at = resumed_at + ([done] if resumed else [])
-    started = time.perf_counter()
     status = 0
     if remaining > 0:
         try:
@@ -224,15 +231,7 @@ def run(args: argparse.Namespace) -> int:
         except agents.NonFiniteTrainingError as exc:
             print(f"robustgrad train-agent: {exc}", file=sys.stderr)
             status = 1
-        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
-            write_agent_record(ckpt, record, agent.history,
-                               prior_seconds + time.perf_counter() - started, resumed_at)
-            write_agent_record(out, [], agent.history,
-                               prior_seconds + time.perf_counter() - started, resumed_at)
-            raise
-    train_seconds = prior_seconds + time.perf_counter() - started
     agent.save(out)
-    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
     plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
                         f"{agent.algo.upper()} {args.env} (seed {args.seed})")
     if args.eval_episodes > 0 and status == 0:
