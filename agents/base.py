@@ -306,6 +306,11 @@ class Agent:
         if obs.shape[1:] != self.obs_shape:
             raise ValueError(f"obs: expected shape (batch, {', '.join(map(str, self.obs_shape))})"
                              f" or {self.obs_shape}, got {obs.shape}")
+        finite = np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
+        if not finite.all():  # a NaN/inf would give an action outside the space, silently
+            bad = np.flatnonzero(~finite)
+            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()}"
+                             f"{' ...' if len(bad) > 5 else ''} of {len(obs)} hold NaN or inf")
         return obs, single
 
     def act(self, obs, deterministic: bool = False) -> np.ndarray:
