@@ -318,14 +318,14 @@ class RolloutWorkers:
 
         ray = _import_ray()
         agent = self.agent
-        T = agent.config.n_steps
+        n_steps = agent.config.n_steps
         state = agent.rng.state.numpy().copy()
-        agent.rng.make_seeds(T)  # the learner's stream advances exactly as a local rollout's
+        agent.rng.make_seeds(n_steps)  # the learner's stream advances as a local rollout's
         weights = ray.put(agent.get_weights())  # once per iteration, read by every worker
         start = time.perf_counter()
         results = self._run_all(lambda a: a.collect.remote(weights, state))
         wall = time.perf_counter() - start
-        steps = T * self.envs_per_worker
+        steps = n_steps * self.envs_per_worker
         logs = {"rollout_seconds": wall, "rollout_restarts": float(self.restarts)}
         for k, (_batch, episodes, seconds) in enumerate(results):
             self._episodes.extend(episodes)
