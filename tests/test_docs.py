@@ -118,6 +118,13 @@ def test_readme_code_comes_from_the_examples():
     assert len(readme.splitlines()) <= 160
 
 
+def test_readme_links_resolve():
+    links = re.findall(r"\]\(([^)#]+)\)", (ROOT / "README.md").read_text())
+    assert len(links) >= 10
+    missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+
+
 def test_doctest_fences():
     text = "Text.\n>>> f([1])\n[[0.6, 0.4]]\n\nExamples:\n    >>> g()\n    1\n"
     fenced = fence_doctests(text)
