@@ -25,7 +25,7 @@ from . import _validate as V
 from .norms import canonical_norm
 from .objectives import canonical_objective, get_objective
 
-__all__ = ["AttackResult", "Attack", "call_model"]
+__all__ = ["AttackResult", "Attack", "SelectedOutput", "call_model", "select_output"]
 
 
 @dataclasses.dataclass
@@ -86,6 +86,73 @@ def weak_caller(fn: Callable, training: Any = None) -> Callable:
         return m(x, training=training) if accepts else m(x)
 
     return f
+
+
+class SelectedOutput:
+    """``model(x)[key]``: one tensor of logits out of a model whose output is a dict (``key`` a
+    dict key) or a tuple/list (``key`` an index), for the attacks, which need one logits tensor.
+
+    Keep the object and pass it to every call (compiled attacks are cached per model object).
+
+    >>> import tensorflow as tf
+    >>> two_heads = lambda x: {"logits": 2.0 * x, "features": x}
+    >>> logits = select_output(two_heads, "logits")
+    >>> logits(tf.ones([1, 3])).numpy().tolist()
+    [[2.0, 2.0, 2.0]]
+    >>> select_output(two_heads, "nope")(tf.ones([1, 3]))
+    Traceback (most recent call last):
+    ...
+    KeyError: "output_key 'nope' is not one of the model's outputs ['features', 'logits']"
+    """
+
+    def __init__(self, model: Any, key: Any) -> None:
+        if not callable(model):
+            raise TypeError(f"model must be callable, got {type(model).__name__}")
+        if not isinstance(key, (str, int)) or isinstance(key, bool):
+            raise TypeError(f"output_key must be a dict key (str) or a tuple index (int), "
+                            f"got {key!r}")
+        self.model = model
+        self.key = key
+
+    def __call__(self, x: Any, training: Any = False) -> tf.Tensor:
+        out = call_model(self.model, x, training)
+        if isinstance(out, dict):
+            if self.key not in out:
+                raise KeyError(f"output_key {self.key!r} is not one of the model's outputs "
+                               f"{sorted(map(str, out))}")
+        elif isinstance(out, (tuple, list)):
+            if not isinstance(self.key, int) or not -len(out) <= self.key < len(out):
+                raise KeyError(f"output_key {self.key!r} is not an index of the model's "
+                               f"{len(out)} outputs")
+        else:
+            raise TypeError(f"output_key {self.key!r} given but the model returns one "
+                            f"{type(out).__name__}; attack the model itself")
+        return out[self.key]
+
+    def __repr__(self) -> str:
+        return f"select_output({self.model!r}, {self.key!r})"
+
+
+def select_output(model: Any, output_key: Any) -> SelectedOutput:
+    """The model ``x -> model(x)[output_key]`` to attack a dict/tuple-output model (see
+    :class:`SelectedOutput`)."""
+    return SelectedOutput(model, output_key)
+
+
+def check_model_output(out: Any, who: str = "model") -> Any:
+    """Refuse a model output that is not one tensor of logits, in one short line: a dict or
+    tuple output names ``select_output``, anything else its type (never a tensor dump)."""
+    if isinstance(out, dict):
+        keys = ", ".join(repr(k) for k in list(out)[:8])
+        raise TypeError(f"{who} returns a dict (keys {keys}), not one tensor of logits; attack "
+                        f"attacks.select_output({who}, KEY)")
+    if isinstance(out, (tuple, list)):
+        raise TypeError(f"{who} returns a {type(out).__name__} of {len(out)} outputs, not one "
+                        f"tensor of logits; attack attacks.select_output({who}, INDEX)")
+    if not isinstance(out, (tf.Tensor, tf.Variable, np.ndarray)) and not hasattr(out, "dtype"):
+        raise TypeError(f"{who} must return a floating tensor of logits, got "
+                        f"{type(out).__name__}")
+    return out
 
 
 def call_model(model: Any, x: Any, training: Any = False) -> tf.Tensor:
@@ -195,7 +262,7 @@ def _probe(model, x, training, loss_fn, need_gradient=True):
             out = loss_fn(xp)
             r = tf.ones_like(out)
         else:
-            out = call_model(model, xp, training)
+            out = check_model_output(call_model(model, xp, training))
             r = tf.random.stateless_uniform(tf.shape(out), [1, 2], 0.5, 1.5, dtype=out.dtype)
         total = tf.reduce_sum(tf.cast(out, tf.float64) * tf.cast(r, tf.float64))
     g = tape.gradient(total, xp)
@@ -203,7 +270,9 @@ def _probe(model, x, training, loss_fn, need_gradient=True):
     probs = False
     if loss_fn is None:
         if not isinstance(out, tf.Tensor) or not out.dtype.is_floating:
-            raise TypeError(f"model must return a floating tensor of logits, got {type(out)}")
+            kind = (f"a {out.dtype.name} tensor" if isinstance(out, tf.Tensor)
+                    else type(out).__name__)
+            raise TypeError(f"model must return a floating tensor of logits, got {kind}")
         probs = warn_if_probabilities(out)
     if not need_gradient:
         return out
@@ -272,7 +341,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
     model_call = weak_caller(model, training)
 
     def logits_of(xa):
-        out = model_call(xa)
+        out = check_model_output(model_call(xa))  # (traced: the probe did not run)
         if isinstance(out, tf.Tensor) and out.dtype in (tf.float16, tf.bfloat16):
             out = tf.cast(out, tf.float32)  # mixed precision: objectives in float32
         return out
