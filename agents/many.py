@@ -26,7 +26,7 @@ confidence interval over runs.
 
 >>> summary = summarize_runs([500.0, 480.0, 500.0, 20.0, 500.0, 495.0, 500.0, 350.0])
 >>> summary["median"], round(summary["iqm"], 2)
-(497.5, 496.25)
+(497.5, 493.75)
 >>> low, high = summary["iqm_ci"]
 >>> bool(low <= summary["iqm"] <= high)
 True
@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf

@@ -130,11 +130,11 @@ class StackedPPO(tf.Module):
     # -- model ------------------------------------------------------------------------------
     def _mlp(self, x, offset):
         """``x [S, B, in]`` through the stacked MLP whose weights start at ``params[offset]``."""
-        L = self.layers
-        for i in range(L):
-            w, b = self.params[offset + i], self.params[offset + L + i]
+        n_layers = self.layers
+        for i in range(n_layers):
+            w, b = self.params[offset + i], self.params[offset + n_layers + i]
             x = tf.matmul(x, w) + b[:, None, :]
-            if i < L - 1:
+            if i < n_layers - 1:
                 x = self.activation(x)
         return x
 
@@ -158,22 +158,22 @@ class StackedPPO(tf.Module):
         return tf.cast(self.rng.make_seeds(1)[:, 0], tf.int32)
 
     def _rollout(self):
-        T, S, N = self.config.n_steps, self.S, self.N
-        shape = (S, N) + self.obs_shape
+        horizon, n_seeds, n_envs = self.config.n_steps, self.S, self.N
+        shape = (n_seeds, n_envs) + self.obs_shape
         a_dtype = tf.int32 if self.discrete else tf.float32
         names = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs",
                  "ended_return", "ended_length")
         dtypes = (tf.float32, a_dtype, tf.float32, tf.bool, tf.bool, tf.float32, tf.float32,
                   tf.int32)
-        tas = {k: tf.TensorArray(d, size=T) for k, d in zip(names, dtypes)}
+        tas = {k: tf.TensorArray(d, size=horizon) for k, d in zip(names, dtypes)}
         obs = self.obs.read_value()
-        seeds = tf.cast(self.rng.make_seeds(T), tf.int32)
-        for t in tf.range(T):
+        seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)
+        for t in tf.range(horizon):
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             a = self.distribution(safe).sample(seed=seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
             state = GraphEnvState(*(v.read_value() for v in self.env_state))
-            flat = tf.reshape(a_env, [S * N] if self.discrete else [S * N, -1])
+            flat = tf.reshape(a_env, [n_seeds * n_envs] if self.discrete else [n_seeds * n_envs, -1])
             new_state, nobs, r, term, trunc, fin = self.spec.step(state, flat)
             for variable, value in zip(self.env_state, new_state):
                 variable.assign(value)
@@ -181,7 +181,7 @@ class StackedPPO(tf.Module):
                    "truncated": trunc, "final_obs": fin,
                    "ended_return": tf.cast(state.episode_return, tf.float32) + r,
                    "ended_length": state.time + 1}
-            row = {k: x if k in ("obs", "actions") else tf.reshape(x, (S, N) + tuple(x.shape[1:]))
+            row = {k: x if k in ("obs", "actions") else tf.reshape(x, (n_seeds, n_envs) + tuple(x.shape[1:]))
                    for k, x in row.items()}
             tas = {k: tas[k].write(t, row[k]) for k in names}
             obs = tf.reshape(nobs, shape)
@@ -249,14 +249,22 @@ class StackedPPO(tf.Module):
         return loss, stats
 
     def _iteration_graph(self):
-        cfg = self.config
-        T, S, N = cfg.n_steps, self.S, self.N
-        B = T * N
+        """Rollout, targets and update of every seed (one compiled call)."""
         batch = self._rollout()
+        return {"stats": self.train_on(batch), "done": batch["terminated"] | batch["truncated"],
+                "ended_return": batch["ended_return"], "ended_length": batch["ended_length"]}
+
+    def train_on(self, batch) -> dict:
+        """Targets and the PPO update of every seed on a rollout ``batch`` of ``[T, S, N, ...]``
+        tensors (``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
+        ``final_obs``); returns ``[S]`` statistics."""
+        cfg = self.config
+        horizon, n_seeds, n_envs = cfg.n_steps, self.S, self.N
+        batch_size = horizon * n_envs
 
         def per_seed(x):  # [T, S, N, ...] -> [S, T * N, ...]
             x = tf.transpose(x, [1, 0, 2] + list(range(3, x.shape.rank)))
-            return tf.reshape(x, (S, B) + tuple(x.shape[3:]))
+            return tf.reshape(x, (n_seeds, batch_size) + tuple(x.shape[3:]))
 
         obs, fin, actions = per_seed(batch["obs"]), per_seed(batch["final_obs"]), \
             per_seed(batch["actions"])
@@ -264,7 +272,7 @@ class StackedPPO(tf.Module):
         ends = term | batch["truncated"]
 
         def per_time(x):  # [S, T * N] -> [T, S, N]
-            return tf.transpose(tf.reshape(x, (S, T, N)), [1, 0, 2])
+            return tf.transpose(tf.reshape(x, (n_seeds, horizon, n_envs)), [1, 0, 2])
 
         values_tsn = per_time(self.value(obs))
         next_values = tf.stop_gradient(per_time(self.value(fin)) * (1.0 - tf.cast(term,
@@ -275,12 +283,12 @@ class StackedPPO(tf.Module):
         advantages, returns = per_seed(adv[..., None])[..., 0], per_seed(ret[..., None])[..., 0]
         values = tf.stop_gradient(per_seed(values_tsn[..., None])[..., 0])
         logp_old = tf.stop_gradient(self.distribution(obs).log_prob(actions))
-        mb = B // cfg.n_minibatches
+        mb = batch_size // cfg.n_minibatches
         keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                 "grad_norm", "updates_applied")
-        sums = {k: tf.zeros([S]) for k in keys}
+        sums = {k: tf.zeros([n_seeds]) for k in keys}
         for _epoch in tf.range(cfg.n_epochs):
-            perm = tf.argsort(tf.random.stateless_uniform([S, B], seed=self._seed()), axis=-1)
+            perm = tf.argsort(tf.random.stateless_uniform([n_seeds, batch_size], seed=self._seed()), axis=-1)
             for k in tf.range(cfg.n_minibatches):
                 idx = perm[:, k * mb:(k + 1) * mb]
 
@@ -298,12 +306,11 @@ class StackedPPO(tf.Module):
         n = float(cfg.n_epochs * cfg.n_minibatches)
         out = {k: v / n for k, v in sums.items() if k != "updates_applied"}
         out["updates_applied"] = sums["updates_applied"]
-        out["updates_tried"] = tf.fill([S], n)
+        out["updates_tried"] = tf.fill([n_seeds], n)
         var_y = tf.math.reduce_variance(returns, axis=1)
         out["explained_variance"] = tf.where(
             var_y > 0, 1.0 - tf.math.reduce_variance(returns - values, axis=1) / var_y, np.nan)
-        return {"stats": out, "done": ends, "ended_return": batch["ended_return"],
-                "ended_length": batch["ended_length"]}
+        return out
 
     # -- training loop ----------------------------------------------------------------------
     def train(self, steps: int, total: int | None = None) -> list:
