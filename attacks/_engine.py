@@ -26,7 +26,8 @@ example across restarts: success first, then the higher objective).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

@@ -24,17 +24,27 @@ AutoAttack) freezes examples once misclassified.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from . import _validate as V
-from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
-    seed_tensor, spec_key
+from . import _validate
+from ._base import (
+    Attack,
+    AttackResult,
+    cached,
+    finish,
+    prepare,
+    relaxed_spec,
+    seed_tensor,
+    spec_key,
+    weak_caller,
+)
+from ._engine import expand_rows, keep_best
 from .norms import canonical_norm, clip_to_bounds, project, steepest_ascent
 from .objectives import targeted_dlr
-from ._engine import expand_rows, keep_best
 
 __all__ = ["apgd", "APGD", "checkpoint_schedule"]
 
@@ -205,7 +215,7 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
         raise ValueError(f"norm: APGD supports 'linf' and 'l2', got {norm!r}")
     multi = n_target_classes is not None
     if multi:
-        V.check_positive_int(n_target_classes, "n_target_classes")
+        _validate.check_positive_int(n_target_classes, "n_target_classes")
         if targeted:
             raise ValueError("targeted: APGD-T (n_target_classes) is an untargeted attack that "
                              "cycles over target classes; pass targeted=False")
@@ -213,8 +223,8 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
             raise ValueError("n_target_classes: not available with loss_fn")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="ce" if multi else objective, training=training, loss_fn=loss_fn)
-    V.check_positive_int(steps, "steps")
-    V.check_positive_int(restarts, "restarts")
+    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(restarts, "restarts")
     if early_stop and not p.has_success:
         raise ValueError("early_stop: needs integer class labels; pass early_stop=False")
     runs = int(restarts)

@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from . import _validate as V
-from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
-    spec_key
-from .norms import canonical_norm, clip_to_bounds, project
+from . import _validate
+from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key, weak_caller
 from ._engine import expand_rows
+from .norms import canonical_norm, clip_to_bounds, project
 
 __all__ = ["carlini_wagner_l2", "CarliniWagnerL2"]
 
@@ -115,10 +114,10 @@ def _cw_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=No
         raise ValueError("clip_min/clip_max: carlini_wagner_l2 needs finite bounds (tanh box)")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, allow_none_eps=True)
-    V.check_positive_int(steps, "steps")
-    V.check_positive_int(binary_search_steps, "binary_search_steps")
-    V.check_nonnegative(confidence, "confidence")
-    V.check_nonnegative(initial_const, "initial_const")
+    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(binary_search_steps, "binary_search_steps")
+    _validate.check_nonnegative(confidence, "confidence")
+    _validate.check_nonnegative(initial_const, "initial_const")
     if not bool(tf.reduce_all(p.hi > p.lo)):
         raise ValueError("clip_min/clip_max: carlini_wagner_l2 needs clip_min < clip_max "
                          "on every feature")

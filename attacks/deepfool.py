@@ -18,11 +18,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import _validate as V
-from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
-    spec_key
-from .norms import canonical_norm, clip_to_bounds, project
+from . import _validate
+from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key, weak_caller
 from ._engine import expand_rows
+from .norms import canonical_norm, clip_to_bounds, project
 
 __all__ = ["deepfool", "DeepFool"]
 
@@ -96,9 +95,9 @@ def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_
         raise ValueError("targeted: deepfool is untargeted")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=False,
                 objective="ce", training=training, allow_none_eps=True)
-    V.check_positive_int(steps, "steps")
-    V.check_positive_int(candidates, "candidates", minimum=2)
-    V.check_nonnegative(overshoot, "overshoot")
+    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(candidates, "candidates", minimum=2)
+    _validate.check_nonnegative(overshoot, "overshoot")
     n_cand = int(candidates)
     if p.num_classes is not None:
         n_cand = min(n_cand, p.num_classes)

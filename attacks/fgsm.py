@@ -20,7 +20,8 @@ shape). See :mod:`attacks.pgd` for ``objective``/``loss_fn`` reuse.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 

@@ -24,7 +24,8 @@ probabilities as ``y`` and a KL divergence as the objective.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 

@@ -35,11 +35,12 @@ time) to reuse the trace. ``loss_fn`` is probed once, eagerly, on the first rows
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
-from . import _validate as V
+from . import _validate
 from ._base import Attack, AttackResult, cached, finish, prepare, seed_tensor, spec_key
 from ._engine import compile_iterative
 from .norms import canonical_norm
@@ -57,10 +58,10 @@ DEFAULT_L1_TOP_K = 0.01  # fraction of coordinates moved per L1 step (SLIDE-styl
 
 
 def _check_iter_args(steps, restarts, step_size, early_stop, p):
-    V.check_positive_int(steps, "steps")
-    V.check_positive_int(restarts, "restarts")
+    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(restarts, "restarts")
     if step_size is not None:
-        V.check_nonnegative(step_size, "step_size")
+        _validate.check_nonnegative(step_size, "step_size")
     if early_stop and not p.has_success:
         raise ValueError("early_stop: needs integer class labels to decide when an example is "
                          "broken; not available with loss_fn or a non-label y")
@@ -78,7 +79,7 @@ def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "l
                 objective=objective, training=training, loss_fn=loss_fn)
     _check_iter_args(steps, restarts, step_size, early_stop, p)
     if momentum is not None:
-        V.check_nonnegative(momentum, "decay_factor")
+        _validate.check_nonnegative(momentum, "decay_factor")
     dtype = p.x.dtype
     eps_t = tf.cast(eps, dtype)
     if step_size is None:

@@ -41,7 +41,8 @@ Example::
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -63,7 +64,7 @@ __all__ = [
 _DUAL = {"linf": 1, "l2": 2, "l1": np.inf}
 
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _compiled(model, key, build):

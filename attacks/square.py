@@ -19,18 +19,26 @@ Only forward passes (queries): a black-box check against gradient masking. Input
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from . import _validate as V
-from ._base import Attack, AttackResult, cached, finish, weak_caller, prepare, relaxed_spec, \
-    seed_tensor, spec_key
-from .norms import canonical_norm, clip_to_bounds, project
+from . import _validate
+from ._base import (
+    Attack,
+    AttackResult,
+    cached,
+    finish,
+    prepare,
+    relaxed_spec,
+    seed_tensor,
+    spec_key,
+    weak_caller,
+)
 from ._engine import expand_rows
+from .norms import canonical_norm, clip_to_bounds, project
 
 __all__ = ["square", "Square"]
 
@@ -231,10 +239,10 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
         raise ValueError(f"x: square needs images [B, H, W, C] or [B, H, W], got rank {rank}")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, need_gradient=False)
-    V.check_positive_int(steps, "steps")
+    _validate.check_positive_int(steps, "steps")
     if p_init is None:
         p_init = 0.05 if norm == "linf" else 0.1
-    V.check_nonnegative(p_init, "p_init")
+    _validate.check_nonnegative(p_init, "p_init")
     if not p.x.shape[1:].is_fully_defined():
         raise ValueError("x: square needs a static image shape")
     cfg = ("square", norm, int(steps), float(p_init), bool(targeted), bool(early_stop),

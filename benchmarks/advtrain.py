@@ -82,18 +82,18 @@ def measure_costs(methods, rounds=3, batch=64, width=64, eps=0.1):
     import keras
     import numpy as np
 
-    from attacks import training as T
+    from attacks import training
     from attacks.data import load_dataset
 
     d = load_dataset("digits")
-    spe = T.steps_per_epoch(len(d.x_train), batch)
+    spe = training.steps_per_epoch(len(d.x_train), batch)
     trainers = {}
     for m in ["clean", *methods]:
         keras.utils.set_random_seed(0)
-        clf = T.make_classifier(d.input_shape, 10, width=width)
-        tr = T.AdversarialTrainer(clf, method=m, eps=eps, max_grad_norm=10.0)
+        clf = training.make_classifier(d.input_shape, 10, width=width)
+        tr = training.AdversarialTrainer(clf, method=m, eps=eps, max_grad_norm=10.0)
         tr.compile(optimizer=keras.optimizers.Adam(1e-3))
-        ds = T.epoch_dataset(d.x_train, d.y_train, batch, epochs=rounds + 1)
+        ds = training.epoch_dataset(d.x_train, d.y_train, batch, epochs=rounds + 1)
         it = iter(ds)
         trainers[m] = (tr, it)
     times = {m: [] for m in trainers}
@@ -101,7 +101,7 @@ def measure_costs(methods, rounds=3, batch=64, width=64, eps=0.1):
     def one_epoch(m, record):
         tr, it = trainers[m]
         batches = [next(it) for _ in range(spe)]
-        timer = T.EpochTimer()
+        timer = training.EpochTimer()
         tr.fit(_as_dataset(batches), epochs=1, steps_per_epoch=spe, verbose=0, callbacks=[timer])
         if record:
             times[m].append(timer.seconds[0])

@@ -69,7 +69,7 @@ def maml_cost(rounds: int) -> dict:
         for method in ("maml", "fomaml"):
             learner = meta.MetaLearner(meta.mlp([1, 40, 40, 1], seed=0), method,
                                        inner_steps=steps)
-            fns[method] = (lambda L=learner: L.meta_step(tasks)["loss"].numpy())
+            fns[method] = (lambda lrn=learner: lrn.meta_step(tasks)["loss"].numpy())
         t = _median_time(fns, rounds, calls=20)
         out[f"inner_steps_{steps}"] = {
             "second_order_ms": 1e3 * t["maml"], "first_order_ms": 1e3 * t["fomaml"],

@@ -88,22 +88,22 @@ def main(argv=None) -> int:
                                                                      "mse": best[1]}
     print(f"{'':>22}  (baseline with its best 1-step lr {best[0]}: MSE {best[1]:.3f})")
 
-    L = results["learners"]
-    ratio_same = L["pretrained+finetune"]["mse_1_steps"] / L["maml"]["mse_1_steps"]
-    ratio_best = best[1] / L["maml"]["mse_1_steps"]
+    learners = results["learners"]
+    ratio_same = learners["pretrained+finetune"]["mse_1_steps"] / learners["maml"]["mse_1_steps"]
+    ratio_best = best[1] / learners["maml"]["mse_1_steps"]
     results["criteria"] = {
         "baseline_over_maml_1_step": ratio_same,
         "best_lr_baseline_over_maml_1_step": ratio_best,
         "maml_3x_better_than_baseline": bool(ratio_same >= 3.0),
-        "second_order_at_least_first_order": bool(L["maml"]["mse_1_steps"]
-                                                  <= L["fomaml"]["mse_1_steps"]),
+        "second_order_at_least_first_order": bool(learners["maml"]["mse_1_steps"]
+                                                  <= learners["fomaml"]["mse_1_steps"]),
     }
     c = results["criteria"]
     print(f"\nbaseline / MAML 1-step MSE: {ratio_same:.2f}x with the same step "
           f"({ratio_best:.2f}x against the baseline's best step) -> "
           f"{'PASS' if c['maml_3x_better_than_baseline'] else 'FAIL'} (>= 3x)")
-    print(f"second-order MAML {L['maml']['mse_1_steps']:.3f} vs first-order "
-          f"{L['fomaml']['mse_1_steps']:.3f} -> "
+    print(f"second-order MAML {learners['maml']['mse_1_steps']:.3f} vs first-order "
+          f"{learners['fomaml']['mse_1_steps']:.3f} -> "
           f"{'PASS' if c['second_order_at_least_first_order'] else 'FAIL'}")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -36,8 +36,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from robustgrad import transforms as T  # noqa: E402
-
+from robustgrad import transforms  # noqa: E402
 
 # Tiny, so that every variant computes on (nearly) the same weights for the whole run: with a
 # real learning rate the variants drift apart (clipped vs unclipped training on one batch) and the
@@ -91,7 +90,7 @@ def _step_fn(kind, transform):
             opt.apply_gradients(zip(grads, variables))
             return loss
         return step
-    gstep = T.GradientStep(transform, opt, variables)
+    gstep = transforms.GradientStep(transform, opt, variables)
 
     def step(x, y):
         with tf.GradientTape() as tape:
@@ -104,14 +103,15 @@ def _step_fn(kind, transform):
 def make_steps(kind, jit, control=True):
     """Return {variant: compiled step(x, y)}; every variant has its own model and optimizer."""
     steps = {}
-    transforms = {
+    variants = {
         "optimizer": None,
         "optimizer (control)": None,
-        "zero_nonfinite+clip": T.chain(T.zero_nonfinite(), T.clip_by_global_norm(1.0)),
-        "apply_if_finite(clip)": T.apply_if_finite(T.clip_by_global_norm(1.0), 5),
+        "zero_nonfinite+clip": transforms.chain(transforms.zero_nonfinite(),
+                                                transforms.clip_by_global_norm(1.0)),
+        "apply_if_finite(clip)": transforms.apply_if_finite(transforms.clip_by_global_norm(1.0), 5),
         "hand-written clip+cond": "hand-written",
     }
-    for name, transform in transforms.items():
+    for name, transform in variants.items():
         if name == "optimizer (control)" and not control:
             continue
         steps[name] = tf.function(_step_fn(kind, transform), jit_compile=jit)

@@ -2,10 +2,10 @@
 
 import doctest
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import robustgrad as rg
 import robustgrad.custom

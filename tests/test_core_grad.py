@@ -1,11 +1,12 @@
 """grad / value_and_grad / input_gradient and tape control against analytic and finite-difference results."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import robustgrad as rg
+
 from conftest import central_difference
 
 
@@ -112,28 +113,28 @@ def test_grad_inside_tf_function_traces_once_per_signature_and_jit():
 # ---------------------------------------------------------------- input_gradient
 
 
-def _linear_model(W, b):
-    return lambda x, training=False: tf.reshape(x, [tf.shape(x)[0], -1]) @ W + b
+def _linear_model(weights, b):
+    return lambda x, training=False: tf.reshape(x, [tf.shape(x)[0], -1]) @ weights + b
 
 
 def test_input_gradient_linear_model_closed_form():
     rs = np.random.RandomState(0)
-    W = rs.randn(4, 3).astype(np.float32)
+    weights = rs.randn(4, 3).astype(np.float32)
     b = rs.randn(3).astype(np.float32)
     x = rs.rand(5, 4).astype(np.float32)
     y = np.array([0, 1, 2, 0, 1])
-    g = rg.input_gradient(_linear_model(W, b), x, y).numpy()
-    p = tf.nn.softmax(x @ W + b).numpy()
-    expected = (p - np.eye(3)[y]) @ W.T  # d CE / dx = W (softmax - onehot)
+    g = rg.input_gradient(_linear_model(weights, b), x, y).numpy()
+    p = tf.nn.softmax(x @ weights + b).numpy()
+    expected = (p - np.eye(3)[y]) @ weights.T  # d CE / dx = weights (softmax - onehot)
     np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-6)
-    # margin loss: gradient is W[:, j*] - W[:, y]
-    gm = rg.input_gradient(_linear_model(W, b), x, y, loss="margin").numpy()
-    z = x @ W + b
+    # margin loss: gradient is weights[:, j*] - weights[:, y]
+    gm = rg.input_gradient(_linear_model(weights, b), x, y, loss="margin").numpy()
+    z = x @ weights + b
     z_other = np.where(np.eye(3)[y] > 0, -np.inf, z)
     j = z_other.argmax(1)
-    np.testing.assert_allclose(gm, (W[:, j] - W[:, y]).T, rtol=1e-5)
+    np.testing.assert_allclose(gm, (weights[:, j] - weights[:, y]).T, rtol=1e-5)
     x_before = x.copy()
-    rg.input_gradient(_linear_model(W, b), x, y)
+    rg.input_gradient(_linear_model(weights, b), x, y)
     np.testing.assert_array_equal(x, x_before)
 
 
@@ -154,24 +155,24 @@ def test_input_gradient_float32_under_mixed_precision():
 
 
 def test_input_gradient_errors():
-    W = tf.ones([4, 3])
+    weights = tf.ones([4, 3])
     with pytest.raises(ValueError, match="does not depend on x"):
         rg.input_gradient(lambda x, training=False: tf.ones([2, 3]) @ tf.ones([3, 3]),
                           tf.ones([2, 4]), tf.constant([0, 1]))
     with pytest.raises(TypeError, match="x must be a floating"):
-        rg.input_gradient(_linear_model(W, 0.0), tf.ones([2, 4], tf.int32), tf.constant([0, 1]))
+        rg.input_gradient(_linear_model(weights, 0.0), tf.ones([2, 4], tf.int32), tf.constant([0, 1]))
     with pytest.raises(ValueError, match="loss must be"):
-        rg.input_gradient(_linear_model(W, 0.0), tf.ones([2, 4]), tf.constant([0, 1]), loss="l2")
+        rg.input_gradient(_linear_model(weights, 0.0), tf.ones([2, 4]), tf.constant([0, 1]), loss="l2")
     with pytest.raises(TypeError, match="model must be callable"):
         rg.input_gradient(None, tf.ones([2, 4]), tf.constant([0, 1]))
 
 
 def test_input_gradient_custom_loss_per_example_rows():
-    W = tf.constant(np.random.RandomState(2).randn(4, 3), tf.float32)
-    model = _linear_model(W, 0.0)
+    weights = tf.constant(np.random.RandomState(2).randn(4, 3), tf.float32)
+    model = _linear_model(weights, 0.0)
     x = tf.random.uniform([3, 4])
     g = rg.input_gradient(model, x, None, loss=lambda logits, y: logits[:, 1])
-    np.testing.assert_allclose(g.numpy(), np.tile(W.numpy()[:, 1], (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(g.numpy(), np.tile(weights.numpy()[:, 1], (3, 1)), rtol=1e-6)
 
 
 # ---------------------------------------------------------------- tape control

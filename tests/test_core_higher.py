@@ -2,13 +2,14 @@
 
 import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import robustgrad as rg
 import robustgrad.higher as higher
+
 from conftest import central_difference
 
 RS = np.random.RandomState(0)
@@ -32,18 +33,18 @@ def test_jvp_and_vjp_match_explicit_jacobian():
     x = tf.constant(RS.randn(4), tf.float64)
     v = tf.constant(RS.randn(4), tf.float64)
     u = tf.constant(RS.randn(3), tf.float64)
-    J = rg.jacobian(vec_fn, x).numpy()
+    jacobian = rg.jacobian(vec_fn, x).numpy()
     xn = x.numpy()
-    J_exact = np.array([[xn[1], xn[0], 0, 0], [0, 0, np.cos(xn[2]), 0], [1, 0, 0, 2 * xn[3]]])
-    np.testing.assert_allclose(J, J_exact, rtol=1e-12)
+    jacobian_exact = np.array([[xn[1], xn[0], 0, 0], [0, 0, np.cos(xn[2]), 0], [1, 0, 0, 2 * xn[3]]])
+    np.testing.assert_allclose(jacobian, jacobian_exact, rtol=1e-12)
     out, t = rg.jvp(vec_fn, (x,), (v,))
     np.testing.assert_allclose(out.numpy(), vec_fn(x).numpy())
-    np.testing.assert_allclose(t.numpy(), J_exact @ v.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(t.numpy(), jacobian_exact @ v.numpy(), rtol=1e-12)
     out, pull = rg.vjp(vec_fn, x)
     (g,) = pull(u)
-    np.testing.assert_allclose(g.numpy(), u.numpy() @ J_exact, rtol=1e-12)
+    np.testing.assert_allclose(g.numpy(), u.numpy() @ jacobian_exact, rtol=1e-12)
     (g2,) = pull(2 * u)  # the pullback can be called again
-    np.testing.assert_allclose(g2.numpy(), 2 * u.numpy() @ J_exact, rtol=1e-12)
+    np.testing.assert_allclose(g2.numpy(), 2 * u.numpy() @ jacobian_exact, rtol=1e-12)
 
 
 def test_jvp_vjp_nested_structures_and_several_primals():
@@ -85,10 +86,10 @@ def test_hvp_of_keras_model_parameters_matches_full_hessian():
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
 
     v = tf.random.normal(kernel.shape)
-    H = rg.hessian(loss, tf.convert_to_tensor(kernel)).numpy().reshape(12, 12)
+    hessian_matrix = rg.hessian(loss, tf.convert_to_tensor(kernel)).numpy().reshape(12, 12)
     for mode in ("forward_over_reverse", "reverse_over_reverse"):
         hv = rg.hvp(loss, tf.convert_to_tensor(kernel), v, mode=mode).numpy().ravel()
-        np.testing.assert_allclose(hv, H @ v.numpy().ravel(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(hv, hessian_matrix @ v.numpy().ravel(), rtol=1e-4, atol=1e-6)
 
 
 def test_hvp_falls_back_with_a_warning(monkeypatch):
@@ -116,14 +117,14 @@ def test_hvp_nested_primals():
 
 def test_hessian_and_hutchinson_diagonal():
     x = RS.randn(4)
-    H = rg.hessian(quad_plus, tf.constant(x)).numpy()
-    np.testing.assert_allclose(H, hess_quad_plus(x), rtol=1e-10)
-    np.testing.assert_allclose(rg.hessian(quad_plus, tf.constant(x), chunk_size=3).numpy(), H)
+    hessian_matrix = rg.hessian(quad_plus, tf.constant(x)).numpy()
+    np.testing.assert_allclose(hessian_matrix, hess_quad_plus(x), rtol=1e-10)
+    np.testing.assert_allclose(rg.hessian(quad_plus, tf.constant(x), chunk_size=3).numpy(), hessian_matrix)
     sep = lambda z: tf.reduce_sum(tf.sin(z) * z)  # noqa: E731 - diagonal Hessian: exact estimate
     d = rg.hessian_diagonal(sep, tf.constant(x), num_samples=3, seed=1).numpy()
     np.testing.assert_allclose(d, np.diag(rg.hessian(sep, tf.constant(x)).numpy()), rtol=1e-10)
     est = rg.hessian_diagonal(quad_plus, tf.constant(x), num_samples=4000, seed=3).numpy()
-    np.testing.assert_allclose(est, np.diag(H), atol=0.35)
+    np.testing.assert_allclose(est, np.diag(hessian_matrix), atol=0.35)
     again = rg.hessian_diagonal(quad_plus, tf.constant(x), num_samples=50, seed=3)
     np.testing.assert_array_equal(again.numpy(),
                                   rg.hessian_diagonal(quad_plus, tf.constant(x), 50, seed=3).numpy())
@@ -156,11 +157,11 @@ def test_batch_jacobian_image_shapes_and_finite_differences():
     conv = keras.Sequential([keras.Input((5, 5, 1)), keras.layers.Conv2D(2, 3),
                              keras.layers.Flatten(), keras.layers.Dense(3)])
     x = tf.random.uniform([2, 5, 5, 1], dtype=tf.float32)
-    J = rg.batch_jacobian(conv, x, chunk_size=2)
-    assert J.shape == (2, 3, 5, 5, 1)
+    jacobian = rg.batch_jacobian(conv, x, chunk_size=2)
+    assert jacobian.shape == (2, 3, 5, 5, 1)
     f = lambda z: conv(tf.constant(z[None], tf.float32))[0, 1].numpy()  # noqa: E731
     fd = central_difference(f, x.numpy()[0].astype(np.float64), eps=1e-2)
-    np.testing.assert_allclose(J[0, 1].numpy(), fd, rtol=1e-2, atol=1e-3)
+    np.testing.assert_allclose(jacobian[0, 1].numpy(), fd, rtol=1e-2, atol=1e-3)
 
 
 def test_batch_jacobian_compiles_with_xla_and_traces_once():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from robustgrad import regularizers as R
+from robustgrad import regularizers
 
 
 class Linear(tf.Module):
@@ -29,7 +29,7 @@ Y = tf.constant(RNG.integers(0, C, size=B), tf.int64)
 
 
 def test_docstring_examples():
-    assert doctest.testmod(R, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
+    assert doctest.testmod(regularizers, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
 
 
 def _softmax(z):
@@ -70,7 +70,7 @@ def test_input_gradient_penalty_linear_closed_form(norm):
     g = _ce_input_grads(W0, X.numpy(), Y.numpy())
     expected = np.mean(np.linalg.norm(g, ord=norm, axis=1) ** 2)
     with tf.GradientTape() as tape:
-        p = R.input_gradient_penalty(model, X, Y, norm=norm)
+        p = regularizers.input_gradient_penalty(model, X, Y, norm=norm)
     assert p.dtype == tf.float32 and p.shape == ()
     np.testing.assert_allclose(float(p), expected, rtol=1e-5)
     _grads_ok(tape.gradient(p, [model.w]))
@@ -78,18 +78,18 @@ def test_input_gradient_penalty_linear_closed_form(norm):
 
 def test_input_gradient_penalty_second_order_matches_finite_difference():
     model = Linear(W0)
-    _directional_check(lambda: R.input_gradient_penalty(model, X, Y), model.w)
+    _directional_check(lambda: regularizers.input_gradient_penalty(model, X, Y), model.w)
 
 
 def test_input_gradient_penalty_one_hot_and_callable_loss():
     model = Linear(W0)
     onehot = tf.one_hot(Y, C)
-    a = R.input_gradient_penalty(model, X, Y)
-    b = R.input_gradient_penalty(model, X, onehot)
-    c = R.input_gradient_penalty(model, X, Y, loss=R.crossentropy)
+    a = regularizers.input_gradient_penalty(model, X, Y)
+    b = regularizers.input_gradient_penalty(model, X, onehot)
+    c = regularizers.input_gradient_penalty(model, X, Y, loss=regularizers.crossentropy)
     np.testing.assert_allclose([float(b), float(c)], [float(a)] * 2, rtol=1e-6)
     # loss = sum(logits) per example: input gradient W @ 1 for every row
-    p = R.input_gradient_penalty(model, X, Y, loss=lambda z, y: tf.reduce_sum(z, axis=1))
+    p = regularizers.input_gradient_penalty(model, X, Y, loss=lambda z, y: tf.reduce_sum(z, axis=1))
     np.testing.assert_allclose(float(p), np.sum((W0 @ np.ones(C)) ** 2), rtol=1e-5)
 
 
@@ -100,10 +100,10 @@ def test_regularizers_on_keras_cnn_have_second_order_grads():
     x = tf.random.stateless_uniform((4, 8, 8, 1), seed=[0, 1])
     y = tf.constant([0, 1, 2, 3])
     with tf.GradientTape(persistent=True) as tape:
-        terms = [R.input_gradient_penalty(model, x, y),
-                 R.jacobian_penalty(model, x, num_projections=2, seed=1),
-                 R.curvature_penalty(model, x, y, h=0.1),
-                 R.gradient_penalty(lambda z, training=False: model(z)[:, 0], x, x[::-1], seed=2)]
+        terms = [regularizers.input_gradient_penalty(model, x, y),
+                 regularizers.jacobian_penalty(model, x, num_projections=2, seed=1),
+                 regularizers.curvature_penalty(model, x, y, h=0.1),
+                 regularizers.gradient_penalty(lambda z, training=False: model(z)[:, 0], x, x[::-1], seed=2)]
     # the output bias cannot change an input derivative: it is (correctly) unconnected
     for t in terms:
         assert t.dtype == tf.float32 and t.shape == ()
@@ -115,22 +115,22 @@ def test_jacobian_penalty_exact_for_scaled_identity():
     model = Linear(s * np.eye(4))
     x = tf.constant(RNG.normal(size=(5, 4)).astype(np.float32))
     for n in (1, 3):
-        p = R.jacobian_penalty(model, x, num_projections=n, seed=7)
+        p = regularizers.jacobian_penalty(model, x, num_projections=n, seed=7)
         np.testing.assert_allclose(float(p), 4 * s ** 2, rtol=1e-5)  # ||J||_F^2 = C s^2
 
 
 def test_jacobian_penalty_unbiased_on_linear_model():
     model = Linear(W0)
     x = tf.zeros((512, D))
-    p = R.jacobian_penalty(model, x, num_projections=4, seed=3)
+    p = regularizers.jacobian_penalty(model, x, num_projections=4, seed=3)
     np.testing.assert_allclose(float(p), np.sum(W0 ** 2), rtol=0.1)
     with tf.GradientTape() as tape:
-        p = R.jacobian_penalty(model, x[:8], seed=3)
+        p = regularizers.jacobian_penalty(model, x[:8], seed=3)
     _grads_ok(tape.gradient(p, [model.w]))
     # determinism: same int seed -> same value; a Generator works
-    a = R.jacobian_penalty(model, x[:8], seed=3)
+    a = regularizers.jacobian_penalty(model, x[:8], seed=3)
     np.testing.assert_array_equal(float(a), float(p))
-    R.jacobian_penalty(model, x[:8], seed=tf.random.Generator.from_seed(1))
+    regularizers.jacobian_penalty(model, x[:8], seed=tf.random.Generator.from_seed(1))
 
 
 class LinearCritic(tf.Module):
@@ -148,17 +148,17 @@ def test_gradient_penalty_zero_for_unit_gradient_critic():
     fake = tf.random.stateless_uniform((6, 8, 8, 1), seed=[2, 2])
     critic = LinearCritic(u / np.linalg.norm(u))
     with tf.GradientTape() as tape:
-        p = R.gradient_penalty(critic, real, fake, seed=0)
+        p = regularizers.gradient_penalty(critic, real, fake, seed=0)
     assert abs(float(p)) < 1e-10
     _grads_ok(tape.gradient(p, [critic.u]))
     critic2 = LinearCritic(2 * u / np.linalg.norm(u))
     with tf.GradientTape() as tape:
-        p2 = R.gradient_penalty(critic2, real, fake, seed=0)
+        p2 = regularizers.gradient_penalty(critic2, real, fake, seed=0)
     np.testing.assert_allclose(float(p2), 1.0, rtol=1e-5)
     # d/du (||u|| - 1)^2 = 2 (||u|| - 1) u / ||u|| = u when ||u|| = 2
     np.testing.assert_allclose(tape.gradient(p2, critic2.u), critic2.u.numpy(), rtol=1e-4)
     np.testing.assert_allclose(
-        float(R.gradient_penalty(critic2, real, fake, seed=0, target=2.0)), 0.0, atol=1e-8)
+        float(regularizers.gradient_penalty(critic2, real, fake, seed=0, target=2.0)), 0.0, atol=1e-8)
 
 
 def test_gradient_penalty_reaches_generator_and_is_seeded():
@@ -166,10 +166,10 @@ def test_gradient_penalty_reaches_generator_and_is_seeded():
     real = tf.random.stateless_uniform((4, 8, 8, 1), seed=[1, 1])
     z = tf.Variable(tf.random.stateless_uniform((4, 8, 8, 1), seed=[3, 3]))
     with tf.GradientTape() as tape:
-        p = R.gradient_penalty(critic, real, 2.0 * z, seed=5)
+        p = regularizers.gradient_penalty(critic, real, 2.0 * z, seed=5)
     _grads_ok([tape.gradient(p, z)])
-    np.testing.assert_array_equal(float(p), float(R.gradient_penalty(critic, real, 2.0 * z,
-                                                                     seed=5)))
+    np.testing.assert_array_equal(float(p), float(regularizers.gradient_penalty(critic, real, 2.0 * z,
+                                                                                seed=5)))
 
 
 def test_curvature_penalty_quadratic_closed_form():
@@ -182,16 +182,16 @@ def test_curvature_penalty_quadratic_closed_form():
     for direction, d in (("sign", np.sign(g)), ("normalized", g)):
         z = d / np.linalg.norm(d, axis=1, keepdims=True)
         expected = np.mean(np.sum((h * z @ a) ** 2, axis=1))
-        p = R.curvature_penalty(model, X, Y, h=h, loss=half_sq, direction=direction)
+        p = regularizers.curvature_penalty(model, X, Y, h=h, loss=half_sq, direction=direction)
         np.testing.assert_allclose(float(p), expected, rtol=1e-4)
     # a loss linear in the logits has zero curvature
     lin = lambda z, y: tf.reduce_sum(z, axis=1)
-    assert float(R.curvature_penalty(model, X, Y, h=h, loss=lin)) < 1e-10
+    assert float(regularizers.curvature_penalty(model, X, Y, h=h, loss=lin)) < 1e-10
 
 
 def test_curvature_penalty_second_order_matches_finite_difference():
     model = Linear(W0)
-    _directional_check(lambda: R.curvature_penalty(model, X, Y, h=0.5), model.w, eps=1e-2)
+    _directional_check(lambda: regularizers.curvature_penalty(model, X, Y, h=0.5), model.w, eps=1e-2)
 
 
 def test_regularizer_in_tf_function_traces_once():
@@ -205,10 +205,10 @@ def test_regularizer_in_tf_function_traces_once():
         traces.append(1)
         with tf.GradientTape() as tape:
             logits = model(x)
-            loss = tf.reduce_mean(R.crossentropy(logits, y))
-            loss += 0.1 * R.input_gradient_penalty(model, x, y)
-            loss += 0.1 * R.jacobian_penalty(model, x, seed=1)
-            loss += 0.1 * R.curvature_penalty(model, x, y)
+            loss = tf.reduce_mean(regularizers.crossentropy(logits, y))
+            loss += 0.1 * regularizers.input_gradient_penalty(model, x, y)
+            loss += 0.1 * regularizers.jacobian_penalty(model, x, seed=1)
+            loss += 0.1 * regularizers.curvature_penalty(model, x, y)
         g = tape.gradient(loss, [model.w])
         opt.apply_gradients(zip(g, [model.w]))
         return loss
@@ -221,25 +221,25 @@ def test_regularizer_in_tf_function_traces_once():
 def test_bad_input_errors():
     model = Linear(W0)
     with pytest.raises(ValueError, match="norm"):
-        R.input_gradient_penalty(model, X, Y, norm=3)
+        regularizers.input_gradient_penalty(model, X, Y, norm=3)
     with pytest.raises(ValueError, match="loss"):
-        R.input_gradient_penalty(model, X, Y, loss="hinge")
+        regularizers.input_gradient_penalty(model, X, Y, loss="hinge")
     with pytest.raises(ValueError, match="loss"):
-        R.input_gradient_penalty(model, X, Y, loss=lambda z, y: tf.reduce_sum(z))
+        regularizers.input_gradient_penalty(model, X, Y, loss=lambda z, y: tf.reduce_sum(z))
     with pytest.raises(TypeError, match="x"):
-        R.input_gradient_penalty(model, tf.ones((2, D), tf.int32), Y[:2])
+        regularizers.input_gradient_penalty(model, tf.ones((2, D), tf.int32), Y[:2])
     with pytest.raises(ValueError, match="x"):
-        R.input_gradient_penalty(lambda x, training=False: tf.ones((2, C)), X[:2], Y[:2])
+        regularizers.input_gradient_penalty(lambda x, training=False: tf.ones((2, C)), X[:2], Y[:2])
     with pytest.raises(ValueError, match="num_projections"):
-        R.jacobian_penalty(model, X, num_projections=0)
+        regularizers.jacobian_penalty(model, X, num_projections=0)
     with pytest.raises(TypeError, match="seed"):
-        R.jacobian_penalty(model, X, seed=1.5)
+        regularizers.jacobian_penalty(model, X, seed=1.5)
     with pytest.raises(ValueError, match="h"):
-        R.curvature_penalty(model, X, Y, h=-1.0)
+        regularizers.curvature_penalty(model, X, Y, h=-1.0)
     with pytest.raises(ValueError, match="direction"):
-        R.curvature_penalty(model, X, Y, direction="random")
+        regularizers.curvature_penalty(model, X, Y, direction="random")
     critic = LinearCritic(np.ones((8, 8, 1)))
     with pytest.raises(ValueError, match="fake"):
-        R.gradient_penalty(critic, tf.ones((2, 8, 8, 1)), tf.ones((3, 8, 8, 1)))
+        regularizers.gradient_penalty(critic, tf.ones((2, 8, 8, 1)), tf.ones((3, 8, 8, 1)))
     with pytest.raises(ValueError, match="target"):
-        R.gradient_penalty(critic, tf.ones((2, 8, 8, 1)), tf.ones((2, 8, 8, 1)), target=-1.0)
+        regularizers.gradient_penalty(critic, tf.ones((2, 8, 8, 1)), tf.ones((2, 8, 8, 1)), target=-1.0)

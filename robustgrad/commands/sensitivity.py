@@ -72,7 +72,7 @@ def _analyse(name, path, model, x, y, args, lo, hi):
     import numpy as np
     import tensorflow as tf
 
-    from attacks import sensitivity as S
+    from attacks import sensitivity
 
     rec = {"path": path}
     bs = args.batch_size
@@ -86,34 +86,34 @@ def _analyse(name, path, model, x, y, args, lo, hi):
               "gradients through a saturated softmax understate sensitivity", file=sys.stderr)
 
     t = time.perf_counter()
-    sal = np.concatenate([S.saliency(model, xb, yb).numpy() for xb, yb in batches])
+    sal = np.concatenate([sensitivity.saliency(model, xb, yb).numpy() for xb, yb in batches])
     rec["saliency_seconds"] = time.perf_counter() - t
     sg = None
     if args.smoothgrad_samples > 0:
         t = time.perf_counter()
-        sg = np.concatenate([S.smoothgrad(model, xb, yb, num_samples=args.smoothgrad_samples,
-                                          value_range=float(np.max(hi) - np.min(lo)),
-                                          seed=args.seed).numpy() for xb, yb in batches])
+        sg = np.concatenate([sensitivity.smoothgrad(model, xb, yb, num_samples=args.smoothgrad_samples,
+                                                    value_range=float(np.max(hi) - np.min(lo)),
+                                                    seed=args.seed).numpy() for xb, yb in batches])
         rec["smoothgrad_seconds"] = time.perf_counter() - t
     rec["saliency_l2"] = _stats(np.linalg.norm(sal.reshape(len(sal), -1), axis=1))
 
     t = time.perf_counter()
-    spec = np.concatenate([S.jacobian_spectral_norm(model, xb, num_iters=args.power_iters,
-                                                    seed=args.seed).numpy()
+    spec = np.concatenate([sensitivity.jacobian_spectral_norm(model, xb, num_iters=args.power_iters,
+                                                              seed=args.seed).numpy()
                            for xb, _ in batches])
     rec["spectral_norm_seconds"] = time.perf_counter() - t
     rec["spectral_norm"] = _stats(spec)
 
     t = time.perf_counter()
-    cj = S.class_jacobian_norms(model, x, chunk_size=args.chunk_size, batch_size=bs,
-                                norm="l2").numpy()
+    cj = sensitivity.class_jacobian_norms(model, x, chunk_size=args.chunk_size, batch_size=bs,
+                                          norm="l2").numpy()
     rec["class_jacobian_seconds"] = time.perf_counter() - t
     rec["class_jacobian_norm_mean"] = [float(v) for v in cj.mean(0)]
 
     t = time.perf_counter()
     lips, methods = [], set()
     for xb, yb in batches:
-        v, (_, method) = S.local_lipschitz(
+        v, (_, method) = sensitivity.local_lipschitz(
             model, xb, tf.constant(yb), eps=args.eps, norm=args.norm, clip_min=lo, clip_max=hi,
             function="logit", steps=args.lipschitz_steps, restarts=args.restarts,
             seed=args.seed, return_points=True)
