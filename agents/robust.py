@@ -43,6 +43,10 @@ __all__ = ["HINGE_MARGIN", "RobustSchedule", "adversarial_observations", "attack
            "clean_distribution", "policy_kl", "q_margin_hinge", "sa_dqn_observations", "sa_observations",
            "sa_policy_regularizer"]
 
+# the attack functions hold no tensor-dependent Python control flow and call the engine
+# (itself not converted): AutoGraph need not convert them inside the compiled updates
+_plain = tf.autograph.experimental.do_not_convert
+
 HINGE_MARGIN = 1.0
 """``c`` of SA-DQN's hinge ``max(margin, -c)``: margins below ``-c`` contribute no gradient."""
 
@@ -95,7 +99,7 @@ def policy_kl(model, obs, obs_adv) -> tf.Tensor:
 def sa_observations(agent, obs, eps, steps: int, seed) -> tf.Tensor:
     """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball (the ``mad`` attack,
     PGD with ``steps`` steps of ``eps / steps``), under ``tf.stop_gradient``. ``[B, d]``."""
-    return tf.stop_gradient(oa.mad_attack(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
+    return tf.stop_gradient(_plain(oa.mad_attack)(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
                                           seed=seed))
 
 
@@ -124,7 +128,7 @@ def sa_dqn_observations(agent, obs, eps, steps: int, seed):
     from ``a*`` (the ``action`` attack); both stopped."""
     obs = tf.stop_gradient(obs)
     greedy = tf.argmax(tf.stop_gradient(agent.q(obs)), axis=-1, output_type=tf.int32)
-    obs_adv = tf.stop_gradient(oa.action_attack(agent, obs, eps=eps, steps=steps,
+    obs_adv = tf.stop_gradient(_plain(oa.action_attack)(agent, obs, eps=eps, steps=steps,
                                                 step_size=eps / float(steps), seed=seed))
     return obs_adv, greedy
 
@@ -143,7 +147,7 @@ def adversarial_observations(agent, obs, attack: str, eps, steps: int, seed) -> 
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
     kw = {} if attack == "random" else {"steps": steps, "step_size": eps / float(steps)}
-    adv = oa.attack_observations(agent, safe, attack, eps=eps, seed=seed, **kw)
+    adv = _plain(oa.attack_observations)(agent, safe, attack, eps=eps, seed=seed, **kw)
     return tf.stop_gradient(tf.where(finite, adv, obs))
 
 

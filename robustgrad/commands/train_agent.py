@@ -8,6 +8,12 @@ Example::
     robustgrad train-agent --algo dqn --eval-every 5000 --keep-best --out runs/dqn
     robustgrad train-agent --algo ppo --env Pendulum-v1 --preset none --out runs/ppo-defaults
     robustgrad train-agent --algo ppo --env CartPole-v1 --backend graph --seeds 0-7 --out runs/ppo8
+    robustgrad train-agent --algo ppo --env CartPole-v1 --robust sa --eps 0.2 --out runs/sappo
+
+``--robust sa`` trains SA-PPO / SA-A2C / SA-DQN (Zhang et al. 2020), ``--robust adv`` on
+attacked observations (``agents.robust``); ``--eps`` is the training radius (standard
+deviations with ``--normalize-obs``, raw units otherwise), reached after ``--eps-warmup`` of
+the budget; REINFORCE has no robust variant.
 
 With no ``--preset`` the tuned preset for (algorithm, env) in ``agents/presets.json`` is used
 when there is one (the command says which); ``--preset none`` gives the plain config defaults;
@@ -28,6 +34,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from robustgrad.commands._files import remove_outputs
 
@@ -78,7 +85,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from --out/checkpoint up to --steps in total")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing agent in --out instead of refusing")
+    p.add_argument("--override", default=None, metavar="KEY[,KEY]",
+                   help="with --resume: let these settings change (env, seed, lr, num_envs or "
+                        "any --set field); recorded in config.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--robust", default=None, choices=("sa", "adv"),
+                   help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser) or adv "
+                        "(train on attacked observations)")
+    p.add_argument("--eps", type=float, default=None,
+                   help="--robust: L-inf training radius (default 0.1)")
+    p.add_argument("--robust-kappa", type=float, default=None,
+                   help="--robust sa: regulariser weight kappa (default 0.1)")
+    p.add_argument("--robust-steps", type=int, default=None,
+                   help="--robust: PGD steps of the inner maximisation (default 10)")
+    p.add_argument("--eps-warmup", type=float, default=None,
+                   help="--robust: fraction of --steps over which eps and kappa rise from 0 "
+                        "(default 0.75)")
+    p.add_argument("--robust-attack", default=None,
+                   help="--robust adv: random, action, mad (default) or critic")
+
+
+_ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
+                 ("robust_steps", "robust_steps"), ("eps_warmup", "robust_eps_warmup"),
+                 ("robust_attack", "robust_attack"))
+
+
+def _robust_overrides(args: argparse.Namespace) -> dict:
+    """Config fields of the ``--robust`` flags, checked (``ValueError`` naming the flag)."""
+    from robustgrad import _checks
+
+    given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
+    if args.robust is None:
+        if given:
+            raise ValueError(f"--{given[0][0].replace('_', '-')}: needs --robust sa|adv")
+        return {}
+    if args.algo == "reinforce":
+        raise ValueError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
+    out = {"robust": args.robust}
+    for flag, field in given:
+        name = "--" + flag.replace("_", "-")
+        value = getattr(args, flag)
+        if flag == "robust_steps":
+            value = _checks.positive_int(value, name)
+        elif flag == "eps_warmup":
+            value = _checks.probability(value, name)
+        elif flag == "robust_attack":
+            value = _checks.choice(value, name, ("random", "action", "mad", "critic"))
+        else:
+            value = _checks.nonnegative(value, name)
+        out[field] = value
+    return out
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -160,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--eval-every: must be positive, got {args.eval_every}")
         if args.keep_best and args.eval_every is None:
             raise ValueError("--keep-best: needs --eval-every STEPS")
+        overrides.update(_robust_overrides(args))
         preset = agents.config.AUTO if args.preset is None else args.preset
         if isinstance(preset, str) and preset.lower() == "none":
             preset = None
@@ -175,12 +232,25 @@ def run(args: argparse.Namespace) -> int:
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
         resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
-        if resumed:
+        changed, record = {}, []
+        if resumed:  # the same configuration, or the keys named by --override
+            from robustgrad.commands import _resume
+
+            fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
+                                                                      "checkpoint_every")}
+            changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env,
+                                                        "seed": args.seed},
+                                                 override=args.override, steps=args.steps)
+            record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
+            overrides.update({k: new for k, (_, new) in changed.items()})
             agent = agents.load(ckpt, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
                                  f"{args.algo}")
         else:
+            if args.override is not None:
+                raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
+                                 if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
@@ -211,6 +281,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"preset {agent.config.preset} (agents/presets.json; every value in "
               f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
               f"{extra}")
+    from robustgrad.commands._resume import read_agent_record, write_agent_record
+    from robustgrad.interrupts import TrainingInterrupted
+
+    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
+    resumed_at = resumed_at + ([done] if resumed else [])
+    started = time.perf_counter()
     status = 0
     if remaining > 0:
         try:
@@ -231,7 +307,15 @@ def run(args: argparse.Namespace) -> int:
         except agents.NonFiniteTrainingError as exc:
             print(f"robustgrad train-agent: {exc}", file=sys.stderr)
             status = 1
+        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
+            write_agent_record(ckpt, record, agent.history,
+                               prior_seconds + time.perf_counter() - started, resumed_at)
+            write_agent_record(out, [], agent.history,
+                               prior_seconds + time.perf_counter() - started, resumed_at)
+            raise
+    train_seconds = prior_seconds + time.perf_counter() - started
     agent.save(out)
+    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
     plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
                         f"{agent.algo.upper()} {args.env} (seed {args.seed})")
     if args.eval_episodes > 0 and status == 0:
