@@ -1,6 +1,6 @@
 """Train PPO on CartPole-v1, evaluate the greedy policy, save and reload it.
 
-    .venv/bin/python examples/train_agent.py            # the full run (~30 s, return ~500)
+    .venv/bin/python examples/train_agent.py            # the full run (27 s of CPU, return 500)
     .venv/bin/python examples/train_agent.py --quick    # the tests' tiny budget
 
 Guide: docs/guides/rl-agents.md.

@@ -1,6 +1,6 @@
 """Train a robust digits classifier with fast adversarial training, then attack it with PGD.
 
-    .venv/bin/python examples/train_robust_classifier.py            # the full run (~30 s)
+    .venv/bin/python examples/train_robust_classifier.py            # the full run (20 s of CPU)
     .venv/bin/python examples/train_robust_classifier.py --quick    # the tests' tiny budget
 
 Guide: docs/guides/robust-classifiers.md.
