@@ -11,12 +11,13 @@ Every function here works eagerly and inside ``tf.function``.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names, scalar_output
+from robustgrad._checks import leaf_names, looks_like_probabilities, scalar_output
 
 __all__ = [
     "Tape",
@@ -340,6 +341,43 @@ def grad(
 # --------------------------------------------------------------------------- input gradient
 
 
+def _warn_if_probabilities(logits) -> None:
+    """The attacks' softmax warning, for the same model (eager values only)."""
+    if isinstance(logits, tf.Tensor) and hasattr(logits, "numpy") and \
+            looks_like_probabilities(logits.numpy()):
+        warnings.warn(
+            "model outputs look like probabilities (non-negative rows summing to 1). Attacks and "
+            "objectives expect logits: gradients through a saturated softmax vanish and make a "
+            "model look robust (gradient masking). Remove the final softmax.",
+            UserWarning, stacklevel=3)
+
+
+def _check_targets(y, logits) -> None:
+    """Labels ``[B]`` in ``[0, C)`` or targets ``[B, C]`` matching the logits, as a ValueError
+    naming ``y`` with the numbers (never a TensorFlow op error)."""
+    yt = tf.convert_to_tensor(y)
+    b, c = logits.shape[0], logits.shape[-1] if logits.shape.rank else None
+    if yt.dtype.is_integer:
+        if yt.shape.rank != 1:
+            raise ValueError(f"y must be int labels of shape [B] or targets [B, C], got integer "
+                             f"shape {yt.shape}")
+        if b is not None and yt.shape[0] is not None and yt.shape[0] != b:
+            raise ValueError(f"y has {yt.shape[0]} labels but x has {b} examples")
+        if c is not None and hasattr(yt, "numpy") and yt.shape[0]:
+            lo, hi = int(tf.reduce_min(yt)), int(tf.reduce_max(yt))
+            if lo < 0 or hi >= c:
+                raise ValueError(f"y has labels outside [0, {c}) (min {lo}, max {hi}); the "
+                                 f"model has {c} outputs")
+    elif yt.dtype.is_floating:
+        if yt.shape.rank != 2 or (yt.shape.is_fully_defined() and logits.shape.is_fully_defined()
+                                  and yt.shape != logits.shape):
+            raise ValueError(f"y: float targets must have the logits' shape {logits.shape}, got "
+                             f"{yt.shape}")
+    else:
+        raise ValueError(f"y must be int labels [B] or float targets [B, C], got dtype "
+                         f"{yt.dtype.name}")
+
+
 def _per_example_loss(loss, logits, y):
     logits = tf.cast(logits, tf.float32)
     if callable(loss):
@@ -415,6 +453,12 @@ def input_gradient(
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(x32)
         logits = model(x32, training=training)
+        if not isinstance(logits, (tf.Tensor, tf.Variable)):
+            raise TypeError(f"model must return one tensor of logits [B, C], got "
+                            f"{type(logits).__name__} (pick one output of a dict/tuple model)")
+        if not callable(loss):
+            _check_targets(y, logits)
+        _warn_if_probabilities(logits)
         value = tf.reduce_sum(_per_example_loss(loss, logits, y))
     g = tape.gradient(value, x32)
     if g is None:
