@@ -1,8 +1,9 @@
 """Small networks as plain ``tf.Module``s, and tensorflow-probability policy heads.
 
 Plain ``tf.Variable``s (no Keras layers) keep the compiled rollout cheap, make
-``tf.train.Checkpoint`` trivial and avoid the Keras-3-variable pitfalls of
-DESIGN.md section 5. Initialisation is orthogonal (Saxe et al. 2014) with the gains
+``tf.train.Checkpoint`` trivial and avoid a Keras 3 pitfall: its variables are not
+``tf.Variable``s, so ``tf.autodiff.ForwardAccumulator`` and ``tape.watch`` need their
+underlying ``.value``. Initialisation is orthogonal (Saxe et al. 2014) with the gains
 of the PPO implementation details (Huang et al. 2022): ``sqrt(2)`` for hidden layers,
 ``0.01`` for the policy head, ``1`` for the value head, zero biases.
 """

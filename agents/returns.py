@@ -1,7 +1,7 @@
 """Return and advantage targets: GAE, Monte-Carlo returns, one-step TD targets.
 
-Every function returns tensors wrapped in ``tf.stop_gradient``: targets are constants
-for the update (DESIGN.md section 2).
+Every function returns tensors wrapped in ``tf.stop_gradient``: targets are computed once
+and are constants for the update, so no gradient flows into them (nor into a target network).
 
 Time limits: an episode that ends because it was *truncated* did not end in the MDP;
 its last transition bootstraps from the value of the final observation. A
