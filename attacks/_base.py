@@ -13,19 +13,21 @@ import dataclasses
 import inspect
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities
+from robustgrad._checks import ArgumentTypeError, looks_like_probabilities
 
 from . import _validate as V
 from .norms import canonical_norm
 from .objectives import canonical_objective, get_objective
 
-__all__ = ["AttackResult", "Attack", "SelectedOutput", "call_model", "select_output"]
+__all__ = ["AttackResult", "Attack", "SelectedOutput", "call_model", "check_classification_data",
+           "select_output"]
 
 
 @dataclasses.dataclass
@@ -44,7 +46,7 @@ class AttackResult:
 # ---------------------------------------------------------------------------------------------
 # calling models
 
-_ACCEPTS_TRAINING: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_ACCEPTS_TRAINING: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def _accepts_training(model) -> bool:
@@ -155,6 +157,64 @@ def check_model_output(out: Any, who: str = "model") -> Any:
     return out
 
 
+def declared_input_shape(model: Any) -> tuple | None:
+    """The per-example input shape a Keras model declares (``None`` dims unknown), or None."""
+    try:
+        inputs = getattr(model, "inputs", None)
+    except (AttributeError, ValueError):  # a subclassed model that was never called
+        return None
+    if not inputs or len(inputs) != 1:
+        return None
+    shape = getattr(inputs[0], "shape", None)
+    return None if shape is None else tuple(shape)[1:]
+
+
+def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
+                              y_name: str = "y", training: Any = False) -> int:
+    """Check ``(x, y)`` against ``model`` before any work; returns the number of classes.
+
+    ``x`` floating ``[N, ...]`` whose example shape matches the model's declared input, ``y``
+    int labels ``[N]`` in ``[0, C)`` where ``C`` is the width of the model's logits (one
+    forward pass on the first example). Every error is one line with the numbers.
+
+    >>> import keras, numpy as np
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    >>> check_classification_data(model, np.zeros((2, 4), "float32"), [0, 2])
+    3
+    >>> check_classification_data(model, np.zeros((2, 5), "float32"), [0, 2])
+    Traceback (most recent call last):
+    ...
+    ValueError: x: examples of shape (5,) but the model takes inputs of shape (4,)
+    >>> check_classification_data(model, np.zeros((2, 4), "float32"), [0, 3])
+    Traceback (most recent call last):
+    ...
+    ValueError: y has labels outside [0, 3) (min 0, max 3); the model has 3 outputs
+    """
+    xt = V.check_x(x, x_name)
+    expected = declared_input_shape(model)
+    got = tuple(xt.shape[1:])
+    if expected is not None and (len(expected) != len(got) or any(
+            e is not None and e != g for e, g in zip(expected, got))):
+        shown = tuple(e if e is not None else "?" for e in expected)
+        raise ValueError(f"{x_name}: examples of shape {got} but the model takes inputs of "
+                         f"shape {shown}".replace("'?'", "?"))
+    n = xt.shape[0]
+    try:
+        V.check_labels(y, n, None, name=y_name)  # dtype, rank, count before the forward pass
+    except TypeError as exc:  # a label error is a ValueError too (naming the argument)
+        raise ArgumentTypeError(str(exc)) from None
+    if not n:
+        return 0
+    out = check_model_output(call_model(model, xt[:1], training))
+    out = tf.convert_to_tensor(out)
+    if out.shape.rank != 2:
+        raise ValueError(f"model must return logits of shape [N, C], got shape {out.shape} for "
+                         f"one example")
+    num_classes = int(out.shape[-1])
+    V.check_labels(y, n, num_classes, name=y_name)
+    return num_classes
+
+
 def call_model(model: Any, x: Any, training: Any = False) -> tf.Tensor:
     """``model(x, training=training)``, or ``model(x)`` for a callable without ``training``."""
     if _accepts_training(model):
@@ -165,8 +225,8 @@ def call_model(model: Any, x: Any, training: Any = False) -> tf.Tensor:
 # ---------------------------------------------------------------------------------------------
 # compiled-function cache
 
-_CACHE: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-_PROBED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
+_PROBED: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 _STRONG_CACHE: dict = {}
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from robustgrad import _checks
 
 from . import _validate
-from ._base import Attack
+from ._base import Attack, check_classification_data
 from .cascade import BudgetOutcome, predict_labels, predict_logits, run_cascade
 from .checks import (
     budget_warnings,
@@ -107,7 +107,7 @@ def evaluate(model: Callable, x: Any, y: Any,
     seed = _checks.positive_int(seed, "seed", minimum=None)
     target_seed = _checks.positive_int(target_seed, "target_seed", minimum=0)
     n_examples = _checks.positive_int(n_examples, "n_examples", minimum=0)
-    _validate.check_labels(y, n, None)
+    check_classification_data(model, x_tensor, y)  # shapes, labels vs outputs: before any work
     if progress is not None and not callable(progress):
         raise _checks.ArgumentTypeError(
             f"progress must be a callable progress(done, total, description) or None, "

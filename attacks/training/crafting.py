@@ -24,7 +24,8 @@ Shapes: ``x`` float32 ``[B, ...]``, labels ``y`` int32 ``[B]``, logits ``[B, C]`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

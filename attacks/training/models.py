@@ -36,22 +36,22 @@ def make_classifier(input_shape: Any, num_classes: int, width: int = 32,
         raise ValueError(f"input_shape must be (H, W) or (H, W, C); got {input_shape}")
     num_classes = positive_int(num_classes, "num_classes", minimum=2)
     width = positive_int(width, "width")
-    L = keras.layers
+    kl = keras.layers
     pool = input_shape[0] >= 4 and input_shape[1] >= 4
     layers = [
         keras.Input(input_shape),
-        L.Conv2D(width, 3, padding="same", activation="relu", name="conv1"),
-        L.Conv2D(2 * width, 3, padding="same", activation="relu", name="conv2"),
+        kl.Conv2D(width, 3, padding="same", activation="relu", name="conv1"),
+        kl.Conv2D(2 * width, 3, padding="same", activation="relu", name="conv2"),
     ]
     if pool:
-        layers.append(L.MaxPooling2D(2, name="pool1"))
-    layers.append(L.Conv2D(4 * width, 3, padding="same", activation="relu", name="conv3"))
+        layers.append(kl.MaxPooling2D(2, name="pool1"))
+    layers.append(kl.Conv2D(4 * width, 3, padding="same", activation="relu", name="conv3"))
     if pool and input_shape[0] >= 8:
-        layers.append(L.MaxPooling2D(2, name="pool2"))
+        layers.append(kl.MaxPooling2D(2, name="pool2"))
     layers += [
-        L.Flatten(name="flatten"),
-        L.Dense(4 * width, activation="relu", name="dense1"),
-        L.Dense(int(num_classes), name="logits", dtype="float32"),
+        kl.Flatten(name="flatten"),
+        kl.Dense(4 * width, activation="relu", name="dense1"),
+        kl.Dense(int(num_classes), name="logits", dtype="float32"),
     ]
     return keras.Sequential(layers, name=name)
 
@@ -109,7 +109,14 @@ def check_classifier(model: Any, x_sample: Any, num_classes: int) -> None:
     ...
     ValueError: the labels have 12 classes but the model outputs 10 logits
     """
-    out = model(tf.convert_to_tensor(x_sample[:32]), training=False)
+    from .._base import check_model_output, declared_input_shape
+
+    got, expected = tuple(np.shape(x_sample)[1:]), declared_input_shape(model)
+    if expected is not None and (len(expected) != len(got) or any(
+            e is not None and e != g for e, g in zip(expected, got))):
+        raise ValueError(f"the data's examples have shape {got} but the model takes inputs of "
+                         f"shape {tuple(expected)}")
+    out = check_model_output(model(tf.convert_to_tensor(x_sample[:32]), training=False))
     out = np.asarray(out)
     if out.ndim != 2:
         raise ValueError(f"the model must output logits of shape (batch, classes); got {out.shape}")

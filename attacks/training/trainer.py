@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from robustgrad import _checks, transforms
@@ -273,6 +274,14 @@ class AdversarialTrainer(keras.Model):
         return getattr(self, "_grad_step", None)
 
     def fit(self, *args: Any, **kwargs: Any) -> Any:
+        """``keras.Model.fit``; arrays ``x, y`` are checked against the classifier first
+        (example shape, labels in ``[0, C)``, counts: one-line ``ValueError``)."""
+        x = args[0] if args else kwargs.get("x")
+        y = args[1] if len(args) > 1 else kwargs.get("y")
+        if y is not None and isinstance(x, (np.ndarray, tf.Tensor)):
+            from .._base import check_classification_data
+
+            check_classification_data(self.model, x, y)
         self._maybe_build_grad_step()
         return super().fit(*args, **kwargs)
 
