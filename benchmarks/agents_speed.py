@@ -1,0 +1,210 @@
+"""PPO training speed on CartPole-v1: gymnasium backend vs graph backend vs many seeds at once.
+
+Side by side in one invocation, each measurement in its own subprocess (so peak memory is
+that measurement's own), the same hyper-parameters everywhere (``--settings preset``: the
+shipped ``ppo-CartPole-v1`` preset, rl-zoo's; ``defaults``: ``PPOConfig()``)::
+
+    python benchmarks/agents_speed.py --steps 100000 --seeds 8
+    python benchmarks/agents_speed.py --steps 100000 --seeds 8 --xla   # jit_compile=True too
+
+Rows:
+
+* ``gymnasium``: ``agents.PPO(backend="gymnasium")``, one seed; the env steps through
+  ``tf.numpy_function`` (Python per step).
+* ``graph``: ``agents.PPO(backend="graph")``, one seed; rollout + targets + update in one
+  compiled call.
+* ``stacked xS``: ``agents.train_many(config, seeds=range(S))`` (the stacked design), S = 1 and
+  ``--seeds``; aggregate env steps per second over all seeds.
+
+Throughput is env steps per second of training, timed after the first iteration (tracing and
+compilation excluded, reported separately as ``first_iteration_s``). Every seed is evaluated
+at the end (20 deterministic episodes on the gymnasium env) against the preset's return
+target. ``breakdown`` splits one iteration into env, policy (rollout minus env) and update
+(iteration minus rollout), in milliseconds, timed over repeated calls of the compiled pieces.
+Peak memory is the subprocess's maximum resident set size. Stable-Baselines3 is not run here
+(it needs PyTorch in a second interpreter: ``benchmarks/agents_vs_sb3.py``); compare with the
+SB3 figure that script measured (README), on the same machine but under its own load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# run as a script, benchmarks/agents.py would shadow the agents package: use the repo root
+sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+
+def _config(settings: str, backend: str, xla: bool):
+    import agents
+
+    preset = agents.config.AUTO if settings == "preset" else None
+    return agents.config.make_config(agents.PPOConfig, "ppo", preset, env="CartPole-v1",
+                              backend=backend, jit_compile=xla)
+
+
+def _timed(fn, repeat: int) -> float:
+    import tensorflow as tf
+
+    fn()  # traced
+    start = time.perf_counter()
+    for _ in range(repeat):
+        out = fn()
+    tf.nest.map_structure(lambda x: x.numpy() if hasattr(x, "numpy") else x, out)
+    return (time.perf_counter() - start) / repeat * 1e3
+
+
+def _breakdown(agent, repeat: int = 5) -> dict:
+    """Milliseconds per iteration: env, policy, update (compiled pieces timed alone)."""
+    import numpy as np
+    import tensorflow as tf
+
+    cfg = agent.config
+    agent._reset_env()
+    rollout = tf.function(agent._rollout_graph)
+    rollout_ms = _timed(rollout, repeat)
+    if cfg.backend == "graph":
+        iteration_ms = _timed(agent._iteration, repeat)
+        env_ms = _timed(tf.function(lambda: tf.foldl(  # n_steps env steps, no policy
+            lambda acc, _: acc + agent.env.step_graph(tf.zeros([cfg.num_envs], tf.int32))[1][0],
+            tf.range(cfg.n_steps), 0.0)), repeat)
+    else:
+        batch = rollout()
+        iteration_ms = rollout_ms + _timed(lambda: agent._train(batch), repeat)
+        actions = np.zeros(cfg.num_envs, np.int64)
+
+        def env_only():
+            for _ in range(cfg.n_steps):
+                agent.env.step(actions)
+        start = time.perf_counter()
+        for _ in range(repeat):
+            env_only()
+        env_ms = (time.perf_counter() - start) / repeat * 1e3
+    return {"env_ms": round(env_ms, 2), "policy_ms": round(rollout_ms - env_ms, 2),
+            "update_ms": round(iteration_ms - rollout_ms, 2),
+            "iteration_ms": round(iteration_ms, 2)}
+
+
+def _evaluate(trained, target) -> dict:
+    returns = [a.evaluate(20)["mean_return"] for a in trained]
+    return {"eval_returns": returns, "reached_target": sum(r >= target for r in returns),
+            "target": target}
+
+
+def _measure_single(settings, backend, steps, xla) -> dict:
+    import agents
+
+    agent = agents.PPO(_config(settings, backend, xla))
+    per_iteration = agent.config.n_steps * agent.config.num_envs
+    marks = {}
+    start = time.perf_counter()
+
+    def mark(a, logs):
+        if "t0" not in marks:
+            marks["t0"], marks["steps0"] = time.perf_counter(), logs["steps"]
+
+    agent.learn(steps, callbacks=[mark], progress_bar=False)
+    seconds = time.perf_counter() - marks["t0"]
+    out = {"steps_per_second": (int(agent.num_timesteps.numpy()) - marks["steps0"]) / seconds,
+           "first_iteration_s": marks["t0"] - start, "iteration_steps": per_iteration}
+    target = agents.config.get_preset("ppo-CartPole-v1")["target"]
+    out.update(_evaluate([agent], target))
+    out["breakdown"] = _breakdown(agent)
+    return out
+
+
+def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
+    import agents
+    from agents.stacked import StackedPPO
+
+    cfg = _config(settings, "graph", xla)
+    group = [agents.PPO(dataclasses.replace(cfg, seed=s)) for s in range(n_seeds)]
+    stacked = StackedPPO(group)
+    per_iteration = cfg.n_steps * cfg.num_envs
+    start = time.perf_counter()
+    stacked.train(per_iteration, total=steps)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    stacked.train(steps - per_iteration, total=steps)
+    seconds = time.perf_counter() - start
+    out = {"steps_per_second": n_seeds * (steps - per_iteration) / seconds,
+           "first_iteration_s": first, "seeds": n_seeds}
+    target = agents.config.get_preset("ppo-CartPole-v1")["target"]
+    out.update(_evaluate(group, target))
+    import tensorflow as tf
+    rollout_ms = _timed(tf.function(stacked._rollout), 5)
+    iteration_ms = _timed(stacked.iteration, 5)
+    out["breakdown"] = {"rollout_ms (env + policy)": round(rollout_ms, 2),
+                        "update_ms": round(iteration_ms - rollout_ms, 2),
+                        "iteration_ms": round(iteration_ms, 2)}
+    return out
+
+
+def _child(args) -> None:
+    if args.part == "stacked":
+        out = _measure_stacked(args.settings, args.steps, args.n, args.xla)
+    else:
+        out = _measure_single(args.settings, args.part, args.steps, args.xla)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _run(args, part, n=1, xla=False) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--part", part, "--n", str(n),
+           "--steps", str(args.steps), "--settings", args.settings] + (["--xla"] if xla else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{part} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=100_000, help="env steps per seed")
+    p.add_argument("--seeds", type=int, default=8, help="seeds in the many-seeds row")
+    p.add_argument("--settings", default="preset", choices=("preset", "defaults"))
+    p.add_argument("--xla", action="store_true", help="also the rows with jit_compile=True")
+    p.add_argument("--part", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.part is not None:
+        _child(args)
+        return
+    load = os.getloadavg()
+    rows = {}
+    for xla in (False, True) if args.xla else (False,):
+        tag = " xla" if xla else ""
+        names = [f"{name}{tag}" for name in ("gymnasium", "graph", "stacked x1",
+                                              f"stacked x{args.seeds}")]
+        parts = [("gymnasium", 1), ("graph", 1), ("stacked", 1), ("stacked", args.seeds)]
+        for name, (part, n) in zip(names, parts):
+            row = rows[name] = _run(args, part, n, xla)
+            print(f"{name:>18}: {row['steps_per_second']:9.0f} env steps/s, first iteration "
+                  f"{row['first_iteration_s']:5.1f} s, peak {row['peak_rss_mb']:6.0f} MB, "
+                  f"{row['reached_target']}/{len(row['eval_returns'])} seeds >= "
+                  f"{row['target']:.0f}, breakdown {row['breakdown']}", flush=True)
+    gym_sps = rows["gymnasium"]["steps_per_second"]
+    ratios = {"graph / gymnasium": rows["graph"]["steps_per_second"] / gym_sps,
+              f"stacked x{args.seeds} / graph": (rows[f"stacked x{args.seeds}"]["steps_per_second"]
+                                                / rows["graph"]["steps_per_second"]),
+              f"stacked x{args.seeds} / stacked x1": (
+                  rows[f"stacked x{args.seeds}"]["steps_per_second"]
+                  / rows["stacked x1"]["steps_per_second"])}
+    for name, value in ratios.items():
+        print(f"{name}: {value:.2f}x")
+    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+          f"on {os.cpu_count()} CPUs")
+    print(json.dumps({"rows": rows, "ratios": ratios, "load_average": load,
+                      "steps": args.steps, "settings": args.settings}))
+
+
+if __name__ == "__main__":
+    main()
