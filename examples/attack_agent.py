@@ -1,6 +1,6 @@
 """Attack a CartPole agent's observations and report its return per attack and budget.
 
-    .venv/bin/python examples/attack_agent.py            # the full run (~45 s)
+    .venv/bin/python examples/attack_agent.py            # the full run (48 s of CPU)
     .venv/bin/python examples/attack_agent.py --quick    # the tests' tiny budget
 
 Guide: docs/guides/robust-rl.md.

@@ -1,6 +1,6 @@
 """Evaluate attack success on a plain digits CNN: a cascade of attacks at two budgets.
 
-    .venv/bin/python examples/evaluate_attacks.py            # the full run (~40 s)
+    .venv/bin/python examples/evaluate_attacks.py            # the full run (27 s of CPU)
     .venv/bin/python examples/evaluate_attacks.py --quick    # the tests' tiny budget
 
 Writes report.json, report.txt and plots under runs/evaluate_attacks/.
