@@ -12,19 +12,19 @@ rejected *updates*, so the guard's own per-step limit is set out of the way.
 
 from __future__ import annotations
 
-from robustgrad import transforms as T
+from robustgrad import transforms
 
 _GUARD_LIMIT = 1_000_000_000
 
 
-def default_transform(max_grad_norm: float | None) -> T.GradientTransformation:
+def default_transform(max_grad_norm: float | None) -> transforms.GradientTransformation:
     """``chain(apply_if_finite(clip_by_global_norm(max_grad_norm)))`` (no clip if ``None``)."""
-    inner = T.clip_by_global_norm(max_grad_norm) if max_grad_norm else T.identity()
-    return T.chain(T.apply_if_finite(inner, _GUARD_LIMIT))
+    inner = transforms.clip_by_global_norm(max_grad_norm) if max_grad_norm else transforms.identity()
+    return transforms.chain(transforms.apply_if_finite(inner, _GUARD_LIMIT))
 
 
 def make_gradient_step(optimizer, variables, max_grad_norm: float | None = None,
-                       transform=None) -> T.GradientStep:
+                       transform=None) -> transforms.GradientStep:
     """A :class:`robustgrad.transforms.GradientStep` over ``variables``.
 
     ``transform`` (any ``GradientTransformation``) replaces the default chain; wrap it in
@@ -32,4 +32,4 @@ def make_gradient_step(optimizer, variables, max_grad_norm: float | None = None,
     """
     if transform is None:
         transform = default_transform(max_grad_norm)
-    return T.GradientStep(transform, optimizer, list(variables), name="gradient_step")
+    return transforms.GradientStep(transform, optimizer, list(variables), name="gradient_step")

@@ -78,13 +78,13 @@ class ReplayBuffer(tf.Module):
         """``(indices [B] int64, weights [B] float32 or None)``: uniform over the filled slots,
         or (prioritised) stratified proportional to ``priority`` with importance weights
         ``(N P(i)) ** -beta`` divided by their batch maximum."""
-        B, size = batch_size, self.size
+        n, size = batch_size, self.size
         if not self.prioritized:
-            return rng.uniform([B], 0, size, dtype=tf.int64), None
+            return rng.uniform([n], 0, size, dtype=tf.int64), None
         filled = tf.range(self.capacity, dtype=tf.int64) < size
         cdf = tf.cumsum(tf.where(filled, tf.cast(self.priority, tf.float64), 0.0))
         total = cdf[-1]
-        u = (tf.cast(rng.uniform([B]), tf.float64) + tf.range(B, dtype=tf.float64)) / B
+        u = (tf.cast(rng.uniform([n]), tf.float64) + tf.range(n, dtype=tf.float64)) / n
         idx = tf.searchsorted(cdf, u * total, side="right", out_type=tf.int64)
         idx = tf.minimum(idx, size - 1)
         prob = tf.cast(tf.gather(self.priority, idx), tf.float64) / total

@@ -133,7 +133,7 @@ class AgentConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict, env=None) -> "AgentConfig":
+    def from_dict(cls, d: dict, env=None) -> AgentConfig:
         d = dict(d)
         if env is not None:
             d["env"] = env

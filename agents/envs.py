@@ -20,13 +20,14 @@ It also records raw episode returns and lengths (before any reward normalisation
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import numpy as np
-import tensorflow as tf
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
+import tensorflow as tf
 from gymnasium.vector import AutoresetMode
+
 from robustgrad._checks import positive_int
 
 EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
@@ -45,7 +46,7 @@ def check_env_id(env: EnvSpec, argument: str = "env") -> None:
 
 
 def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
-                 async_envs: bool = False) -> "VecEnv":
+                 async_envs: bool = False) -> VecEnv:
     """A :class:`VecEnv` of ``num_envs`` copies of ``env`` (an id or a factory).
 
     The vector env is created in ``SAME_STEP`` autoreset mode; ``async_envs`` uses

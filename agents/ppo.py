@@ -32,8 +32,8 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
         cfg = self.config
-        B = cfg.n_steps * cfg.num_envs
-        mb = B // cfg.n_minibatches
+        batch = cfg.n_steps * cfg.num_envs
+        mb = batch // cfg.n_minibatches
         c = cfg.clip_coef
         sums = _sums.zeros(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                             "sa_kl", "grad_norm", "updates_applied"))
@@ -41,7 +41,7 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
         epochs = tf.constant(0.0)
         last_kl = tf.constant(0.0)
         for _epoch in tf.range(cfg.n_epochs):
-            perm = tf.argsort(tf.random.stateless_uniform([B], seed=self._seed()))
+            perm = tf.argsort(tf.random.stateless_uniform([batch], seed=self._seed()))
             kl_sum = tf.constant(0.0)
             for k in tf.range(cfg.n_minibatches):
                 idx = perm[k * mb:(k + 1) * mb]

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import config as C
+from agents import config as agent_config
 from agents.buffers import ReplayBuffer
 from agents.schedules import linear
 from robustgrad.cli import main as cli_main
@@ -20,12 +20,13 @@ ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainC
 
 # -- the data file --------------------------------------------------------------------------
 def test_presets_cover_the_five_envs_and_are_valid_configs():
-    presets = C.load_presets()
+    presets = agent_config.load_presets()
     covered = {name.split("-", 1)[1] for name in presets}
     assert covered == set(ENVS)
     for name, entry in presets.items():
         algo, env = name.split("-", 1)
-        cfg = C.make_config(C.CONFIGS[algo], algo, name, env=env)  # validates every value
+        # make_config validates every value
+        cfg = agent_config.make_config(agent_config.CONFIGS[algo], algo, name, env=env)
         assert cfg.preset == name and cfg.env == env
         for key, value in entry["config"].items():
             got = getattr(cfg, key)
@@ -35,8 +36,8 @@ def test_presets_cover_the_five_envs_and_are_valid_configs():
 
 
 def test_preset_file_is_package_data():
-    assert os.path.dirname(C.PRESETS_FILE) == os.path.dirname(agents.__file__)
-    with open(os.path.join(os.path.dirname(C.PRESETS_FILE), os.pardir, "pyproject.toml")) as f:
+    assert os.path.dirname(agent_config.PRESETS_FILE) == os.path.dirname(agents.__file__)
+    with open(os.path.join(os.path.dirname(agent_config.PRESETS_FILE), os.pardir, "pyproject.toml")) as f:
         assert '"presets.json"' in f.read()
 
 
