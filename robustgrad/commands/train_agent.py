@@ -89,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --resume: let these settings change (env, seed, lr, num_envs or "
                         "any --set field); recorded in config.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--rollout-workers", type=int, default=None, metavar="N",
+                   help="collect rollouts on N Ray actors (ppo/a2c/reinforce; --num-envs split "
+                        "evenly; needs pip install 'robustgrad[distributed]')")
+    p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
+                   help="Ray cluster for --rollout-workers (default: a local Ray instance)")
+    p.add_argument("--num-cpus", type=int, default=None,
+                   help="CPUs of the local Ray instance (default: --rollout-workers)")
     p.add_argument("--robust", default=None, choices=("sa", "adv"),
                    help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser) or adv "
                         "(train on attacked observations)")
@@ -143,6 +150,12 @@ def validate(args: argparse.Namespace) -> None:
     from robustgrad.commands._train_seeds import parse_seeds
 
     args.seed_list = None
+    if args.rollout_workers is None and (args.ray_address or args.num_cpus is not None):
+        raise UsageError("--ray-address/--num-cpus: need --rollout-workers N")
+    if args.rollout_workers is not None and args.rollout_workers <= 0:
+        raise UsageError(f"--rollout-workers must be an int >= 1, got {args.rollout_workers}")
+    if args.rollout_workers is not None and args.seeds is not None:
+        raise UsageError("--rollout-workers: cannot be combined with --seeds")
     if args.seeds is not None:
         try:
             args.seed_list = parse_seeds(args.seeds)
@@ -233,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
         resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
         changed, record = {}, []
+        distributed = {"rollout_workers": args.rollout_workers, "ray_address": args.ray_address,
+                       "num_cpus": args.num_cpus}
         if resumed:  # the same configuration, or the keys named by --override
             from robustgrad.commands import _resume
 
@@ -243,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
                                                  override=args.override, steps=args.steps)
             record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
             overrides.update({k: new for k, (_, new) in changed.items()})
-            agent = agents.load(ckpt, **overrides)
+            agent = agents.load(ckpt, **distributed, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
                                  f"{args.algo}")
@@ -258,14 +273,14 @@ def run(args: argparse.Namespace) -> int:
                 remove_outputs(out, _AGENT_FILES)
             cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
                    "dqn": agents.DQN}[args.algo]
-            agent = cls(env=args.env, seed=args.seed, preset=preset, **overrides)
+            agent = cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
         learn_options = {}
         if agent.config.preset is not None:
             learn_options = agents.config.get_preset(agent.config.preset).get("learn", {})
         eval_every = args.eval_every or learn_options.get("eval_every")
         keep_best = args.keep_best or (args.eval_every is None
                                        and bool(learn_options.get("keep_best")))
-    except ValueError as exc:
+    except (ValueError, ImportError, ConnectionError, TimeoutError) as exc:
         print(f"robustgrad train-agent: {exc}", file=sys.stderr)
         return 2
 
