@@ -4,6 +4,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Ray's local instances in the tests bind to 127.0.0.1 only: by default Ray advertises the
+# machine's interface address, so test traffic would leave the loopback range. (The slow
+# two-node test, which needs cluster mode, sets this back in its own subprocesses.)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -254,8 +254,9 @@ def test_two_node_cluster_on_loopback_trains_and_resumes(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="rg-ray-", dir="/tmp")  # Ray's socket paths must be short
     # token authentication with a token made for this throw-away cluster, shared by the two
     # nodes and this driver (not the user's ~/.ray token)
+    # cluster mode (conftest turns it off so that the default suite stays on 127.0.0.1)
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
-            "RAY_TMPDIR": ray_tmp}
+            "RAY_TMPDIR": ray_tmp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
     env = {**os.environ, **auth, "PYTHONPATH": os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(agents.__file__)))]
         + os.environ.get("PYTHONPATH", "").split(os.pathsep))}
