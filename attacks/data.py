@@ -177,7 +177,8 @@ def load_dataset(name: str, *, seed: int = 0) -> Dataset:
                      "path ending in .npz")
 
 
-def load_test_set(name: str, *, seed: int = 0):
+def load_test_set(name: str, *, seed: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray, float | None, float | None]:
     """``(x_test, y_test, clip_min, clip_max)`` for evaluating a classifier.
 
     Accepts everything :func:`load_dataset` does, plus an ``.npz`` holding only an evaluation set

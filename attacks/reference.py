@@ -13,10 +13,17 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # keras loads with TensorFlow: only when a model is built
+    import keras
+
 __all__ = ["digits_cnn", "train_digits_cnn"]
 
 
-def digits_cnn(seed: int = 0):
+def digits_cnn(seed: int = 0) -> keras.Sequential:
     """A plain (not robust) CNN for ``[N, 8, 8, 1]`` float32 images in [0, 1], returning
     ``[N, 10]`` logits (no softmax). ``seed`` fixes the initial weights."""
     import keras
@@ -32,7 +39,9 @@ def digits_cnn(seed: int = 0):
     ])
 
 
-def train_digits_cnn(epochs: int = 15, seed: int = 0, data=None, verbose: int = 0):
+def train_digits_cnn(epochs: int = 15, seed: int = 0,
+                     data: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                     verbose: int = 0) -> keras.Sequential:
     """Train :func:`digits_cnn` with Adam (3e-3, batch 64) on the digits training split.
 
     Args:

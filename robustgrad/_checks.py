@@ -158,7 +158,7 @@ def number(value: Any, name: str, *, minimum: float | None = None, maximum: floa
     return v
 
 
-def nonnegative(value: Any, name: str, **kwargs) -> Any:
+def nonnegative(value: Any, name: str, **kwargs: Any) -> Any:
     """:func:`number` with ``minimum=0``: a finite number >= 0 (``eps``, a coefficient)."""
     return number(value, name, minimum=0, **kwargs)
 

@@ -113,20 +113,20 @@ class SGDHD(_HDMixin, keras.optimizers.Optimizer):
         self.hypergradient_lr = nonnegative(hypergradient_lr, "hypergradient_lr")
         self._check_lr_variable()
 
-    def build(self, variables):
+    def build(self, variables: list[tf.Variable]) -> None:
         if self.built:
             return
         super().build(variables)
         self._prev_directions = self.add_optimizer_variables(variables, "prev_gradient")
         self._last_hypergradient = self.add_variable((), name="hypergradient")
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient: tf.Tensor, variable: tf.Variable, learning_rate: tf.Tensor) -> None:
         lr = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
         self.assign_sub(variable, ops.multiply(gradient, lr))
         self.assign(self._prev_directions[self._get_variable_index(variable)], gradient)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update({"hypergradient_lr": self.hypergradient_lr})
         return config
@@ -157,7 +157,7 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
         self.epsilon = number(epsilon, "epsilon", minimum=0, min_inclusive=False)
         self._check_lr_variable()
 
-    def build(self, variables):
+    def build(self, variables: list[tf.Variable]) -> None:
         if self.built:
             return
         super().build(variables)
@@ -165,7 +165,7 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
             variables, ["momentum", "velocity", "prev_direction"])
         self._last_hypergradient = self.add_variable((), name="hypergradient")
 
-    def update_step(self, gradient, variable, learning_rate):
+    def update_step(self, gradient: tf.Tensor, variable: tf.Variable, learning_rate: tf.Tensor) -> None:
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
         gradient = ops.cast(gradient, dtype)
@@ -182,7 +182,7 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
         self.assign_sub(variable, ops.multiply(lr, direction))
         self.assign(self._prev_directions[i], direction)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update({"hypergradient_lr": self.hypergradient_lr, "beta_1": self.beta_1,
                        "beta_2": self.beta_2, "epsilon": self.epsilon})

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from typing import IO
 
 __all__ = ["InterruptFlag", "TrainingInterrupted", "deferred_interrupts"]
 
@@ -61,7 +62,7 @@ class InterruptFlag:
 @contextlib.contextmanager
 def deferred_interrupts(what: str = "training",
                         signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM),
-                        stream=None) -> Iterator[InterruptFlag]:
+                        stream: IO[str] | None = None) -> Iterator[InterruptFlag]:
     """Defer SIGINT/SIGTERM to the caller's next safe point while the block runs.
 
     Args:

@@ -23,9 +23,12 @@ Example:
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from robustgrad._checks import positive_int
+
+if TYPE_CHECKING:  # keras loads TensorFlow: only imported when a display is shown
+    import keras
 
 __all__ = ["EvaluationProgress", "Progress", "is_terminal", "keras_progress"]
 
@@ -132,7 +135,7 @@ class EvaluationProgress:
 
 
 def keras_progress(epochs: int, steps_per_epoch: int, enabled: bool = True,
-                   stream: IO | None = None, initial_epoch: int = 0):
+                   stream: IO | None = None, initial_epoch: int = 0) -> keras.callbacks.Callback:
     """A ``keras.callbacks.Callback`` showing one :class:`Progress` over every training batch of
     ``fit`` (from ``initial_epoch`` on), with the epoch and the running loss; use it with
     ``fit(verbose=0)``.

@@ -18,11 +18,14 @@ on the caller's outer tape (MAML); otherwise they are wrapped in ``tf.stop_gradi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from robustgrad._checks import scalar_output
+
+if TYPE_CHECKING:
+    from robustgrad.meta._models import FunctionalModel
 
 __all__ = ["adapted_query_losses", "batched_mse", "batched_sgd_steps", "check_grads", "mse",
            "resolve_loss", "sgd_steps", "tiled"]
@@ -52,12 +55,14 @@ def check_grads(grads: Sequence[Any], names: Sequence[str], what: str) -> None:
             "model does not use)")
 
 
-def task_loss(model, loss_fn: Callable, params, x, y, what: str = "loss") -> tf.Tensor:
+def task_loss(model: FunctionalModel, loss_fn: Callable, params: Sequence[Any], x: tf.Tensor,
+              y: tf.Tensor, what: str = "loss") -> tf.Tensor:
     """``loss_fn(model.apply(params, x), y)``, checked to be a floating scalar."""
     return scalar_output(loss_fn(model.apply(params, x), y), what)
 
 
-def sgd_steps(model, loss_fn: Callable, params: Sequence[Any], x, y, steps, lr,
+def sgd_steps(model: FunctionalModel, loss_fn: Callable, params: Sequence[Any], x: tf.Tensor,
+              y: tf.Tensor, steps: int | tf.Tensor, lr: float | tf.Tensor,
               second_order: bool = False) -> list[tf.Tensor]:
     """Fast weights after ``steps`` SGD steps of size ``lr`` from ``params`` on one task.
 
@@ -77,19 +82,21 @@ def sgd_steps(model, loss_fn: Callable, params: Sequence[Any], x, y, steps, lr,
     return params
 
 
-def tiled(model, n_tasks) -> list[tf.Tensor]:
+def tiled(model: FunctionalModel, n_tasks: int | tf.Tensor) -> list[tf.Tensor]:
     """``model.params`` repeated along a new leading task axis: ``[T, *v.shape]`` each."""
     return [tf.repeat(tf.convert_to_tensor(v)[None], n_tasks, axis=0) for v in model.params]
 
 
-def batched_mse(model, params: Sequence[Any], x, y) -> tf.Tensor:
+def batched_mse(model: FunctionalModel, params: Sequence[Any], x: tf.Tensor,
+                y: tf.Tensor) -> tf.Tensor:
     """Per-task MSE ``[T]`` of ``model.batched_apply(params, x)`` (task axis first everywhere)."""
     pred = model.batched_apply(params, x)
     err = tf.square(pred - tf.cast(y, pred.dtype))
     return tf.reduce_mean(tf.reshape(err, [tf.shape(err)[0], -1]), axis=1)
 
 
-def batched_sgd_steps(model, params: Sequence[Any], x, y, steps, lr,
+def batched_sgd_steps(model: FunctionalModel, params: Sequence[Any], x: tf.Tensor, y: tf.Tensor,
+                      steps: int | tf.Tensor, lr: float | tf.Tensor,
                       second_order: bool = False) -> list[tf.Tensor]:
     """:func:`sgd_steps` on every task of a meta-batch at once, for the MSE loss.
 
@@ -109,12 +116,14 @@ def batched_sgd_steps(model, params: Sequence[Any], x, y, steps, lr,
     return params
 
 
-def vectorised(model, loss_fn: Callable) -> bool:
+def vectorised(model: FunctionalModel, loss_fn: Callable) -> bool:
     """Whether a meta-batch can be adapted in one batched loop (a ``batched_apply`` and MSE)."""
     return model.batched_apply is not None and loss_fn is mse
 
 
-def adapted_query_losses(model, loss_fn: Callable, xs, ys, xq, yq, steps, lr) -> tf.Tensor:
+def adapted_query_losses(model: FunctionalModel, loss_fn: Callable, xs: tf.Tensor, ys: tf.Tensor,
+                         xq: tf.Tensor, yq: tf.Tensor, steps: int | tf.Tensor,
+                         lr: float | tf.Tensor) -> tf.Tensor:
     """Per-task query loss ``[T]`` after ``steps`` first-order SGD steps on each support set,
     starting from the model's current variables (which are not changed)."""
     n_tasks = tf.shape(xs)[0]

@@ -70,19 +70,19 @@ class ApplyIfFiniteState(NamedTuple):
     inner_state: Any
 
     @property
-    def notfinite_count(self):
+    def notfinite_count(self) -> Any:
         """Deprecated name of ``nonfinite_count``."""
         _deprecated("notfinite_count", "nonfinite_count")
         return self.nonfinite_count
 
     @property
-    def total_notfinite(self):
+    def total_notfinite(self) -> Any:
         """Deprecated name of ``total_nonfinite``."""
         _deprecated("total_notfinite", "total_nonfinite")
         return self.total_nonfinite
 
     @property
-    def max_consecutive_errors(self):
+    def max_consecutive_errors(self) -> Any:
         """Deprecated name of ``max_nonfinite_steps``."""
         _deprecated("max_consecutive_errors", "max_nonfinite_steps")
         return self.max_nonfinite_steps
