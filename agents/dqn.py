@@ -138,27 +138,45 @@ class DQN(Agent):
     def _collect_graph(self, n_steps, steps_done, explore_steps):
         """``n_steps`` steps of every env, epsilon-greedy, into the replay buffer."""
         self.trace_counts["collect"] += 1
-        cfg = self.config
-        N = cfg.num_envs
+        n = self.config.num_envs
         obs = self._obs.read_value()
-        e0, e1 = cfg.exploration_initial_eps, cfg.exploration_final_eps
         for t in tf.range(n_steps):
-            done = tf.cast(steps_done, tf.float32) + tf.cast(t * N, tf.float32)
-            eps = linear(e0, e1, done, explore_steps)
-            eps = tf.where(self.num_timesteps < cfg.learning_starts, 1.0, eps)
+            done = tf.cast(steps_done, tf.float32) + tf.cast(t * n, tf.float32)
+            eps = self._collect_epsilon(done, self.num_timesteps, explore_steps)
             self.epsilon.assign(eps)
-            safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-            greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
-            a = self._explore(greedy, eps, self.rng)
-            nobs, r, term, _trunc, fin = self._env_step_in_graph(a)  # base: either backend
-            self.buffer.add(obs, a, r, fin, term)
-            self.num_timesteps.assign_add(N)
-            if self.num_timesteps % cfg.target_update_interval < N:
-                self._update_target()
-            self.q.obs_norm.update(obs)
+            a, nobs, r, term, fin = self._collect_step(obs, eps)
+            self._record_step(obs, a, r, fin, term)
             obs = nobs
         self._obs.assign(obs)
         return self.buffer.size
+
+    def _collect_epsilon(self, done, timesteps, explore_steps):
+        """Epsilon after ``done`` env steps of this ``learn`` budget (every env of every
+        rollout worker counts): linear from the initial to the final value over
+        ``explore_steps``, and 1 while ``timesteps < learning_starts``."""
+        cfg = self.config
+        eps = linear(cfg.exploration_initial_eps, cfg.exploration_final_eps, done, explore_steps)
+        return tf.where(timesteps < cfg.learning_starts, 1.0, eps)
+
+    def _collect_step(self, obs, eps):
+        """One epsilon-greedy step of every training env from ``obs`` (also run by
+        agents.distributed's rollout workers): ``actions, next obs, rewards, terminated,
+        final_obs``."""
+        safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+        greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
+        a = self._explore(greedy, eps, self.rng)
+        nobs, r, term, _trunc, fin = self._env_step_in_graph(a)  # base: either backend
+        return a, nobs, r, term, fin
+
+    def _record_step(self, obs, actions, rewards, final_obs, terminated):
+        """The learner's side of one step of all ``num_envs`` envs: transitions into the replay
+        buffer, the step count, the target-network update when due, the obs statistics."""
+        n = self.config.num_envs
+        self.buffer.add(obs, actions, rewards, final_obs, terminated)
+        self.num_timesteps.assign_add(n)
+        if self.num_timesteps % self.config.target_update_interval < n:
+            self._update_target()
+        self.q.obs_norm.update(obs)
 
     # -- update --------------------------------------------------------------------------
     def td_targets(self, rewards, next_obs, terminated):
@@ -245,9 +263,15 @@ class DQN(Agent):
         if self.robust_schedule is not None:
             self.robust_schedule.update(steps_done, total)
         explore = cfg.exploration_fraction * total
-        self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
-                      tf.constant(explore, tf.float32))
+        workers = self.rollout_workers  # agents.distributed: Ape-X style collection on Ray
+        if workers is None:
+            self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
+                          tf.constant(explore, tf.float32))
+        else:
+            workers.collect_transitions(steps_done, explore)  # into self.buffer
         logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
+        if workers is not None:
+            logs.update(workers.logs)  # per-worker steps/s, rollout time, restarts
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
             beta = linear(cfg.priority_beta, 1.0, steps_done, total)
             stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
