@@ -11,7 +11,7 @@ import time
 import keras
 import numpy as np
 
-from attacks import training as T
+from attacks import training
 from robustgrad import cli
 
 ARGS = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
@@ -33,7 +33,7 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
     assert cli.main([*ARGS, "--out", ref]) == 0
 
     seen = []
-    original = T.EpochTimer.on_train_batch_end
+    original = training.EpochTimer.on_train_batch_end
 
     def send_sigint_at_batch_21(self, batch, logs=None):  # epoch 2 (16 batches each), batch 5
         original(self, batch, logs)
@@ -41,7 +41,7 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
         if len(seen) == 21:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(T.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
+    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
     assert cli.main([*ARGS, "--out", run]) == 130
     err = capsys.readouterr().err
     ckpt_dir = os.path.join(run, "checkpoints")
@@ -53,7 +53,7 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
     partial = _history(run)
     assert len(partial["history"]["loss"]) == 1 and partial["partial_epoch_seconds"] > 0
 
-    monkeypatch.setattr(T.EpochTimer, "on_train_batch_end", original)
+    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", original)
     assert cli.main([*ARGS, "--out", run, "--resume"]) == 0
     for a, b in zip(_weights(ref), _weights(run), strict=True):
         np.testing.assert_array_equal(a, b)
