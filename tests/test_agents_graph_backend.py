@@ -1,0 +1,283 @@
+"""The graph backend of the agents, many seeds in one run, and ``train-agent --backend/--seeds``.
+
+Agents are expensive to trace on 2 shared cores, so the configs are small (few envs, short
+rollouts); learning tests are short, the statistical comparison of seeds alone and stacked is
+marked slow.
+"""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import agents
+from agents.graph_backend import GraphBackendEnv
+from agents.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_group, train_many
+from agents.stacked import StackedPPO
+from robustgrad.cli import main
+from robustgrad.commands._train_seeds import parse_seeds
+
+SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=16, preset=None)
+
+
+def _op_types(concrete) -> set:
+    graph_def = concrete.graph.as_graph_def()
+    ops = {n.op for n in graph_def.node}
+    for fn in graph_def.library.function:
+        ops |= {n.op for n in fn.node_def}
+    return ops
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_graph_backend_refuses_other_env_ids_before_any_work():
+    with pytest.raises(ValueError, match=r"backend='graph' needs env to be one of \('CartPole-v1', "
+                                         r"'Acrobot-v1', 'MountainCar-v0', 'Pendulum-v1', "
+                                         r"'MountainCarContinuous-v0'\) .*got 'FrozenLake-v1'"):
+        agents.PPO(env="FrozenLake-v1", backend="graph")
+    with pytest.raises(ValueError, match=r"backend must be one of \('gymnasium', 'graph'\), got 'jax'"):
+        agents.PPOConfig(backend="jax")
+    with pytest.raises(ValueError, match="rollout_workers: the graph backend"):
+        agents.PPO(env="CartPole-v1", backend="graph", rollout_workers=2)
+
+
+def test_seed_lists_and_num_seeds_are_checked():
+    assert check_seeds(num_seeds=3, first_seed=5) == [5, 6, 7]
+    assert check_seeds([3, 1]) == [3, 1]
+    for kwargs, message in (({"num_seeds": 0}, "num_seeds must be an int >= 1, got 0"),
+                            ({"num_seeds": -2}, "num_seeds must be an int >= 1, got -2"),
+                            ({"seeds": [1, 1]}, r"seeds must be distinct, got \[1, 1\]"),
+                            ({"seeds": []}, "seeds must hold at least one seed"),
+                            ({"seeds": [1], "num_seeds": 1}, "exactly one of seeds")):
+        with pytest.raises(ValueError, match=message):
+            check_seeds(**kwargs)
+    cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"})
+    with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
+        train_many(cfg, num_seeds=0, steps=32)
+    with pytest.raises(ValueError, match="train_many needs config.backend='graph'"):
+        train_many(dataclasses.replace(cfg, backend="gymnasium"), seeds=[0], steps=32)
+    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig or REINFORCEConfig"):
+        train_many(agents.DQNConfig(backend="graph"), seeds=[0], steps=32)
+    with pytest.raises(ValueError, match="design='stacked' needs a PPO config without normalize_obs"):
+        train_many(dataclasses.replace(cfg, normalize_obs=True), seeds=[0], steps=32,
+                   design="stacked")
+
+
+@pytest.mark.parametrize("text", ["", "a", "3-1", "0-2,2", "-1", "1,,2", "0-"])
+def test_cli_seeds_that_do_not_parse_are_one_line_errors(text, capsys):
+    with pytest.raises(ValueError, match="--seeds must be seeds >= 0 like 0-7"):
+        parse_seeds(text)
+    assert main(["train-agent", "--seeds", text, "--backend", "graph"]) == 2
+    err = capsys.readouterr().err
+    assert f"--seeds must be seeds >= 0 like 0-7 or 0,2,5 (ranges ascending, no repeats), got {text!r}" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_parse_seeds_ranges_and_lists():
+    assert parse_seeds("0-7") == list(range(8))
+    assert parse_seeds("0,2,5") == [0, 2, 5]
+    assert parse_seeds(" 1-2 , 9 ") == [1, 2, 9]
+    assert main(["train-agent", "--seeds", "0-1", "--resume"]) == 2
+
+
+# -- the compiled environment --------------------------------------------------------------
+
+
+def test_graph_backend_env_records_every_episode_in_order():
+    env = GraphBackendEnv("CartPole-v1", num_envs=3, seed=4)
+    env.reset()
+    step = tf.function(env.step_graph)
+    rng = np.random.default_rng(0)
+    ret, length = np.zeros(3), np.zeros(3, int)
+    expected = []
+    for _ in range(120):
+        _obs, reward, term, trunc, _fin = step(tf.constant(rng.integers(0, 2, 3), tf.int32))
+        ret += reward.numpy()
+        length += 1
+        done = (term | trunc).numpy()
+        expected += [(float(ret[i]), int(length[i])) for i in np.nonzero(done)[0]]
+        ret[done], length[done] = 0, 0
+    got = env.drain_episodes()
+    assert len(expected) >= 5 and got == expected
+    assert env.drain_episodes() == []
+
+
+def test_graph_backend_env_ring_buffer_keeps_the_latest_episodes():
+    env = GraphBackendEnv("CartPole-v1", num_envs=4, seed=0, episode_capacity=3)
+    env.reset()
+    step = tf.function(env.step_graph)
+    lengths = []
+    length = np.zeros(4, int)
+    for _ in range(40):  # always left: every episode ends within ~10 steps
+        _o, _r, term, trunc, _f = step(tf.zeros([4], tf.int32))
+        length += 1
+        done = (term | trunc).numpy()
+        lengths += [int(length[i]) for i in np.nonzero(done)[0]]
+        length[done] = 0
+    assert len(lengths) > 3
+    assert [n for _, n in env.drain_episodes()] == lengths[-3:]
+
+
+# -- agents on the graph backend -----------------------------------------------------------
+
+
+def test_graph_ppo_iteration_is_one_compiled_call_without_python_steps():
+    agent = agents.PPO(**SMALL, seed=0)
+    agent.learn(3 * 32, progress_bar=False)
+    assert agent.trace_counts == {"iteration": 1, "rollout": 1, "train": 1}
+    ops = _op_types(agent._iteration.get_concrete_function())
+    assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
+    assert int(agent.num_timesteps.numpy()) == 96 and len(agent.history) == 3
+    # the gymnasium backend steps through numpy_function (what the graph backend removes)
+    gym_agent = agents.PPO(**{**SMALL, "backend": "gymnasium"}, seed=0)
+    gym_agent.learn(32, progress_bar=False)
+    assert _op_types(gym_agent._rollout.get_concrete_function()) & {"PyFunc", "EagerPyFunc"}
+
+
+@pytest.mark.parametrize("algo", ["A2C", "REINFORCE", "DQN"])
+def test_every_algorithm_accepts_the_graph_backend(algo):
+    cls = getattr(agents, algo)
+    extra = {} if algo == "DQN" else {"n_steps": 16}
+    agent = cls(env="CartPole-v1", backend="graph", num_envs=2, preset=None, seed=1, **extra)
+    agent.learn(400, progress_bar=False)
+    if algo == "DQN":  # collection (the env steps) is one compiled call, the update another
+        concrete = agent._collect.get_concrete_function(
+            tf.constant(1), tf.constant(0, tf.int64), tf.constant(1.0))
+    else:
+        concrete = agent._iteration.get_concrete_function()
+    assert not _op_types(concrete) & {"PyFunc", "EagerPyFunc"}
+    assert len(agent.episode_returns) > 0  # episodes recorded in the graph reach the learner
+    assert all(1 <= r <= 500 for r in agent.episode_returns)
+
+
+def test_graph_trained_agent_evaluates_on_gymnasium_with_the_same_returns():
+    graph_agent = agents.PPO(**SMALL, seed=3)
+    graph_agent.learn(64, progress_bar=False)
+    gym_agent = agents.PPO(**{**SMALL, "backend": "gymnasium"}, seed=3)
+    gym_agent.set_weights(graph_agent.get_weights())
+    a = graph_agent.evaluate(4, seed=123)
+    b = gym_agent.evaluate(4, seed=123)
+    assert a["returns"] == b["returns"] and a["lengths"] == b["lengths"]
+    assert type(graph_agent.env).__name__ == "GraphBackendEnv"
+
+
+def test_graph_agent_saves_loads_and_resumes_from_a_fresh_env_reset(tmp_path):
+    agent = agents.PPO(**SMALL, seed=2)
+    agent.learn(64, progress_bar=False)
+    agent.save(tmp_path / "a")
+    loaded = agents.load(tmp_path / "a")
+    assert loaded.config.backend == "graph"
+    for x, y in zip(agent.get_weights(), loaded.get_weights()):
+        np.testing.assert_array_equal(x, y)
+    assert not loaded._env_ready  # the env state is not saved: reset from config.seed on resume
+    loaded.learn(32, progress_bar=False)
+    assert int(loaded.num_timesteps.numpy()) == 96
+
+
+def test_graph_ppo_learns_cartpole_quickly():
+    agent = agents.PPO(env="CartPole-v1", backend="graph", seed=0)  # the preset
+    agent.learn(16_384, progress_bar=False)
+    assert np.mean(agent.episode_returns) > 60  # random policy ~22
+
+
+# -- many seeds ------------------------------------------------------------------------------
+
+
+def test_group_design_seed_equals_the_same_seed_alone_exactly():
+    cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"}, seed=1)
+    alone = agents.PPO(cfg)
+    alone.learn(96, progress_bar=False)
+    group = train_many(cfg, seeds=[0, 1], steps=96, design="group")
+    for x, y in zip(alone.get_weights(), group[1].get_weights()):
+        np.testing.assert_array_equal(x, y)
+    assert alone.history == group[1].history
+    assert train_group(group, 32) is group
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_stacked_update_equals_ppo_update_of_each_seed(env):
+    # n_minibatches=1: every epoch sees the whole batch, so the permutation does not matter and
+    # the stacked update must equal each seed's own PPO update on its slice of the batch
+    cfg = agents.PPOConfig(env=env, backend="graph", num_envs=2, n_steps=8, n_minibatches=1,
+                           n_epochs=3, max_grad_norm=0.5, ent_coef=0.01)
+    group = [agents.PPO(dataclasses.replace(cfg, seed=s)) for s in (0, 1)]
+    stacked = StackedPPO(group)
+    batch = tf.function(stacked._rollout)()
+    stats = tf.function(stacked.train_on)(batch)
+    for s, agent in enumerate(group):
+        own = {k: batch[k][:, s] for k in ("obs", "actions", "rewards", "terminated", "truncated",
+                                           "final_obs")}
+        agent_stats = agent._train(own)
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+            np.testing.assert_allclose(stats[key][s].numpy(), agent_stats[key].numpy(),
+                                       rtol=2e-3, atol=1e-6, err_msg=key)
+        for j, getter in enumerate(stacked._getters):
+            np.testing.assert_allclose(stacked.params[j][s].numpy(), getter(agent).numpy(),
+                                       rtol=1e-4, atol=1e-6)
+        assert int(stacked.adam_steps[s].numpy()) == int(agent.optimizer.iterations.numpy()) == 3
+
+
+def test_stacked_seeds_learn_and_come_back_as_ordinary_agents(tmp_path):
+    trained = train_many(agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1",
+                                            backend="graph"), seeds=[0, 1], steps=12_288)
+    for agent in trained:
+        assert int(agent.num_timesteps.numpy()) == 12_288 and len(agent.history) == 48
+        assert np.mean(agent.episode_returns) > 50  # random policy ~22
+    assert not np.array_equal(trained[0].get_weights()[0], trained[1].get_weights()[0])
+    trained[1].save(tmp_path / "s1")
+    loaded = agents.load(tmp_path / "s1")
+    assert loaded.evaluate(3, seed=7)["returns"] == trained[1].evaluate(3, seed=7)["returns"]
+    loaded.learn(256, progress_bar=False)  # an ordinary agent: training continues
+
+
+@pytest.mark.slow
+def test_stacked_and_alone_reach_the_same_return_statistics():
+    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    seeds = [0, 1, 2, 3]
+    stacked = [a.evaluate(10)["mean_return"] for a in train_many(cfg, seeds=seeds, steps=60_000)]
+    alone = []
+    for s in seeds:
+        agent = agents.PPO(dataclasses.replace(cfg, seed=s))
+        agent.learn(60_000, progress_bar=False)
+        alone.append(agent.evaluate(10)["mean_return"])
+    assert np.mean(stacked) > 350 and np.mean(alone) > 350
+    assert abs(np.mean(stacked) - np.mean(alone)) < 100
+
+
+# -- statistics over seeds and the CLI -------------------------------------------------------
+
+
+def test_iqm_and_bootstrap_against_hand_values():
+    assert iqm([1, 2, 3, 4]) == 2.5  # middle two
+    assert iqm([10, 0, 1, 2, 3, 4, 5, 100]) == 3.5  # trims 0, 1 and 10, 100
+    x = np.random.default_rng(0).normal(10, 1, 200)
+    low, high = bootstrap_ci(x)
+    se = x.std() / np.sqrt(x.size)
+    assert low < x.mean() < high
+    assert abs((high - low) - 2 * 1.96 * se) < 0.25 * 2 * 1.96 * se
+    s = summarize_runs([1, 2, 3, 4])
+    assert (s["n"], s["mean"], s["median"], s["iqm"]) == (4, 2.5, 2.5, 2.5)
+    assert s["iqm_ci"][0] <= 2.5 <= s["iqm_ci"][1]
+
+
+def test_cli_seeds_writes_one_directory_per_seed_and_a_summary(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train-agent", "--backend", "graph", "--seeds", "0-1", "--steps", "512",
+                 "--eval-episodes", "2", "--no-progress", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["design"] == "one compiled program"
+    for key in ("mean", "median", "iqm", "mean_ci", "iqm_ci"):
+        assert key in summary["eval_return"]
+    assert len(summary["eval_return"]["per_seed"]) == 2
+    assert (out / "learning_curves.png").stat().st_size > 1000
+    for s in (0, 1):
+        loaded = agents.load(out / f"seed_{s}")
+        assert loaded.config.seed == s and loaded.config.backend == "graph"
+        assert os.path.exists(out / f"seed_{s}" / "evaluation.json")
+    assert "IQM" in capsys.readouterr().out
+    assert main(["train-agent", "--backend", "graph", "--seeds", "0-1", "--steps", "512",
+                 "--out", str(out)]) == 2  # refuses to overwrite
