@@ -170,12 +170,14 @@ def declared_input_shape(model: Any) -> tuple | None:
 
 
 def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
-                              y_name: str = "y", training: Any = False) -> int:
+                              y_name: str = "y", training: Any = False,
+                              finite: bool = True) -> int:
     """Check ``(x, y)`` against ``model`` before any work; returns the number of classes.
 
     ``x`` floating ``[N, ...]`` whose example shape matches the model's declared input, ``y``
     int labels ``[N]`` in ``[0, C)`` where ``C`` is the width of the model's logits (one
     forward pass on the first example). Every error is one line with the numbers.
+    ``finite=False`` lets NaN/inf inputs through (a trainer's non-finite guard handles them).
 
     >>> import keras, numpy as np
     >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
@@ -190,7 +192,13 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
     ...
     ValueError: y has labels outside [0, 3) (min 0, max 3); the model has 3 outputs
     """
-    xt = V.check_x(x, x_name)
+    if finite:
+        xt = V.check_x(x, x_name)
+    else:
+        xt = tf.convert_to_tensor(x)
+        if not xt.dtype.is_floating or xt.shape.rank is None or xt.shape.rank < 2:
+            raise ArgumentTypeError(f"{x_name} must be a floating-point array [N, ...], got "
+                                    f"dtype {xt.dtype.name} and shape {xt.shape}")
     expected = declared_input_shape(model)
     got = tuple(xt.shape[1:])
     if expected is not None and (len(expected) != len(got) or any(

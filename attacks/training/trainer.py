@@ -281,7 +281,7 @@ class AdversarialTrainer(keras.Model):
         if y is not None and isinstance(x, (np.ndarray, tf.Tensor)):
             from .._base import check_classification_data
 
-            check_classification_data(self.model, x, y)
+            check_classification_data(self.model, x, y, finite=False)
         self._maybe_build_grad_step()
         return super().fit(*args, **kwargs)
 
