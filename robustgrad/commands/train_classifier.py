@@ -11,8 +11,20 @@ Writes under ``--out`` (required, no default): ``config.json``, ``checkpoints/``
 ``logs/`` (TensorBoard), ``history.json``, ``model.keras`` (the classifier), ``trainer.keras``
 (the AdversarialTrainer), ``report.json`` and ``report/`` (final robustness report and its
 figures); with ``--export DIR``, a SavedModel in ``DIR``. Nothing in an existing directory is
-overwritten without ``--overwrite``; ``--resume`` continues from the latest checkpoint when the
-configuration matches. Every flag is checked before TensorFlow loads or anything is written.
+overwritten without ``--overwrite``. Every flag is checked before TensorFlow loads or anything
+is written.
+
+Interrupting and resuming: Ctrl-C (SIGINT) or SIGTERM stops after the current batch, writes a
+checkpoint of that state (weights, optimizer, step counter, the epoch's running metrics and the
+batches done) to ``checkpoints/``, writes ``history.json`` and prints one line with the command
+that resumes it (exit 130); a second signal aborts at once. ``--resume`` continues from the
+latest checkpoint: the interrupted epoch goes on with exactly the batches it had left (the
+order of every epoch depends only on ``(seed, epoch)``), so the run ends with the weights and
+history an uninterrupted run ends with (with op determinism, the default). ``history.json``
+then holds every epoch from the start, ``train_seconds`` the sum over every part and
+``resumed_at`` where each part began. A resumed run keeps its configuration: a changed flag is
+refused with the keys named, unless ``--override KEY[,KEY]`` names it; the change is recorded
+in ``config.json`` (``overrides``).
 """
 
 from __future__ import annotations
