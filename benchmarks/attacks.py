@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import attacks  # noqa: E402
-from attacks._demo import load_digits_arrays, train_digits_cnn  # noqa: E402
+from attacks.reference import train_digits_cnn  # noqa: E402
+from robustgrad.data import load_digits  # noqa: E402
 
 
 def timeit(fn, reps, warmup=2):
@@ -109,13 +110,6 @@ def bench_cascade(model, x, y, names, eps, batch_size):
     return out
 
 
-def _kw(att):
-    import inspect
-
-    return {k for k, p in inspect.signature(type(att)._run).parameters.items()
-            if p.kind == p.KEYWORD_ONLY}
-
-
 class _NoEarly(attacks.Attack):
     """Wraps an attack so evaluate's early_stop=True request is ignored (the naive baseline)."""
 
@@ -128,7 +122,7 @@ class _NoEarly(attacks.Attack):
 
     def run(self, model, x, y=None, **kw):
         kw.pop("early_stop", None)
-        if "early_stop" in _kw(self.inner):
+        if getattr(self.inner, "supports_early_stop", False):
             kw["early_stop"] = False
         return self.inner.run(model, x, y, **kw)
 
@@ -142,7 +136,7 @@ def bench_throughput(model, x, y, names, eps):
         if n in ("cw", "deepfool"):
             kw["eps"] = None if n == "cw" else eps
             kw["norm"] = "l2"
-        if "early_stop" in _kw(att):
+        if getattr(att, "supports_early_stop", False):
             kw["early_stop"] = False
         att.run(model, x, y, **kw)  # warm-up / trace
         t = time.perf_counter()
@@ -172,7 +166,7 @@ def main(argv=None):
     reps = args.reps or (5 if args.quick else 15)
     print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s) visible, "
           f"threads intra={tf.config.threading.get_intra_op_parallelism_threads()}")
-    data = load_digits_arrays()
+    data = load_digits()
     (_, _), (xte, yte) = data
     t = time.perf_counter()
     model = train_digits_cnn(epochs=10, data=data)

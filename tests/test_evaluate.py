@@ -8,13 +8,15 @@ import pytest
 import tensorflow as tf
 
 import attacks
-from attacks._demo import load_digits_arrays, train_digits_cnn
+from attacks.reference import train_digits_cnn
+from robustgrad.data import load_digits
+
 from test_attacks import SmallNet, small_batch
 
 
 @pytest.fixture(scope="module")
 def digits():
-    return load_digits_arrays()
+    return load_digits()
 
 
 @pytest.fixture(scope="module")
