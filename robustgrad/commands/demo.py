@@ -2,8 +2,10 @@
 
 Runs the core demonstration (gradient of a Keras model, Hessian-vector products, a chunked
 Jacobian, clipped gradients in a compiled train step), then the attacks stage
-(:mod:`robustgrad.commands._demo_attacks`: train a plain digits classifier, evaluate its
-robustness) and the agents stage (:mod:`robustgrad.commands._demo_agents`: PPO on CartPole).
+(:mod:`robustgrad.commands._demo_attacks`: a plain and an adversarially trained digits
+classifier under the same attacks) and the agents stage
+(:mod:`robustgrad.commands._demo_agents`: PPO and SA-PPO on CartPole under the same observation
+attacks); ``summary.png`` puts both comparisons side by side.
 
 Example::
 
@@ -81,7 +83,7 @@ def core_demo(seed: int = 0) -> dict:
          f"2 classes at a time in {t1 - t0:.2f}s, equal to the unchunked one (max diff {same:.1e})")
 
     chain = transforms.apply_if_finite(transforms.clip_by_global_norm(1.0),
-                                       max_consecutive_errors=5)
+                                       max_nonfinite_steps=5)
     optimizer = keras.optimizers.Adam(1e-2)
     step = transforms.GradientStep(chain, optimizer, model.trainable_variables)
 
@@ -105,6 +107,31 @@ def core_demo(seed: int = 0) -> dict:
     return {"loss": float(loss), "test_accuracy": acc, "hvp_mode_diff": diff}
 
 
+def plot_summary(classifiers: dict, agents_: dict, path) -> str:
+    """One figure: robust accuracy vs eps of both classifiers, return vs eps of both agents."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, label in (("plain", "plain CNN"), ("robust", "fast adversarial training")):
+        if key in classifiers:
+            left.plot(classifiers["eps"], classifiers[key], "o-", label=label)
+    left.set(xlabel="L∞ eps (pixels in [0, 1])", ylabel="worst-case robust accuracy",
+             title="digits classifiers", ylim=(0, 1.02))
+    left.legend()
+    for key, label in (("vanilla", "PPO"), ("sa", "SA-PPO")):
+        right.plot(agents_["eps"], agents_[key], "o-", label=label)
+    right.set(xlabel="L∞ eps (raw observation units)", ylabel="worst-case mean return",
+              title="CartPole-v1 agents", ylim=(0, 510))
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
 def validate(args) -> None:
     """Before TensorFlow loads: ``--out`` must be a writable directory (or new)."""
     from robustgrad.commands._files import check_output_dir
@@ -121,8 +148,12 @@ def run(args) -> int:
     core_demo(args.seed)
     if not args.core_only:
         _say("[demo] --- attacks ---")
-        _demo_attacks.run(out)
+        report = _demo_attacks.run(out)
+        classifiers = _demo_attacks.run_robust(out, plain_report=report)
         _say("[demo] --- agents ---")
-        _demo_agents.run(out, seed=args.seed, progress=not args.no_progress)
+        result = _demo_agents.run(out, seed=args.seed, progress=not args.no_progress)
+        agent_curves = _demo_agents.run_robust(out, result["out"], seed=args.seed,
+                                               progress=not args.no_progress)
+        _say(f"[demo] summary figure: {plot_summary(classifiers, agent_curves, out / 'summary.png')}")
     _say(f"[demo] done in {time.perf_counter() - t0:.1f}s; outputs under {out}/")
     return 0
