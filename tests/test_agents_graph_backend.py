@@ -227,7 +227,8 @@ def test_stacked_seeds_learn_and_come_back_as_ordinary_agents(tmp_path):
     for agent in trained:
         assert int(agent.num_timesteps.numpy()) == 12_288 and len(agent.history) == 48
         assert np.mean(agent.episode_returns) > 50  # random policy ~22
-    assert not np.array_equal(trained[0].get_weights()[0], trained[1].get_weights()[0])
+    assert any(not np.array_equal(x, y)  # independent seeds, not copies
+               for x, y in zip(trained[0].get_weights(), trained[1].get_weights()))
     trained[1].save(tmp_path / "s1")
     loaded = agents.load(tmp_path / "s1")
     assert loaded.evaluate(3, seed=7)["returns"] == trained[1].evaluate(3, seed=7)["returns"]
