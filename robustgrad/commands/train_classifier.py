@@ -268,7 +268,7 @@ def run(args) -> int:
     import tensorflow as tf
 
     import attacks
-    from attacks import training as T
+    from attacks import training as advtrain
     from attacks.data import load_dataset
     from robustgrad.progress import keras_progress
 
@@ -294,7 +294,7 @@ def run(args) -> int:
     if args.init_from:
         base = load_keras_model(args.init_from, "--init-from")
         with user_errors(ValueError, prefix=f"--init-from {args.init_from}: "):
-            T.check_classifier(base, x_te, num_classes)
+            advtrain.check_classifier(base, x_te, num_classes)
         if args.mixed_precision:
             base = _mixed_precision_copy(base)
     else:
@@ -303,7 +303,7 @@ def run(args) -> int:
     batch = args.batch_size
     distributed = strategy is not None
     drop = distributed  # equal per-replica batches under a strategy
-    spe = T.steps_per_epoch(len(x_tr), batch, drop_remainder=drop)
+    spe = advtrain.steps_per_epoch(len(x_tr), batch, drop_remainder=drop)
     if spe < 1:
         raise UsageError(f"--batch-size {batch} is larger than the training set ({len(x_tr)})")
     warmup_steps = int(round(args.warmup_epochs * spe))
@@ -312,15 +312,15 @@ def run(args) -> int:
     scope = strategy.scope() if distributed else contextlib.nullcontext()
     with scope:
         if base is None:
-            clf = T.make_classifier(data.input_shape, num_classes, width=args.width)
+            clf = advtrain.make_classifier(data.input_shape, num_classes, width=args.width)
         else:
             clf = base
         with user_errors(ValueError):
-            T.check_classifier(clf, x_te, num_classes)
-            frozen = T.freeze_layers(clf, args.freeze) if args.freeze else []
+            advtrain.check_classifier(clf, x_te, num_classes)
+            frozen = advtrain.freeze_layers(clf, args.freeze) if args.freeze else []
         if not clf.trainable_variables:
             raise UsageError("--freeze froze every layer: nothing left to train")
-        trainer = T.AdversarialTrainer(
+        trainer = advtrain.AdversarialTrainer(
             clf, method=args.method, eps=args.eps, norm=args.norm,
             clip_min=data.clip_min, clip_max=data.clip_max, steps=args.steps,
             step_size=args.step_size, beta=args.beta, random_start=not args.no_random_start,
@@ -352,7 +352,7 @@ def run(args) -> int:
     interrupts = deferred_interrupts("training")
     flag = interrupts.__enter__()  # SIGINT/SIGTERM: stop after the current batch, checkpoint
     try:
-        ckpt = T.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer, interrupt=flag)
+        ckpt = advtrain.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer, interrupt=flag)
         first_epoch, skipped = 0, 0
         prior = {}
         if args.resume:
@@ -380,13 +380,13 @@ def run(args) -> int:
                       if distributed else "")
                    + (f", frozen: {', '.join(frozen)}" if frozen else ""))
 
-        timer = T.EpochTimer()
+        timer = advtrain.EpochTimer()
         recorder = keras.callbacks.History()
-        callbacks = [timer, T.NonFiniteGuard(), T.ScalarLogger(os.path.join(out, "logs")),
+        callbacks = [timer, advtrain.NonFiniteGuard(), advtrain.ScalarLogger(os.path.join(out, "logs")),
                      recorder]
         guard = None
         if args.method == "fast" and not args.no_guard:
-            guard = T.CatastrophicOverfittingGuard(
+            guard = advtrain.CatastrophicOverfittingGuard(
                 x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
                 clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
             callbacks.insert(0, guard)
@@ -397,7 +397,7 @@ def run(args) -> int:
         callbacks.append(ckpt)  # last: it may stop the run once the others have seen the batch
 
         def fit(epochs_from, epochs_to, steps, skip=0):
-            ds = T.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from,
+            ds = advtrain.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from,
                                  epochs=epochs_to, drop_remainder=drop, skip_batches=skip)
             val = tf.data.Dataset.from_tensor_slices(
                 (x_te.astype(np.float32), y_te.astype(np.int64))).batch(256)
@@ -507,7 +507,6 @@ def _write_history(out, prior, recorder, timer, guard, seconds, first_epoch, ski
 def _final_report(args, clf, x_te, y_te, data) -> dict:
     """Robustness report through attacks.evaluate (worst case over the ensemble, cascade)."""
     import attacks
-
     from robustgrad.progress import EvaluationProgress
 
     eps_list = ([float(v) for v in args.eval_eps.split(",")] if args.eval_eps else [args.eps])
