@@ -44,7 +44,7 @@ def run(out_dir: str, steps: int = STEPS, seed: int = 0, progress: bool = True) 
 
 
 ROBUST_EPS = 0.05
-ROBUST_KAPPA = 1.0
+ROBUST_KAPPA = 3.0
 ATTACKS = ("random", "mad", "critic")
 ATTACK_EPS = (0.05, 0.1, 0.15)
 EPISODES = 5
