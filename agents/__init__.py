@@ -16,6 +16,7 @@ from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # no
 from agents.dqn import DQN  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
+from agents.many import summarize_runs, train_many  # noqa: F401
 from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
 from agents.ppo import PPO  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
