@@ -68,7 +68,7 @@ def _breakdown(agent, repeat: int = 5) -> dict:
 
     cfg = agent.config
     agent._reset_env()
-    rollout = tf.function(agent._rollout_graph)
+    rollout = tf.function(agent._rollout_graph, jit_compile=cfg.jit_compile)  # as the iteration
     rollout_ms = _timed(rollout, repeat)
     if cfg.backend == "graph":
         iteration_ms = _timed(agent._iteration, repeat)
@@ -139,7 +139,7 @@ def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
     target = agents.config.get_preset("ppo-CartPole-v1")["target"]
     out.update(_evaluate(group, target))
     import tensorflow as tf
-    rollout_ms = _timed(tf.function(stacked._rollout), 5)
+    rollout_ms = _timed(tf.function(stacked._rollout, jit_compile=cfg.jit_compile), 5)
     iteration_ms = _timed(stacked.iteration, 5)
     out["breakdown"] = {"rollout_ms (env + policy)": round(rollout_ms, 2),
                         "update_ms": round(iteration_ms - rollout_ms, 2),
