@@ -1,4 +1,4 @@
-"""Rollouts on Ray workers, the learner in TensorFlow (on-policy agents: PPO, A2C, REINFORCE).
+"""Rollouts on Ray workers, the learner in TensorFlow (PPO, A2C, REINFORCE; DQN Ape-X style).
 
 ``agents.PPO(config, rollout_workers=K)`` splits the agent's ``num_envs`` environments over
 ``K`` Ray actors (:class:`RolloutWorkers`). Each actor owns a vector env of
@@ -21,10 +21,25 @@ in a local vector env), and samples actions from the learner's random stream wit
 Philox key offset by ``k``. With one worker the collected batches, and so the whole
 training run, equal the local agent's exactly.
 
+DQN (Ape-X style collection, Horgan et al. 2018, with the local agent's single epsilon
+schedule): once per training phase the learner puts its Q-network into the object store;
+every worker runs ``train_freq`` epsilon-greedy steps of its envs (``DQN._collect_step``,
+epsilon from the *global* env step count ``steps_done + t * num_envs`` and the global
+``num_timesteps``, as a local agent computes it) and returns the transitions ``[train_freq,
+n, ...]`` with ``final_obs`` as the next observation (truncated episodes bootstrap,
+terminated ones do not). The learner concatenates them on the env axis and records them
+step by step (``DQN._record_step``: replay buffer, step count, target updates, observation
+statistics) exactly as its own collection loop does, then runs the unchanged gradient steps.
+Its random stream continues where worker 0's ended. With one worker the replay buffer, the
+weights and the returns equal the local agent's exactly. With ``K > 1`` workers, each
+worker's observation normaliser sees only its own envs within a phase (the learner's,
+updated from all of them, is broadcast at the next phase).
+
 Faults: a worker that dies (``ray.kill``, a crashed process) is restarted by Ray
 (``max_restarts``) and its fragment is collected again from its rebuilt (reset) env; an
 exception raised inside ``env.step`` is re-raised on the learner as the original exception,
-with a note naming the worker.
+with a note naming the worker, after the crash checkpoint a local env error writes (every
+env is reset before the next ``learn``).
 
 Ray Core only (actors and the object store): ``pip install 'robustgrad[distributed]'``.
 """
@@ -155,6 +170,41 @@ def init_ray(address: str | None = None, num_cpus: int | None = None):
     return ray
 
 
+_TRANSITIONS = (("obs", "float32"), ("actions", "int32"), ("rewards", "float32"),
+                ("final_obs", "float32"), ("terminated", "bool"))
+
+
+def _dqn_worker_collect(agent, n_steps, steps_done, explore_steps, timesteps, total_envs):
+    """A rollout worker's DQN collection (compiled): ``n_steps`` of ``agent._collect_step``
+    with the global epsilon schedule, the transitions stacked as ``[n_steps, n, ...]``.
+    The worker's own observation statistics are updated after each step, as the local
+    loop does, so that its greedy actions see what the local agent's would."""
+    import tensorflow as tf
+
+    arrays = [tf.TensorArray(dtype, size=n_steps) for _name, dtype in _TRANSITIONS]
+    obs = agent._obs.read_value()
+    eps = tf.constant(1.0)
+    for t in tf.range(n_steps):
+        done = tf.cast(steps_done, tf.float32) + tf.cast(t * total_envs, tf.float32)
+        now = timesteps + tf.cast(t * total_envs, tf.int64)
+        eps = agent._collect_epsilon(done, now, explore_steps)
+        a, nobs, r, term, fin = agent._collect_step(obs, eps)
+        arrays = [ta.write(t, x) for ta, x in zip(arrays, (obs, a, r, fin, term))]
+        agent.q.obs_norm.update(obs)
+        obs = nobs
+    agent._obs.assign(obs)
+    return {name: ta.stack() for (name, _dtype), ta in zip(_TRANSITIONS, arrays)}, eps
+
+
+def _dqn_record(agent, obs, actions, rewards, final_obs, terminated):
+    """The learner records ``[n_steps, num_envs, ...]`` transitions one step at a time
+    (``DQN._record_step``), in the order of its own collection loop."""
+    import tensorflow as tf
+
+    for t in tf.range(tf.shape(actions)[0]):
+        agent._record_step(obs[t], actions[t], rewards[t], final_obs[t], terminated[t])
+
+
 class _RolloutWorker:
     """One Ray actor: a vector env of ``num_envs`` sub-environments and a CPU policy copy."""
 
@@ -179,10 +229,9 @@ class _RolloutWorker:
     def reset(self) -> None:
         self.agent._reset_env()
 
-    def collect(self, weights, rng_state):
-        """Load ``weights``, sample with ``rng_state`` (key offset by the worker id), and run
-        one compiled rollout; returns the batch as numpy arrays, finished episodes and the
-        rollout's wall time."""
+    def _prepare(self, weights, rng_state) -> None:
+        """Reset the env if needed, load ``weights``, and sample from ``rng_state`` with the
+        Philox key offset by the worker id."""
         agent = self.agent
         if not agent._env_ready:
             agent._reset_env()
@@ -190,25 +239,63 @@ class _RolloutWorker:
         state = np.array(rng_state, np.int64)
         state[_KEY_INDEX] += self.worker_id
         agent.rng.reset(state)
+
+    def _run(self, fn):
+        """``fn()`` and its wall time; an exception raised inside ``env.step`` is re-raised
+        as itself (not TF's wrapper around it)."""
+        agent = self.agent
         start = time.perf_counter()
         try:
-            batch = agent._rollout()
+            out = fn()
         except Exception:
             err = agent.env.error
             if err is None:
                 raise
             agent.env.error = None
             agent._env_ready = False
+            err._raised_in_env_step = True  # pickled with the exception (its __dict__)
             raise err from None
-        seconds = time.perf_counter() - start
-        return ({k: v.numpy() for k, v in batch.items()}, agent.env.drain_episodes(), seconds)
+        return out, time.perf_counter() - start
+
+    def collect(self, weights, rng_state):
+        """Load ``weights``, sample with ``rng_state`` (key offset by the worker id), and run
+        one compiled rollout; returns the batch as numpy arrays, finished episodes and the
+        rollout's wall time."""
+        self._prepare(weights, rng_state)
+        batch, seconds = self._run(self.agent._rollout)
+        return ({k: v.numpy() for k, v in batch.items()}, self.agent.env.drain_episodes(),
+                seconds)
+
+    def collect_transitions(self, weights, rng_state, n_steps: int, steps_done: int,
+                            explore_steps: float, timesteps: int, total_envs: int):
+        """DQN: ``n_steps`` epsilon-greedy steps of this worker's envs with the learner's
+        Q-network; epsilon follows the global step count (``steps_done``, ``timesteps``
+        advance by ``total_envs`` per step). Returns the transitions as numpy arrays
+        ``[n_steps, n, ...]``, finished episodes, wall time, the random stream's end state
+        (key offset removed) and the last epsilon."""
+        import tensorflow as tf
+
+        self._prepare(weights, rng_state)
+        agent = self.agent
+        if getattr(self, "_dqn_collect", None) is None:
+            self._dqn_collect = tf.function(
+                lambda *args: _dqn_worker_collect(agent, *args))
+        args = (tf.constant(n_steps), tf.constant(steps_done, tf.int64),
+                tf.constant(explore_steps, tf.float32), tf.constant(timesteps, tf.int64),
+                tf.constant(total_envs))
+        (batch, eps), seconds = self._run(lambda: self._dqn_collect(*args))
+        state = agent.rng.state.numpy().copy()
+        state[_KEY_INDEX] -= self.worker_id
+        return ({k: v.numpy() for k, v in batch.items()}, agent.env.drain_episodes(), seconds,
+                state, float(eps.numpy()))
 
     def close(self) -> None:
         self.agent.close()
 
 
 class RolloutWorkers:
-    """``num_workers`` Ray actors that collect an on-policy agent's rollouts.
+    """``num_workers`` Ray actors that collect an on-policy agent's rollouts, or a DQN's
+    transitions (:meth:`collect_transitions`).
 
     Built by ``Agent(..., rollout_workers=K, ray_address=..., num_cpus=...)``; see the
     module docstring. ``agent.config.num_envs`` must be a multiple of ``K``. Each actor
@@ -220,14 +307,15 @@ class RolloutWorkers:
     def __init__(self, agent, num_workers: int, address: str | None = None,
                  num_cpus: int | None = None, max_restarts: int = 3,
                  cpus_per_worker: float = 1.0, startup_timeout: float = 300.0):
+        from agents.dqn import DQN
         from agents.onpolicy import OnPolicyAgent
 
         num_workers = positive_int(num_workers, "rollout_workers")
         num_cpus = positive_int(num_cpus, "num_cpus", allow_none=True)
         max_restarts = positive_int(max_restarts, "max_restarts", minimum=0)
-        if not isinstance(agent, OnPolicyAgent):
-            raise ValueError(f"rollout_workers: only the on-policy agents (PPO, A2C, REINFORCE) "
-                             f"collect on Ray workers so far, got {type(agent).__name__}")
+        if not isinstance(agent, (OnPolicyAgent, DQN)):
+            raise ValueError(f"rollout_workers: PPO, A2C, REINFORCE and DQN collect on Ray "
+                             f"workers, got {type(agent).__name__}")
         cfg = agent.config
         if cfg.num_envs % num_workers:
             raise ValueError(f"rollout_workers must divide num_envs ({cfg.num_envs}) so that "
@@ -257,9 +345,13 @@ class RolloutWorkers:
         actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=max_restarts,
                                max_task_retries=0)(_RolloutWorker)
         self.actors = []
+        # a DQN worker only collects: its replay buffer is never written, keep it minimal
+        small = {"buffer_size": cfg.batch_size} if isinstance(agent, DQN) else {}
+        self._record = None
         for k in range(num_workers):
             wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
-                                       checkpoint_dir=None, checkpoint_every=0)
+                                       checkpoint_dir=None, checkpoint_every=0,
+                                       **small)
             self.actors.append(actor_cls.remote(type(agent), wcfg, k))
         self._get([a.ready.remote() for a in self.actors], startup_timeout, "start")
 
@@ -308,6 +400,10 @@ class RolloutWorkers:
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                 if hasattr(cause, "add_note"):
                     cause.add_note(f"raised on rollout worker {k} of {self.num_workers}")
+                if getattr(cause, "_raised_in_env_step", False) and self.agent.env.error is None:
+                    # the learner's own path for env errors: crash checkpoint, envs reset
+                    # before the next learn, the original exception re-raised
+                    self.agent.env.error = cause
                 raise cause from None
         return out
 
@@ -325,16 +421,47 @@ class RolloutWorkers:
         start = time.perf_counter()
         results = self._run_all(lambda a: a.collect.remote(weights, state))
         wall = time.perf_counter() - start
+        self._set_logs(results, wall, n_steps)
+        return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
+                for key in results[0][0]}
+
+    def collect_transitions(self, steps_done: int, explore_steps: float) -> None:
+        """DQN: one collection phase (``train_freq`` steps of every env) on all workers,
+        recorded into the learner's replay buffer; sets ``agent.epsilon`` and ``logs``.
+
+        ``steps_done``: env steps of this ``learn`` budget so far; ``explore_steps``: the
+        length of the epsilon decay (see ``DQN._train_iteration``)."""
+        import tensorflow as tf
+
+        ray = _import_ray()
+        agent = self.agent
+        cfg = agent.config
+        state = agent.rng.state.numpy().copy()
+        weights = ray.put(agent.get_weights())  # once per phase, read by every worker
+        timesteps = int(agent.num_timesteps.numpy())
+        start = time.perf_counter()
+        results = self._run_all(lambda a: a.collect_transitions.remote(
+            weights, state, cfg.train_freq, int(steps_done), float(explore_steps), timesteps,
+            cfg.num_envs))
+        wall = time.perf_counter() - start
+        batch = {key: np.concatenate([r[0][key] for r in results], axis=1)
+                 for key, _dtype in _TRANSITIONS}
+        if self._record is None:
+            self._record = tf.function(lambda *b: _dqn_record(agent, *b))
+        self._record(*(tf.convert_to_tensor(batch[key]) for key, _dtype in _TRANSITIONS))
+        agent.rng.reset(results[0][3])  # the learner's stream goes on where worker 0's ended
+        agent.epsilon.assign(results[0][4])
+        self._set_logs(results, wall, cfg.train_freq)
+
+    def _set_logs(self, results, wall: float, n_steps: int) -> None:
         steps = n_steps * self.envs_per_worker
         logs = {"rollout_seconds": wall, "rollout_restarts": float(self.restarts)}
-        for k, (_batch, episodes, seconds) in enumerate(results):
-            self._episodes.extend(episodes)
-            logs[f"worker_{k}_steps_per_second"] = steps / max(seconds, 1e-9)
+        for k, r in enumerate(results):
+            self._episodes.extend(r[1])
+            logs[f"worker_{k}_steps_per_second"] = steps / max(r[2], 1e-9)
         # what Ray costs on top of the slowest worker's own rollout (put, calls, transfer)
         logs["rollout_overhead_seconds"] = max(wall - max(r[2] for r in results), 0.0)
         self.logs = logs
-        return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
-                for key in results[0][0]}
 
     def drain_episodes(self) -> list[tuple[float, int]]:
         out, self._episodes = self._episodes, []
