@@ -9,11 +9,11 @@ that make up its checkpoint.
 from __future__ import annotations
 
 import collections
-from contextlib import nullcontext
 import os
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 
 import numpy as np
 import tensorflow as tf

@@ -57,10 +57,10 @@ class OnPolicyAgent(Agent):
         self.gradient_step = make_gradient_step(self.optimizer, self.variables,
                                                 cfg.max_grad_norm, self.transform)
         self.reward_rms = RunningMeanStd((), name="reward_rms")
-        N = cfg.num_envs
-        self._ret_acc = tf.Variable(tf.zeros([N]), trainable=False, name="return_acc")
-        self._last_end = tf.Variable(tf.zeros([N], tf.bool), trainable=False, name="last_end")
-        self._obs = tf.Variable(tf.zeros((N,) + self.obs_shape), trainable=False, name="obs")
+        n_envs = cfg.num_envs
+        self._ret_acc = tf.Variable(tf.zeros([n_envs]), trainable=False, name="return_acc")
+        self._last_end = tf.Variable(tf.zeros([n_envs], tf.bool), trainable=False, name="last_end")
+        self._obs = tf.Variable(tf.zeros((n_envs,) + self.obs_shape), trainable=False, name="obs")
         if not self.discrete:
             self._low = tf.constant(self.env.action_low)
             self._high = tf.constant(self.env.action_high)
@@ -117,20 +117,20 @@ class OnPolicyAgent(Agent):
 
     def _rollout_graph(self):
         self.trace_counts["rollout"] += 1
-        T, N = self.config.n_steps, self.config.num_envs
-        obs_shape = (N,) + self.obs_shape
+        horizon, n_envs = self.config.n_steps, self.config.num_envs
+        obs_shape = (n_envs,) + self.obs_shape
         a_dtype = tf.int32 if self.discrete else tf.float32
         tas = {
-            "obs": tf.TensorArray(tf.float32, size=T, element_shape=obs_shape),
-            "actions": tf.TensorArray(a_dtype, size=T),
-            "rewards": tf.TensorArray(tf.float32, size=T, element_shape=(N,)),
-            "terminated": tf.TensorArray(tf.bool, size=T, element_shape=(N,)),
-            "truncated": tf.TensorArray(tf.bool, size=T, element_shape=(N,)),
-            "final_obs": tf.TensorArray(tf.float32, size=T, element_shape=obs_shape),
+            "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
+            "actions": tf.TensorArray(a_dtype, size=horizon),
+            "rewards": tf.TensorArray(tf.float32, size=horizon, element_shape=(n_envs,)),
+            "terminated": tf.TensorArray(tf.bool, size=horizon, element_shape=(n_envs,)),
+            "truncated": tf.TensorArray(tf.bool, size=horizon, element_shape=(n_envs,)),
+            "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
         }
         obs = self._obs.read_value()
-        seeds = tf.cast(self.rng.make_seeds(T), tf.int32)  # one RNG read per rollout
-        for t in tf.range(T):
+        seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
+        for t in tf.range(horizon):
             obs = self._perceived(obs, seeds[:, t])
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
@@ -177,18 +177,18 @@ class OnPolicyAgent(Agent):
     def _train_graph(self, batch):
         self.trace_counts["train"] += 1
         cfg = self.config
-        T, N = cfg.n_steps, cfg.num_envs
-        B = T * N
-        obs = tf.reshape(batch["obs"], (B,) + self.obs_shape)
-        fin = tf.reshape(batch["final_obs"], (B,) + self.obs_shape)
-        actions = tf.reshape(batch["actions"], (B,) + tuple(batch["actions"].shape[2:]))
+        horizon, n_envs = cfg.n_steps, cfg.num_envs
+        batch_size = horizon * n_envs
+        obs = tf.reshape(batch["obs"], (batch_size,) + self.obs_shape)
+        fin = tf.reshape(batch["final_obs"], (batch_size,) + self.obs_shape)
+        actions = tf.reshape(batch["actions"], (batch_size,) + tuple(batch["actions"].shape[2:]))
         term, trunc = batch["terminated"], batch["truncated"]
         ends = tf.logical_or(term, trunc)
         rewards = batch["rewards"]
         if cfg.normalize_reward:
             rewards = self._scale_rewards(rewards, ends)
-        values = tf.reshape(self.model.value(obs), [T, N])
-        next_values = bootstrap_values(tf.reshape(self.model.value(fin), [T, N]), term)
+        values = tf.reshape(self.model.value(obs), [horizon, n_envs])
+        next_values = bootstrap_values(tf.reshape(self.model.value(fin), [horizon, n_envs]), term)
         if self.monte_carlo:
             returns = discounted_returns(rewards, next_values, ends, cfg.gamma)
             advantages = tf.stop_gradient(returns - values)
@@ -196,9 +196,9 @@ class OnPolicyAgent(Agent):
             advantages, returns = gae(rewards, values, next_values, ends, cfg.gamma,
                                       cfg.gae_lambda)
         logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
-        values = tf.stop_gradient(tf.reshape(values, [B]))
-        returns = tf.reshape(returns, [B])
-        stats = self._update(obs, actions, logp_old, tf.reshape(advantages, [B]), returns,
+        values = tf.stop_gradient(tf.reshape(values, [batch_size]))
+        returns = tf.reshape(returns, [batch_size])
+        stats = self._update(obs, actions, logp_old, tf.reshape(advantages, [batch_size]), returns,
                              values)
         var_y = tf.math.reduce_variance(returns)
         stats["explained_variance"] = tf.where(
