@@ -31,6 +31,16 @@ over seeds, median agent as the papers), and training time per env step, with th
     python benchmarks/robust_rl.py --robust sa --env Hopper-v5 --steps 2000000 --seeds 0 1 2 \
         --score --robust-eps 0.075 --eps 0.075 --set normalize_obs=True
 
+Measured 2026-12-01 on the shared 2-core machine (1 seed only, not 5; attacks random, action,
+mad, critic -- rs left out for time; grid 0.05-0.3 without 0.02; 8 episodes per row; medians):
+
+* CartPole-v1 PPO (zoo preset, 100k steps) vs SA-PPO (kappa 3, trained at the auto eps 0.05):
+  clean 500 / 500; at eps 0.05 233 / 500; at 0.1 36 / 107; radius 0 / 0.05 (vanilla fails the
+  smallest budget, so the ratio is unbounded); 1.61 / 1.94 ms per env step (cost x1.20). With
+  kappa 0.1 SA-PPO kept 100.5 at 0.05 (missed), with kappa 1 254.5 (missed).
+* CartPole-v1 DQN (preset) vs SA-DQN (kappa 0.1, eps 0.05): clean 500 / 500; at 0.05 15.5 / 436;
+  radius 0 / 0.05; 6.72 / 14.71 ms per env step (x2.19, a machine more loaded during SA-DQN).
+
 Run it from a snapshot copy of the tree (AutoGraph re-reads source files).
 """
 
