@@ -126,7 +126,7 @@ def project(delta: tf.Tensor, eps: Any, norm: Any = "linf") -> tf.Tensor:
     if n == "l2":
         nrm = tf.sqrt(tf.reduce_sum(tf.square(_flat(delta)), axis=1))
         eps_t = tf.convert_to_tensor(eps, dtype=delta.dtype)
-        factor = tf.minimum(1.0, eps_t / tf.maximum(nrm, _TINY))
+        factor = tf.minimum(tf.ones_like(nrm), eps_t / tf.maximum(nrm, _TINY))
         return delta * _bcast(factor, delta)
     return project_l1(delta, eps)
 

@@ -85,17 +85,10 @@ ATTACKS = {
 }
 
 
-# float64 inputs under the l2 norm: attacks.norms.project mixes a float32 constant into
-# float64 (a TensorFlow TypeError in pgd/mim/apgd); see the strict xfail below
-_KNOWN_L2_FLOAT64 = {"pgd", "mim", "apgd"}
-
-
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 @SETTINGS
 @given(p=problems())
 def test_gradient_attacks_keep_their_guarantees(name, p):
-    if name in _KNOWN_L2_FLOAT64 and p["norm"] == "l2" and p["x"].dtype == np.float64:
-        return  # the known failure below
     x_before = p["x"].copy()
     x_adv = ATTACKS[name](_model(p["shape"]), p["x"], p["y"], p)
     np.testing.assert_array_equal(p["x"], x_before)  # the input is not modified
@@ -134,9 +127,7 @@ def test_labels_out_of_range_are_a_value_error_naming_y(name):
         ATTACKS[name](_model((3,)), x, np.array([0, 1, 2]), p)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="attacks.norms.project: tf.minimum(1.0, float64) under l2 (to fix)")
-@pytest.mark.parametrize("name", sorted(_KNOWN_L2_FLOAT64))
+@pytest.mark.parametrize("name", ["apgd", "mim", "pgd"])
 def test_l2_attacks_on_float64_inputs(name):
     x = np.full((2, 3), 0.5, np.float64)
     p = dict(x=x, eps=0.1, norm="l2", lo=0.0, hi=1.0, seed=0)
