@@ -85,12 +85,14 @@ def check_x(x: Any, name: str = "x") -> tf.Tensor:
     else:
         a = np.asarray(x)
         if not (np.issubdtype(a.dtype, np.floating)):
-            raise TypeError(f"{name} must be a floating-point array (got dtype {a.dtype}); "
-                            "convert integer images with x.astype('float32') / scale first")
+            raise _checks.ArgumentTypeError(
+                f"{name} must be a floating-point array (got dtype {a.dtype}); "
+                "convert integer images with x.astype('float32') / scale first")
         t = tf.convert_to_tensor(a)
     if not t.dtype.is_floating:
-        raise TypeError(f"{name} must be a floating-point tensor (got dtype {t.dtype.name}); "
-                        "convert integer images with tf.cast(x, tf.float32) / scale first")
+        raise _checks.ArgumentTypeError(
+            f"{name} must be a floating-point tensor (got dtype {t.dtype.name}); "
+            "convert integer images with tf.cast(x, tf.float32) / scale first")
     if t.shape.rank is not None and t.shape.rank < 2:
         raise ValueError(f"{name} must be a batch of shape [B, ...] with rank >= 2, "
                          f"got shape {t.shape}")
@@ -160,11 +162,13 @@ def check_labels(y: Any, n: int | None, num_classes: int | None, name: str = "y"
     if isinstance(y, (tf.Tensor, tf.Variable)):
         t = tf.convert_to_tensor(y)
         if not t.dtype.is_integer:
-            raise TypeError(f"{name} must hold integer class labels, got dtype {t.dtype.name}")
+            raise _checks.ArgumentTypeError(
+                f"{name} must hold integer class labels, got dtype {t.dtype.name}")
     else:
         a = np.asarray(y)
         if not np.issubdtype(a.dtype, np.integer):
-            raise TypeError(f"{name} must hold integer class labels, got dtype {a.dtype}")
+            raise _checks.ArgumentTypeError(
+                f"{name} must hold integer class labels, got dtype {a.dtype}")
         t = tf.convert_to_tensor(a)
     if t.shape.rank != 1:
         raise ValueError(f"{name} must be a vector of labels of shape [B], got shape {t.shape}")
