@@ -88,8 +88,18 @@ class OnPolicyAgent(Agent):
 
     # -- public model access -------------------------------------------------------------
     def distribution(self, obs):
-        """The policy's TFP distribution for a batch of raw observations (differentiable)."""
-        return self.model.distribution(tf.convert_to_tensor(obs, tf.float32))
+        """The policy's TFP distribution for a batch of raw observations (differentiable).
+
+        Eagerly, NaN or infinite observations are a ``ValueError`` (inside a ``tf.function`` the
+        caller's graph is trusted: the rollout replaces them and the guard rejects the update)."""
+        obs = tf.convert_to_tensor(obs, tf.float32)
+        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(obs))):
+            rows = tf.reshape(tf.math.is_finite(obs), [tf.shape(obs)[0], -1]) \
+                if obs.shape.rank and obs.shape.rank > 1 else tf.reshape(tf.math.is_finite(obs), [1, -1])
+            bad = np.flatnonzero(~tf.reduce_all(rows, axis=1).numpy())
+            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()} of "
+                             f"{int(rows.shape[0])} hold NaN or inf")
+        return self.model.distribution(obs)
 
     def value(self, obs):
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""

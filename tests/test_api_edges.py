@@ -140,3 +140,13 @@ def test_act_refuses_non_finite_observations(algo):
         agent.act(batch, deterministic=True)
     actions = agent.act(np.zeros((3, 4)))
     assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1}
+
+
+def test_distribution_refuses_non_finite_observations():
+    agent = agents.PPO(env="CartPole-v1", hidden_sizes=(8,), seed=0, preset=None)
+    obs = np.zeros((3, 4), np.float32)
+    obs[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"^obs: must be finite; observation\(s\) \[1\] of 3 "
+                                         "hold NaN or inf$"):
+        agent.distribution(obs)
+    assert agent.distribution(np.zeros((2, 4), np.float32)).logits.shape == (2, 2)
