@@ -30,9 +30,9 @@ import math
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 
-import gymnasium as gym
 from agents.envs import make_vec_env
 from agents.observation_attacks import (
     ATTACK_NAMES,

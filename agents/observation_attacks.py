@@ -166,7 +166,7 @@ class _Bound:
         return getattr(self._victim, self._method)(u)
 
 
-_VICTIMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_VICTIMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _victim(agent, scale) -> _Victim:

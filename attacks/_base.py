@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from robustgrad._checks import ArgumentTypeError, looks_like_probabilities
 
-from . import _validate as V
+from . import _validate
 from .norms import canonical_norm
 from .objectives import canonical_objective, get_objective
 
@@ -193,7 +193,7 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
     ValueError: y has labels outside [0, 3) (min 0, max 3); the model has 3 outputs
     """
     if finite:
-        xt = V.check_x(x, x_name)
+        xt = _validate.check_x(x, x_name)
     else:
         xt = tf.convert_to_tensor(x)
         if not xt.dtype.is_floating or xt.shape.rank is None or xt.shape.rank < 2:
@@ -208,7 +208,7 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
                          f"shape {shown}".replace("'?'", "?"))
     n = xt.shape[0]
     try:
-        V.check_labels(y, n, None, name=y_name)  # dtype, rank, count before the forward pass
+        _validate.check_labels(y, n, None, name=y_name)  # dtype, rank, count before the forward pass
     except TypeError as exc:  # a label error is a ValueError too (naming the argument)
         raise ArgumentTypeError(str(exc)) from None
     if not n:
@@ -219,7 +219,7 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
         raise ValueError(f"model must return logits of shape [N, C], got shape {out.shape} for "
                          f"one example")
     num_classes = int(out.shape[-1])
-    V.check_labels(y, n, num_classes, name=y_name)
+    _validate.check_labels(y, n, num_classes, name=y_name)
     return num_classes
 
 
@@ -366,12 +366,12 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
                         f"got {type(model).__name__}")
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError("loss_fn must be a callable loss_fn(x_adv) -> per-example values [B]")
-    V.check_eps(eps, eps_name, allow_none=allow_none_eps)
-    xt = V.check_x(x)
+    _validate.check_eps(eps, eps_name, allow_none=allow_none_eps)
+    xt = _validate.check_x(x)
     in_dtype = xt.dtype
     cdtype = in_dtype if in_dtype in COMPUTE_DTYPES else tf.float32
     xc = tf.cast(xt, cdtype)
-    lo, hi = V.check_bounds(clip_min, clip_max, xc)
+    lo, hi = _validate.check_bounds(clip_min, clip_max, xc)
     eager = tf.executing_eagerly()
     obj_name = canonical_objective(objective) if loss_fn is None else None
     n = xc.shape[0]
@@ -425,7 +425,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
         y_true = y
     labels_like = obj_name is not None or _is_label_vector(y)
     if labels_like:
-        y = V.check_labels(y, n, num_classes)
+        y = _validate.check_labels(y, n, num_classes)
     else:
         y = tf.nest.map_structure(tf.convert_to_tensor, y)
     has_success = labels_like and (num_classes is not None or not eager)
@@ -504,7 +504,7 @@ class Attack:
                 raise ValueError(f"norm: {type(self).__name__} supports {self.norms}, "
                                  f"got {config['norm']!r}")
         if config.get("eps") is not None:
-            V.check_eps(config["eps"])
+            _validate.check_eps(config["eps"])
         self.config = dict(config)
 
     @property

@@ -31,11 +31,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # the repository root instead of benchmarks/ (whose agents.py would shadow the package)
 sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
-import tensorflow as tf  # noqa: E402
-
 import gymnasium as gym  # noqa: E402
-from agents.graph_envs import GRAPH_ENV_IDS, graph_env  # noqa: E402
+import tensorflow as tf  # noqa: E402
 from gymnasium.vector import AutoresetMode  # noqa: E402
+
+from agents.graph_envs import GRAPH_ENV_IDS, graph_env  # noqa: E402
 
 
 def graph_rollout(spec, jit_compile: bool):

@@ -449,11 +449,12 @@ def test_same_seed_same_training():
 def test_custom_gradient_transform_chain():
     """``transform=`` replaces the default chain: a chain that zeroes every gradient freezes
     the weights although every step is applied."""
-    from robustgrad import transforms as T
+    from robustgrad import transforms
 
     seen = []
     agent = agents.A2C(env="CartPole-v1", num_envs=2, n_steps=8, seed=0,
-                       transform=T.chain(T.apply_if_finite(T.clip_by_value(0.0), 3)))
+                       transform=transforms.chain(
+                           transforms.apply_if_finite(transforms.clip_by_value(0.0), 3)))
     w0 = _weights(agent)
     agent.learn(16, progress_bar=False, callbacks=lambda a, logs: seen.append(logs))
     assert seen[0]["grad_norm"] > 0 and seen[0]["updates_applied"] == 1

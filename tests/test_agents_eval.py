@@ -44,7 +44,7 @@ def test_get_set_weights_restore_the_policy_exactly(make):
 def test_set_weights_rejects_wrong_count_and_shape():
     agent = _small_a2c()
     w = agent.get_weights()
-    with pytest.raises(ValueError, match="expected %d arrays, got %d" % (len(w), len(w) - 1)):
+    with pytest.raises(ValueError, match=f"expected {len(w)} arrays, got {len(w) - 1}"):
         agent.set_weights(w[:-1])
     bad = list(w)
     bad[0] = np.zeros((3, 3), np.float32)

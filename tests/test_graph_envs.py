@@ -2,11 +2,11 @@
 
 import functools
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import gymnasium as gym
 from agents.graph_envs import GRAPH_ENV_IDS, GraphEnvState, GraphVecEnv, graph_env
 
 IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
@@ -166,7 +166,7 @@ def test_reset_distribution_within_gymnasium_bounds(env_id):
     assert spec.observation_space.contains(obs[0]) and np.isfinite(obs).all()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _rollout_fn(env_id, jit_compile=False, tag=""):
     """A compiled rollout of ``steps`` random-action steps (shared by the tests: traced once)."""
     spec = graph_env(env_id)

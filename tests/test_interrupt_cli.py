@@ -8,8 +8,6 @@ import sys
 import time
 
 
-
-
 def _cli(*args):
     return [sys.executable, "-m", "robustgrad.cli", *args]
 

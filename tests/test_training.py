@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import attacks
-from attacks import training as T
+from attacks import training
 from attacks.data import load_dataset
 from robustgrad.cli import main as cli_main
 
@@ -20,7 +20,7 @@ def digits():
 
 
 def _tiny_clf(width=4):
-    return T.make_classifier((8, 8, 1), 10, width=width)
+    return training.make_classifier((8, 8, 1), 10, width=width)
 
 
 def _weights(model):
@@ -31,12 +31,12 @@ def _weights(model):
 
 def test_config_roundtrip_and_keras_save(tmp_path, digits):
     clf = _tiny_clf()
-    tr = T.AdversarialTrainer(clf, method="trades", eps=0.2, steps=3, beta=4.0, warmup_steps=7,
+    tr = training.AdversarialTrainer(clf, method="trades", eps=0.2, steps=3, beta=4.0, warmup_steps=7,
                               adv_ratio=0.5, max_grad_norm=2.0, seed=3)
     tr.compile(optimizer=keras.optimizers.Adam(1e-3))
     x = digits.x_test[:16]
     cfg = tr.get_config()
-    tr2 = T.AdversarialTrainer.from_config(json.loads(json.dumps(cfg)))
+    tr2 = training.AdversarialTrainer.from_config(json.loads(json.dumps(cfg)))
     cfg2 = tr2.get_config()
     for k in ("method", "eps", "steps", "beta", "warmup_steps", "adv_ratio", "max_grad_norm",
               "seed", "step_size", "norm", "clip_min", "clip_max"):
@@ -63,13 +63,13 @@ def test_config_roundtrip_and_keras_save(tmp_path, digits):
 ])
 def test_trainer_rejects_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
-        T.AdversarialTrainer(_tiny_clf(), **kw)
+        training.AdversarialTrainer(_tiny_clf(), **kw)
 
 
 @pytest.mark.parametrize("method", ["madry", "trades", "fast", "free"])
 def test_each_method_takes_finite_steps(method, digits):
     clf = _tiny_clf()
-    tr = T.AdversarialTrainer(clf, method=method, eps=0.1, steps=2, eval_steps=2,
+    tr = training.AdversarialTrainer(clf, method=method, eps=0.1, steps=2, eval_steps=2,
                               warmup_steps=4)
     tr.compile(optimizer=keras.optimizers.Adam(1e-3))
     before = _weights(clf)
@@ -86,7 +86,7 @@ def test_each_method_takes_finite_steps(method, digits):
 
 
 def test_crafted_examples_respect_budget_and_bounds(digits):
-    tr = T.AdversarialTrainer(_tiny_clf(), method="madry", eps=0.1, steps=3)
+    tr = training.AdversarialTrainer(_tiny_clf(), method="madry", eps=0.1, steps=3)
     x = tf.constant(digits.x_test[:32])
     y = digits.y_test[:32]
     for method in ("madry", "fast", "trades"):
@@ -99,7 +99,7 @@ def test_crafted_examples_respect_budget_and_bounds(digits):
 
 def test_nonfinite_step_is_skipped(digits):
     clf = _tiny_clf()
-    tr = T.AdversarialTrainer(clf, method="clean", eps=0.1, max_grad_norm=1.0)
+    tr = training.AdversarialTrainer(clf, method="clean", eps=0.1, max_grad_norm=1.0)
     tr.compile(optimizer=keras.optimizers.Adam(1e-3))
     tr.fit(digits.x_train[:8], digits.y_train[:8], batch_size=8, epochs=1, verbose=0)
     before = _weights(clf)
@@ -114,9 +114,9 @@ def test_nonfinite_step_is_skipped(digits):
 
 def test_catastrophic_overfitting_guard_restores_best(digits):
     clf = _tiny_clf()
-    tr = T.AdversarialTrainer(clf, method="fast", eps=0.1)
+    tr = training.AdversarialTrainer(clf, method="fast", eps=0.1)
     tr.compile(optimizer=keras.optimizers.Adam(1e-3))
-    guard = T.CatastrophicOverfittingGuard(digits.x_train, digits.y_train, eps=0.1, size=32,
+    guard = training.CatastrophicOverfittingGuard(digits.x_train, digits.y_train, eps=0.1, size=32,
                                            verbose=0)
     seq = iter([0.5, 0.6, 0.1, 0.7])
     guard._measure = lambda: next(seq)
@@ -136,18 +136,18 @@ def test_catastrophic_overfitting_guard_restores_best(digits):
 
 def test_freeze_layers_by_glob_and_regex():
     clf = _tiny_clf()
-    assert T.freeze_layers(clf, "conv1,re:^dense") == ["conv1", "dense1"]
+    assert training.freeze_layers(clf, "conv1,re:^dense") == ["conv1", "dense1"]
     paths = " ".join(v.path for v in clf.trainable_variables)
     assert "conv1/" not in paths and "dense1/" not in paths and "conv2/" in paths
     with pytest.raises(ValueError, match="nothing"):
-        T.freeze_layers(clf, "nothing*")
+        training.freeze_layers(clf, "nothing*")
 
 
 def test_epoch_dataset_order_depends_only_on_seed_and_epoch():
     x = np.arange(20, dtype=np.float32).reshape(20, 1)
     y = np.arange(20)
-    full = [b[1].numpy().tolist() for b in T.epoch_dataset(x, y, 8, seed=1, epochs=3)]
-    resumed = [b[1].numpy().tolist() for b in T.epoch_dataset(x, y, 8, seed=1, first_epoch=2,
+    full = [b[1].numpy().tolist() for b in training.epoch_dataset(x, y, 8, seed=1, epochs=3)]
+    resumed = [b[1].numpy().tolist() for b in training.epoch_dataset(x, y, 8, seed=1, first_epoch=2,
                                                                epochs=3)]
     assert len(full) == 9 and full[6:] == resumed
     assert full[:3] != full[3:6]
@@ -157,9 +157,9 @@ def test_softmax_output_and_class_mismatch_rejected(digits):
     probs = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
                               keras.layers.Dense(10, activation="softmax")])
     with pytest.raises(ValueError, match="probabilities"):
-        T.check_classifier(probs, digits.x_test, 10)
+        training.check_classifier(probs, digits.x_test, 10)
     with pytest.raises(ValueError, match="12 classes"):
-        T.check_classifier(_tiny_clf(), digits.x_test, 12)
+        training.check_classifier(_tiny_clf(), digits.x_test, 12)
 
 
 # ------------------------------------------------------------------ CLI: bad input
@@ -232,15 +232,15 @@ def test_short_real_training_is_robust(digits):
     keras.utils.set_random_seed(0)
     results = {}
     for method, epochs in (("clean", 6), ("madry", 6)):
-        clf = T.make_classifier((8, 8, 1), 10, width=16)
-        tr = T.AdversarialTrainer(clf, method=method, eps=0.1, steps=5, eval_steps=0)
+        clf = training.make_classifier((8, 8, 1), 10, width=16)
+        tr = training.AdversarialTrainer(clf, method=method, eps=0.1, steps=5, eval_steps=0)
         tr.compile(optimizer=keras.optimizers.Adam(2e-3))
-        ds = T.epoch_dataset(digits.x_train, digits.y_train, 64, epochs=epochs)
-        tr.fit(ds, epochs=epochs, steps_per_epoch=T.steps_per_epoch(len(digits.x_train), 64),
+        ds = training.epoch_dataset(digits.x_train, digits.y_train, 64, epochs=epochs)
+        tr.fit(ds, epochs=epochs, steps_per_epoch=training.steps_per_epoch(len(digits.x_train), 64),
                verbose=0)
         clean = float(np.mean(np.argmax(clf.predict(digits.x_test, verbose=0), 1)
                               == digits.y_test))
-        robust = T.robust_accuracy(clf, digits.x_test, digits.y_test, eps=0.1, steps=20)
+        robust = training.robust_accuracy(clf, digits.x_test, digits.y_test, eps=0.1, steps=20)
         results[method] = (clean, robust)
     assert results["clean"][0] > 0.9
     assert results["madry"][0] > 0.85
@@ -284,13 +284,13 @@ def test_cli_finetune_freeze_mixed_precision_accum_export(tmp_path, digits):
 def test_methods_are_defined_once():
     from attacks.training import methods
 
-    assert T.METHODS == ("madry", "trades", "fast", "free", "clean") == methods.METHODS
-    assert T.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "clean": 0}
-    assert T.get_method("trades").name == "trades"
+    assert training.METHODS == ("madry", "trades", "fast", "free", "clean") == methods.METHODS
+    assert training.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "clean": 0}
+    assert training.get_method("trades").name == "trades"
     with pytest.raises(ValueError, match=r"method must be one of \('madry', 'trades', 'fast', "
                                          r"'free', 'clean'\), got 'pgd'"):
-        T.get_method("pgd")
-    tr = T.AdversarialTrainer(_tiny_clf(), method="free", eps=0.1)
+        training.get_method("pgd")
+    tr = training.AdversarialTrainer(_tiny_clf(), method="free", eps=0.1)
     with pytest.raises(ValueError, match="crafts inside its train step"):
         tr.craft(np.zeros((2, 8, 8, 1), np.float32), [0, 1])
 
@@ -306,18 +306,18 @@ def test_robust_correct_matches_the_linear_margin():
     # s = 0.55, 0.20, 0.15 at x; eps 0.1 costs 0.35 (no coordinate reaches a bound)
     x = np.array([[0.9, 0.4, 0.9], [0.8, 0.45, 0.6], [0.5, 0.3, 0.5]], np.float32)
     y = np.zeros(3, np.int32)
-    ok = T.robust_correct(lambda z: model(z), tf.constant(x), tf.constant(y), eps=0.1,
-                          norm="linf", clip_min=0.0, clip_max=1.0, steps=10).numpy()
+    ok = training.robust_correct(lambda z: model(z), tf.constant(x), tf.constant(y), eps=0.1,
+                                 norm="linf", clip_min=0.0, clip_max=1.0, steps=10).numpy()
     np.testing.assert_array_equal(ok, [1.0, 0.0, 0.0])
-    assert T.robust_accuracy(model, x, y, eps=0.1, steps=10) == pytest.approx(1 / 3)
-    assert T.robust_accuracy(model, x, y, eps=0.01, steps=10, restarts=2) == 1.0
+    assert training.robust_accuracy(model, x, y, eps=0.1, steps=10) == pytest.approx(1 / 3)
+    assert training.robust_accuracy(model, x, y, eps=0.01, steps=10, restarts=2) == 1.0
 
 
 def test_keras_file_saved_before_the_split_loads(tmp_path, digits):
     """A .keras file names the class's module; files written when it was attacks.training load."""
     import zipfile
 
-    tr = T.AdversarialTrainer(_tiny_clf(), method="fast", eps=0.1, seed=5)
+    tr = training.AdversarialTrainer(_tiny_clf(), method="fast", eps=0.1, seed=5)
     new = str(tmp_path / "new.keras")
     tr.save(new)
     old = str(tmp_path / "old.keras")
@@ -331,6 +331,6 @@ def test_keras_file_saved_before_the_split_loads(tmp_path, digits):
                 data = json.dumps(cfg).encode()
             dst.writestr(item, data)
     loaded = keras.models.load_model(old)
-    assert isinstance(loaded, T.AdversarialTrainer) and loaded.method == "fast"
+    assert isinstance(loaded, training.AdversarialTrainer) and loaded.method == "fast"
     x = digits.x_test[:4]
     np.testing.assert_allclose(loaded(x).numpy(), tr(x).numpy(), rtol=1e-5, atol=1e-6)

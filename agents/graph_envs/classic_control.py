@@ -43,13 +43,12 @@ The stateful adapter (:class:`agents.graph_envs.GraphVecEnv`) validates actions.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
-
-import numpy as np
-import tensorflow as tf
+from collections.abc import Callable
+from typing import NamedTuple
 
 import gymnasium as gym
-
+import numpy as np
+import tensorflow as tf
 
 RNG_ALG = "philox"
 """Named explicitly: the default ``"auto_select"`` may pick another generator on another device."""

@@ -33,10 +33,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-import gymnasium as gym
 from agents.graph_envs.classic_control import DYNAMICS, RNG_ALG, Dynamics
 from robustgrad._checks import ArgumentTypeError, choice, positive_int
 
