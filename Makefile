@@ -28,7 +28,7 @@ test-all: $(STAMP)
 
 # ruff, then the layering contracts of pyproject.toml [tool.importlinter] (import-linter)
 lint: $(STAMP)
-	$(BIN)/ruff check robustgrad attacks agents tests benchmarks
+	$(BIN)/ruff check robustgrad attacks agents tests benchmarks examples docs/_ext
 	$(BIN)/lint-imports
 
 # the documentation site, offline, warnings as errors (mkdocs.yml; output in build/site)
