@@ -234,8 +234,10 @@ def unrolled_loss(model: FunctionalModel, params0: Any, hparams: HyperParams, x_
       model: a :class:`robustgrad.meta.FunctionalModel` (``apply(params, x)``).
       params0: initial parameters, list of tensors (not differentiated).
       hparams: :class:`HyperParams` of scalar tensors (watched by the caller's tape).
-      x_train ``[N, ...]``, y_train ``[N]`` int labels (or targets for a custom loss); x_val, y_val
-        likewise.
+      x_train: ``[N, ...]`` training inputs.
+      y_train: ``[N]`` int labels (or targets for a custom loss).
+      x_val: validation inputs, shaped like ``x_train``.
+      y_val: validation labels, like ``y_train``.
       batches: ``[T, B]`` int32 indices into the training set (see :func:`make_batches`).
       loss: ``loss(pred, y) -> scalar``; default sparse softmax cross-entropy on logits.
       outer_tape: the tape differentiating with respect to ``hparams``; the bookkeeping of the
