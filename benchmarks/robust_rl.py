@@ -39,7 +39,11 @@ mad, critic -- rs left out for time; grid 0.05-0.3 without 0.02; 8 episodes per 
   smallest budget, so the ratio is unbounded); 1.61 / 1.94 ms per env step (cost x1.20). With
   kappa 0.1 SA-PPO kept 100.5 at 0.05 (missed), with kappa 1 254.5 (missed).
 * CartPole-v1 DQN (preset) vs SA-DQN (kappa 0.1, eps 0.05): clean 500 / 500; at 0.05 15.5 / 436;
-  radius 0 / 0.05; 6.72 / 14.71 ms per env step (x2.19, a machine more loaded during SA-DQN).
+  radius 0 / 0.05; 6.72 / 14.71 ms per env step (x2.19; machine load varied between runs).
+* Pendulum-v1 PPO (preset, normalised obs) vs SA-PPO (kappa 3, trained at the auto eps 0.3,
+  where vanilla's worst-case normalised score falls to 0.27 < 0.5): MISSED -- SA-PPO did not
+  learn at that budget (clean mean -815 against vanilla's -170; score at 0.3: 0.16 of its own
+  clean). Smaller kappa / eps and longer budgets are untried.
 
 Run it from a snapshot copy of the tree (AutoGraph re-reads source files).
 """
