@@ -28,7 +28,7 @@ HELP = "evaluate an RL agent, clean and under observation attacks"
 
 DEFAULT_OUT = "runs/evaluate-agent"
 # the names of agents.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
-# before TensorFlow loads (tests/test_agents_obs_attacks.py checks that both agree)
+# before TensorFlow loads (tests/agents_tests/test_agents_obs_attacks.py checks that both agree)
 ATTACKS = ("random", "action", "mad", "critic", "rs")
 SCALES = ("auto", "raw", "std")
 

@@ -7,45 +7,9 @@ import tensorflow as tf
 import attacks
 from attacks import norms
 
+from small_models import Linear, SmallNet, small_batch
+
 NORMS = ("linf", "l2", "l1")
-
-
-# ----------------------------------------------------------------------------- fixed models
-
-
-class Linear:
-    """logits = [x.w, -x.w]: class 0 prefers large x.w. Optimal L∞ step is eps*sign(w)."""
-
-    def __init__(self, w):
-        self.w = tf.constant(np.asarray(w, np.float32).reshape(-1, 1))
-
-    def __call__(self, x, training=False):
-        s = tf.reshape(x, [tf.shape(x)[0], -1]) @ tf.cast(self.w, x.dtype)
-        return tf.concat([s, -s], axis=1)
-
-
-class SmallNet:
-    """A fixed-weight 2-layer MLP on [B, 4, 4, 1] inputs with 5 classes; counts graph traces."""
-
-    def __init__(self, seed=0, classes=5):
-        rng = np.random.default_rng(seed)
-        self.w1 = tf.constant(rng.normal(0, 1.0, (16, 32)).astype(np.float32))
-        self.b1 = tf.constant(rng.normal(0, 0.1, (32,)).astype(np.float32))
-        self.w2 = tf.constant(rng.normal(0, 1.0, (32, classes)).astype(np.float32))
-        self.traces = 0
-        self.training_seen = set()
-
-    def __call__(self, x, training=False):
-        if not tf.executing_eagerly():
-            self.traces += 1
-        self.training_seen.add(training)
-        h = tf.reshape(tf.cast(x, tf.float32), [-1, 16]) - 0.5
-        h = tf.nn.relu(h @ self.w1 + self.b1)
-        return h @ self.w2
-
-
-def small_batch(n=64, seed=1):
-    return np.random.default_rng(seed).uniform(0, 1, (n, 4, 4, 1)).astype(np.float32)
 
 
 ATTACK_FNS = {

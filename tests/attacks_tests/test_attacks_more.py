@@ -8,7 +8,7 @@ import attacks
 from attacks import norms
 from attacks.apgd import checkpoint_schedule
 
-from test_attacks import Linear, SmallNet, small_batch
+from small_models import Linear, SmallNet, small_batch
 
 EPS = {"linf": 0.1, "l2": 0.5}
 

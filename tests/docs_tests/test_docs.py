@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PACKAGES = ["robustgrad", "robustgrad.transforms", "robustgrad.meta", "robustgrad.hyper",
             "attacks", "attacks.training", "agents", "agents.graph_envs"]

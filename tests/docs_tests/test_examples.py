@@ -1,7 +1,7 @@
 """Every script in examples/ runs (with its --quick budget) and prints a result that makes sense.
 
 Each example is what a guide and the README show (the README's code lines are checked against
-these files in tests/test_docs.py). The full budgets are for people; the tests use ``--quick``.
+these files in tests/docs_tests/test_docs.py). The full budgets are for people; the tests use ``--quick``.
 """
 
 import os
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 

@@ -11,7 +11,7 @@ import attacks
 from attacks.reference import train_digits_cnn
 from robustgrad.data import load_digits
 
-from test_attacks import SmallNet, small_batch
+from small_models import SmallNet, small_batch
 
 
 @pytest.fixture(scope="module")
