@@ -64,9 +64,12 @@ _KILL_DURING_SAVE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("stage,expected_steps", [("moved out agent.json", 32),
-                                                  ("moved in weights", 32),
-                                                  ("moved in agent.json", 64)])
+# every step of the switch is killed in tests/robustgrad_tests/test_atomic_save.py (fast, no TF);
+# here one point per outcome through a real agent, the two slower ones in the slow suite
+@pytest.mark.parametrize("stage,expected_steps", [
+    pytest.param("moved out agent.json", 32, marks=pytest.mark.slow),
+    ("moved in weights", 32),
+    pytest.param("moved in agent.json", 64, marks=pytest.mark.slow)])
 def test_agent_killed_during_save_resumes_from_a_complete_version(tmp_path, stage,
                                                                   expected_steps):
     ckpt = str(tmp_path / "ckpt")
