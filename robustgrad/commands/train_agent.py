@@ -281,8 +281,9 @@ def run(args: argparse.Namespace) -> int:
         keep_best = args.keep_best or (args.eval_every is None
                                        and bool(learn_options.get("keep_best")))
     except (ValueError, ImportError, ConnectionError, TimeoutError) as exc:
-        print(f"robustgrad train-agent: {exc}", file=sys.stderr)
-        return 2
+        from robustgrad.cli import UsageError
+
+        raise UsageError(" ".join(str(exc).split())) from None
 
     done = int(agent.num_timesteps.numpy())
     remaining = args.steps - done

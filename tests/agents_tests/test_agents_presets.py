@@ -104,13 +104,13 @@ def test_config_messages_name_the_field():
 
 # -- command line ----------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, message", [
-    (["--preset", "nope"], "robustgrad train-agent: --preset must be one of "),
-    (["--preset", "dqn-CartPole-v1"], "robustgrad train-agent: --preset must be a preset of ppo"),
-    (["--set", "n_steps"], "robustgrad train-agent: --set must be KEY=VALUE with KEY a config "
+    (["--preset", "nope"], "robustgrad: error: --preset must be one of "),
+    (["--preset", "dqn-CartPole-v1"], "robustgrad: error: --preset must be a preset of ppo"),
+    (["--set", "n_steps"], "robustgrad: error: --set must be KEY=VALUE with KEY a config "
                            "field, got 'n_steps'"),
     (["--set", "=3"], "--set must be KEY=VALUE with KEY a config field, got '=3'"),
-    (["--set", "n_step=8"], "robustgrad train-agent: n_step is not a field of PPOConfig"),
-    (["--set", "n_steps=eight"], "robustgrad train-agent: n_steps must be an int >= 1, got "
+    (["--set", "n_step=8"], "robustgrad: error: n_step is not a field of PPOConfig"),
+    (["--set", "n_steps=eight"], "robustgrad: error: n_steps must be an int >= 1, got "
                                  "'eight'"),
 ])
 def test_cli_bad_preset_or_set(tmp_path, capsys, argv, message):

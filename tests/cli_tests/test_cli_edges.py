@@ -117,8 +117,6 @@ USER_ERRORS = {
     "train-agent": (["--steps", "0", "--out", "{dir}/a"], "--steps"),
     "evaluate-agent": (["--agent", "{dir}/a", "--episodes", "0"], "--episodes"),
 }
-# train-agent prints its own line until it raises cli.UsageError
-_OWN_FORMAT = {"train-agent"}
 
 
 @pytest.mark.parametrize("command", ALL_COMMANDS)
@@ -131,8 +129,7 @@ def test_user_error_is_one_line_exit_2(command, tmp_path, tiny_model, capsys):
     err = capsys.readouterr().err
     assert rc == 2, err
     assert fragment.format(**fill) in err
-    if command not in _OWN_FORMAT:
-        _one_error_line(err)
+    _one_error_line(err)
     assert "Traceback" not in err
 
 
