@@ -86,11 +86,11 @@ class DQN(Agent):
         self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
         self.gradient_step = make_gradient_step(self.optimizer, self.variables,
                                                 cfg.max_grad_norm, self.transform)
-        N = cfg.num_envs
-        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, N, cfg.prioritized_replay)
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
+                                   cfg.prioritized_replay)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
-        self._obs = tf.Variable(tf.zeros((N,) + self.obs_shape), trainable=False, name="obs")
+        self._obs = tf.Variable(tf.zeros((cfg.num_envs,) + self.obs_shape), trainable=False, name="obs")
         self.trace_counts = collections.Counter()
         self.robust_schedule = None  # robust="sa"/"adv": eps and kappa of agents.robust
         if cfg.robust is not None:
@@ -255,7 +255,7 @@ class DQN(Agent):
 
     def _train_iteration(self, steps_done, total):
         cfg = self.config
-        N = cfg.num_envs
+        num_envs = cfg.num_envs
         lr = cfg.learning_rate
         if cfg.learning_rate_final is not None:
             lr = linear(lr, cfg.learning_rate_final, steps_done, total)
@@ -279,4 +279,4 @@ class DQN(Agent):
             self.num_updates.assign_add(1)
         else:
             logs["updates_tried"] = 0.0
-        return logs, cfg.train_freq * N
+        return logs, cfg.train_freq * num_envs

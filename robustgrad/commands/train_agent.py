@@ -90,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "any --set field); recorded in config.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--rollout-workers", type=int, default=None, metavar="N",
-                   help="collect rollouts on N Ray actors (ppo/a2c/reinforce; --num-envs split "
+                   help="collect rollouts on N Ray actors (ppo/a2c/reinforce/dqn; --num-envs split "
                         "evenly; needs pip install 'robustgrad[distributed]')")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
                    help="Ray cluster for --rollout-workers (default: a local Ray instance)")
