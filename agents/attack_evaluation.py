@@ -33,7 +33,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from agents.envs import make_vec_env
+from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
 from agents.observation_attacks import (
     ATTACK_NAMES,
     ObservationAttack,
@@ -111,7 +111,7 @@ def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_action
     env = make_vec_env(agent.config.env, num_envs, seed=seed)
     space = env.single_action_space
     rng = np.random.default_rng(seed)
-    targets = np.array([(n_episodes + i) // num_envs for i in range(num_envs)])
+    targets = episodes_split_evenly(n_episodes, num_envs)
     counts = np.zeros(num_envs, int)
     returns, lengths, changed, norms, trajectory = [], [], [], [], []
     first_done = False
@@ -139,12 +139,7 @@ def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_action
             t += 1
             done = term | trunc
             first_done = first_done or bool(done[0])
-            if done.any():
-                for i, (ret, length) in zip(np.nonzero(done)[0], env.drain_episodes()):
-                    if counts[i] < targets[i]:
-                        returns.append(ret)
-                        lengths.append(length)
-                        counts[i] += 1
+            take_finished_episodes(env, done, counts, targets, returns, lengths)
     finally:
         env.close()
     seconds = time.perf_counter() - start

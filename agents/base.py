@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from agents.callbacks import ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
-from agents.envs import graph_env_step, make_vec_env
+from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
 from agents.persistence import read_metadata, restore_weights, write_agent
 from robustgrad.errors import NonFiniteError
@@ -341,7 +341,7 @@ class Agent:
         k = int(num_envs or min(int(n_episodes), 8))
         seed = self.config.seed + 10_000 if seed is None else seed
         env = make_vec_env(self.config.env, k, seed=seed)
-        targets = np.array([(n_episodes + i) // k for i in range(k)])
+        targets = episodes_split_evenly(int(n_episodes), k)
         counts = np.zeros(k, int)
         returns, lengths = [], []
         try:
@@ -349,14 +349,7 @@ class Agent:
             while (counts < targets).any():
                 actions = self.act(obs, deterministic=deterministic)
                 obs, _r, term, trunc, _f = env.step(actions)
-                done = term | trunc
-                if done.any():
-                    eps = env.drain_episodes()
-                    for i, (ret, length) in zip(np.nonzero(done)[0], eps):
-                        if counts[i] < targets[i]:
-                            returns.append(ret)
-                            lengths.append(length)
-                            counts[i] += 1
+                take_finished_episodes(env, term | trunc, counts, targets, returns, lengths)
         finally:
             env.close()
         return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),

@@ -92,6 +92,29 @@ def graph_env_step(step_fn: Callable, actions, num_envs: int, obs_shape: tuple[i
     return obs, reward, terminated, truncated, final_obs
 
 
+def episodes_split_evenly(n_episodes: int, num_envs: int) -> np.ndarray:
+    """How many of ``n_episodes`` each of ``num_envs`` sub-environments runs (as SB3 does), so
+    that short episodes are not over-represented.
+
+    >>> episodes_split_evenly(10, 4).tolist()
+    [2, 2, 3, 3]
+    """
+    return np.array([(n_episodes + i) // num_envs for i in range(num_envs)])
+
+
+def take_finished_episodes(env: VecEnv, done: np.ndarray, counts: np.ndarray,
+                           targets: np.ndarray, returns: list, lengths: list) -> None:
+    """After a vector step with ``done [N]``: append the finished episodes of the sub-envs that
+    still owe episodes (``counts < targets``) to ``returns`` / ``lengths``, counting them."""
+    if not done.any():
+        return
+    for i, (ret, length) in zip(np.nonzero(done)[0], env.drain_episodes()):
+        if counts[i] < targets[i]:
+            returns.append(ret)
+            lengths.append(length)
+            counts[i] += 1
+
+
 def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
     mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if isinstance(mode, str):
