@@ -38,6 +38,7 @@ import sys
 import time
 
 from robustgrad.cli import UsageError, user_errors
+from robustgrad.commands._classifier_history import prior_history, write_history
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
 from robustgrad.commands._resume import check_resume, record_overrides
 
@@ -358,7 +359,7 @@ def run(args) -> int:
         if args.resume:
             first_epoch = ckpt.restore()
             skipped = ckpt.batches_done
-            prior = _prior_history(out, first_epoch)
+            prior = prior_history(out, first_epoch)
             where = (f"at epoch {first_epoch + 1}, batch {skipped} of {spe}" if skipped
                      else f"after epoch {first_epoch}")
             _log(args, f"resuming {out} {where}")
@@ -425,12 +426,12 @@ def run(args) -> int:
         except TrainingInterrupted:
             if bar is not None:
                 bar.on_train_end()
-            _write_history(out, prior, recorder, timer, guard, time.time() - t0, first_epoch,
+            write_history(out, prior, recorder, timer, guard, time.time() - t0, first_epoch,
                            skipped, partial=timer.partial_seconds)
             raise
     finally:
         interrupts.__exit__(None, None, None)
-    train_time = _write_history(out, prior, recorder, timer, guard, time.time() - t0,
+    train_time = write_history(out, prior, recorder, timer, guard, time.time() - t0,
                                 first_epoch, skipped)
 
     # ---- artefacts
@@ -449,59 +450,6 @@ def run(args) -> int:
         with open(os.path.join(out, "report.json"), "w") as f:
             json.dump(report, f, indent=1)
     return 0
-
-
-def _prior_history(out: str, epochs_done: int) -> dict:
-    """The ``history.json`` of the run being resumed, cut to the ``epochs_done`` epochs its
-    checkpoint holds (an empty dict when there is none)."""
-    path = os.path.join(out, "history.json")
-    try:
-        with open(path) as f:
-            prior = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(prior, dict):
-        return {}
-    history = prior.get("history") if isinstance(prior.get("history"), dict) else {}
-    seconds = prior.get("epoch_seconds") if isinstance(prior.get("epoch_seconds"), list) else []
-    return {"history": {k: list(v)[:epochs_done] for k, v in history.items()
-                        if isinstance(v, list)},
-            "epoch_seconds": seconds[:epochs_done],
-            "train_seconds": float(prior.get("train_seconds") or 0.0),
-            "partial_epoch_seconds": float(prior.get("partial_epoch_seconds") or 0.0),
-            "resumed_at": [r for r in prior.get("resumed_at", []) if isinstance(r, dict)]}
-
-
-def _write_history(out, prior, recorder, timer, guard, seconds, first_epoch, skipped,
-                   partial=None) -> float:
-    """Write ``history.json``: every epoch from the start of the run (the resumed part after
-    the ``prior`` one), ``train_seconds`` summed over every part; returns that sum.
-    ``partial`` (seconds of an epoch interrupted mid-way) is kept for the part that ends it."""
-    history = {k: list(v) for k, v in prior.get("history", {}).items()}
-    for k, vals in recorder.history.items():
-        history.setdefault(k, []).extend(float(v) for v in vals)
-    epoch_seconds = list(prior.get("epoch_seconds", []))
-    mine = list(timer.seconds)
-    if mine and skipped:  # the interrupted epoch's earlier batches
-        mine[0] += prior.get("partial_epoch_seconds", 0.0)
-    epoch_seconds += mine
-    total = prior.get("train_seconds", 0.0) + seconds
-    resumed = list(prior.get("resumed_at", []))
-    if first_epoch or skipped:
-        resumed.append({"epoch": first_epoch, "batch": skipped})
-    record = {"history": history, "train_seconds": total, "epoch_seconds": epoch_seconds,
-              "resumed_at": resumed}
-    if partial is not None:
-        carried = prior.get("partial_epoch_seconds", 0.0) if skipped and not mine else 0.0
-        record["partial_epoch_seconds"] = partial + carried
-    if guard is not None:
-        record["guard"] = {"collapsed_epoch": guard.collapsed_epoch,
-                           "pgd_accuracy": guard.history, "best_epoch": guard.best_epoch}
-    path = os.path.join(out, "history.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".tmp", path)  # a second Ctrl-C never leaves half a file
-    return total
 
 
 def _final_report(args, clf, x_te, y_te, data) -> dict:
