@@ -61,6 +61,21 @@ def task_loss(model: FunctionalModel, loss_fn: Callable, params: Sequence[Any], 
     return scalar_output(loss_fn(model.apply(params, x), y), what)
 
 
+def _sgd_loop(model: FunctionalModel, loss_of: Callable, params: list, steps: int | tf.Tensor,
+              lr: float | tf.Tensor, second_order: bool) -> list[tf.Tensor]:
+    """``steps`` SGD steps on ``loss_of(params)``; first order stops the inner gradients."""
+    for _ in tf.range(steps):
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            loss = loss_of(params)
+        grads = tape.gradient(loss, params)
+        check_grads(grads, model.names, "the inner loss")
+        if not second_order:
+            grads = [tf.stop_gradient(g) for g in grads]
+        params = [p - tf.cast(lr, p.dtype) * g for p, g in zip(params, grads)]
+    return params
+
+
 def sgd_steps(model: FunctionalModel, loss_fn: Callable, params: Sequence[Any], x: tf.Tensor,
               y: tf.Tensor, steps: int | tf.Tensor, lr: float | tf.Tensor,
               second_order: bool = False) -> list[tf.Tensor]:
@@ -70,16 +85,8 @@ def sgd_steps(model: FunctionalModel, loss_fn: Callable, params: Sequence[Any], 
     (or int32 scalar tensor), ``lr`` a float. Returns a list shaped like ``params``.
     """
     params = [tf.convert_to_tensor(p) for p in params]
-    for _ in tf.range(steps):
-        with tf.GradientTape() as tape:
-            tape.watch(params)
-            loss = task_loss(model, loss_fn, params, x, y, "loss")
-        grads = tape.gradient(loss, params)
-        check_grads(grads, model.names, "the inner loss")
-        if not second_order:
-            grads = [tf.stop_gradient(g) for g in grads]
-        params = [p - tf.cast(lr, p.dtype) * g for p, g in zip(params, grads)]
-    return params
+    return _sgd_loop(model, lambda ps: task_loss(model, loss_fn, ps, x, y, "loss"), params,
+                     steps, lr, second_order)
 
 
 def tiled(model: FunctionalModel, n_tasks: int | tf.Tensor) -> list[tf.Tensor]:
@@ -104,16 +111,8 @@ def batched_sgd_steps(model: FunctionalModel, params: Sequence[Any], x: tf.Tenso
     the sum of the per-task MSEs, whose gradient with respect to task t's slice is task t's own.
     """
     params = list(params)
-    for _ in tf.range(steps):
-        with tf.GradientTape() as tape:
-            tape.watch(params)
-            loss = tf.reduce_sum(batched_mse(model, params, x, y))
-        grads = tape.gradient(loss, params)
-        check_grads(grads, model.names, "the inner loss")
-        if not second_order:
-            grads = [tf.stop_gradient(g) for g in grads]
-        params = [p - tf.cast(lr, p.dtype) * g for p, g in zip(params, grads)]
-    return params
+    return _sgd_loop(model, lambda ps: tf.reduce_sum(batched_mse(model, ps, x, y)), params,
+                     steps, lr, second_order)
 
 
 def vectorised(model: FunctionalModel, loss_fn: Callable) -> bool:
