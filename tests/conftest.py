@@ -9,6 +9,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # two-node test, which needs cluster mode, sets this back in its own subprocesses.)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -33,3 +38,25 @@ def central_difference(f, x, eps=1e-6):
         xm[i] -= eps
         g[i] = (float(f(xp)) - float(f(xm))) / (2 * eps)
     return g
+
+
+def cli_command(*args):
+    """``python -m robustgrad.cli ARGS`` in this interpreter."""
+    return [sys.executable, "-m", "robustgrad.cli", *args]
+
+
+def interrupt_cli_once_ready(args, marker, timeout=400):
+    """Run the CLI with ``args`` in a subprocess, send SIGINT once ``marker`` (a checkpoint file)
+    exists, and return ``(returncode, stderr, the one 'robustgrad: interrupted' line)``."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen(cli_command(*args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + timeout
+    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert os.path.exists(marker), proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.startswith("robustgrad: interrupted")]
+    assert len(lines) == 1, err[-3000:]
+    return proc.returncode, err, lines[0]

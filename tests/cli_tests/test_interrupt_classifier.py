@@ -5,14 +5,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 
 import keras
 import numpy as np
 
 from attacks import training
 from robustgrad import cli
+
+from conftest import cli_command, interrupt_cli_once_ready
 
 ARGS = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
         "--epochs", "3", "--batch-size", "16", "--width", "4", "--no-eval", "--no-progress",
@@ -66,30 +66,19 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
     assert full["resumed_at"] == [{"epoch": 1, "batch": 5}]
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "robustgrad.cli", *args]
 
 
 def test_sigint_during_train_classifier_subprocess(tmp_path):
     out = str(tmp_path / "clf")
     args = [a if a != "3" else "200" for a in ARGS] + ["--out", out]  # stopped long before
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.Popen(_cli(*args), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     marker = os.path.join(out, "checkpoints", "checkpoint")
-    deadline = time.time() + 400
-    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert os.path.exists(marker), proc.communicate()[1][-3000:]
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-3000:]
+    returncode, err, line = interrupt_cli_once_ready(args, marker)
+    assert returncode == 130, err[-3000:]
     assert "Traceback" not in err
-    last = [line for line in err.splitlines() if line.startswith("robustgrad: interrupted")]
-    assert len(last) == 1, err[-3000:]
-    assert "training stopped by SIGINT" in last[0]
-    assert f"checkpoint saved to {os.path.join(out, 'checkpoints')}" in last[0]
-    assert last[0].endswith(f"--out {out} --resume")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    assert "training stopped by SIGINT" in line
+    assert f"checkpoint saved to {os.path.join(out, 'checkpoints')}" in line
+    assert line.endswith(f"--out {out} --resume")
     stopped = _history(out)
     epochs_done = len(stopped["history"]["loss"])
     assert 1 <= epochs_done < 200
@@ -97,7 +86,8 @@ def test_sigint_during_train_classifier_subprocess(tmp_path):
     # checkpoint and the history holds every epoch from the start
     resume = [a if a != "200" else str(epochs_done + 1) for a in args] + ["--resume",
                                                                           "--override", "epochs"]
-    done = subprocess.run(_cli(*resume), env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cli_command(*resume), env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     final = _history(out)
     assert len(final["history"]["loss"]) == epochs_done + 1
