@@ -1,0 +1,185 @@
+"""The public API surface: every public function and every public method of a public class has a
+docstring, and in ``attacks`` and ``agents`` every one of them also has type hints for its
+parameters and its return.
+
+The walk starts from the public modules that tests/docs_tests/test_docs.py checks (packages and
+modules without a leading underscore, the command line's ``commands`` left out) and takes every
+public name such a module holds that is defined in our packages, so a class defined in a private
+module and re-exported (``attacks.Attack`` from ``attacks/_base.py``) is checked too. Members
+inherited from TensorFlow, Keras or gymnasium are not ours and are skipped; a method that overrides
+a documented method of one of our own base classes may keep the base's docstring.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from test_docs import public_modules
+
+OURS = ("robustgrad", "attacks", "agents")
+HINTED = ("attacks", "agents")          # packages whose public API must carry type hints
+
+# Offenders in files another helper owned during this change, listed by name so the lead can
+# empty this set once they are fixed. Every name here must still be an offender (checked below).
+_PENDING: set[str] = set()
+
+
+def _is_ours(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".")[0] in OURS
+
+
+def _python_function(obj: Any) -> Callable | None:
+    """The plain Python function behind a function, a tf.function or a functools.wraps wrapper."""
+    if inspect.isfunction(obj):
+        return obj
+    inner = getattr(obj, "python_function", None)     # tf.function
+    return inner if inspect.isfunction(inner) else None
+
+
+def public_objects() -> Iterator[tuple[str, Any]]:
+    """('module.qualname', object) for every public function and class of our public modules, once
+    each, named by the module that defines it."""
+    seen: set[int] = set()
+    for module_name in public_modules():
+        module = importlib.import_module(module_name)
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
+        for name in names:
+            obj = getattr(module, name, None)
+            if not (inspect.isclass(obj) or _python_function(obj)) or not _is_ours(obj):
+                continue
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            yield f"{obj.__module__}.{obj.__qualname__}", obj
+
+
+def _members(cls: type) -> Iterator[tuple[str, str, Any]]:
+    """(name, kind, function) for the methods and properties ``cls`` itself defines; kind is
+    'method', 'static', 'class' or 'property'."""
+    for name, raw in vars(cls).items():
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(raw, property):
+            if raw.fget is not None:
+                yield name, "property", raw.fget
+        elif isinstance(raw, staticmethod):
+            yield name, "static", raw.__func__
+        elif isinstance(raw, classmethod):
+            yield name, "class", raw.__func__
+        elif (function := _python_function(raw)) is not None:
+            yield name, "method", function
+
+
+def _base_docstring(cls: type, name: str) -> str:
+    """The docstring of ``name`` on the nearest base class of ours that defines it, else ''."""
+    for base in cls.__mro__[1:]:
+        if _is_ours(base) and name in vars(base):
+            raw = vars(base)[name]
+            doc = raw.fget.__doc__ if isinstance(raw, property) else getattr(raw, "__doc__", None)
+            if doc and doc.strip():
+                return doc
+    return ""
+
+
+def has_docstring(function: Callable, cls: type | None = None, name: str = "") -> bool:
+    """Whether ``function`` has its own docstring, or overrides a documented method of ours."""
+    if (function.__doc__ or "").strip():
+        return True
+    return cls is not None and bool(_base_docstring(cls, name).strip())
+
+
+def missing_hints(function: Callable, kind: str = "function", init: bool = False) -> list[str]:
+    """The parameters of ``function`` without an annotation (self/cls and *args/**kwargs exempt),
+    and 'return' when the return is not annotated (not asked of ``__init__``)."""
+    parameters = list(inspect.signature(function, follow_wrapped=False).parameters.values())
+    if kind in ("method", "class", "property") and parameters:
+        parameters = parameters[1:]
+    missing = [p.name for p in parameters
+               if p.annotation is inspect.Parameter.empty
+               and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not init and inspect.signature(function, follow_wrapped=False).return_annotation \
+            is inspect.Signature.empty:
+        missing.append("return")
+    return missing
+
+
+def offenders() -> tuple[list[str], list[str]]:
+    """('module.qualname' without a docstring, 'module.qualname(missing, ...)' without hints)."""
+    undocumented, unhinted = [], []
+    for qualname, obj in public_objects():
+        hinted = qualname.split(".")[0] in HINTED
+        if inspect.isclass(obj):
+            for name, kind, function in _members(obj):
+                member = f"{qualname}.{name}"
+                if name != "__init__" and not has_docstring(function, obj, name):
+                    undocumented.append(member)
+                if hinted and kind != "property" and _is_ours(function):
+                    gaps = missing_hints(function, kind, init=name == "__init__")
+                    if gaps:
+                        unhinted.append(f"{member}({', '.join(gaps)})")
+        else:
+            function = _python_function(obj)
+            if not has_docstring(function):
+                undocumented.append(qualname)
+            if hinted and (gaps := missing_hints(function)):
+                unhinted.append(f"{qualname}({', '.join(gaps)})")
+    return undocumented, unhinted
+
+
+def _name(entry: str) -> str:
+    return entry.split("(")[0]
+
+
+def test_every_public_function_and_method_has_a_docstring():
+    undocumented, _ = offenders()
+    left = sorted(m for m in undocumented if m not in _PENDING)
+    assert not left, f"{len(left)} public functions/methods without a docstring:\n" + "\n".join(left)
+
+
+def test_every_public_function_and_method_of_attacks_and_agents_has_type_hints():
+    _, unhinted = offenders()
+    left = sorted(m for m in unhinted if _name(m) not in _PENDING)
+    assert not left, (f"{len(left)} public functions/methods without type hints "
+                      "(missing parameters/return in parentheses):\n" + "\n".join(left))
+
+
+def test_pending_names_are_still_offenders():
+    """The allow-list only shrinks: a name fixed since is taken off it."""
+    undocumented, unhinted = offenders()
+    current = set(undocumented) | {_name(m) for m in unhinted}
+    fixed = sorted(_PENDING - current)
+    assert not fixed, f"fixed since, remove from _PENDING: {fixed}"
+
+
+def test_the_checks_see_a_missing_docstring_and_missing_hints():
+    def bare(x, *args, y=1, **kwargs):
+        pass
+
+    def hinted(x: int, *args, y: int = 1, **kwargs) -> int:
+        """Documented."""
+        return x
+
+    class Base:
+        def run(self, x: int) -> int:
+            """Run it."""
+            return x
+
+    class Child(Base):
+        def run(self, x):
+            return x
+
+        def extra(self, x: int) -> int:
+            return x
+
+    assert not has_docstring(bare) and has_docstring(hinted)
+    assert missing_hints(bare) == ["x", "y", "return"] and missing_hints(hinted) == []
+    assert missing_hints(Child.run, "method") == ["x", "return"]
+    assert missing_hints(Base.run, "method") == []
+    assert has_docstring(Child.run, Child, "run") is False   # Base is not one of our packages
+    Base.__module__ = Child.__module__ = "agents.example"
+    assert has_docstring(Child.run, Child, "run") and not has_docstring(Child.extra, Child, "extra")
+    assert [n for n, _, _ in _members(Child)] == ["run", "extra"]
