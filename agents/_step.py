@@ -12,6 +12,11 @@ rejected *updates*, so the guard's own per-step limit is set out of the way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
 from robustgrad import transforms
 
 _GUARD_LIMIT = 1_000_000_000
@@ -23,8 +28,10 @@ def default_transform(max_grad_norm: float | None) -> transforms.GradientTransfo
     return transforms.chain(transforms.apply_if_finite(inner, _GUARD_LIMIT))
 
 
-def make_gradient_step(optimizer, variables, max_grad_norm: float | None = None,
-                       transform=None) -> transforms.GradientStep:
+def make_gradient_step(optimizer: Any, variables: Sequence[tf.Variable],
+                       max_grad_norm: float | None = None,
+                       transform: transforms.GradientTransformation | None = None
+                       ) -> transforms.GradientStep:
     """A :class:`robustgrad.transforms.GradientStep` over ``variables``.
 
     ``transform`` (any ``GradientTransformation``) replaces the default chain; wrap it in

@@ -13,18 +13,21 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from agents.callbacks import ProgressBar, as_callbacks
+from agents.callbacks import Callback, ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
 from agents.persistence import read_metadata, restore_weights, write_agent
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
+from robustgrad.transforms import GradientTransformation
 
 FORMAT_VERSION = 1
 
@@ -45,7 +48,8 @@ class Agent:
     config_cls: type[AgentConfig] = AgentConfig
     rollout_workers = None  # agents.distributed.RolloutWorkers when rollouts run on Ray
 
-    def __init__(self, config: AgentConfig | None = None, *, transform=None,
+    def __init__(self, config: AgentConfig | None = None, *,
+                 transform: GradientTransformation | None = None,
                  preset: str | None = AUTO, rollout_workers: int | None = None,
                  ray_address: str | None = None, num_cpus: int | None = None, **overrides):
         # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
@@ -153,7 +157,7 @@ class Agent:
         """
         return [v.numpy().copy() for v in self._model_variables()]
 
-    def set_weights(self, weights) -> None:
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
         """Restore weights returned by :meth:`get_weights` of an agent with the same
         algorithm and network shapes (checked before anything is assigned)."""
         variables = self._model_variables()
@@ -179,8 +183,10 @@ class Agent:
         pass
 
     # -- learning ----------------------------------------------------------------------------
-    def learn(self, total_steps: int, callbacks=None, progress_bar: bool = True,
-              schedule_start: int = 0, handle_interrupts: bool = True):
+    def learn(self, total_steps: int,
+              callbacks: Callback | Callable | Iterable[Callback | Callable] | None = None,
+              progress_bar: bool = True, schedule_start: int = 0,
+              handle_interrupts: bool = True) -> Agent:
         """Train for ``total_steps`` more environment steps (rounded up to whole updates).
 
         Schedules (learning-rate annealing, DQN's epsilon) run over this call's budget;
@@ -321,7 +327,7 @@ class Agent:
                              f"{' ...' if len(bad) > 5 else ''} of {len(obs)} hold NaN or inf")
         return obs, single
 
-    def act(self, obs, deterministic: bool = False) -> np.ndarray:
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """Actions for a batch of raw observations (or a single one), ready for ``env.step``."""
         obs, single = self._as_batch(obs)
         a = self._act_fn(tf.constant(obs), bool(deterministic)).numpy()
@@ -391,7 +397,7 @@ class Agent:
     def _after_restore(self):
         pass
 
-    def close(self):
+    def close(self) -> None:
         """Close the training environment (subprocesses of ``async_envs``) and stop the
         rollout workers, if any."""
         self.env.close()
@@ -406,7 +412,7 @@ class Agent:
         return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
 
 
-def load(directory: str, env=None, *, rollout_workers: int | None = None,
+def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
          ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
     """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
 

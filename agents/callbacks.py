@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # agents.base imports this module
+    from agents.base import Agent
 
 
 class Callback:
     """Hooks of ``learn``: override the ones you need."""
 
-    def on_training_start(self, agent) -> None:
-        pass
+    def on_training_start(self, agent: Agent) -> None:
+        """Called once before the first update of ``learn``."""
 
-    def on_update(self, agent, logs: dict) -> bool | None:
+    def on_update(self, agent: Agent, logs: dict[str, Any]) -> bool | None:
+        """Called after every update with its ``logs``; return ``False`` to stop training."""
         return None
 
-    def on_training_end(self, agent) -> None:
-        pass
+    def on_training_end(self, agent: Agent) -> None:
+        """Called once when ``learn`` ends (also when it stops early or fails)."""
 
 
 class _FunctionCallback(Callback):
@@ -33,7 +39,16 @@ class _FunctionCallback(Callback):
         return self.fn(agent, logs)
 
 
-def as_callbacks(callbacks) -> list[Callback]:
+def as_callbacks(callbacks: Callback | Callable | Iterable[Callback | Callable] | None
+                 ) -> list[Callback]:
+    """``learn``'s ``callbacks`` argument as a list of :class:`Callback`: ``None`` is none, a plain
+    callable ``fn(agent, logs)`` is wrapped as an ``on_update``.
+
+    >>> [type(c).__name__ for c in as_callbacks(lambda agent, logs: None)]
+    ['_FunctionCallback']
+    >>> as_callbacks(None)
+    []
+    """
     if callbacks is None:
         return []
     if isinstance(callbacks, Callback) or callable(callbacks):
@@ -73,7 +88,8 @@ class TensorBoardCallback(Callback):
         self.log_dir = log_dir
         self._writer = None
 
-    def on_training_start(self, agent):
+    def on_training_start(self, agent: Agent) -> None:
+        """Open the event-file writer in ``log_dir``."""
         import tensorflow as tf
 
         global _SCALAR_METADATA
@@ -81,7 +97,8 @@ class TensorBoardCallback(Callback):
             _SCALAR_METADATA = _scalar_metadata()
         self._writer = tf.summary.create_file_writer(self.log_dir)
 
-    def on_update(self, agent, logs):
+    def on_update(self, agent: Agent, logs: dict[str, Any]) -> None:
+        """Write every finite numeric entry of ``logs`` as a scalar at step ``logs['steps']``."""
         import tensorflow as tf
 
         if self._writer is None:
@@ -94,7 +111,8 @@ class TensorBoardCallback(Callback):
                                      metadata=_SCALAR_METADATA)
         return None
 
-    def on_training_end(self, agent):
+    def on_training_end(self, agent: Agent) -> None:
+        """Flush the event file."""
         if self._writer is not None:
             self._writer.flush()
 
@@ -175,7 +193,7 @@ class EvalCallback(Callback):
                   f"{' (new best)' if new_best else ''}", flush=True)
         return ret
 
-    def load_best(self, directory: str, env=None) -> None:
+    def load_best(self, directory: str, env: Any = None) -> None:
         """Continue from a ``best_dir`` written by an earlier (interrupted) run: take its
         best return, step and weights as the ones to beat (``--resume`` uses this)."""
         from agents.base import load  # agents.base imports this module
@@ -186,11 +204,14 @@ class EvalCallback(Callback):
         if self.keep_best:
             self._best_weights = load(directory, env=env).get_weights()
 
-    def on_training_start(self, agent):
+    def on_training_start(self, agent: Agent) -> None:
+        """Schedule the first evaluation ``every`` steps from the agent's current step."""
         self._next = int(agent.num_timesteps.numpy()) + self.every
         self.restored = False
 
-    def on_update(self, agent, logs):
+    def on_update(self, agent: Agent, logs: dict[str, Any]) -> None:
+        """Evaluate when ``logs['steps']`` passed the next scheduled step; the return goes into
+        ``logs['eval_return']``."""
         if self._next is None:
             self.on_training_start(agent)
         if logs["steps"] >= self._next:
@@ -199,7 +220,9 @@ class EvalCallback(Callback):
                 self._next += self.every
         return None
 
-    def on_training_end(self, agent):
+    def on_training_end(self, agent: Agent) -> None:
+        """Evaluate the final weights (unless the last update was) and, with ``keep_best``, put
+        the best-evaluated weights back if they beat them; nothing when training failed."""
         if getattr(agent, "training_failed", False):
             return  # an exception is propagating: leave the weights and the env alone
         steps = int(agent.num_timesteps.numpy())
@@ -222,7 +245,7 @@ class ProgressBar:
     Quiet when ``enabled`` is false or ``stream`` (default stderr) is not a terminal.
     """
 
-    def __init__(self, total: int, enabled: bool = True, stream=None):
+    def __init__(self, total: int, enabled: bool = True, stream: IO[str] | None = None):
         from robustgrad.progress import Progress
 
         self.total = max(int(total), 1)
@@ -240,4 +263,5 @@ class ProgressBar:
             self._progress.update_to(done, **{"return": f"{episode_return:.1f}"})
 
     def close(self) -> None:
+        """End the bar's line (nothing when quiet)."""
         self._progress.close()

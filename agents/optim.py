@@ -28,13 +28,15 @@ agents do not see without extra wiring (DESIGN.md section 5). This class is 30 l
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import tensorflow as tf
 
 
 class Adam(tf.Module):
     """Adam (Kingma & Ba 2015) with ``apply_gradients(grads_and_vars)``."""
 
-    def __init__(self, variables, learning_rate: float = 3e-4, beta_1: float = 0.9,
+    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float = 3e-4, beta_1: float = 0.9,
                  beta_2: float = 0.999, eps: float = 1e-5, name: str = "adam"):
         super().__init__(name=name)
         self.learning_rate = tf.Variable(float(learning_rate), trainable=False, name="lr")
@@ -44,7 +46,10 @@ class Adam(tf.Module):
         self.v = [tf.Variable(tf.zeros_like(v), trainable=False, name="v") for v in variables]
         self._index = {id(v): i for i, v in enumerate(variables)}
 
-    def apply_gradients(self, grads_and_vars):
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[tf.Tensor | None, tf.Variable]]
+                        ) -> tf.Variable:
+        """One Adam step for each ``(gradient, variable)`` pair (``None`` gradients skipped);
+        returns the step counter ``iterations`` (int64)."""
         self.iterations.assign_add(1)
         t = tf.cast(self.iterations, tf.float32)
         c1 = 1.0 - tf.pow(self.beta_1, t)
@@ -60,6 +65,7 @@ class Adam(tf.Module):
             var.assign_sub(self.learning_rate * (m / c1) / denom)
         return self.iterations
 
-    def apply(self, grads, variables=None):
+    def apply(self, grads: Sequence[tf.Tensor | None],
+              variables: Sequence[tf.Variable] | None = None) -> tf.Variable:
         """Keras-3-style alias: ``apply(grads, variables)``."""
         return self.apply_gradients(zip(grads, variables))
