@@ -29,6 +29,8 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -43,6 +45,9 @@ from agents.observation_attacks import (
     step_seed,
 )
 from robustgrad import _checks
+
+if TYPE_CHECKING:
+    from agents.base import Agent
 
 __all__ = ["AgentAttackReport", "ObservationAttackWrapper", "check_evaluation",
            "evaluate_under_attack",
@@ -75,8 +80,8 @@ class ObservationAttackWrapper(gym.ObservationWrapper):
     ``action_changed`` (the agent's deterministic action differs on ŝ) per step.
     """
 
-    def __init__(self, env: gym.Env, agent, attack, eps: float = 0.1, seed: int = 0,
-                 norm="linf", **kwargs):
+    def __init__(self, env: gym.Env, agent: Agent, attack: str | ObservationAttack,
+                 eps: float = 0.1, seed: int = 0, norm: str = "linf", **kwargs: Any):
         check_box_observations(env.observation_space, "env")
         super().__init__(env)
         if isinstance(attack, ObservationAttack):
@@ -89,7 +94,9 @@ class ObservationAttackWrapper(gym.ObservationWrapper):
         self.perturbation_norms: list[float] = []
         self.action_changed: list[bool] = []
 
-    def observation(self, observation):
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        """The attacked observation ŝ for the clean one (same shape and dtype); records its
+        perturbation norm and whether it changed the agent's deterministic action."""
         obs = np.asarray(observation, np.float32)[None]
         adv, norm, a_adv, a_clean = self.attack.step(obs, seed=step_seed(self.seed, self.t))
         self.t += 1
@@ -188,7 +195,8 @@ class AgentAttackReport:
                 return r
         raise KeyError(f"no row for attack={attack!r}, eps={eps}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain Python data (every field, rows included)."""
         return dataclasses.asdict(self)
 
     def to_json(self, path: str | None = None) -> str:
@@ -317,7 +325,9 @@ def _units(agent, scale) -> str:
     return "raw" if isinstance(scale, str) and scale == "raw" else "per-dimension std"
 
 
-def check_evaluation(agent, attacks, eps, norm="linf", scale=None) -> tuple[list, list, str]:
+def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Sequence[float],
+                     norm: str = "linf", scale: str | np.ndarray | None = None
+                     ) -> tuple[list, list, str]:
     """Check an evaluation request against ``agent`` (names, budgets, norm, units, a critic for
     ``critic``, Box observations); returns ``(attacks, sorted budgets, norm)``."""
     if isinstance(attacks, str):
@@ -337,8 +347,10 @@ def check_evaluation(agent, attacks, eps, norm="linf", scale=None) -> tuple[list
     return attacks, budgets, _checks.norm_name(norm)
 
 
-def evaluate_under_attack(agent, attacks=ATTACK_NAMES, eps=(0.05, 0.1, 0.2), n_episodes=50,
-                          seed: int = 0, *, norm="linf", scale=None, num_envs: int | None = None,
+def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NAMES,
+                          eps: float | Sequence[float] = (0.05, 0.1, 0.2), n_episodes: int = 50,
+                          seed: int = 0, *, norm: str = "linf", scale: str | np.ndarray | None = None,
+                          num_envs: int | None = None,
                           rs_steps: int = 20_000, attack_kwargs: dict | None = None,
                           progress: bool = True) -> AgentAttackReport:
     """Episode returns of ``agent`` (deterministic actions) under each attack and budget.

@@ -59,7 +59,8 @@ class ReplayBuffer(tf.Module):
         self.pos = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.size = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-    def add(self, obs, actions, rewards, next_obs, terminated) -> None:
+    def add(self, obs: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor, next_obs: tf.Tensor,
+            terminated: tf.Tensor) -> None:
         """Write one transition per environment (``[num_envs, ...]`` each) at ``pos``,
         overwriting the oldest ones once full. ``terminated`` is bool or float."""
         n, cap = self.num_envs, self.capacity
@@ -74,7 +75,8 @@ class ReplayBuffer(tf.Module):
         self.pos.assign((self.pos + n) % cap)
         self.size.assign(tf.minimum(self.size + n, cap))
 
-    def sample(self, rng: tf.random.Generator, batch_size: int, beta=1.0):
+    def sample(self, rng: tf.random.Generator, batch_size: int, beta: float | tf.Tensor = 1.0
+               ) -> tuple[tf.Tensor, tf.Tensor | None]:
         """``(indices [B] int64, weights [B] float32 or None)``: uniform over the filled slots,
         or (prioritised) stratified proportional to ``priority`` with importance weights
         ``(N P(i)) ** -beta`` divided by their batch maximum."""
@@ -91,12 +93,13 @@ class ReplayBuffer(tf.Module):
         w = tf.pow(tf.cast(size, tf.float64) * prob, -tf.cast(beta, tf.float64))
         return idx, tf.cast(w / tf.reduce_max(w), tf.float32)
 
-    def gather(self, idx) -> dict:
+    def gather(self, idx: tf.Tensor) -> dict[str, tf.Tensor]:
         """The transitions at ``idx``: ``{"obs", "actions", "rewards", "next_obs",
         "terminated"}``."""
         return {name: tf.gather(getattr(self, name), idx) for name in _FIELDS}
 
-    def update_priorities(self, idx, td_errors, alpha: float, eps: float) -> None:
+    def update_priorities(self, idx: tf.Tensor, td_errors: tf.Tensor, alpha: float, eps: float
+                          ) -> None:
         """Priorities ``(|td| + eps) ** alpha`` at ``idx`` (0 where non-finite); raises
         ``max_priority`` to the largest new one."""
         p = tf.pow(tf.abs(td_errors) + eps, alpha)

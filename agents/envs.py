@@ -65,7 +65,8 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     return VecEnv(vec, seed=seed)
 
 
-def graph_env_step(step_fn: Callable, actions, num_envs: int, obs_shape: tuple[int, ...]):
+def graph_env_step(step_fn: Callable, actions: tf.Tensor, num_envs: int, obs_shape: tuple[int, ...]
+                   ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """Call the numpy ``step_fn(actions)`` of a :class:`VecEnv` from inside a ``tf.function``
     (``tf.numpy_function``, stateful) and give the results their static shapes.
 
@@ -154,6 +155,8 @@ class VecEnv:
 
     # -- gymnasium-like API ----------------------------------------------------------------
     def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every sub-environment; returns the observations ``[N, *obs_shape] float32``.
+        Only the first reset uses the constructor's ``seed`` (unless ``seed`` is given)."""
         seed = self._seed if seed is None else seed
         obs, _ = self.vec.reset(seed=seed)
         self._seed = None  # seed only the first reset, later resets continue the RNG streams
@@ -162,7 +165,8 @@ class VecEnv:
         self.obs = np.asarray(obs, np.float32)
         return self.obs
 
-    def step(self, actions: np.ndarray):
+    def step(self, actions: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step all sub-environments; returns ``obs, reward, terminated, truncated, final_obs``.
 
         An exception raised by the environment is stored in :attr:`error` (so that the
@@ -199,10 +203,12 @@ class VecEnv:
         return obs, reward.astype(np.float32), terminated, truncated, final_obs
 
     def drain_episodes(self) -> list[tuple[float, int]]:
+        """The ``(return, length)`` of the episodes finished since the last call, emptied."""
         out, self.episodes = self.episodes, []
         return out
 
     def close(self) -> None:
+        """Close the underlying gymnasium vector env (and its subprocesses)."""
         self.vec.close()
 
 
@@ -214,7 +220,8 @@ class RunningMeanStd(tf.Module):
     ``update`` so a NaN observation cannot corrupt the statistics.
     """
 
-    def __init__(self, shape=(), epsilon: float = 1e-8, clip: float = 10.0, name=None):
+    def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-8, clip: float = 10.0,
+                 name: str | None = None):
         super().__init__(name=name)
         self.mean = tf.Variable(tf.zeros(shape, tf.float64), trainable=False, name="mean")
         self.var = tf.Variable(tf.ones(shape, tf.float64), trainable=False, name="var")
@@ -223,7 +230,9 @@ class RunningMeanStd(tf.Module):
         self.clip = clip
         self.shape = tuple(shape)
 
-    def update(self, x):
+    def update(self, x: tf.Tensor | np.ndarray) -> None:
+        """Fold the rows of ``x`` (``[..., *shape]``, any float dtype) into the statistics;
+        rows holding a non-finite value are skipped."""
         x = tf.reshape(tf.cast(x, tf.float64), (-1,) + self.shape)
         rows = tf.reduce_all(tf.reshape(tf.math.is_finite(x), (tf.shape(x)[0], -1)), axis=1)
         w = tf.reshape(tf.cast(rows, tf.float64), (-1,) + (1,) * len(self.shape))
@@ -238,16 +247,18 @@ class RunningMeanStd(tf.Module):
         self.var.assign(m2 / tot)
         self.count.assign(tot)
 
-    def normalize(self, x):
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+        """``(x - mean) / sqrt(var + epsilon)`` clipped to ``[-clip, clip]``, in ``x``'s dtype."""
         mean = tf.cast(self.mean, x.dtype)
         std = tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)
         return tf.clip_by_value((x - mean) / std, -self.clip, self.clip)
 
-    def scale(self, x):
+    def scale(self, x: tf.Tensor) -> tf.Tensor:
         """Divide by the running standard deviation only (reward scaling)."""
         return x / tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)
 
     def numpy_state(self) -> dict[str, np.ndarray]:
+        """The statistics as numpy arrays: ``mean``, ``var`` and ``count`` (float64)."""
         return {"mean": self.mean.numpy(), "var": self.var.numpy(), "count": self.count.numpy()}
 
 

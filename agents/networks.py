@@ -37,7 +37,7 @@ class MLP(tf.Module):
     """A multi-layer perceptron on flattened inputs; orthogonal init, zero biases."""
 
     def __init__(self, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str,
-                 out_gain: float, seed: int, name=None):
+                 out_gain: float, seed: int, name: str | None = None):
         super().__init__(name=name)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation: expected one of {sorted(_ACTIVATIONS)}, got "
@@ -52,7 +52,7 @@ class MLP(tf.Module):
             self.weights_.append(tf.Variable(orthogonal((a, b), gain, rng), name=f"w{i}"))
             self.biases.append(tf.Variable(tf.zeros([b]), name=f"b{i}"))
 
-    def __call__(self, x):
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
         x = tf.reshape(x, (tf.shape(x)[0], -1))
         n = len(self.weights_)
         for i, (w, b) in enumerate(zip(self.weights_, self.biases)):
@@ -70,11 +70,12 @@ class ObsNormalizer(tf.Module):
         self.enabled = enabled
         self.rms = RunningMeanStd(obs_shape, clip=clip, name="obs_rms")
 
-    def __call__(self, obs):
+    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
         obs = tf.convert_to_tensor(obs, tf.float32)
         return self.rms.normalize(obs) if self.enabled else obs
 
-    def update(self, obs):
+    def update(self, obs: tf.Tensor | np.ndarray) -> None:
+        """Fold a batch of raw observations into the statistics (nothing when disabled)."""
         if self.enabled:
             self.rms.update(obs)
 
@@ -87,9 +88,9 @@ class ActorCritic(tf.Module):
     state-independent variable.
     """
 
-    def __init__(self, obs_shape, n_actions_or_dim: int, discrete: bool,
-                 hidden=(64, 64), activation="tanh", normalize_obs=False, log_std_init=0.0,
-                 seed=0):
+    def __init__(self, obs_shape: tuple[int, ...], n_actions_or_dim: int, discrete: bool,
+                 hidden: tuple[int, ...] = (64, 64), activation: str = "tanh",
+                 normalize_obs: bool = False, log_std_init: float = 0.0, seed: int = 0):
         super().__init__(name="actor_critic")
         in_dim = int(np.prod(obs_shape))
         self.discrete = discrete
@@ -101,7 +102,9 @@ class ActorCritic(tf.Module):
             self.log_std = tf.Variable(tf.fill([n_actions_or_dim], float(log_std_init)),
                                        name="log_std")
 
-    def distribution(self, obs):
+    def distribution(self, obs: tf.Tensor) -> tfd.Distribution:
+        """The policy at raw observations ``obs [B, *obs_shape]``: a ``Categorical`` over the
+        actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
         x = self.obs_norm(obs)
         out = self.policy_net(x)
         if self.discrete:
@@ -109,15 +112,18 @@ class ActorCritic(tf.Module):
         std = tf.exp(self.log_std) * tf.ones_like(out)
         return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
-    def value(self, obs):
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
+        """The state values ``V(obs)``, ``[B] float32``."""
         return tf.squeeze(self.value_net(self.obs_norm(obs)), -1)
 
-    def mode(self, obs):
+    def mode(self, obs: tf.Tensor) -> tf.Tensor:
+        """The most likely action at each observation (the deterministic policy)."""
         d = self.distribution(obs)
         return d.mode()
 
     @property
-    def trainable(self):
+    def trainable(self) -> list[tf.Variable]:
+        """The variables the optimiser updates: both networks and, continuous, ``log_std``."""
         v = list(self.policy_net.trainable_variables) + list(self.value_net.trainable_variables)
         if not self.discrete:
             v.append(self.log_std)
@@ -127,16 +133,18 @@ class ActorCritic(tf.Module):
 class QNetwork(tf.Module):
     """Action values ``Q(s, .)`` for discrete actions."""
 
-    def __init__(self, obs_shape, n_actions: int, hidden=(120, 84), activation="relu",
-                 normalize_obs=False, seed=0, name="q"):
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int,
+                 hidden: tuple[int, ...] = (120, 84), activation: str = "relu",
+                 normalize_obs: bool = False, seed: int = 0, name: str = "q"):
         super().__init__(name=name)
         in_dim = int(np.prod(obs_shape))
         self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs)
         self.net = MLP(in_dim, tuple(hidden), n_actions, activation, 1.0, seed, name="mlp")
 
-    def __call__(self, obs):
+    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
         return self.net(self.obs_norm(obs))
 
     @property
-    def trainable(self):
+    def trainable(self) -> list[tf.Variable]:
+        """The variables the optimiser updates (the observation statistics are not)."""
         return list(self.net.trainable_variables)

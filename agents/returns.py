@@ -18,7 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def bootstrap_values(values_of_next_obs, terminated) -> tf.Tensor:
+def bootstrap_values(values_of_next_obs: tf.Tensor, terminated: tf.Tensor) -> tf.Tensor:
     """``next_values``: the value of the observation each transition led to, 0 if terminated.
 
     ``values_of_next_obs[t]`` is ``V`` of the observation the transition really reached
@@ -28,8 +28,8 @@ def bootstrap_values(values_of_next_obs, terminated) -> tf.Tensor:
     return tf.stop_gradient(values_of_next_obs * (1.0 - terminated))
 
 
-def gae(rewards, values, next_values, episode_ends, gamma: float,
-        lam: float) -> tuple[tf.Tensor, tf.Tensor]:
+def gae(rewards: tf.Tensor, values: tf.Tensor, next_values: tf.Tensor, episode_ends: tf.Tensor,
+        gamma: float, lam: float) -> tuple[tf.Tensor, tf.Tensor]:
     """Generalised advantage estimation (Schulman et al. 2016), ``[T, N]`` tensors.
 
     ``delta_t = r_t + gamma * next_values_t - values_t`` and
@@ -58,7 +58,8 @@ def gae(rewards, values, next_values, episode_ends, gamma: float,
     return adv, tf.stop_gradient(adv + values)
 
 
-def discounted_returns(rewards, next_values, episode_ends, gamma: float) -> tf.Tensor:
+def discounted_returns(rewards: tf.Tensor, next_values: tf.Tensor, episode_ends: tf.Tensor,
+                       gamma: float) -> tf.Tensor:
     """Monte-Carlo returns-to-go, bootstrapped only where the data ends or is truncated.
 
     Equal to ``gae(..., lam=1)`` returns; independent of the value estimates of the
@@ -79,7 +80,8 @@ def discounted_returns(rewards, next_values, episode_ends, gamma: float) -> tf.T
     return tf.stop_gradient(ret)
 
 
-def td_target(rewards, next_q, terminated, gamma: float) -> tf.Tensor:
+def td_target(rewards: tf.Tensor, next_q: tf.Tensor, terminated: tf.Tensor, gamma: float
+              ) -> tf.Tensor:
     """One-step TD target ``r + gamma * (1 - terminated) * next_q`` under stop_gradient.
 
     Truncated transitions are *not* terminated: they bootstrap from ``next_q`` of the

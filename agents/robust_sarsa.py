@@ -25,6 +25,8 @@ TensorShape([3, 2])
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import tensorflow as tf
 
@@ -33,6 +35,9 @@ from agents.envs import make_vec_env
 from agents.networks import MLP
 from agents.optim import Adam
 from robustgrad import _checks
+
+if TYPE_CHECKING:
+    from agents.base import Agent
 
 __all__ = ["QPi", "collect_transitions", "fit_q_pi"]
 
@@ -43,8 +48,9 @@ class QPi(tf.Module):
     Observations are standardised with the statistics of the training data (stored here).
     """
 
-    def __init__(self, obs_dim: int, n_actions_or_dim: int, discrete: bool, hidden=(64, 64),
-                 seed: int = 0, obs_mean=None, obs_std=None):
+    def __init__(self, obs_dim: int, n_actions_or_dim: int, discrete: bool,
+                 hidden: tuple[int, ...] = (64, 64), seed: int = 0,
+                 obs_mean: np.ndarray | None = None, obs_std: np.ndarray | None = None):
         super().__init__(name="q_pi")
         self.discrete = discrete
         in_dim = obs_dim if discrete else obs_dim + n_actions_or_dim
@@ -59,11 +65,11 @@ class QPi(tf.Module):
     def _x(self, obs):
         return (tf.convert_to_tensor(obs, tf.float32) - self.obs_mean) / self.obs_std
 
-    def q_table(self, obs):
+    def q_table(self, obs: tf.Tensor) -> tf.Tensor:
         """``Q^π(s, ·)`` ``[B, A]`` (discrete actions)."""
         return self.net(self._x(obs))
 
-    def q(self, obs, actions):
+    def q(self, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
         """``Q^π(s, a)`` ``[B]``; ``actions`` int ``[B]`` (discrete) or ``[B, k]``."""
         if self.discrete:
             return tf.gather(self.q_table(obs), tf.cast(actions, tf.int32), batch_dims=1)
@@ -97,7 +103,8 @@ class _ActionGap:
         return tf.square(self.q_pi.q(obs, actions) - q_sa)
 
 
-def collect_transitions(agent, steps: int, seed: int = 0, num_envs: int = 8) -> dict:
+def collect_transitions(agent: Agent, steps: int, seed: int = 0, num_envs: int = 8
+                        ) -> dict[str, np.ndarray]:
     """``steps`` transitions of the agent's stochastic policy on fresh envs of its env id:
     ``obs, actions, rewards, next_obs`` (the final observation where an episode ended),
     ``terminated`` and ``next_actions`` (the deterministic policy at ``next_obs``)."""
@@ -119,10 +126,11 @@ def collect_transitions(agent, steps: int, seed: int = 0, num_envs: int = 8) -> 
     return data
 
 
-def fit_q_pi(agent, steps: int = 20_000, *, updates: int = 3000, batch_size: int = 256,
+def fit_q_pi(agent: Agent, steps: int = 20_000, *, updates: int = 3000, batch_size: int = 256,
              learning_rate: float = 1e-3, gamma: float | None = None, target_every: int = 50,
-             robust_coef: float = 0.1, action_eps: float = 0.05, hidden=(64, 64),
-             seed: int = 0, data: dict | None = None) -> QPi:
+             robust_coef: float = 0.1, action_eps: float = 0.05,
+             hidden: tuple[int, ...] = (64, 64), seed: int = 0,
+             data: dict[str, np.ndarray] | None = None) -> QPi:
     """Learn ``Q^π`` of ``agent`` by TD on ``steps`` of its rollouts (module doc).
 
     Args:

@@ -18,7 +18,8 @@ import numbers
 import tensorflow as tf
 
 
-def linear(start, end, done, horizon):
+def linear(start: float, end: float, done: float | tf.Tensor, horizon: float | tf.Tensor
+           ) -> float | tf.Tensor:
     """``start + (end - start) * min(done / max(horizon, 1), 1)``.
 
     ``done`` and ``horizon`` are step counts (Python numbers, or float tensors of one dtype);

@@ -66,7 +66,7 @@ class Dynamics(NamedTuple):
     observe: Callable[[tf.Tensor], tf.Tensor]
 
 
-def uniform01(key, shape, dtype):
+def uniform01(key: tf.Tensor, shape: tf.Tensor | tuple[int, ...], dtype: tf.DType) -> tf.Tensor:
     """Uniform draws in ``[0, 1)`` from raw Philox bits: the top 24 (float32) or 53 (float64) bits
     of each integer, times ``2**-24`` / ``2**-53``.
 

@@ -99,22 +99,27 @@ class GraphEnvSpec:
 
     @property
     def env_id(self) -> str:
+        """The gymnasium id this task reproduces (``"CartPole-v1"``, ...)."""
         return self.dynamics.env_id
 
     @property
     def observation_space(self) -> gym.spaces.Box:
+        """The gymnasium observation space of one environment."""
         return self.dynamics.observation_space
 
     @property
     def action_space(self) -> gym.spaces.Space:
+        """The gymnasium action space of one environment (``Discrete`` or ``Box``)."""
         return self.dynamics.action_space
 
     @property
     def max_episode_steps(self) -> int:
+        """The time limit: an episode is truncated after this many steps."""
         return self.dynamics.max_episode_steps
 
     @property
     def discrete(self) -> bool:
+        """Whether the actions are discrete (a ``Discrete`` action space)."""
         return isinstance(self.dynamics.action_space, gym.spaces.Discrete)
 
     def reset(self, seed: Any, num_envs: int) -> GraphEnvState:
@@ -133,7 +138,8 @@ class GraphEnvSpec:
         """``[N, obs_dim]`` float32 observations of ``state``."""
         return self.dynamics.observe(state.physics)
 
-    def step(self, state: GraphEnvState, actions) -> tuple:
+    def step(self, state: GraphEnvState, actions: tf.Tensor
+             ) -> tuple[GraphEnvState, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
         """One step of all environments with same-step autoreset.
 
         ``actions``: ``[N]`` integers (discrete tasks) or ``[N, 1]`` / ``[N]`` floats (Box tasks).
