@@ -114,6 +114,8 @@ class SGDHD(_HDMixin, keras.optimizers.Optimizer):
         self._check_lr_variable()
 
     def build(self, variables: list[tf.Variable]) -> None:
+        """Create the slots for ``variables`` (once): each one's previous gradient and the last
+        hypergradient."""
         if self.built:
             return
         super().build(variables)
@@ -121,12 +123,14 @@ class SGDHD(_HDMixin, keras.optimizers.Optimizer):
         self._last_hypergradient = self.add_variable((), name="hypergradient")
 
     def update_step(self, gradient: tf.Tensor, variable: tf.Variable, learning_rate: tf.Tensor) -> None:
+        """``variable -= learning_rate * gradient``; keeps ``gradient`` for the next hypergradient."""
         lr = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
         self.assign_sub(variable, ops.multiply(gradient, lr))
         self.assign(self._prev_directions[self._get_variable_index(variable)], gradient)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' optimizer config plus ``hypergradient_lr``."""
         config = super().get_config()
         config.update({"hypergradient_lr": self.hypergradient_lr})
         return config
@@ -158,6 +162,8 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
         self._check_lr_variable()
 
     def build(self, variables: list[tf.Variable]) -> None:
+        """Create the slots for ``variables`` (once): each one's Adam moments and previous
+        direction, and the last hypergradient."""
         if self.built:
             return
         super().build(variables)
@@ -166,6 +172,8 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
         self._last_hypergradient = self.add_variable((), name="hypergradient")
 
     def update_step(self, gradient: tf.Tensor, variable: tf.Variable, learning_rate: tf.Tensor) -> None:
+        """One Adam step of ``variable`` at ``learning_rate``; keeps its direction ``u`` for the
+        next hypergradient."""
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
         gradient = ops.cast(gradient, dtype)
@@ -183,6 +191,7 @@ class AdamHD(_HDMixin, keras.optimizers.Optimizer):
         self.assign(self._prev_directions[i], direction)
 
     def get_config(self) -> dict[str, Any]:
+        """Keras' optimizer config plus ``hypergradient_lr``, ``beta_1``, ``beta_2``, ``epsilon``."""
         config = super().get_config()
         config.update({"hypergradient_lr": self.hypergradient_lr, "beta_1": self.beta_1,
                        "beta_2": self.beta_2, "epsilon": self.epsilon})
@@ -364,18 +373,24 @@ class UnrolledHyperOptimizer(tf.Module):
 
     @property
     def learning_rate(self) -> float:
+        """The current learning rate, ``exp(log_lr)``."""
         return float(tf.exp(self.log_lr))
 
     @property
     def weight_decay(self) -> float:
+        """The current weight decay, ``exp(log_wd)``."""
         return float(tf.exp(self.log_wd))
 
     def step(self) -> dict[str, float]:
+        """One outer update; returns ``val_loss``, ``grad_log_lr``, ``grad_log_wd`` (before the
+        update) and the updated ``learning_rate`` and ``weight_decay``."""
         out = {k: float(v) for k, v in self._step().items()}
         out.update(learning_rate=self.learning_rate, weight_decay=self.weight_decay)
         return out
 
     def fit(self, iterations: int, log_every: int = 0) -> dict[str, np.ndarray]:
+        """Run ``iterations`` outer updates (printing every ``log_every``, 0: never); returns the
+        history of :meth:`step`'s values, one array per key."""
         iterations = positive_int(iterations, "iterations")
         hist: dict[str, list] = {}
         for i in range(iterations):

@@ -71,9 +71,11 @@ class FunctionalModel(tf.Module):
         return self.apply([tf.convert_to_tensor(v) for v in self.params], x)
 
     def get_weights(self) -> list[np.ndarray]:
+        """The parameters as numpy arrays, in ``params`` order."""
         return [v.numpy() for v in self.params]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
+        """Assign ``weights`` (as returned by :meth:`get_weights`) to the parameters."""
         for v, w in zip(self.params, weights):
             v.assign(w)
 

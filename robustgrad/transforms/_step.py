@@ -135,10 +135,12 @@ class GradientStep(tf.Module):
 
     @property
     def transform(self) -> GradientTransformation:
+        """The gradient transformation applied before the optimizer."""
         return self._transform
 
     @property
     def optimizer(self) -> Any:
+        """The Keras optimizer that applies the transformed gradients."""
         return self._optimizer
 
     @property
