@@ -95,13 +95,13 @@ def has_docstring(function: Callable, cls: type | None = None, name: str = "") -
 def missing_hints(function: Callable, kind: str = "function", init: bool = False) -> list[str]:
     """The parameters of ``function`` without an annotation (self/cls and *args/**kwargs exempt),
     and 'return' when the return is not annotated (not asked of ``__init__``)."""
-    parameters = list(inspect.signature(function, follow_wrapped=False).parameters.values())
+    parameters = list(inspect.signature(function).parameters.values())
     if kind in ("method", "class", "property") and parameters:
         parameters = parameters[1:]
     missing = [p.name for p in parameters
                if p.annotation is inspect.Parameter.empty
                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not init and inspect.signature(function, follow_wrapped=False).return_annotation \
+    if not init and inspect.signature(function).return_annotation \
             is inspect.Signature.empty:
         missing.append("return")
     return missing
@@ -117,7 +117,7 @@ def offenders() -> tuple[list[str], list[str]]:
                 member = f"{qualname}.{name}"
                 if name != "__init__" and not has_docstring(function, obj, name):
                     undocumented.append(member)
-                if hinted and kind != "property" and _is_ours(function):
+                if hinted and _is_ours(function):
                     gaps = missing_hints(function, kind, init=name == "__init__")
                     if gaps:
                         unhinted.append(f"{member}({', '.join(gaps)})")
