@@ -11,7 +11,9 @@ no second PGD loop here. Each attack is a pure, seeded batch function
 * ``mad``: maximal action difference, ``KL(π(·|s) ‖ π(·|ŝ))`` with the clean distribution under
   ``tf.stop_gradient``; 10 steps of ``eps/10`` by default (Zhang et al., "Robust deep
   reinforcement learning against adversarial perturbations on state observations",
-  NeurIPS 2020). DQN's policy is taken as ``softmax(Q)``.
+  NeurIPS 2020). DQN's policy is taken as ``softmax(Q)``. :func:`sgld_mad_attack` maximises
+  the same KL by SA-PPO's stochastic gradient Langevin dynamics (the inner maximiser of its
+  ``sgld`` variant; not an attack name of the evaluation).
 * ``critic``: minimise the agent's own ``V(ŝ)``; DQN: drive the greedy action to the action of
   lowest ``Q(s, ·)`` (targeted cross-entropy on the Q-values).
 * ``rs``: minimise ``Q^π(s, π(ŝ))`` with ``Q^π`` learned by Robust Sarsa
@@ -54,11 +56,15 @@ __all__ = [
     "perturbation_norms",
     "random_attack",
     "rs_attack",
+    "sgld_mad_attack",
     "step_seed",
 ]
 
 ATTACK_NAMES = ("random", "action", "mad", "critic", "rs")
 NORMS = ("linf", "l2")
+SGLD_TEMPERATURE = 1e-5
+"""``1 / beta`` of :func:`sgld_mad_attack`'s Langevin noise (SA-PPO's value: the KL's gradients
+with respect to the observation are small, so the noise is too)."""
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -108,6 +114,7 @@ class _Victim:
         self.is_dqn = hasattr(agent, "q_values")
         self.fixed_scale = None if scale is None else tf.constant(scale, tf.float32)
         self.policy = _Bound(self, "policy_outputs")
+        self.policy_and_input = _Bound(self, "policy_outputs_and_input")
         self.neg_value = _Bound(self, "negative_value")
 
     @property
@@ -135,6 +142,11 @@ class _Victim:
 
     def policy_outputs(self, u):
         return self.outputs(u * self.scale())
+
+    def policy_outputs_and_input(self, u):
+        """``[policy_outputs(u), u]`` concatenated on the last axis (the Langevin objectives
+        read ``u`` back to add their noise term)."""
+        return tf.concat([self.policy_outputs(u), u], axis=-1)
 
     def negative_value(self, u):
         return -self.agent.model.value(u * self.scale())
@@ -225,6 +237,25 @@ def _negative_expected_q(logits, q_clean):
     return -tf.reduce_sum(tf.nn.softmax(logits) * q_clean, -1)
 
 
+def _with_noise(objective):
+    """``objective`` of ``[outputs, u]`` plus ``<z, u>``, for ``{"target": t, "noise": z}``: its
+    gradient with respect to ``u`` is the objective's plus the noise ``z`` (one Langevin step).
+    (A dict, not a tuple: the engine's label check would try to stack a tuple of unequal shapes.)"""
+
+    def noisy(outputs_and_input, target_and_noise):
+        target, noise = target_and_noise["target"], target_and_noise["noise"]
+        d = tf.shape(noise)[-1]
+        outputs, u = outputs_and_input[..., :-d], outputs_and_input[..., -d:]
+        return objective(outputs, target) + tf.reduce_sum(noise * u, -1)
+
+    noisy.__name__ = f"noisy_{objective.__name__}"
+    return noisy
+
+
+_NOISY_KL_CATEGORICAL = _with_noise(_kl_categorical)
+_NOISY_WEIGHTED_SQUARE_DISTANCE = _with_noise(_weighted_square_distance)
+
+
 # -- the attacks --------------------------------------------------------------------------------
 def _in_scaled_space(victim, obs, eps, norm, run):
     """Map ``obs`` to ``u = obs / scale``, attack ``u`` with ``run(u)``, project the step onto
@@ -296,6 +327,61 @@ def mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0
         target = (clean, tf.stop_gradient(victim.inverse_two_variance(tf.shape(u)[0])))
         return _pgd(victim.policy, u, target, _weighted_square_distance, eps, norm, steps,
                     step_size, seed)
+
+    return _in_scaled_space(victim, obs, eps, norm, run)
+
+
+def sgld_mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None,
+                    temperature=SGLD_TEMPERATURE, seed=0, scale=None):
+    """Maximise ``KL(π(·|s) ‖ π(·|ŝ))`` by stochastic gradient Langevin dynamics, SA-PPO's
+    ``sgld`` inner maximiser (Zhang et al. 2020, their code's schedule).
+
+    Start at ``s + step_size · sign(ξ)`` (``ξ`` Gaussian: a random corner of the step's box);
+    then ``steps`` times ``ŝ <- Π(ŝ + step_size · dir(∇KL + σ_i ξ_i))`` with
+    ``σ_i = sqrt(2 · step_size · temperature) / (i + 2)`` (noise shrinking every step; ``dir`` is
+    the sign for L∞, the unit vector for L2) and ``Π`` the projection onto the ball of radius
+    ``eps`` around ``s``. ``step_size`` defaults to ``eps / steps``, ``temperature`` is ``1/β``.
+    Each step is one step of the :mod:`attacks` engine (the objective gets the noise as a linear
+    term ``<ξ_i, ŝ>``, whose gradient is ``ξ_i``); the loop over the steps is unrolled when
+    traced. ``obs [B, d]`` -> ``[B, d]`` float32, deterministic for a given ``seed``.
+
+    >>> import numpy as np, agents
+    >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
+    >>> obs = np.zeros([4, 4], np.float32)
+    >>> adv = sgld_mad_attack(agent, obs, eps=0.1, seed=0)
+    >>> bool(np.abs(adv - obs).max() <= 0.1 + 1e-6), bool(np.all(adv == sgld_mad_attack(
+    ...     agent, obs, eps=0.1, seed=0)))
+    (True, True)
+    """
+    victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
+    steps = _checks.positive_int(steps, "steps")
+    if not isinstance(temperature, (tf.Tensor, tf.Variable)):
+        temperature = _checks.nonnegative(temperature, "temperature")
+    step_size = eps / float(steps) if step_size is None else tf.cast(step_size, tf.float32)
+    base = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else tf.cast(seed, tf.int32)
+    scale0 = tf.sqrt(2.0 * step_size * tf.cast(temperature, tf.float32))
+
+    def run(u):
+        clean = tf.stop_gradient(victim.policy_outputs(u))
+        if victim.discrete:
+            target, objective = tf.nn.log_softmax(clean), _NOISY_KL_CATEGORICAL
+        else:
+            target = (clean, tf.stop_gradient(victim.inverse_two_variance(tf.shape(u)[0])))
+            objective = _NOISY_WEIGHTED_SQUARE_DISTANCE
+        start = tf.random.stateless_normal(tf.shape(u), seed=step_seed(base, 0))
+        if norm == "linf":
+            u_adv = u + step_size * tf.sign(start)
+        else:
+            u_adv = u + attacks.norms.project(start, step_size, norm)
+        for i in range(steps):
+            noise = tf.random.stateless_normal(tf.shape(u), seed=step_seed(base, i + 1))
+            noise = tf.stop_gradient(noise * scale0 / float(i + 2))
+            stepped = attacks.projected_gradient_descent(
+                victim.policy_and_input, u_adv, {"target": target, "noise": noise},
+                objective=objective, eps=step_size, norm=norm, clip_min=None, clip_max=None, steps=1,
+                step_size=step_size, rand_init=False, seed=step_seed(base, i + 1))
+            u_adv = u + attacks.norms.project(tf.cast(stepped, tf.float32) - u, eps, norm)
+        return u_adv
 
     return _in_scaled_space(victim, obs, eps, norm, run)
 

@@ -4,10 +4,13 @@ Zhang, Chen, Xiao, Li, Liu, Boning, Hsieh, "Robust deep reinforcement learning a
 adversarial perturbations on state observations", NeurIPS 2020:
 
 * **SA-PPO / SA-A2C**: ``loss += kappa * mean_s max_{s_hat in B(s, eps)} KL(pi(.|s) || pi(.|s_hat))``.
-  The inner max is the ``mad`` attack of :mod:`agents.observation_attacks` (the :mod:`attacks`
-  PGD engine; 10 steps of ``eps / 10`` by default, random start); the clean distribution is
-  under ``tf.stop_gradient``, ``s_hat`` too, so the gradient reaches the policy only through
-  ``pi(.|s_hat)`` (the paper's convex-relaxation variant is not implemented; SGLD neither).
+  The inner max (``robust_method``) is the ``mad`` attack of :mod:`agents.observation_attacks`
+  (``"pgd"``: the :mod:`attacks` PGD engine, 10 steps of ``eps / 10`` by default, random start)
+  or its Langevin version (``"sgld"``: :func:`agents.observation_attacks.sgld_mad_attack`, the
+  paper's SA-PPO (SGLD) rows; gradient-sign steps of ``eps / 10`` with Gaussian noise of scale
+  ``sqrt(2 * step / beta) / (i + 2)``, ``1 / beta = 1e-5``, each step one engine step); the clean
+  distribution is under ``tf.stop_gradient``, ``s_hat`` too, so the gradient reaches the policy
+  only through ``pi(.|s_hat)`` (the paper's convex-relaxation variant is not implemented).
 * **SA-DQN** (PGD variant): ``loss += kappa * mean_s max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -c)``
   with ``a* = argmax_a Q(s, a)`` and ``s_hat`` found by the ``action`` attack (PGD on the
   cross-entropy away from ``a*``); ``c`` is :data:`HINGE_MARGIN`.
@@ -39,13 +42,16 @@ from agents.schedules import linear
 
 tfd = tfp.distributions
 
-__all__ = ["HINGE_MARGIN", "RobustSchedule", "adversarial_observations", "attacked_q_margin",
+__all__ = ["HINGE_MARGIN", "INNER_METHODS", "RobustSchedule", "adversarial_observations", "attacked_q_margin",
            "clean_distribution", "policy_kl", "q_margin_hinge", "sa_dqn_observations", "sa_observations",
            "sa_policy_regularizer"]
 
 # the attack functions hold no tensor-dependent Python control flow and call the engine
 # (itself not converted): AutoGraph need not convert them inside the compiled updates
 _plain = tf.autograph.experimental.do_not_convert
+
+INNER_METHODS = ("pgd", "sgld")
+"""Inner maximisers of the SA-PPO/SA-A2C regulariser (``robust_method``)."""
 
 HINGE_MARGIN = 1.0
 """``c`` of SA-DQN's hinge ``max(margin, -c)``: margins below ``-c`` contribute no gradient."""
@@ -96,11 +102,14 @@ def policy_kl(model, obs, obs_adv) -> tf.Tensor:
     return tfd.kl_divergence(clean_distribution(model, obs), model.distribution(obs_adv))
 
 
-def sa_observations(agent, obs, eps, steps: int, seed) -> tf.Tensor:
-    """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball (the ``mad`` attack,
-    PGD with ``steps`` steps of ``eps / steps``), under ``tf.stop_gradient``. ``[B, d]``."""
-    return tf.stop_gradient(_plain(oa.mad_attack)(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
-                                          seed=seed))
+def sa_observations(agent, obs, eps, steps: int, seed, method: str = "pgd") -> tf.Tensor:
+    """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball, under
+    ``tf.stop_gradient``, ``[B, d]``: ``method="pgd"`` the ``mad`` attack (PGD with ``steps``
+    steps of ``eps / steps``), ``"sgld"`` :func:`agents.observation_attacks.sgld_mad_attack`
+    (the same steps with SA-PPO's Langevin noise)."""
+    attack = {"pgd": oa.mad_attack, "sgld": oa.sgld_mad_attack}[method]
+    return tf.stop_gradient(_plain(attack)(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
+                                           seed=seed))
 
 
 def sa_policy_regularizer(agent, obs, obs_adv) -> tf.Tensor:
@@ -179,7 +188,7 @@ class RobustOnPolicy:
         if self.config.robust != "sa":
             return None
         return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
-                               self._seed())
+                               self._seed(), getattr(self.config, "robust_method", "pgd"))
 
     def _sa_term(self, obs, obs_adv):
         """``(kappa * KL, KL)`` for the loss and the logs; zeros without ``robust="sa"``."""
