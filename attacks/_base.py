@@ -1,10 +1,34 @@
-"""Machinery shared by the attacks: preparing inputs, caching compiled loops, and the
-:class:`Attack` configuration wrapper (calling models lives in :mod:`attacks._models`).
+"""Machinery shared by the attacks: preparing inputs, running them in chunks, caching compiled
+loops, and the :class:`Attack` configuration wrapper (calling models lives in
+:mod:`attacks._models`).
 
 Compiled functions are cached per *owner* (the model, or the ``loss_fn``) and per static
 configuration, with a relaxed batch dimension, so an attack traces once per
 (model, configuration, per-example shape, dtype) — not once per call or per batch size. eps,
 step sizes, bounds and seeds are tensor arguments of the compiled function and never retrace.
+
+**Chunks.** Every attack runs through :func:`prepare` (validation of the whole input, before any
+work) and :func:`run_in_chunks` (the compiled call): an ``x`` of more than ``batch_size``
+examples (default :data:`DEFAULT_BATCH_SIZE`, 1024) is attacked ``batch_size`` examples at a
+time and the results are concatenated, so an attack's working memory stays that of one chunk
+however large ``x`` is (measured in ``benchmarks/attack_memory.py``: PGD-10 on the digits CNN
+peaks at the same ~0.35 GiB for 1024, 8192 and 32768 examples above the input and output arrays
+themselves). Chunks are not padded: the last, smaller chunk reuses the same trace (the batch
+dimension is relaxed); only with ``jit_compile=True`` does XLA compile once more for its shape.
+Deterministic attacks return exactly what one call on the whole batch returns. Random ones draw
+chunk ``k``'s randomness from ``stateless_fold_in(seed, k)``: a seeded call is reproducible for
+the same ``seed`` and ``batch_size`` but draws other random starts than a single call on the
+whole batch (the budget and bounds hold the same). Inside a ``tf.function`` (graph mode) the
+batch is run in one piece.
+
+>>> import tensorflow as tf
+>>> from attacks import fast_gradient_method
+>>> model = lambda x, training=False: tf.concat([x, -x], axis=1)
+>>> x = tf.random.stateless_uniform([10, 1], [0, 1], 0.2, 0.8)
+>>> whole = fast_gradient_method(model, x, eps=0.1, clip_min=0.0, clip_max=1.0)
+>>> chunked = fast_gradient_method(model, x, eps=0.1, clip_min=0.0, clip_max=1.0, batch_size=3)
+>>> bool(tf.reduce_all(whole == chunked))
+True
 """
 
 from __future__ import annotations
@@ -19,7 +43,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities
+from robustgrad._checks import looks_like_probabilities, positive_int
 
 from . import _validate
 from ._models import (  # noqa: F401  (re-exported: the attack modules import them from here)
@@ -35,8 +59,13 @@ from ._models import (  # noqa: F401  (re-exported: the attack modules import th
 from .norms import canonical_norm
 from .objectives import canonical_objective, get_objective
 
-__all__ = ["AttackResult", "Attack", "SelectedOutput", "call_model", "check_classification_data",
-           "select_output"]
+__all__ = ["AttackResult", "Attack", "DEFAULT_BATCH_SIZE", "SelectedOutput", "call_model",
+           "check_batch_size", "check_classification_data", "run_in_chunks", "select_output"]
+
+#: examples per compiled call when an attack is given more (``batch_size=None``): enough to keep
+#: a CPU busy, small enough that a chunk's activations and gradients stay a few hundred MiB for
+#: a small CNN (``benchmarks/attack_memory.py``)
+DEFAULT_BATCH_SIZE = 1024
 
 
 @dataclasses.dataclass
@@ -50,6 +79,20 @@ class AttackResult:
     x_adv: tf.Tensor
     gradient_passes: int = 0
     forward_passes: int = 0
+
+
+def check_batch_size(batch_size: int | None) -> int:
+    """The chunk size of an attack call: ``batch_size`` checked as an int >= 1, or
+    :data:`DEFAULT_BATCH_SIZE` for ``None``.
+
+    >>> check_batch_size(None), check_batch_size(64)
+    (1024, 64)
+    >>> check_batch_size(0)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch_size must be an int >= 1, got 0
+    """
+    return DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +130,7 @@ def relaxed_spec(t: Any) -> tf.TensorSpec:
 
 
 def spec_key(structure: Any) -> tuple:
+    """A hashable key of the relaxed specs (shapes with an unknown batch, dtypes) of a structure."""
     return tuple((tuple(s.shape.as_list()), s.dtype.name)
                  for s in tf.nest.flatten(tf.nest.map_structure(relaxed_spec, structure)))
 
@@ -130,9 +174,11 @@ class Prepared:
     forward_passes: int = 0
     eager: bool = True
     key: tuple = ()
+    batch_size: int = DEFAULT_BATCH_SIZE  # examples per compiled call (run_in_chunks)
 
 
 def warn_if_probabilities(out: Any, who: str = "model") -> bool:
+    """Warn (and return True) when a model's outputs look like probabilities, not logits."""
     if looks_like_probabilities(out):
         warnings.warn(
             f"{who} outputs look like probabilities (non-negative rows summing to 1). Attacks and "
@@ -179,8 +225,15 @@ def _probe(model, x, training, loss_fn, need_gradient=True):
 
 def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: Any, targeted: bool,
             objective: Any, training: Any, loss_fn: Callable | None = None, eps_name: str = "eps",
-            allow_none_eps: bool = False, need_gradient: bool = True) -> Prepared:
-    """Validate and convert the common arguments. Raises before any compiled work."""
+            allow_none_eps: bool = False, need_gradient: bool = True,
+            batch_size: int | None = None) -> Prepared:
+    """Validate and convert the common arguments of an attack call on the whole ``x`` (every
+    chunk's data is checked before the first chunk runs). Raises before any compiled work.
+
+    ``y=None`` labels the examples with the model's predictions, ``batch_size`` (see
+    :func:`check_batch_size`) examples per forward pass.
+    """
+    chunk = check_batch_size(batch_size)
     if loss_fn is None and model is None:
         raise ValueError("model is required (or pass loss_fn=f(x_adv) -> [B] with model=None)")
     if loss_fn is None and not callable(model):
@@ -226,7 +279,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
             return tf.cast(v, xa.dtype), tf.zeros([tf.shape(xa)[0]], tf.bool)
 
         return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, value_fn,
-                        0, eager, ("loss_fn",))
+                        0, eager, ("loss_fn",), chunk)
 
     model_call = weak_caller(model, training)
 
@@ -236,14 +289,19 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
             out = tf.cast(out, tf.float32)  # mixed precision: objectives in float32
         return out
 
+    def predicted(xa):  # the model's labels, one chunk per forward pass when eager
+        if not eager or n is None or n <= chunk:
+            return tf.argmax(logits_of(xa), axis=-1)
+        return tf.concat([tf.argmax(logits_of(xa[i:i + chunk]), axis=-1)
+                          for i in range(0, n, chunk)], 0)
+
     # labels
     y_true = None
     if y is None:
         if targeted:
             raise ValueError("y: targeted attacks need the target labels in y")
-        logits = logits_of(xc)
         forward += int(n or 0)
-        y = tf.argmax(logits, axis=-1)
+        y = predicted(xc)
         y_true = y
     labels_like = obj_name is not None or _is_label_vector(y)
     if labels_like:
@@ -253,9 +311,8 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
     has_success = labels_like and (num_classes is not None or not eager)
     if y_true is None:
         if targeted and obj_name == "dlr":
-            logits = logits_of(xc)
             forward += int(n or 0)
-            y_true = tf.argmax(logits, axis=-1)
+            y_true = predicted(xc)
         elif labels_like:
             y_true = y
         else:
@@ -278,7 +335,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
     key = ("model", obj_name if obj_name else id(objective), bool(targeted), bool(training),
            has_success)
     return Prepared(owner, xc, in_dtype, y, y_true, lo, hi, has_success, num_classes, value_fn,
-                    forward, eager, key)
+                    forward, eager, key, chunk)
 
 
 def _is_label_vector(y):
@@ -290,7 +347,52 @@ def _is_label_vector(y):
 
 
 def finish(p: Prepared, x_adv: tf.Tensor) -> tf.Tensor:
+    """``x_adv`` in the dtype the caller's ``x`` had."""
     return tf.cast(x_adv, p.in_dtype)
+
+
+def chunk_seed(seed: tf.Tensor, chunk: int | None) -> tf.Tensor:
+    """The stateless ``[2]`` seed of chunk ``chunk`` of a call seeded ``seed``: ``seed`` itself
+    for a call run in one piece (``chunk=None``), else ``stateless_fold_in(seed, chunk)``.
+
+    >>> s = tf.constant([1, 2])
+    >>> chunk_seed(s, None).numpy().tolist(), chunk_seed(s, 0).shape.as_list()
+    ([1, 2], [2])
+    """
+    if chunk is None:
+        return seed
+    return tf.cast(tf.random.experimental.stateless_fold_in(seed, chunk), tf.int32)
+
+
+def run_in_chunks(p: Prepared, call: Callable[..., Any]) -> tuple[tf.Tensor, list]:
+    """Run an attack's compiled ``call`` over ``p``'s batch, ``p.batch_size`` examples at a time.
+
+    ``call(x, y, y_true, chunk) -> x_adv`` or ``(x_adv, count, ...)`` attacks one chunk: ``x``
+    ``[b, ...]`` in the compute dtype, ``y`` (labels or the user's structure) and ``y_true`` the
+    matching rows, ``chunk`` the chunk's index (``None`` when the batch runs in one piece; derive
+    the chunk's random seed with :func:`chunk_seed`). The per-example ``x_adv`` are concatenated
+    in order (in the input dtype, :func:`finish`); the counts (example rows pushed through the
+    model) are summed. Eager and larger than one chunk only; in graph mode, or when ``x`` fits
+    in one chunk, ``call`` runs once on the whole batch.
+
+    Returns ``(x_adv [B, ...], [count, ...])``: Python ints when eager, tensors in graph mode.
+    """
+    n = p.x.shape[0]
+    if not p.eager or n is None or n <= p.batch_size:
+        out = call(p.x, p.y, p.y_true, None)
+        out = out if isinstance(out, tuple) else (out,)
+        counts = [int(c) for c in out[1:]] if p.eager else list(out[1:])
+        return finish(p, out[0]), counts
+    pieces, counts = [], None
+    for k, start in enumerate(range(0, n, p.batch_size)):
+        rows = slice(start, start + p.batch_size)
+        out = call(p.x[rows], tf.nest.map_structure(lambda t, r=rows: t[r], p.y),
+                   p.y_true[rows], k)
+        out = out if isinstance(out, tuple) else (out,)
+        pieces.append(finish(p, out[0]))
+        chunk_counts = [int(c) for c in out[1:]]
+        counts = chunk_counts if counts is None else [a + b for a, b in zip(counts, chunk_counts)]
+    return tf.concat(pieces, 0), counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +402,8 @@ def finish(p: Prepared, x_adv: tf.Tensor) -> tf.Tensor:
 class Attack:
     """A configured attack: ``PGD(eps=0.1, steps=20)(model, x, y)``.
 
-    Holds keyword arguments of the attack function; call-time keywords override them.
+    Holds keyword arguments of the attack function (``batch_size`` among them: examples per
+    compiled call, see :func:`run_in_chunks`); call-time keywords override them.
     ``run`` returns an :class:`AttackResult` with the work spent (used by the evaluation);
     ``get_config``/``from_config`` round-trip; ``replace(**kw)`` returns a modified copy.
     """
@@ -327,14 +430,19 @@ class Attack:
                                  f"got {config['norm']!r}")
         if config.get("eps") is not None:
             _validate.check_eps(config["eps"])
+        if config.get("batch_size") is not None:
+            check_batch_size(config["batch_size"])
         self.config = dict(config)
 
     @property
     def norm(self) -> Any:
+        """The configured norm (canonical name), or the attack's first supported one."""
         return self.config.get("norm", self.norms[0])
 
     @tf.autograph.experimental.do_not_convert
     def run(self, model: Any, x: Any, y: Any = None, **overrides: Any) -> AttackResult:
+        """Attack ``x [B, ...]`` (labels ``y [B]`` or ``None``) with the configuration, call-time
+        keywords overriding it; returns the :class:`AttackResult` (``x_adv`` and the passes)."""
         kw = {**self.config, **overrides}
         return type(self)._run(model, x, y, **kw)
 
@@ -343,15 +451,18 @@ class Attack:
         return self.run(model, x, y, **overrides).x_adv
 
     def get_config(self) -> dict:
+        """The configuration as a dict with ``class_name`` (JSON-friendly when its values are)."""
         return {"class_name": type(self).__name__, **self.config}
 
     @classmethod
     def from_config(cls, config: dict) -> Any:
+        """The attack :meth:`get_config` described (``class_name`` is ignored)."""
         config = dict(config)
         config.pop("class_name", None)
         return cls(**config)
 
     def replace(self, **kw: Any) -> Any:
+        """A copy of the attack with the keywords ``kw`` changed (validated again)."""
         return type(self)(**{**self.config, **kw})
 
     def __repr__(self):

@@ -35,9 +35,10 @@ from ._base import (
     Attack,
     AttackResult,
     cached,
-    finish,
+    chunk_seed,
     prepare,
     relaxed_spec,
+    run_in_chunks,
     seed_tensor,
     spec_key,
     weak_caller,
@@ -209,7 +210,7 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
 def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
               targeted=False, seed=None, steps=100, restarts=1, objective="ce",
               n_target_classes=None, early_stop=True, rho=0.75, momentum=0.75, training=False,
-              jit_compile=False, loss_fn=None):
+              jit_compile=False, loss_fn=None, batch_size=None):
     norm = canonical_norm(norm)
     if norm not in ("linf", "l2"):
         raise ValueError(f"norm: APGD supports 'linf' and 'l2', got {norm!r}")
@@ -222,7 +223,8 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
         if loss_fn is not None:
             raise ValueError("n_target_classes: not available with loss_fn")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
-                objective="ce" if multi else objective, training=training, loss_fn=loss_fn)
+                objective="ce" if multi else objective, training=training, loss_fn=loss_fn,
+                batch_size=batch_size)
     _validate.check_positive_int(steps, "steps")
     _validate.check_positive_int(restarts, "restarts")
     if early_stop and not p.has_success:
@@ -241,9 +243,11 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
         p, model, training, norm=norm, steps=steps, runs=runs, multi_target=multi,
         n_targets=int(n_target_classes) if multi else 1,
         early_stop=early_stop, rho=float(rho), alpha=float(momentum), jit_compile=jit_compile))
-    x_adv, rows = fn(p.x, p.y, p.y_true, tf.cast(eps, p.x.dtype), p.lo, p.hi, seed_tensor(seed))
+    eps_t, seed_t = tf.cast(eps, p.x.dtype), seed_tensor(seed)
+    x_adv, (rows,) = run_in_chunks(p, lambda xc, yc, ytc, k: fn(
+        xc, yc, ytc, eps_t, p.lo, p.hi, chunk_seed(seed_t, k)))
     fwd = p.forward_passes + (int(p.x.shape[0]) if multi and p.eager else 0)
-    return AttackResult(finish(p, x_adv), int(rows) if p.eager else rows, fwd)
+    return AttackResult(x_adv, rows, fwd)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -251,20 +255,21 @@ def apgd(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", cli
          targeted: bool = False, seed: Any = None, steps: int = 100, restarts: int = 1, objective: Any = "ce",
          n_target_classes: int | None = None, early_stop: bool = True, rho: float = 0.75,
          momentum: Any = 0.75, training: Any = False, jit_compile: bool = False,
-         loss_fn: Callable | None = None) -> tf.Tensor:
+         loss_fn: Callable | None = None, batch_size: int | None = None) -> tf.Tensor:
     """APGD (Croce & Hein 2020) under L∞ or L2; returns ``x_adv``.
 
     ``objective="ce"`` is APGD-CE, ``"dlr"`` APGD-DLR; ``n_target_classes=9`` is APGD-T (targeted
     DLR toward each of the top-9 other classes, untargeted goal). ``rho`` is the checkpoint
     threshold and ``momentum`` the paper's ``alpha``. Other arguments as in
     :func:`attacks.projected_gradient_descent` (``step_size`` is not needed: it starts at
-    ``2 eps`` and adapts).
+    ``2 eps`` and adapts; ``batch_size``: examples per compiled call, chunk ``k`` of a larger
+    ``x`` seeded ``stateless_fold_in(seed, k)``).
     """
     return _apgd_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                      targeted=targeted, seed=seed, steps=steps, restarts=restarts,
                      objective=objective, n_target_classes=n_target_classes,
                      early_stop=early_stop, rho=rho, momentum=momentum, training=training,
-                     jit_compile=jit_compile, loss_fn=loss_fn).x_adv
+                     jit_compile=jit_compile, loss_fn=loss_fn, batch_size=batch_size).x_adv
 
 
 class APGD(Attack):

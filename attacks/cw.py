@@ -22,7 +22,16 @@ import numpy as np
 import tensorflow as tf
 
 from . import _validate
-from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key, weak_caller
+from ._base import (
+    Attack,
+    AttackResult,
+    cached,
+    prepare,
+    relaxed_spec,
+    run_in_chunks,
+    spec_key,
+    weak_caller,
+)
 from ._engine import expand_rows
 from .norms import canonical_norm, clip_to_bounds, project
 
@@ -107,13 +116,14 @@ def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
 @tf.autograph.experimental.do_not_convert
 def _cw_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=None,
             targeted=False, seed=None, steps=100, binary_search_steps=5, confidence=0.0,
-            initial_const=1.0, learning_rate=None, training=False, jit_compile=False):
+            initial_const=1.0, learning_rate=None, training=False, jit_compile=False,
+            batch_size=None):
     if canonical_norm(norm) != "l2":
         raise ValueError(f"norm: carlini_wagner_l2 is an L2 attack, got {norm!r}")
     if clip_min is None or clip_max is None:
         raise ValueError("clip_min/clip_max: carlini_wagner_l2 needs finite bounds (tanh box)")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
-                objective="cw", training=training, allow_none_eps=True)
+                objective="cw", training=training, allow_none_eps=True, batch_size=batch_size)
     _validate.check_positive_int(steps, "steps")
     _validate.check_positive_int(binary_search_steps, "binary_search_steps")
     _validate.check_nonnegative(confidence, "confidence")
@@ -129,31 +139,37 @@ def _cw_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=No
     fn = cached(p.owner, key, lambda: _build(p, model, training, targeted=targeted, steps=steps,
                                              bsteps=binary_search_steps,
                                              jit_compile=jit_compile))
-    x_adv, rows = fn(p.x, p.y, tf.cast(confidence, dt), tf.cast(initial_const, dt),
-                     tf.cast(learning_rate, dt), p.lo, p.hi)
-    if eps is not None:
-        x_adv = clip_to_bounds(p.x + project(x_adv - p.x, tf.cast(eps, dt), "l2"), p.lo, p.hi)
-    return AttackResult(finish(p, x_adv), int(rows) if p.eager else rows, p.forward_passes)
+    kappa, c0, lr = tf.cast(confidence, dt), tf.cast(initial_const, dt), tf.cast(learning_rate, dt)
+
+    def attack_chunk(xc, yc, ytc, k):
+        x_adv, rows = fn(xc, yc, kappa, c0, lr, p.lo, p.hi)
+        if eps is not None:
+            x_adv = clip_to_bounds(xc + project(x_adv - xc, tf.cast(eps, dt), "l2"), p.lo, p.hi)
+        return x_adv, rows
+
+    x_adv, (rows,) = run_in_chunks(p, attack_chunk)
+    return AttackResult(x_adv, rows, p.forward_passes)
 
 
 @tf.autograph.experimental.do_not_convert
 def carlini_wagner_l2(model: Any, x: Any, y: Any = None, *, eps: Any = None, norm: Any = "l2", clip_min: Any,
                       clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 100,
                       binary_search_steps: int = 5, confidence: float = 0.0, initial_const: float = 1.0,
-                      learning_rate: float = None, training: Any = False,
-                      jit_compile: bool = False) -> tf.Tensor:
+                      learning_rate: float | None = None, training: Any = False,
+                      jit_compile: bool = False, batch_size: int | None = None) -> tf.Tensor:
     """Carlini–Wagner L2 (2017); returns ``x_adv`` (unchanged where no success was found).
 
     ``confidence`` is kappa: a success needs ``margin >= kappa``. ``initial_const`` is the first
     ``c``; ``binary_search_steps`` searches ``c`` per example; ``steps`` Adam iterations per ``c``
     with ``learning_rate`` (default 0.02 in tanh space). ``eps`` (optional) bounds the L2 norm
     of the output by projection. ``seed`` is accepted for the common signature (deterministic).
+    ``batch_size`` (default 1024) examples per compiled call; the result does not depend on it.
     """
     return _cw_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                    targeted=targeted, seed=seed, steps=steps,
                    binary_search_steps=binary_search_steps, confidence=confidence,
                    initial_const=initial_const, learning_rate=learning_rate, training=training,
-                   jit_compile=jit_compile).x_adv
+                   jit_compile=jit_compile, batch_size=batch_size).x_adv
 
 
 class CarliniWagnerL2(Attack):

@@ -19,7 +19,16 @@ from typing import Any
 import tensorflow as tf
 
 from . import _validate
-from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key, weak_caller
+from ._base import (
+    Attack,
+    AttackResult,
+    cached,
+    prepare,
+    relaxed_spec,
+    run_in_chunks,
+    spec_key,
+    weak_caller,
+)
 from ._engine import expand_rows
 from .norms import canonical_norm, clip_to_bounds, project
 
@@ -87,14 +96,14 @@ def _build(p, model, training, *, norm, steps, n_cand, jit_compile):
 @tf.autograph.experimental.do_not_convert
 def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=None,
                   targeted=False, seed=None, steps=50, overshoot=0.02, candidates=10,
-                  training=False, jit_compile=False):
+                  training=False, jit_compile=False, batch_size=None):
     norm = canonical_norm(norm)
     if norm not in ("l2", "linf"):
         raise ValueError(f"norm: deepfool supports 'l2' and 'linf', got {norm!r}")
     if targeted:
         raise ValueError("targeted: deepfool is untargeted")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=False,
-                objective="ce", training=training, allow_none_eps=True)
+                objective="ce", training=training, allow_none_eps=True, batch_size=batch_size)
     _validate.check_positive_int(steps, "steps")
     _validate.check_positive_int(candidates, "candidates", minimum=2)
     _validate.check_nonnegative(overshoot, "overshoot")
@@ -106,23 +115,30 @@ def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_
     fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,
                                              n_cand=n_cand, jit_compile=jit_compile))
     dt = p.x.dtype
-    x_adv, rows = fn(p.x, p.y, tf.cast(overshoot, dt), p.lo, p.hi)
-    if eps is not None:
-        x_adv = clip_to_bounds(p.x + project(x_adv - p.x, tf.cast(eps, dt), norm), p.lo, p.hi)
-    return AttackResult(finish(p, x_adv), int(rows) if p.eager else rows,
-                        p.forward_passes + (int(p.x.shape[0]) if p.eager else 0))
+    overshoot_t = tf.cast(overshoot, dt)
+
+    def attack_chunk(xc, yc, ytc, k):
+        x_adv, rows = fn(xc, yc, overshoot_t, p.lo, p.hi)
+        if eps is not None:
+            x_adv = clip_to_bounds(xc + project(x_adv - xc, tf.cast(eps, dt), norm), p.lo, p.hi)
+        return x_adv, rows
+
+    x_adv, (rows,) = run_in_chunks(p, attack_chunk)
+    return AttackResult(x_adv, rows, p.forward_passes + (int(p.x.shape[0]) if p.eager else 0))
 
 
 @tf.autograph.experimental.do_not_convert
 def deepfool(model: Any, x: Any, y: Any = None, *, eps: Any = None, norm: Any = "l2", clip_min: Any,
              clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 50,
              overshoot: float = 0.02, candidates: int = 10, training: Any = False,
-             jit_compile: bool = False) -> tf.Tensor:
-    """DeepFool (L2 or L∞); returns ``x_adv``. ``candidates`` classes are considered per step."""
+             jit_compile: bool = False, batch_size: int | None = None) -> tf.Tensor:
+    """DeepFool (L2 or L∞); returns ``x_adv``. ``candidates`` classes are considered per step;
+    ``batch_size`` (default 1024) examples per compiled call (the result does not depend on it).
+    """
     return _deepfool_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, overshoot=overshoot,
                          candidates=candidates, training=training,
-                         jit_compile=jit_compile).x_adv
+                         jit_compile=jit_compile, batch_size=batch_size).x_adv
 
 
 class DeepFool(Attack):

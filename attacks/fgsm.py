@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._base import Attack, AttackResult, cached, finish, prepare, relaxed_spec, spec_key
+from ._base import Attack, AttackResult, cached, prepare, relaxed_spec, run_in_chunks, spec_key
 from .norms import canonical_norm, clip_to_bounds, steepest_ascent
 
 __all__ = ["fast_gradient_method", "FGSM", "FGM"]
@@ -54,32 +54,35 @@ def _build(p, norm, l1_top_k, jit_compile):
 @tf.autograph.experimental.do_not_convert
 def _fgm_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
              targeted=False, seed=None, objective="ce", training=False, jit_compile=False,
-             l1_top_k=None, loss_fn=None):
+             l1_top_k=None, loss_fn=None, batch_size=None):
     norm = canonical_norm(norm)
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
-                objective=objective, training=training, loss_fn=loss_fn)
+                objective=objective, training=training, loss_fn=loss_fn, batch_size=batch_size)
     key = p.key + ("fgm", norm, l1_top_k, bool(jit_compile)) + spec_key((p.x, p.y, p.y_true)) \
         + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(p, norm, l1_top_k, jit_compile))
-    x_adv = fn(p.x, p.y, p.y_true, tf.cast(eps, p.x.dtype), p.lo, p.hi)
+    eps_t = tf.cast(eps, p.x.dtype)
+    x_adv, _ = run_in_chunks(p, lambda xc, yc, ytc, k: fn(xc, yc, ytc, eps_t, p.lo, p.hi))
     n = int(p.x.shape[0]) if p.eager else tf.shape(p.x)[0]
-    return AttackResult(finish(p, x_adv), n, p.forward_passes)
+    return AttackResult(x_adv, n, p.forward_passes)
 
 
 @tf.autograph.experimental.do_not_convert
 def fast_gradient_method(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any,
                          clip_max: Any, targeted: bool = False, seed: Any = None, objective: Any = "ce",
                          training: Any = False, jit_compile: bool = False, l1_top_k: Any = None,
-                         loss_fn: Callable | None = None) -> tf.Tensor:
+                         loss_fn: Callable | None = None, batch_size: int | None = None) -> tf.Tensor:
     """One steepest-ascent step of size ``eps``: FGSM (L∞), FGM (L2, L1); returns ``x_adv``.
 
     Arguments as in :func:`attacks.projected_gradient_descent`; ``seed`` is accepted for the
     common signature (the method is deterministic). ``l1_top_k=None`` is the exact L1 direction
-    (ties share the mass); an int spreads the step over the top-k coordinates.
+    (ties share the mass); an int spreads the step over the top-k coordinates. ``batch_size``
+    (default 1024) examples go through each compiled call; the result does not depend on it.
     """
     return _fgm_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                     targeted=targeted, seed=seed, objective=objective, training=training,
-                    jit_compile=jit_compile, l1_top_k=l1_top_k, loss_fn=loss_fn).x_adv
+                    jit_compile=jit_compile, l1_top_k=l1_top_k, loss_fn=loss_fn,
+                    batch_size=batch_size).x_adv
 
 
 class FGM(Attack):

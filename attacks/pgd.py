@@ -41,7 +41,16 @@ from typing import Any
 import tensorflow as tf
 
 from . import _validate
-from ._base import Attack, AttackResult, cached, finish, prepare, seed_tensor, spec_key
+from ._base import (
+    Attack,
+    AttackResult,
+    cached,
+    chunk_seed,
+    prepare,
+    run_in_chunks,
+    seed_tensor,
+    spec_key,
+)
 from ._engine import compile_iterative
 from .norms import canonical_norm
 
@@ -73,10 +82,12 @@ def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "l
                   step_size: Any = None, restarts: int = 1, rand_init: bool = True, early_stop: bool = False,
                   objective: Any = "ce", training: Any = False, jit_compile: bool = False,
                   momentum: Any = None, l1_top_k: Any = DEFAULT_L1_TOP_K, loss_fn: Callable | None = None,
-                  kind: str = "pgd") -> AttackResult:
+                  kind: str = "pgd", batch_size: int | None = None) -> AttackResult:
+    """The PGD/BIM/MIM call behind the public functions and classes (``kind`` picks the default
+    step size); returns the :class:`AttackResult` with the passes spent."""
     norm = canonical_norm(norm)
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
-                objective=objective, training=training, loss_fn=loss_fn)
+                objective=objective, training=training, loss_fn=loss_fn, batch_size=batch_size)
     _check_iter_args(steps, restarts, step_size, early_stop, p)
     if momentum is not None:
         _validate.check_nonnegative(momentum, "decay_factor")
@@ -93,11 +104,12 @@ def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "l
         p, norm=norm, steps=steps, restarts=restarts, rand_init=rand_init,
         early_stop=early_stop, momentum=None if momentum is None else float(momentum), l1_top_k=l1_top_k,
         jit_compile=jit_compile))
-    x_adv, rows, frows = fn(p.x, p.y, p.y_true, eps_t, tf.cast(step_size, dtype), p.lo, p.hi,
-                            seed_tensor(seed))
+    seed_t, step_t = seed_tensor(seed), tf.cast(step_size, dtype)
+    x_adv, (rows, frows) = run_in_chunks(p, lambda xc, yc, ytc, k: fn(
+        xc, yc, ytc, eps_t, step_t, p.lo, p.hi, chunk_seed(seed_t, k)))
     if p.eager:
-        rows, frows = int(rows), int(frows) + p.forward_passes
-    return AttackResult(finish(p, x_adv), rows, frows)
+        frows += p.forward_passes
+    return AttackResult(x_adv, rows, frows)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -107,7 +119,8 @@ def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, n
                                rand_init: bool = True, early_stop: bool = False, objective: Any = "ce",
                                training: Any = False, jit_compile: bool = False,
                                l1_top_k: Any = DEFAULT_L1_TOP_K,
-                               loss_fn: Callable | None = None) -> tf.Tensor:
+                               loss_fn: Callable | None = None,
+                               batch_size: int | None = None) -> tf.Tensor:
     """PGD (Madry et al. 2018) under the L∞, L2 or L1 norm; returns ``x_adv``.
 
     Args:
@@ -130,13 +143,20 @@ def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, n
       training: the mode the model is called in (default inference).
       jit_compile: compile the loop with XLA (often slower on CPU for small models).
       l1_top_k: L1 only: coordinates moved per step, an int or a fraction of the dimension.
-      loss_fn: instead of a model, any differentiable ``loss_fn(x_adv) -> [B]`` to maximise.
+      loss_fn: instead of a model, any differentiable per-example ``loss_fn(x_adv) -> [B]`` to
+        maximise.
+      batch_size: examples per compiled call; a larger ``x`` is attacked in chunks of this
+        size (``None``: 1024, :data:`attacks._base.DEFAULT_BATCH_SIZE`), so memory stays that
+        of one chunk. Chunk ``k`` draws its random starts from ``stateless_fold_in(seed, k)``:
+        reproducible per ``(seed, batch_size)``; without random starts the result is the same
+        as one call on the whole batch.
     """
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=restarts, rand_init=rand_init, early_stop=early_stop,
                          objective=objective, training=training, jit_compile=jit_compile,
-                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd").x_adv
+                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd",
+                         batch_size=batch_size).x_adv
 
 
 @tf.autograph.experimental.do_not_convert
@@ -144,13 +164,16 @@ def basic_iterative_method(model: Any, x: Any, y: Any = None, *, eps: Any, norm:
                            clip_max: Any, targeted: bool = False, seed: Any = None, steps: int = 10,
                            step_size: Any = None, early_stop: bool = False, objective: Any = "ce",
                            training: Any = False, jit_compile: bool = False, l1_top_k: Any = DEFAULT_L1_TOP_K,
-                           loss_fn: Callable | None = None) -> tf.Tensor:
-    """BIM (Kurakin et al. 2017): PGD from ``x`` without random start; step ``eps / steps``."""
+                           loss_fn: Callable | None = None, batch_size: int | None = None) -> tf.Tensor:
+    """BIM (Kurakin et al. 2017): PGD from ``x`` without random start; step ``eps / steps``.
+
+    Arguments as in :func:`projected_gradient_descent` (``batch_size``: examples per call).
+    """
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=1, rand_init=False, early_stop=early_stop, objective=objective,
                          training=training, jit_compile=jit_compile, l1_top_k=l1_top_k,
-                         loss_fn=loss_fn, kind="bim").x_adv
+                         loss_fn=loss_fn, kind="bim", batch_size=batch_size).x_adv
 
 
 @tf.autograph.experimental.do_not_convert
@@ -159,51 +182,55 @@ def momentum_iterative_method(model: Any, x: Any, y: Any = None, *, eps: Any, no
                               steps: int = 10, step_size: Any = None, decay_factor: float = 1.0,
                               early_stop: bool = False, objective: Any = "ce", training: Any = False,
                               jit_compile: bool = False, l1_top_k: Any = DEFAULT_L1_TOP_K,
-                              loss_fn: Callable | None = None) -> tf.Tensor:
-    """MIM (Dong et al. 2018): ``g <- mu g + grad / ||grad||_1``, step along ``g``'s direction."""
+                              loss_fn: Callable | None = None,
+                              batch_size: int | None = None) -> tf.Tensor:
+    """MIM (Dong et al. 2018): ``g <- mu g + grad / ||grad||_1``, step along ``g``'s direction.
+
+    Arguments as in :func:`projected_gradient_descent` (``batch_size``: examples per call).
+    """
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=1, rand_init=False, early_stop=early_stop, objective=objective,
                          training=training, jit_compile=jit_compile,
                          momentum=float(decay_factor), l1_top_k=l1_top_k,
-                         loss_fn=loss_fn, kind="mim").x_adv
+                         loss_fn=loss_fn, kind="mim", batch_size=batch_size).x_adv
 
 
 @tf.autograph.experimental.do_not_convert
 def _pgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
              targeted=False, seed=None, steps=10, step_size=None, restarts=1, rand_init=True,
              early_stop=False, objective="ce", training=False, jit_compile=False,
-             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None):
+             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None, batch_size=None):
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=restarts, rand_init=rand_init, early_stop=early_stop,
                          objective=objective, training=training, jit_compile=jit_compile,
-                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd")
+                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd", batch_size=batch_size)
 
 
 @tf.autograph.experimental.do_not_convert
 def _bim_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
              targeted=False, seed=None, steps=10, step_size=None, early_stop=False,
              objective="ce", training=False, jit_compile=False, l1_top_k=DEFAULT_L1_TOP_K,
-             loss_fn=None):
+             loss_fn=None, batch_size=None):
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=1, rand_init=False, early_stop=early_stop, objective=objective,
                          training=training, jit_compile=jit_compile, l1_top_k=l1_top_k,
-                         loss_fn=loss_fn, kind="bim")
+                         loss_fn=loss_fn, kind="bim", batch_size=batch_size)
 
 
 @tf.autograph.experimental.do_not_convert
 def _mim_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
              targeted=False, seed=None, steps=10, step_size=None, decay_factor=1.0,
              early_stop=False, objective="ce", training=False, jit_compile=False,
-             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None):
+             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None, batch_size=None):
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=1, rand_init=False, early_stop=early_stop, objective=objective,
                          training=training, jit_compile=jit_compile,
                          momentum=float(decay_factor), l1_top_k=l1_top_k,
-                         loss_fn=loss_fn, kind="mim")
+                         loss_fn=loss_fn, kind="mim", batch_size=batch_size)
 
 
 class PGD(Attack):

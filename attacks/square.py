@@ -30,9 +30,10 @@ from ._base import (
     Attack,
     AttackResult,
     cached,
-    finish,
+    chunk_seed,
     prepare,
     relaxed_spec,
+    run_in_chunks,
     seed_tensor,
     spec_key,
     weak_caller,
@@ -220,7 +221,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
 @tf.autograph.experimental.do_not_convert
 def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
                 targeted=False, seed=None, steps=1000, p_init=None, early_stop=True,
-                training=False, jit_compile=False):
+                training=False, jit_compile=False, batch_size=None):
     norm = canonical_norm(norm)
     if norm not in ("linf", "l2"):
         raise ValueError(f"norm: square supports 'linf' and 'l2', got {norm!r}")
@@ -232,13 +233,14 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
                           clip_min=clip_min if np.ndim(clip_min) == 0 else np.asarray(clip_min)[..., None],
                           clip_max=clip_max if np.ndim(clip_max) == 0 else np.asarray(clip_max)[..., None],
                           targeted=targeted, seed=seed, steps=steps, p_init=p_init,
-                          early_stop=early_stop, training=training, jit_compile=jit_compile)
+                          early_stop=early_stop, training=training, jit_compile=jit_compile,
+                          batch_size=batch_size)
         out.x_adv = out.x_adv[..., 0]
         return out
     if rank != 4:
         raise ValueError(f"x: square needs images [B, H, W, C] or [B, H, W], got rank {rank}")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
-                objective="cw", training=training, need_gradient=False)
+                objective="cw", training=training, need_gradient=False, batch_size=batch_size)
     _validate.check_positive_int(steps, "steps")
     if p_init is None:
         p_init = 0.05 if norm == "linf" else 0.1
@@ -251,25 +253,33 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
     fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,
                                              p_init=float(p_init), targeted=targeted,
                                              early_stop=early_stop, jit_compile=jit_compile))
-    dt = p.x.dtype
-    x_adv, fwd = fn(p.x, p.y, tf.cast(eps, dt), p.lo, p.hi, seed_tensor(seed))
-    # exact budget (the L2 rescaling is exact up to float rounding)
-    x_adv = clip_to_bounds(p.x + project(x_adv - p.x, tf.cast(eps, dt), norm), p.lo, p.hi)
-    return AttackResult(finish(p, x_adv), 0, (int(fwd) if p.eager else fwd) + p.forward_passes)
+    eps_t, seed_t = tf.cast(eps, p.x.dtype), seed_tensor(seed)
+
+    def attack_chunk(xc, yc, ytc, k):
+        x_adv, fwd = fn(xc, yc, eps_t, p.lo, p.hi, chunk_seed(seed_t, k))
+        # exact budget (the L2 rescaling is exact up to float rounding)
+        return clip_to_bounds(xc + project(x_adv - xc, eps_t, norm), p.lo, p.hi), fwd
+
+    x_adv, (fwd,) = run_in_chunks(p, attack_chunk)
+    return AttackResult(x_adv, 0, fwd + p.forward_passes)
 
 
 @tf.autograph.experimental.do_not_convert
 def square(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any, clip_max: Any,
            targeted: bool = False, seed: Any = None, steps: int = 1000, p_init: float | None = None,
-           early_stop: bool = True, training: Any = False, jit_compile: bool = False) -> tf.Tensor:
+           early_stop: bool = True, training: Any = False, jit_compile: bool = False,
+           batch_size: int | None = None) -> tf.Tensor:
     """Square Attack (L∞ or L2), gradient-free; returns ``x_adv``.
 
     ``steps`` is the query budget per example (one forward pass each); ``p_init`` the initial
-    fraction of pixels per window (0.05 for L∞, 0.1 for L2 by default).
+    fraction of pixels per window (0.05 for L∞, 0.1 for L2 by default). ``batch_size`` (default
+    1024) examples per compiled call; chunk ``k`` of a larger ``x`` searches with the seed
+    ``stateless_fold_in(seed, k)`` (reproducible per ``(seed, batch_size)``).
     """
     return _square_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                        targeted=targeted, seed=seed, steps=steps, p_init=p_init,
-                       early_stop=early_stop, training=training, jit_compile=jit_compile).x_adv
+                       early_stop=early_stop, training=training, jit_compile=jit_compile,
+                       batch_size=batch_size).x_adv
 
 
 class Square(Attack):
