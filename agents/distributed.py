@@ -42,33 +42,32 @@ with a note naming the worker, after the crash checkpoint a local env error writ
 env is reset before the next ``learn``).
 
 Ray Core only (actors and the object store): ``pip install 'robustgrad[distributed]'``.
+The Ray set-up (argument and address checks, :func:`init_ray`) lives in
+``agents/_ray_setup.py`` and is re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
+from agents._ray_setup import (  # noqa: F401 - re-exported: agents.distributed.init_ray etc.
+    INSTALL_HINT,
+    _import_ray,
+    check_ray_address,
+    check_rollout_args,
+    init_ray,
+)
 from robustgrad._checks import positive_int
 
-INSTALL_HINT = "pip install 'robustgrad[distributed]'"
 _KEY_INDEX = -1  # Philox state is [counter, counter, key]
 
 
-def _import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise ImportError(f"rollout_workers needs Ray, which is not installed: {INSTALL_HINT}") \
-            from None
-    return ray
-
-
-def merge_moments(parts):
+def merge_moments(parts: Iterable[tuple]) -> tuple[np.ndarray, np.ndarray, float]:
     """Exact parallel merge of ``(mean, var, count)`` triples (Chan, Golub & LeVeque 1979).
 
     ``mean``/``var`` are arrays of one shape (population variance), ``count`` a number.
@@ -93,81 +92,6 @@ def merge_moments(parts):
         var = (var * count + v * n + np.square(delta) * (count * n / tot)) / tot
         count = tot
     return mean, var, count
-
-
-def _address_host_port(address) -> tuple[str, int] | None:
-    """``(host, port)`` of a ``"HOST:PORT"`` address, ``None`` for ``None``/``"auto"``."""
-    if address is None or address == "auto":
-        return None
-    host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"ray_address must be 'auto' or 'HOST:PORT', got {address!r}")
-    return host, int(port)
-
-
-def check_rollout_args(rollout_workers, ray_address=None, num_cpus=None) -> int:
-    """Validate the distributed arguments of an agent before any work (Ray importable,
-    ``rollout_workers`` and ``num_cpus`` positive ints, ``ray_address`` well formed).
-
-    >>> check_rollout_args(0)
-    Traceback (most recent call last):
-    ...
-    ValueError: rollout_workers must be an int >= 1, got 0
-    """
-    n = positive_int(rollout_workers, "rollout_workers")
-    positive_int(num_cpus, "num_cpus", allow_none=True)
-    _address_host_port(ray_address)
-    if ray_address is not None and num_cpus is not None:
-        raise ValueError("num_cpus must be left out with ray_address (a running cluster "
-                         f"already has its CPUs), got num_cpus={num_cpus!r}")
-    _import_ray()
-    return n
-
-
-def check_ray_address(address) -> str | None:
-    """``None``, ``"auto"`` or ``"HOST:PORT"`` (returned unchanged); a ``HOST:PORT`` that does
-    not accept a TCP connection within 5 s raises ``ConnectionError`` (instead of a hang).
-
-    >>> check_ray_address(None), check_ray_address("auto")
-    (None, 'auto')
-    >>> check_ray_address("localhost")
-    Traceback (most recent call last):
-    ...
-    ValueError: ray_address must be 'auto' or 'HOST:PORT', got 'localhost'
-    """
-    host_port = _address_host_port(address)
-    if host_port is None:
-        return address
-    try:
-        with socket.create_connection(host_port, timeout=5.0):
-            pass
-    except OSError as exc:
-        raise ConnectionError(f"ray_address: no Ray cluster reachable at {address!r} ({exc}); "
-                              "start one with `ray start --head --port PORT`") from None
-    return address
-
-
-def init_ray(address: str | None = None, num_cpus: int | None = None):
-    """Connect to the Ray cluster at ``address`` (``"auto"`` or ``"HOST:PORT"``), or start a
-    local instance with ``num_cpus`` CPUs when ``address`` is ``None``. Reuses an
-    already initialised Ray. Returns the ``ray`` module."""
-    ray = _import_ray()
-    if ray.is_initialized():
-        return ray
-    check_ray_address(address)
-    env_vars = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    if os.environ.get("PYTHONPATH"):
-        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    kwargs = {"runtime_env": {"env_vars": env_vars}, "include_dashboard": False,
-              "logging_level": "WARNING"}
-    try:
-        if address is None:
-            ray.init(num_cpus=num_cpus, **kwargs)
-        else:
-            ray.init(address=address, **kwargs)
-    except ConnectionError as exc:
-        raise ConnectionError(f"ray_address: cannot connect to Ray at {address!r}: {exc}") from None
-    return ray
 
 
 _TRANSITIONS = (("obs", "float32"), ("actions", "int32"), ("rewards", "float32"),
@@ -217,6 +141,7 @@ class _RolloutWorker:
         self.agent = agent_cls(config)  # its env is reset (seeded) by the first collect
 
     def ready(self) -> int:
+        """This worker's id, once its agent is built."""
         return self.worker_id
 
     def info(self) -> dict:
@@ -227,6 +152,7 @@ class _RolloutWorker:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def reset(self) -> None:
+        """Reset (re-seed) this worker's vector env."""
         self.agent._reset_env()
 
     def _prepare(self, weights, rng_state) -> None:
@@ -290,6 +216,7 @@ class _RolloutWorker:
                 state, float(eps.numpy()))
 
     def close(self) -> None:
+        """Close this worker's agent and its envs."""
         self.agent.close()
 
 
@@ -464,6 +391,7 @@ class RolloutWorkers:
         self.logs = logs
 
     def drain_episodes(self) -> list[tuple[float, int]]:
+        """The ``(return, length)`` of episodes finished on the workers since the last call."""
         out, self._episodes = self._episodes, []
         return out
 
