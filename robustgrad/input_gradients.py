@@ -1,0 +1,148 @@
+"""The gradient of a classifier's loss with respect to its input: :func:`input_gradient`.
+
+The one input-gradient primitive the attacks, regularisers and saliency code build on: labels
+or targets checked with clear errors, the loss in float32 (also under ``mixed_float16``), and
+the softmax warning when the model looks like it outputs probabilities (gradient masking).
+Moved out of ``robustgrad/tape.py``, which re-exports :func:`input_gradient`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from robustgrad._checks import looks_like_probabilities
+
+__all__ = ["input_gradient"]
+
+
+def _warn_if_probabilities(logits) -> None:
+    """The attacks' softmax warning, for the same model (eager values only)."""
+    if isinstance(logits, tf.Tensor) and hasattr(logits, "numpy") and \
+            looks_like_probabilities(logits.numpy()):
+        warnings.warn(
+            "model outputs look like probabilities (non-negative rows summing to 1). Attacks and "
+            "objectives expect logits: gradients through a saturated softmax vanish and make a "
+            "model look robust (gradient masking). Remove the final softmax.",
+            UserWarning, stacklevel=3)
+
+
+def _check_targets(y, logits) -> None:
+    """Labels ``[B]`` in ``[0, C)`` or targets ``[B, C]`` matching the logits, as a ValueError
+    naming ``y`` with the numbers (never a TensorFlow op error)."""
+    yt = tf.convert_to_tensor(y)
+    b, c = logits.shape[0], logits.shape[-1] if logits.shape.rank else None
+    if yt.dtype.is_integer:
+        if yt.shape.rank != 1:
+            raise ValueError(f"y must be int labels of shape [B] or targets [B, C], got integer "
+                             f"shape {yt.shape}")
+        if b is not None and yt.shape[0] is not None and yt.shape[0] != b:
+            raise ValueError(f"y has {yt.shape[0]} labels but x has {b} examples")
+        if c is not None and hasattr(yt, "numpy") and yt.shape[0]:
+            lo, hi = int(tf.reduce_min(yt)), int(tf.reduce_max(yt))
+            if lo < 0 or hi >= c:
+                raise ValueError(f"y has labels outside [0, {c}) (min {lo}, max {hi}); the "
+                                 f"model has {c} outputs")
+    elif yt.dtype.is_floating:
+        if yt.shape.rank != 2 or (yt.shape.is_fully_defined() and logits.shape.is_fully_defined()
+                                  and yt.shape != logits.shape):
+            raise ValueError(f"y: float targets must have the logits' shape {logits.shape}, got "
+                             f"{yt.shape}")
+    else:
+        raise ValueError(f"y must be int labels [B] or float targets [B, C], got dtype "
+                         f"{yt.dtype.name}")
+
+
+def _per_example_loss(loss, logits, y):
+    logits = tf.cast(logits, tf.float32)
+    if callable(loss):
+        out = tf.convert_to_tensor(loss(logits, y))
+        if out.shape.rank not in (0, 1):
+            raise ValueError(
+                f"loss callable must return per-example losses of shape [batch] or a scalar, "
+                f"got shape {out.shape}"
+            )
+        return tf.cast(out, tf.float32)
+    y = tf.convert_to_tensor(y)
+    if loss == "crossentropy":
+        if y.dtype.is_integer:
+            return tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.cast(y, tf.int64), logits=logits)
+        return tf.nn.softmax_cross_entropy_with_logits(labels=tf.cast(y, tf.float32), logits=logits)
+    if loss == "margin":  # Carlini-Wagner margin: max_{j != y} z_j - z_y
+        if not y.dtype.is_integer:
+            y = tf.argmax(y, axis=-1)
+        onehot = tf.one_hot(y, tf.shape(logits)[-1], dtype=tf.float32)
+        z_y = tf.reduce_sum(onehot * logits, axis=-1)
+        other = tf.reduce_max(logits - 1e9 * onehot, axis=-1)
+        return other - z_y
+    raise ValueError(
+        f"loss must be 'crossentropy', 'margin' or a callable(logits, y), got {loss!r}"
+    )
+
+
+def input_gradient(
+    model: Callable, x: Any, y: Any, loss: str | Callable = "crossentropy",
+    training: bool = False,
+) -> tf.Tensor:
+    """Gradient of a classification loss with respect to the model's input.
+
+    The per-example losses are summed before differentiating, so row ``i`` of the result is
+    the gradient of example ``i``'s own loss (examples do not interact in inference mode).
+    The loss is computed in float32 and the gradient returned in float32 even when the model
+    runs under a ``mixed_float16`` policy, so attacks never step along rounded float16 signs.
+
+    Args:
+      model: any callable ``model(x, training=False) -> logits`` of shape ``[B, C]`` (a Keras
+        model is one). Logits, not probabilities.
+      x: float tensor ``[B, ...]``; not modified.
+      y: int labels ``[B]`` or one-hot/probability targets ``[B, C]``.
+      loss: ``"crossentropy"`` (default), ``"margin"`` (Carlini-Wagner ``max_{j≠y} z_j − z_y``)
+        or a callable ``loss(logits, y) -> [B]``.
+      training: the mode the model runs in (inference by default).
+
+    Returns:
+      float32 tensor with the shape of ``x``.
+
+    Raises:
+      TypeError: ``x`` is not floating point.
+      ValueError: the model's output does not depend on ``x``, or ``loss`` is unknown.
+
+    Example:
+      >>> import keras
+      >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+      >>> g = input_gradient(model, tf.ones([2, 4]), tf.constant([0, 2]))
+      >>> g.shape, g.dtype.name
+      (TensorShape([2, 4]), 'float32')
+    """
+    if not callable(model):
+        raise TypeError(f"model must be callable, got {type(model).__name__}")
+    if not (callable(loss) or loss in ("crossentropy", "margin")):
+        raise ValueError(
+            f"loss must be 'crossentropy', 'margin' or a callable(logits, y), got {loss!r}"
+        )
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating:
+        raise TypeError(f"x must be a floating tensor, got dtype {x.dtype.name}")
+    x32 = tf.cast(x, tf.float32)
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(x32)
+        logits = model(x32, training=training)
+        if not isinstance(logits, (tf.Tensor, tf.Variable)):
+            raise TypeError(f"model must return one tensor of logits [B, C], got "
+                            f"{type(logits).__name__} (pick one output of a dict/tuple model)")
+        if not callable(loss):
+            _check_targets(y, logits)
+        _warn_if_probabilities(logits)
+        value = tf.reduce_sum(_per_example_loss(loss, logits, y))
+    g = tape.gradient(value, x32)
+    if g is None:
+        raise ValueError(
+            "the model's output does not depend on x: its input gradient would be None. "
+            "Check that the model uses its input through differentiable ops."
+        )
+    return tf.cast(g, tf.float32)
+
