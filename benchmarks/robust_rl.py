@@ -23,15 +23,33 @@ over seeds, median agent as the papers), and training time per env step, with th
 10 (CartPole: >= 400 at eps, clean >= 475, radius >= 1.5x; Pendulum: worst-case normalised score
 >= 0.8 at the eps where vanilla's falls below 0.5; ``--score`` switches to normalised scores)::
 
-    python benchmarks/robust_rl.py --robust sa --seeds 0 1 2 3 4 --episodes 20
-    python benchmarks/robust_rl.py --robust sa --algo dqn --seeds 0 1 2
+    python benchmarks/robust_rl.py --robust sa --robust-kappa 3 --seeds 0 1 2 3 4 --episodes 20
+    python benchmarks/robust_rl.py --robust sa --algo dqn --robust-kappa 0.1 --seeds 0 1 2
     python benchmarks/robust_rl.py --robust sa --env Pendulum-v1 --score --fall 0.5 \
         --threshold 0.8 --eps 0.05,0.1,0.2,0.3,0.5,1.0
     # slow, with the mujoco extra (not run here): Hopper-v5 at 0.075 normalised units
     python benchmarks/robust_rl.py --robust sa --env Hopper-v5 --steps 2000000 --seeds 0 1 2 \
         --score --robust-eps 0.075 --eps 0.075 --set normalize_obs=True
 
-Measured 2026-12-01 on the shared 2-core machine (1 seed only, not 5; attacks random, action,
+The median agent (as the SA-PPO paper reports): of each kind, the agent of median robustness
+(the strongest attack's median at the training eps; ties by radius, then clean); the goals are
+judged on it, the medians over seeds are printed next to it. Training time per env step leaves
+out the preset's periodic clean evaluations (DQN's ``eval_every`` / ``keep_best``, applied as
+``robustgrad train-agent`` does).
+
+Compute: ``--save-dir DIR`` saves every agent (``agents.load`` format) with ``benchmark.json``
+(training time, every evaluation keyed by its protocol); a rerun with the same settings loads
+the agents and reuses their evaluations, so a killed run resumes where it stopped and a new
+attack set retrains nothing. ``--only vanilla`` and ``--only robust --robust-eps E`` run the
+two sides in two processes sharing ``--save-dir``; a last run without ``--only`` compares::
+
+    A="--robust sa --robust-kappa 3 --seeds 0 1 2 3 4 --episodes 8 --rs-steps 10000 \
+       --save-dir runs/robust_rl --threads 1"
+    python benchmarks/robust_rl.py $A --only vanilla &
+    python benchmarks/robust_rl.py $A --only robust --robust-eps 0.05 &
+    wait; python benchmarks/robust_rl.py $A --json robust_rl.json   # auto eps, reuses all
+
+An earlier measurement (2026-12-01, shared 2-core machine; 1 seed only, not 5; attacks random, action,
 mad, critic -- rs left out for time; grid 0.05-0.3 without 0.02; 8 episodes per row; medians):
 
 * CartPole-v1 PPO (zoo preset, 100k steps) vs SA-PPO (kappa 3, trained at the auto eps 0.05):
