@@ -22,9 +22,88 @@ from test_docs import public_modules
 OURS = ("robustgrad", "attacks", "agents")
 HINTED = ("attacks", "agents")          # packages whose public API must carry type hints
 
-# Offenders in files another helper owned during this change, listed by name so the lead can
-# empty this set once they are fixed. Every name here must still be an offender (checked below).
-_PENDING: set[str] = set()
+# Offenders in files other helpers owned while this check was written, listed by name so the lead
+# can empty this set once they are fixed (/work/notes/s17/T_proposals.py --apply has the hints and
+# docstrings). Every name here must still be an offender (checked below): the list only shrinks.
+_PENDING: set[str] = {
+    # agents/_ray_setup.py
+    "agents._ray_setup.init_ray",
+    # agents/distributed.py
+    "agents.distributed.RolloutWorkers.__init__",
+    # agents/dqn.py
+    "agents.dqn.DQN.loss",
+    "agents.dqn.DQN.q_values",
+    "agents.dqn.DQN.td_targets",
+    "agents.dqn.huber",
+    # agents/graph_backend.py
+    "agents.graph_backend.make_training_env",
+    # agents/graph_envs/vector.py
+    "agents.graph_envs.vector.GraphVecEnv.record_episodes",
+    "agents.graph_envs.vector.GraphVecEnv.reset",
+    "agents.graph_envs.vector.GraphVecEnv.step",
+    "agents.graph_envs.vector.GraphVecEnv.step_graph",
+    "agents.graph_envs.vector.GraphVecEnv.step_state",
+    # agents/many.py
+    "agents.many.bootstrap_ci",
+    "agents.many.iqm",
+    "agents.many.learning_curves",
+    "agents.many.summarize_runs",
+    # agents/observation_attacks.py
+    "agents.observation_attacks.ObservationAttack.__init__",
+    "agents.observation_attacks.ObservationAttack.step",
+    "agents.observation_attacks.action_attack",
+    "agents.observation_attacks.attack_observations",
+    "agents.observation_attacks.check_attack",
+    "agents.observation_attacks.check_attack_name",
+    "agents.observation_attacks.check_box_observations",
+    "agents.observation_attacks.critic_attack",
+    "agents.observation_attacks.mad_attack",
+    "agents.observation_attacks.perturbation_norms",
+    "agents.observation_attacks.perturbation_scale",
+    "agents.observation_attacks.random_attack",
+    "agents.observation_attacks.rs_attack",
+    "agents.observation_attacks.sgld_mad_attack",
+    "agents.observation_attacks.step_seed",
+    # agents/onpolicy.py
+    "agents.onpolicy.OnPolicyAgent.distribution",
+    "agents.onpolicy.OnPolicyAgent.value",
+    # agents/robust.py
+    "agents.robust.adversarial_observations",
+    "agents.robust.attacked_q_margin",
+    "agents.robust.clean_distribution",
+    "agents.robust.policy_kl",
+    "agents.robust.q_margin_hinge",
+    "agents.robust.sa_dqn_observations",
+    "agents.robust.sa_observations",
+    "agents.robust.sa_policy_regularizer",
+    # agents/stacked.py
+    "agents.stacked.StackedPPO.distribution",
+    "agents.stacked.StackedPPO.losses",
+    "agents.stacked.StackedPPO.train_on",
+    "agents.stacked.StackedPPO.value",
+    "agents.stacked.unsupported_fields",
+    # attacks/training/callbacks.py
+    "attacks.training.callbacks.CatastrophicOverfittingGuard.on_epoch_end",
+    "attacks.training.callbacks.EpochCheckpoint.on_epoch_begin",
+    "attacks.training.callbacks.EpochCheckpoint.on_epoch_end",
+    "attacks.training.callbacks.EpochCheckpoint.on_train_batch_end",
+    "attacks.training.callbacks.EpochTimer.on_epoch_begin",
+    "attacks.training.callbacks.EpochTimer.on_epoch_end",
+    "attacks.training.callbacks.EpochTimer.on_train_batch_end",
+    "attacks.training.callbacks.NonFiniteGuard.on_train_batch_end",
+    "attacks.training.callbacks.ScalarLogger.on_epoch_end",
+    "attacks.training.callbacks.ScalarLogger.on_train_end",
+    # attacks/training/trainer.py
+    "attacks.training.trainer.AdversarialTrainer.build",
+    "attacks.training.trainer.AdversarialTrainer.call",
+    "attacks.training.trainer.AdversarialTrainer.from_config",
+    "attacks.training.trainer.AdversarialTrainer.get_config",
+    "attacks.training.trainer.AdversarialTrainer.metrics",
+    "attacks.training.trainer.AdversarialTrainer.test_step",
+    "attacks.training.trainer.AdversarialTrainer.train_step",
+    # robustgrad/progress.py
+    "robustgrad.progress.EvaluationProgress.close",
+}
 
 
 def _is_ours(obj: Any) -> bool:
@@ -42,12 +121,18 @@ def _python_function(obj: Any) -> Callable | None:
 
 def public_objects() -> Iterator[tuple[str, Any]]:
     """('module.qualname', object) for every public function and class of our public modules, once
-    each, named by the module that defines it."""
+    each, named by the module that defines it: the names in a module's ``__all__`` (re-exports
+    included) and the names without a leading underscore that it defines itself, or, without an
+    ``__all__``, every name without a leading underscore."""
     seen: set[int] = set()
     for module_name in public_modules():
         module = importlib.import_module(module_name)
-        names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
-        for name in names:
+        public = [n for n in vars(module) if not n.startswith("_")]
+        exported = getattr(module, "__all__", None)
+        if exported:
+            own = [n for n in public if getattr(vars(module)[n], "__module__", None) == module_name]
+            public = list(exported) + [n for n in own if n not in exported]
+        for name in public:
             obj = getattr(module, name, None)
             if not (inspect.isclass(obj) or _python_function(obj)) or not _is_ours(obj):
                 continue
