@@ -88,9 +88,17 @@ class AgentConfig:
     """L-inf radius of the observation ball, in standard deviations when ``normalize_obs``
     (inside the normaliser, as the papers) and in raw units otherwise."""
     robust_kappa: float = 0.1
-    """Weight kappa of the SA regulariser (``robust="sa"``)."""
+    """Weight kappa of the SA regulariser (``robust="sa"``). The default is the SA-PPO paper's
+    usual value (0.003-1 on MuJoCo, in normalised units); the kappa that works depends on the
+    environment and its units, so tuned presets carry their own (``ppo-CartPole-v1``: 3, since
+    at raw eps 0.05 kappa 0.1 kept a median 100.5 under attack, 1 kept 254.5 and 3 kept 500;
+    docs/benchmarks/robust-rl.md). SA-DQN met its CartPole goal with 0.1."""
     robust_steps: int = 10
-    """PGD steps of the inner maximisation (step size ``robust_eps / robust_steps``)."""
+    """Steps of the inner maximisation (step size ``robust_eps / robust_steps``)."""
+    robust_method: str = "pgd"
+    """Inner maximiser of SA-PPO/SA-A2C's KL (``robust="sa"``): ``"pgd"`` (the ``mad``
+    attack) or ``"sgld"`` (SA-PPO's stochastic gradient Langevin dynamics,
+    :func:`agents.observation_attacks.sgld_mad_attack`). SA-DQN's is always PGD."""
     robust_eps_warmup: float = 0.75
     """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
     ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
@@ -129,6 +137,7 @@ class AgentConfig:
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
         self.robust_steps = positive_int(self.robust_steps, "robust_steps")
+        choice(self.robust_method, "robust_method", ("pgd", "sgld"))
         probability(self.robust_eps_warmup, "robust_eps_warmup")
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
 
@@ -337,6 +346,9 @@ class DQNConfig(AgentConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.robust is not None and self.robust_method != "pgd":
+            raise ValueError(f"robust_method: SA-DQN's inner maximisation is PGD on the greedy "
+                             f"action's margin; only 'pgd' is supported, got {self.robust_method!r}")
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps",
                      "target_update_interval"):
             setattr(self, name, positive_int(getattr(self, name), name))

@@ -188,7 +188,7 @@ class RobustOnPolicy:
         if self.config.robust != "sa":
             return None
         return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
-                               self._seed(), getattr(self.config, "robust_method", "pgd"))
+                               self._seed(), self.config.robust_method)
 
     def _sa_term(self, obs, obs_adv):
         """``(kappa * KL, KL)`` for the loss and the logs; zeros without ``robust="sa"``."""
