@@ -237,14 +237,16 @@ def train(args, kind: str, seed: int, robust_eps: float | None):
     if learn.get("eval_every"):
         callbacks.append(timed_callback(EvalCallback(int(learn["eval_every"]),
                                                      keep_best=bool(learn.get("keep_best")))))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     agent.learn(steps, callbacks=callbacks, progress_bar=False)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     eval_seconds = sum(c.seconds for c in callbacks)
     record = {"algo": args.algo, "env": args.env, "kind": kind, "seed": seed, "steps": steps,
               "robust_eps": robust_eps, "overrides": overrides, "train_seconds": seconds,
               "periodic_eval_seconds": eval_seconds,
               "seconds_per_env_step": (seconds - eval_seconds) / steps,
+              # CPU seconds of this process (all its threads): less sensitive to other load
+              "train_cpu_seconds": cpu_seconds,
               "learn_options": learn, "load": os.getloadavg()[0], "evaluations": {}}
     return agent, record
 
