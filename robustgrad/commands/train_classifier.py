@@ -34,11 +34,11 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import time
 
 from robustgrad.cli import UsageError, user_errors
 from robustgrad.commands._classifier_history import prior_history, write_history
+from robustgrad.commands._classifier_run import final_report, mixed_precision_copy, setup_devices
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
 from robustgrad.commands._resume import check_resume, record_overrides
 
@@ -58,6 +58,7 @@ _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eva
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
     g = p.add_argument_group("data and model")
     g.add_argument("--data", default="digits",
                    help="digits (default), mnist, fashion_mnist, cifar10, or a path.npz holding "
@@ -136,7 +137,7 @@ def _config_of(args) -> dict:
             and k != "command"}
 
 
-def validate(args) -> None:
+def validate(args: argparse.Namespace) -> None:
     """Checks that need no TensorFlow: run before anything is imported or written."""
     from robustgrad import _checks
 
@@ -217,52 +218,16 @@ def validate(args) -> None:
     args._validated = True
 
 
-def _setup_devices(args):
-    import tensorflow as tf
-
-    if args.logical_cpus and args.logical_cpus > 1:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
-    if not args.no_deterministic:
-        tf.config.experimental.enable_op_determinism()
-    if args.strategy == "mirrored":
-        gpus = tf.config.list_logical_devices("GPU")
-        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices=devices)
-    if args.strategy == "multiworker":
-        comm = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
-    return None
-
-
-def _mixed_precision_copy(model):
-    """Rebuild a loaded float32 model with mixed_float16 layers (logits stay float32)."""
-
-    cfg = model.get_config()
-    layers = cfg.get("layers")
-    if not layers:
-        raise UsageError("--mixed-precision with --init-from needs a Sequential or functional model")
-    for i, layer in enumerate(layers):
-        if layer.get("class_name") == "InputLayer":
-            continue
-        last = i == len(layers) - 1
-        layer["config"]["dtype"] = "float32" if last else "mixed_float16"
-    new = model.__class__.from_config(cfg)
-    new.set_weights(model.get_weights())
-    return new
-
-
 def _log(args, msg):
     if args.verbose:
         print(msg, flush=True)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Train, save, export and evaluate as the flags say; returns the exit status (0)."""
     if not hasattr(args, "_validated"):  # called without the command line's validate step
         validate(args)
-    strategy = _setup_devices(args)
+    strategy = setup_devices(args)
 
     import keras
     import numpy as np
@@ -297,7 +262,7 @@ def run(args) -> int:
         with user_errors(ValueError, prefix=f"--init-from {args.init_from}: "):
             advtrain.check_classifier(base, x_te, num_classes)
         if args.mixed_precision:
-            base = _mixed_precision_copy(base)
+            base = mixed_precision_copy(base)
     else:
         base = None
 
@@ -446,32 +411,7 @@ def run(args) -> int:
         _log(args, f"exported a SavedModel to {args.export} (signature 'serve')")
 
     if not args.no_eval:
-        report = _final_report(args, clf, x_te, y_te, data)
+        report = final_report(args, clf, x_te, y_te, data)
         with open(os.path.join(out, "report.json"), "w") as f:
             json.dump(report, f, indent=1)
     return 0
-
-
-def _final_report(args, clf, x_te, y_te, data) -> dict:
-    """Robustness report through attacks.evaluate (worst case over the ensemble, cascade)."""
-    import attacks
-    from robustgrad.progress import EvaluationProgress
-
-    eps_list = ([float(v) for v in args.eval_eps.split(",")] if args.eval_eps else [args.eps])
-    if args.eval_limit:
-        x_te, y_te = x_te[: args.eval_limit], y_te[: args.eval_limit]
-    progress = EvaluationProgress(enabled=args.verbose >= 1 and not args.no_progress)
-    try:
-        rep = attacks.evaluate(clf, x_te, y_te, attacks=attacks.parse_attacks(args.eval_attacks),
-                               eps=eps_list, batch_size=256, norm=args.norm,
-                               clip_min=data.clip_min, clip_max=data.clip_max, progress=progress)
-    finally:
-        progress.close()
-    if args.verbose:
-        print(rep.table())
-    try:
-        rep.save(os.path.join(args.out, "report"))
-    except Exception as exc:  # the JSON below is the contract; plots are extras
-        print(f"(could not save the evaluation plots: {exc})", file=sys.stderr)
-    out = rep.to_dict()
-    return out
