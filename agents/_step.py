@@ -36,6 +36,17 @@ def make_gradient_step(optimizer: Any, variables: Sequence[tf.Variable],
 
     ``transform`` (any ``GradientTransformation``) replaces the default chain; wrap it in
     ``apply_if_finite`` yourself if you still want the guard.
+
+    >>> import numpy as np, tensorflow as tf
+    >>> from agents.optim import Adam
+    >>> v = tf.Variable([1.0, -1.0])
+    >>> step = make_gradient_step(Adam([v], learning_rate=0.1), [v], max_grad_norm=0.5)
+    >>> float(step.step([tf.constant([3.0, 4.0])])["grad_norm"])   # clipped to 0.5, applied
+    5.0
+    >>> before = v.numpy().copy()
+    >>> stats = step.step([tf.constant([np.nan, 4.0])])            # rejected: weights unchanged
+    >>> float(stats["applied"]), bool((v.numpy() == before).all())
+    (0.0, True)
     """
     if transform is None:
         transform = default_transform(max_grad_norm)

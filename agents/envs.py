@@ -34,7 +34,14 @@ EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
 
 
 def check_env_id(env: EnvSpec, argument: str = "env") -> None:
-    """Raise ``ValueError`` naming ``argument`` if ``env`` is neither a known id nor callable."""
+    """Raise ``ValueError`` naming ``argument`` if ``env`` is neither a known id nor callable.
+
+    >>> check_env_id("CartPole-v1")
+    >>> check_env_id("NoSuchEnv-v0")
+    Traceback (most recent call last):
+    ...
+    ValueError: env: unknown gymnasium environment id 'NoSuchEnv-v0' (...)
+    """
     if callable(env):
         return
     if not isinstance(env, str) or not env:

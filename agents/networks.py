@@ -20,7 +20,12 @@ tfd = tfp.distributions
 
 
 def orthogonal(shape: tuple[int, int], gain: float, rng: np.random.Generator) -> np.ndarray:
-    """An orthogonal ``(fan_in, fan_out)`` matrix scaled by ``gain`` (QR of a Gaussian)."""
+    """An orthogonal ``(fan_in, fan_out)`` matrix scaled by ``gain`` (QR of a Gaussian).
+
+    >>> w = orthogonal((3, 2), 2.0, np.random.default_rng(0))
+    >>> w.dtype, np.allclose(w.T @ w, 4.0 * np.eye(2), atol=1e-5)
+    (dtype('float32'), True)
+    """
     rows, cols = shape
     a = rng.standard_normal((max(rows, cols), min(rows, cols)))
     q, r = np.linalg.qr(a)

@@ -23,6 +23,10 @@ def bootstrap_values(values_of_next_obs: tf.Tensor, terminated: tf.Tensor) -> tf
 
     ``values_of_next_obs[t]`` is ``V`` of the observation the transition really reached
     (the final observation when an episode ended). Shapes ``[T, N]``.
+
+    >>> import tensorflow as tf
+    >>> bootstrap_values(tf.constant([[2.0, 3.0]]), tf.constant([[False, True]])).numpy().tolist()
+    [[2.0, 0.0]]
     """
     terminated = tf.cast(terminated, values_of_next_obs.dtype)
     return tf.stop_gradient(values_of_next_obs * (1.0 - terminated))
@@ -64,6 +68,12 @@ def discounted_returns(rewards: tf.Tensor, next_values: tf.Tensor, episode_ends:
 
     Equal to ``gae(..., lam=1)`` returns; independent of the value estimates of the
     visited states.
+
+    >>> import tensorflow as tf
+    >>> ret = discounted_returns(tf.constant([[1.0], [1.0]]), tf.constant([[5.0], [10.0]]),
+    ...                          tf.constant([[0.0], [0.0]]), gamma=0.5)
+    >>> ret.numpy().ravel().tolist()   # 1 + 0.5 * (1 + 0.5 * 10): only the last row bootstraps
+    [4.0, 6.0]
     """
     rewards = tf.convert_to_tensor(rewards, tf.float32)
     next_values = tf.convert_to_tensor(next_values, tf.float32)
@@ -86,6 +96,11 @@ def td_target(rewards: tf.Tensor, next_q: tf.Tensor, terminated: tf.Tensor, gamm
 
     Truncated transitions are *not* terminated: they bootstrap from ``next_q`` of the
     final observation.
+
+    >>> import tensorflow as tf
+    >>> td_target(tf.constant([1.0, 1.0]), tf.constant([4.0, 4.0]), tf.constant([False, True]),
+    ...           gamma=0.5).numpy().tolist()
+    [3.0, 1.0]
     """
     terminated = tf.cast(terminated, tf.float32)
     return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * (1.0 - terminated) * next_q)

@@ -210,7 +210,12 @@ class HyperParams(NamedTuple):
 
 def make_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) -> np.ndarray:
     """A fixed ``[steps, batch_size]`` int32 array of minibatch indices (epochs of random
-    permutations), so that the unrolled loss is a deterministic function of the hyper-parameters."""
+    permutations), so that the unrolled loss is a deterministic function of the hyper-parameters.
+
+    >>> b = make_batches(5, 2, 3, seed=0)
+    >>> b.shape, b.dtype, sorted(b[:2].ravel().tolist()) == sorted(set(b[:2].ravel().tolist()))
+    ((3, 2), dtype('int32'), True)
+    """
     steps = positive_int(steps, "steps")
     batch_size = positive_int(batch_size, "batch_size")
     if batch_size > num_examples:
