@@ -75,6 +75,8 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
                               tf.constant(self.y.astype(np.int32))))
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Measure the guard subset's PGD accuracy (logged as ``guard_pgd_accuracy``); on a
+        collapse, restore the best epoch's weights and stop training."""
         acc = self._measure()
         self.history.append(acc)
         if logs is not None:
@@ -154,12 +156,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
         return self.manager.save(checkpoint_number=step)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Put back the restored running metrics of an interrupted epoch (fit reset them)."""
         if self._metric_values is not None:
             for v, value in zip(self._metric_variables, self._metric_values):
                 v.assign(value)
             self._metric_values = None
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """When a stop was requested: save the state after this batch and raise
+        ``TrainingInterrupted`` (at an epoch's last batch, wait for the epoch end)."""
         steps = (self.params or {}).get("steps")
         if self.interrupt is None or not self.interrupt.requested:
             return
@@ -172,6 +177,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self._raise(f"at epoch {epoch + 1}, batch {done}{total}")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Save the epoch's checkpoint; raise ``TrainingInterrupted`` if a stop was requested
+        and epochs remain."""
         self._offset = 0
         self._save(epoch + 1, 0)
         epochs = (self.params or {}).get("epochs")
@@ -198,6 +205,7 @@ class NonFiniteGuard(keras.callbacks.Callback):
     ``max_nonfinite_steps`` consecutive non-finite gradient steps (each one was skipped)."""
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Raise once the consecutive non-finite steps exceed the limit."""
         step = getattr(self.model, "gradient_step", None)
         if step is not None:
             step.raise_if_exceeded()
@@ -224,6 +232,7 @@ class ScalarLogger(keras.callbacks.Callback):
         return self._writers[run]
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Write the epoch's logs as scalars (``val_*`` under ``validation/``)."""
         for key, value in (logs or {}).items():
             run, tag = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
             try:
@@ -237,6 +246,7 @@ class ScalarLogger(keras.callbacks.Callback):
             w.flush()
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        """Close the event files (a later ``fit`` opens new ones)."""
         for w in self._writers.values():
             w.close()
         self._writers = {}  # a later fit (a resumed epoch, then the rest) opens new ones
@@ -251,12 +261,15 @@ class EpochTimer(keras.callbacks.Callback):
         self._t0 = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        """Start the epoch's clock."""
         self._t0 = self._last = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """Note the time of the last training batch (validation comes after it)."""
         self._last = time.perf_counter()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Record the seconds from the epoch's start to its last training batch."""
         self.seconds.append(getattr(self, "_last", self._t0) - self._t0)
         self._t0 = None
 

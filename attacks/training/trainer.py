@@ -166,19 +166,24 @@ class AdversarialTrainer(keras.Model):
 
     # ---------------------------------------------------------------- keras plumbing
     def call(self, x: Any, training: Any = False) -> tf.Tensor:
+        """The wrapped classifier's logits ``[B, C]`` for ``x [B, ...]``."""
         return self.model(x, training=training)
 
     def build(self, input_shape: Any = None) -> None:
+        """Build the wrapped classifier for ``input_shape`` (``[B, ...]``) if it is not built."""
         if not self.model.built and input_shape is not None:
             self.model.build(input_shape)
         self.built = True
 
     @property
     def metrics(self) -> list:
+        """The running means Keras resets each epoch: loss, adversarial/clean/robust accuracy,
+        gradient norm and eps."""
         return [self.loss_tracker, self.adv_acc_tracker, self.clean_acc_tracker,
                 self.robust_acc_tracker, self.grad_norm_tracker, self.eps_tracker]
 
     def get_config(self) -> dict:
+        """The constructor arguments (the classifier serialised), for ``.keras`` saving."""
         return {
             "model": keras.saving.serialize_keras_object(self.model),
             "method": self.method, "eps": self.eps, "norm": self.norm,
@@ -192,6 +197,7 @@ class AdversarialTrainer(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict) -> Any:
+        """The trainer :meth:`get_config` described (the classifier deserialised)."""
         config = dict(config)
         config["model"] = keras.saving.deserialize_keras_object(config["model"])
         return cls(**config)
@@ -364,6 +370,8 @@ class AdversarialTrainer(keras.Model):
         return loss
 
     def train_step(self, data: Any) -> dict:
+        """One update on a batch ``(x [B, ...], y [B])`` by the training method (craft, loss,
+        guarded gradient step); returns the logs (loss, accuracies, gradient norm, eps)."""
         x, y = data[0], data[1]
         x = tf.cast(tf.convert_to_tensor(x), tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)
@@ -395,6 +403,8 @@ class AdversarialTrainer(keras.Model):
         return logs
 
     def test_step(self, data: Any) -> dict:
+        """Clean loss and accuracy on a batch ``(x, y)``, and PGD-``eval_steps`` robust accuracy
+        when ``eval_steps > 0``; returns the logs."""
         x, y = data[0], data[1]
         x = tf.cast(tf.convert_to_tensor(x), tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)
