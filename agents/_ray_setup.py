@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import types
 
 from robustgrad._checks import positive_int
 
@@ -81,7 +82,7 @@ def check_ray_address(address: str | None) -> str | None:
     return address
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None):
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> types.ModuleType:
     """Connect to the Ray cluster at ``address`` (``"auto"`` or ``"HOST:PORT"``), or start a
     local instance with ``num_cpus`` CPUs when ``address`` is ``None``. Reuses an
     already initialised Ray. Returns the ``ray`` module."""
