@@ -183,11 +183,14 @@ class _RolloutWorker:
             raise err from None
         return out, time.perf_counter() - start
 
-    def collect(self, weights, rng_state):
+    def collect(self, weights, rng_state, robust_eps: float | None = None):
         """Load ``weights``, sample with ``rng_state`` (key offset by the worker id), and run
         one compiled rollout; returns the batch as numpy arrays, finished episodes and the
-        rollout's wall time."""
+        rollout's wall time. ``robust_eps``: the learner's current eps of ``robust="adv"``'s
+        warm-up schedule, which the rollout's attack (``_perceived``) reads."""
         self._prepare(weights, rng_state)
+        if robust_eps is not None:
+            self.agent.robust_schedule.eps.assign(robust_eps)
         batch, seconds = self._run(self.agent._rollout)
         return ({k: v.numpy() for k, v in batch.items()}, self.agent.env.drain_episodes(),
                 seconds)
@@ -346,7 +349,10 @@ class RolloutWorkers:
         agent.rng.make_seeds(n_steps)  # the learner's stream advances as a local rollout's
         weights = ray.put(agent.get_weights())  # once per iteration, read by every worker
         start = time.perf_counter()
-        results = self._run_all(lambda a: a.collect.remote(weights, state))
+        schedule = getattr(agent, "robust_schedule", None)
+        robust_eps = (float(schedule.eps.numpy()) if schedule is not None
+                      and agent.config.robust == "adv" else None)
+        results = self._run_all(lambda a: a.collect.remote(weights, state, robust_eps))
         wall = time.perf_counter() - start
         self._set_logs(results, wall, n_steps)
         return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
