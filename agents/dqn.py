@@ -3,8 +3,11 @@ optional prioritised experience replay (Schaul et al. 2016).
 
 One iteration of ``learn``: ``train_freq`` steps of every environment with an
 epsilon-greedy policy, written into a replay buffer held in ``tf.Variable``s
-(one compiled loop, the env stepped through ``tf.numpy_function``), then
-``gradient_steps`` compiled gradient steps on minibatches:
+(one compiled loop, the env stepped through ``tf.numpy_function``), then, once
+``learning_starts`` env steps have been taken, ``gradient_steps`` compiled gradient steps on
+minibatches. With ``backend="graph"`` (the env is TensorFlow ops, its state in the loop
+carry) the collection and the gradient steps of an iteration are one compiled call
+(``_iteration``; XLA too with ``jit_compile``), the same algorithm as the two calls:
 
 * TD target ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (Double
   DQN; ``max_a Q_target(s', a)`` otherwise), built under ``tf.stop_gradient``. ``s'`` is
@@ -39,6 +42,9 @@ from agents.optim import Adam
 from agents.returns import td_target
 from agents.schedules import linear
 
+TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
+"""The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
+
 
 def huber(x, delta: float) -> tf.Tensor:
     """Huber loss (smooth L1) of ``x`` elementwise: quadratic within ``delta``, linear outside."""
@@ -65,6 +71,9 @@ class DQN(Agent):
 
     algo = "dqn"
     config_cls = DQNConfig
+    fuse_graph_iteration = True
+    """``backend="graph"``: collection and gradient steps in one compiled call (``False``: the
+    two calls of the gymnasium backend, kept to compare the two)."""
 
     def _check_spaces(self, env):
         if not isinstance(env.single_action_space, gym.spaces.Discrete):
@@ -98,6 +107,8 @@ class DQN(Agent):
                                                          cfg.robust_eps_warmup)
         self._collect = tf.function(self._collect_graph)
         self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
+        # backend="graph": collection + gradient steps of an iteration in one compiled call
+        self._iteration = tf.function(self._iteration_graph, jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,
@@ -136,18 +147,40 @@ class DQN(Agent):
         return self.env.step(actions)
 
     def _collect_graph(self, n_steps, steps_done, explore_steps):
-        """``n_steps`` steps of every env, epsilon-greedy, into the replay buffer."""
+        """``n_steps`` steps of every env, epsilon-greedy, into the replay buffer; returns the
+        buffer's size. ``backend="graph"``: the env state is the loop's carry (read and
+        assigned once) and the finished episodes are recorded once after the loop."""
         self.trace_counts["collect"] += 1
         n = self.config.num_envs
+        graph_env = self.config.backend == "graph"
         obs = self._obs.read_value()
+        eps = self.epsilon.read_value()
+        env_state, ended = tf.constant(0), tf.constant(0)  # placeholders unless graph_env
+        if graph_env:
+            env_state = self.env.state
+            ended = {"done": tf.TensorArray(tf.bool, size=n_steps, element_shape=(n,)),
+                     "return": tf.TensorArray(self.env.spec.dtype, size=n_steps,
+                                              element_shape=(n,)),
+                     "length": tf.TensorArray(tf.int32, size=n_steps, element_shape=(n,))}
         for t in tf.range(n_steps):
             done = tf.cast(steps_done, tf.float32) + tf.cast(t * n, tf.float32)
             eps = self._collect_epsilon(done, self.num_timesteps, explore_steps)
-            self.epsilon.assign(eps)
-            a, nobs, r, term, fin = self._collect_step(obs, eps)
+            if graph_env:
+                a = self._epsilon_greedy(obs, eps)
+                env_state, (nobs, r, term, trunc, fin), (ret, length) = \
+                    self.env.step_state(env_state, a)
+                ended = {"done": ended["done"].write(t, term | trunc),
+                         "return": ended["return"].write(t, ret),
+                         "length": ended["length"].write(t, length)}
+            else:
+                a, nobs, r, term, fin = self._collect_step(obs, eps)
             self._record_step(obs, a, r, fin, term)
             obs = nobs
+        self.epsilon.assign(eps)
         self._obs.assign(obs)
+        if graph_env:
+            self.env.write_state(env_state)
+            self.env.record_episodes(*(ended[k].stack() for k in ("done", "return", "length")))
         return self.buffer.size
 
     def _collect_epsilon(self, done, timesteps, explore_steps):
@@ -158,13 +191,17 @@ class DQN(Agent):
         eps = linear(cfg.exploration_initial_eps, cfg.exploration_final_eps, done, explore_steps)
         return tf.where(timesteps < cfg.learning_starts, 1.0, eps)
 
+    def _epsilon_greedy(self, obs, eps):
+        """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
+        safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+        greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
+        return self._explore(greedy, eps, self.rng)
+
     def _collect_step(self, obs, eps):
         """One epsilon-greedy step of every training env from ``obs`` (also run by
         agents.distributed's rollout workers): ``actions, next obs, rewards, terminated,
         final_obs``."""
-        safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-        greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
-        a = self._explore(greedy, eps, self.rng)
+        a = self._epsilon_greedy(obs, eps)
         nobs, r, term, _trunc, fin = self._env_step_in_graph(a)  # base: either backend
         return a, nobs, r, term, fin
 
@@ -218,9 +255,10 @@ class DQN(Agent):
             t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
 
     def _train_graph(self, n_steps, beta):
+        """``n_steps`` gradient steps on replay minibatches; returns :data:`TRAIN_STATS`."""
         self.trace_counts["train"] += 1
         cfg = self.config
-        sums = _sums.zeros(("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied"))
+        sums = _sums.zeros(TRAIN_STATS[:-1])
         for _ in tf.range(n_steps):
             idx, weights = self._sample(beta)
             batch = self.buffer.gather(idx)
@@ -253,6 +291,17 @@ class DQN(Agent):
         stats.update(updates_applied=sums["updates_applied"], updates_tried=n)
         return stats
 
+    def _iteration_graph(self, n_steps, steps_done, explore_steps, gradient_steps, beta):
+        """Collection and (once ``learning_starts`` env steps are taken) the gradient steps of
+        one iteration (``backend="graph"``: one compiled call). Returns ``(trained, stats)``:
+        whether the gradient steps ran, and their :data:`TRAIN_STATS` (zeros if not)."""
+        self.trace_counts["iteration"] += 1
+        self._collect_graph(n_steps, steps_done, explore_steps)
+        trained = self.num_timesteps >= max(self.config.learning_starts, self.config.batch_size)
+        stats = tf.cond(trained, lambda: self._train_graph(gradient_steps, beta),
+                        lambda: {k: tf.constant(0.0) for k in TRAIN_STATS})
+        return trained, stats
+
     def _train_iteration(self, steps_done, total):
         cfg = self.config
         num_envs = cfg.num_envs
@@ -264,6 +313,19 @@ class DQN(Agent):
             self.robust_schedule.update(steps_done, total)
         explore = cfg.exploration_fraction * total
         workers = self.rollout_workers  # agents.distributed: Ape-X style collection on Ray
+        if cfg.backend == "graph" and self.fuse_graph_iteration and workers is None:
+            beta = linear(cfg.priority_beta, 1.0, steps_done, total)
+            trained, stats = self._iteration(
+                tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
+                tf.constant(explore, tf.float32), tf.constant(cfg.gradient_steps),
+                tf.constant(beta))
+            logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
+            if bool(trained):
+                logs.update({k: float(v) for k, v in stats.items()})
+                self.num_updates.assign_add(1)
+            else:
+                logs["updates_tried"] = 0.0
+            return logs, cfg.train_freq * num_envs
         if workers is None:
             self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
                           tf.constant(explore, tf.float32))

@@ -125,9 +125,20 @@ class OnPolicyAgent(Agent):
     def _env_step_np(self, actions):
         return self.env.step(actions)
 
+    def _sample_actions(self, obs, seed):
+        """Actions ``[N]`` int32 (discrete) or ``[N, d]`` float32 drawn from the policy at the
+        (finite) observations ``obs`` with the stateless ``seed``. Discrete: the draw
+        ``Categorical(logits).sample(seed=seed)`` makes (one ``stateless_categorical``), without
+        building the distribution object in the rollout's loop."""
+        if self.discrete:
+            logits = self.model.policy_net(self.model.obs_norm(obs))
+            return tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
+        return self.model.distribution(obs).sample(seed=seed)
+
     def _rollout_graph(self):
         self.trace_counts["rollout"] += 1
         horizon, n_envs = self.config.n_steps, self.config.num_envs
+        graph_env = self.config.backend == "graph"
         obs_shape = (n_envs,) + self.obs_shape
         a_dtype = tf.int32 if self.discrete else tf.float32
         tas = {
@@ -139,16 +150,27 @@ class OnPolicyAgent(Agent):
             "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
         }
         obs = self._obs.read_value()
+        # backend="graph": the env state is carried by the loop, read and assigned once, and
+        # the episodes that end are recorded once after the loop (placeholders otherwise)
+        env_state, ended = tf.constant(0), tf.constant(0)
+        if graph_env:
+            env_state = self.env.state
+            ended = (tf.TensorArray(self.env.spec.dtype, size=horizon, element_shape=(n_envs,)),
+                     tf.TensorArray(tf.int32, size=horizon, element_shape=(n_envs,)))
         seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
         for t in tf.range(horizon):
             obs = self._perceived(obs, seeds[:, t])
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-            dist = self.model.distribution(safe)
-            a = dist.sample(seed=seeds[:, t])
+            a = self._sample_actions(safe, seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            nobs, r, term, trunc, fin = self._env_step_in_graph(a_env)
+            if graph_env:
+                env_state, (nobs, r, term, trunc, fin), (ended_return, ended_length) = \
+                    self.env.step_state(env_state, a_env)
+                ended = (ended[0].write(t, ended_return), ended[1].write(t, ended_length))
+            else:
+                nobs, r, term, trunc, fin = self._env_step_in_graph(a_env)
             tas["obs"] = tas["obs"].write(t, obs)
             tas["actions"] = tas["actions"].write(t, a)
             tas["rewards"] = tas["rewards"].write(t, r)
@@ -157,7 +179,12 @@ class OnPolicyAgent(Agent):
             tas["final_obs"] = tas["final_obs"].write(t, fin)
             obs = nobs
         self._obs.assign(obs)
-        return {k: v.stack() for k, v in tas.items()}
+        batch = {k: v.stack() for k, v in tas.items()}
+        if graph_env:
+            self.env.write_state(env_state)
+            self.env.record_episodes(batch["terminated"] | batch["truncated"],
+                                     ended[0].stack(), ended[1].stack())
+        return batch
 
     def _iteration_graph(self):
         """Rollout, targets and update of one iteration (``backend="graph"``: one call)."""

@@ -144,14 +144,46 @@ def test_every_algorithm_accepts_the_graph_backend(algo):
     extra = {} if algo == "DQN" else {"n_steps": 16}
     agent = cls(env="CartPole-v1", backend="graph", num_envs=2, preset=None, seed=1, **extra)
     agent.learn(400, progress_bar=False)
-    if algo == "DQN":  # collection (the env steps) is one compiled call, the update another
-        concrete = agent._collect.get_concrete_function(
-            tf.constant(1), tf.constant(0, tf.int64), tf.constant(1.0))
+    if algo == "DQN":  # collection (the env steps) and the gradient steps: one compiled call
+        concrete = agent._iteration.get_concrete_function(
+            tf.constant(1), tf.constant(0, tf.int64), tf.constant(1.0), tf.constant(1),
+            tf.constant(1.0))
+        assert agent.trace_counts == {"iteration": 1, "collect": 1, "train": 1}
     else:
         concrete = agent._iteration.get_concrete_function()
+        assert agent.trace_counts == {"iteration": 1, "rollout": 1, "train": 1}
     assert not _op_types(concrete) & {"PyFunc", "EagerPyFunc"}
     assert len(agent.episode_returns) > 0  # episodes recorded in the graph reach the learner
     assert all(1 <= r <= 500 for r in agent.episode_returns)
+
+
+def test_graph_dqn_one_call_iteration_equals_collect_then_train_calls():
+    kwargs = dict(env="CartPole-v1", backend="graph", num_envs=2, preset=None, seed=3,
+                  learning_starts=64, train_freq=8, gradient_steps=4, batch_size=16,
+                  target_update_interval=20, hidden_sizes=(16,))
+    fused = agents.DQN(**kwargs)
+    two_calls = agents.DQN(**kwargs)
+    two_calls.fuse_graph_iteration = False
+    for agent in (fused, two_calls):
+        agent.learn(256, progress_bar=False)
+    assert fused.trace_counts["iteration"] == 1 and "iteration" not in two_calls.trace_counts
+    assert int(fused.num_updates.numpy()) == int(two_calls.num_updates.numpy()) == 13
+    for x, y in zip(fused.get_weights() + [v.numpy() for v in fused.q_target.trainable],
+                    two_calls.get_weights() + [v.numpy() for v in two_calls.q_target.trainable]):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    for key in ("steps", "episode_return"):  # NaN before the first episode ends: equal too
+        np.testing.assert_array_equal([h[key] for h in fused.history],
+                                      [h[key] for h in two_calls.history])
+    assert int(fused.buffer.size.numpy()) == 256
+    np.testing.assert_array_equal(fused.buffer.actions.numpy(), two_calls.buffer.actions.numpy())
+    assert float(fused.epsilon.numpy()) == float(two_calls.epsilon.numpy())
+
+
+def test_graph_dqn_learns_cartpole_quickly():
+    agent = agents.DQN(env="CartPole-v1", backend="graph", seed=0, train_freq=64,
+                       gradient_steps=32, hidden_sizes=(64, 64))  # the preset, smaller
+    agent.learn(12_000, progress_bar=False)
+    assert np.mean(agent.episode_returns) > 60  # random policy ~22
 
 
 def test_graph_trained_agent_evaluates_on_gymnasium_with_the_same_returns():
