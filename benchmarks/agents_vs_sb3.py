@@ -119,12 +119,15 @@ class Mark(BaseCallback):
 for seed in seeds:
     model = build(seed)
     mark = Mark(model.n_steps * model.n_envs if algo == "ppo" else 1000 + 256)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     model.learn(steps, callback=mark)
     train_s = time.perf_counter() - mark.t0
+    cpu_s = time.process_time() - cpu0  # CPU and wall seconds of the whole learn() call
     eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=seed + 10_000)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=True)
     print(json.dumps({"seed": seed, "mean_return": float(mean), "threads": threads,
-                      "steps_per_second": (model.num_timesteps - mark.steps0) / train_s}),
+                      "steps_per_second": (model.num_timesteps - mark.steps0) / train_s,
+                      "cpu_seconds": cpu_s, "wall_seconds": time.perf_counter() - wall0}),
           flush=True)
 '''
 
@@ -178,15 +181,25 @@ def _ours_dqn(steps: int, seed: int) -> dict:
 
 
 def _sb3(python: str, algo: str, steps: int, seeds: list, threads: int,
-         settings: str = "defaults") -> list:
-    proc = subprocess.run([python, "-c", _SB3_SCRIPT, algo, str(steps), json.dumps(seeds),
-                           str(threads), settings], capture_output=True, text=True)
+         settings: str = "defaults", timeout: float | None = None) -> list:
+    """SB3's runs in the ``python`` interpreter; past ``timeout`` seconds, the runs finished so
+    far plus a ``{"seed": None, "timed_out": ...}`` row."""
+    cmd = [python, "-c", _SB3_SCRIPT, algo, str(steps), json.dumps(seeds), str(threads), settings]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as stopped:
+        out = stopped.stdout.decode() if isinstance(stopped.stdout, bytes) else stopped.stdout
+        rows = [json.loads(line) for line in (out or "").splitlines() if line.startswith("{")]
+        print(f"  SB3 {threads} thread(s): stopped after {timeout:.0f} s "
+              f"({len(rows)}/{len(seeds)} runs finished)", flush=True)
+        return rows + [{"seed": None, "threads": threads, "timed_out": timeout}]
     if proc.returncode != 0:
         raise SystemExit(f"the SB3 side failed ({python}):\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     for r in rows:
         print(f"  SB3 {threads} thread(s) seed {r['seed']}: {r['steps_per_second']:8.0f} env "
-              f"steps/s; return {r['mean_return']:.1f}", flush=True)
+              f"steps/s; return {r['mean_return']:.1f}; CPU {r['cpu_seconds']:.0f} s of "
+              f"{r['wall_seconds']:.0f} s wall", flush=True)
     return rows
 
 
@@ -221,11 +234,12 @@ def _run_ppo(args) -> dict:
     for settings in args.settings:
         print(f"PPO CartPole-v1, {args.steps} steps, settings {settings!r}", flush=True)
         ours = _ours_ppo(settings, args.steps, args.many, not args.no_xla)
+        reference = args.torch_threads[0]
         sb3 = {threads: _sb3(args.sb3_python, "ppo", args.steps,
-                             args.seeds if threads == args.torch_threads[0] else args.seeds[:1],
-                             threads, settings)
+                             args.seeds if threads == reference else args.seeds[:1], threads,
+                             settings, None if threads == reference else args.sb3_timeout)
                for threads in args.torch_threads}
-        sb3_sps = float(np.median([r["steps_per_second"] for r in sb3[args.torch_threads[0]]]))
+        sb3_sps = float(np.median([r["steps_per_second"] for r in sb3[reference]]))
         ratios = ppo_ratios(ours, sb3_sps, args.many)
         for name, r in ratios.items():
             verdict = "" if r["goal"] is None else \
@@ -271,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-threads", type=int, nargs="+", default=[1, 2],
                    help="torch.set_num_threads on the SB3 side; the first is the reference "
                         "of the ratios, the others run the first seed only (default 1 2)")
+    p.add_argument("--sb3-timeout", type=float, default=900.0,
+                   help="stop SB3's runs at the other thread counts after this many seconds "
+                        "(on a loaded 2-core machine 2 torch threads crawl; default 900)")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     args = p.parse_args(argv)
     if args.steps < 20_000:
