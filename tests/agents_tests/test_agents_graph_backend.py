@@ -157,6 +157,16 @@ def test_every_algorithm_accepts_the_graph_backend(algo):
     assert all(1 <= r <= 500 for r in agent.episode_returns)
 
 
+def test_rollout_action_draw_equals_the_policy_distribution_sample():
+    agent = agents.PPO(env="CartPole-v1", backend="graph", num_envs=64, preset=None, seed=0)
+    obs = tf.random.stateless_normal([64, 4], seed=[1, 2])
+    for s in range(3):  # the rollout's one stateless_categorical is Categorical.sample
+        seed = tf.constant([s, 7], tf.int32)
+        fast = agent._sample_actions(obs, seed).numpy()
+        np.testing.assert_array_equal(fast, agent.distribution(obs).sample(seed=seed).numpy())
+        assert fast.dtype == np.int32 and 0 < fast.sum() < 64
+
+
 def test_graph_dqn_one_call_iteration_equals_collect_then_train_calls():
     kwargs = dict(env="CartPole-v1", backend="graph", num_envs=2, preset=None, seed=3,
                   learning_starts=64, train_freq=8, gradient_steps=4, batch_size=16,
