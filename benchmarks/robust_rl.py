@@ -438,6 +438,33 @@ def compare(args) -> int:
     return 0
 
 
+def training_cost(args) -> int:
+    """Training time per env step of the robust variant against vanilla, side by side in one
+    process: ``--cost STEPS`` steps of each, alternated over ``--seeds``; wall and CPU
+    seconds (CPU time is less sensitive to the other load of a shared machine)."""
+    import agents
+
+    eps = 0.05 if args.robust_eps == "auto" else float(args.robust_eps)
+    cls = {"ppo": agents.PPO, "a2c": agents.A2C, "dqn": agents.DQN}[args.algo]
+    times = {"vanilla": [], args.robust: []}
+    for seed in args.seeds:
+        for kind in times:
+            agent = cls(env=args.env, seed=seed, **_overrides(args, kind, eps))
+            agent.learn(min(args.cost, 2048), progress_bar=False)  # trace first, untimed
+            t0, c0 = time.perf_counter(), time.process_time()
+            agent.learn(args.cost, progress_bar=False)
+            times[kind].append((time.perf_counter() - t0, time.process_time() - c0))
+            print(f"{kind} seed {seed}: {1e3 * times[kind][-1][0] / args.cost:.2f} ms wall, "
+                  f"{1e3 * times[kind][-1][1] / args.cost:.2f} ms CPU per env step", flush=True)
+    med = {k: np.median(np.asarray(v), axis=0) / args.cost for k, v in times.items()}
+    print(f"{args.algo} {args.env}: {args.robust} (eps {eps:g}) vs vanilla, {args.cost} steps "
+          f"each, seeds {args.seeds}: wall {1e3 * med[args.robust][0]:.2f} / "
+          f"{1e3 * med['vanilla'][0]:.2f} ms per env step (x{med[args.robust][0] / med['vanilla'][0]:.2f}), "
+          f"CPU {1e3 * med[args.robust][1]:.2f} / {1e3 * med['vanilla'][1]:.2f} ms "
+          f"(x{med[args.robust][1] / med['vanilla'][1]:.2f}); load {os.getloadavg()[0]:.1f}")
+    return 0
+
+
 def main(argv=None) -> int | None:
     """The command line (see the module doc)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -463,6 +490,8 @@ def main(argv=None) -> int | None:
                    help="TensorFlow intra- and inter-op threads (default: TensorFlow's)")
     p.add_argument("--robust", default=None, choices=("sa", "adv"),
                    help="also train the robust variant and compare side by side")
+    p.add_argument("--cost", type=int, default=None, metavar="STEPS",
+                   help="with --robust: only time STEPS training steps of each kind side by side")
     p.add_argument("--robust-eps", default="auto",
                    help="training eps of the robust agents (default auto, see above)")
     p.add_argument("--robust-kappa", type=float, default=None)
@@ -481,6 +510,8 @@ def main(argv=None) -> int | None:
 
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if args.robust and args.cost:
+        return training_cost(args)
     if args.robust:
         return compare(args)
 
