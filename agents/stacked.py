@@ -154,6 +154,16 @@ class StackedPPO(tf.Module):
         return tf.squeeze(self._mlp(self._flat(obs), 2 * self.layers), -1)
 
     # -- rollout ----------------------------------------------------------------------------
+    def _sample_actions(self, obs, seed):
+        """``distribution(obs).sample(seed=seed)`` (``[S, N]`` actions); discrete: the one
+        ``stateless_categorical`` that sample makes, without the distribution object."""
+        if not self.discrete:
+            return self.distribution(obs).sample(seed=seed)
+        logits = self._mlp(self._flat(obs), 0)
+        draws = tf.random.stateless_categorical(tf.reshape(logits, [-1, logits.shape[-1]]), 1,
+                                                seed=seed, dtype=tf.int32)
+        return tf.reshape(draws, tf.shape(logits)[:2])
+
     def _seed(self):
         return tf.cast(self.rng.make_seeds(1)[:, 0], tf.int32)
 
@@ -168,15 +178,14 @@ class StackedPPO(tf.Module):
         tas = {k: tf.TensorArray(d, size=horizon) for k, d in zip(names, dtypes)}
         obs = self.obs.read_value()
         seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)
+        # the env state is the loop's carry: read before the loop, assigned once after it
+        state = GraphEnvState(*(v.read_value() for v in self.env_state))
         for t in tf.range(horizon):
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-            a = self.distribution(safe).sample(seed=seeds[:, t])
+            a = self._sample_actions(safe, seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            state = GraphEnvState(*(v.read_value() for v in self.env_state))
             flat = tf.reshape(a_env, [n_seeds * n_envs] if self.discrete else [n_seeds * n_envs, -1])
             new_state, nobs, r, term, trunc, fin = self.spec.step(state, flat)
-            for variable, value in zip(self.env_state, new_state):
-                variable.assign(value)
             row = {"obs": obs, "actions": a, "rewards": r, "terminated": term,
                    "truncated": trunc, "final_obs": fin,
                    "ended_return": tf.cast(state.episode_return, tf.float32) + r,
@@ -185,7 +194,10 @@ class StackedPPO(tf.Module):
                    for k, x in row.items()}
             tas = {k: tas[k].write(t, row[k]) for k in names}
             obs = tf.reshape(nobs, shape)
+            state = new_state
         self.obs.assign(obs)
+        for variable, value in zip(self.env_state, state):
+            variable.assign(value)
         return {k: v.stack() for k, v in tas.items()}  # [T, S, N, ...]
 
     # -- update -----------------------------------------------------------------------------
