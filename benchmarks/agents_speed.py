@@ -6,6 +6,8 @@ shipped ``ppo-CartPole-v1`` preset, rl-zoo's; ``defaults``: ``PPOConfig()``)::
 
     python benchmarks/agents_speed.py --steps 100000 --seeds 8
     python benchmarks/agents_speed.py --steps 100000 --seeds 8 --xla   # jit_compile=True too
+    python benchmarks/agents_speed.py --dqn-steps 20000                # + DQN gymnasium vs graph
+    python benchmarks/agents_speed.py --compare-tree /tmp/old_checkout  # + that tree's rows
 
 Rows:
 
@@ -15,6 +17,12 @@ Rows:
   compiled call.
 * ``stacked xS``: ``agents.train_many(config, seeds=range(S))`` (the stacked design), S = 1 and
   ``--seeds``; aggregate env steps per second over all seeds.
+* ``dqn gymnasium`` / ``dqn graph`` (with ``--dqn-steps N``): ``agents.DQN`` with the
+  ``dqn-CartPole-v1`` preset's hyper-parameters (no periodic evaluation) for ``N`` steps; the
+  graph backend collects and trains in one compiled call per iteration.
+* ``--compare-tree DIR``: the ``gymnasium`` and ``graph`` rows once more from another checkout
+  (``DIR/benchmarks/agents_speed.py`` in its own subprocess), interleaved with this tree's, so a
+  change is measured before/after in one run under the same load.
 
 Throughput is env steps per second of training, timed after the first iteration (tracing and
 compilation excluded, reported separately as ``first_iteration_s``). Every seed is evaluated
@@ -72,9 +80,17 @@ def _breakdown(agent, repeat: int = 5) -> dict:
     rollout_ms = _timed(rollout, repeat)
     if cfg.backend == "graph":
         iteration_ms = _timed(agent._iteration, repeat)
-        env_ms = _timed(tf.function(lambda: tf.foldl(  # n_steps env steps, no policy
-            lambda acc, _: acc + agent.env.step_graph(tf.zeros([cfg.num_envs], tf.int32))[1][0],
-            tf.range(cfg.n_steps), 0.0)), repeat)
+        env = agent.env
+
+        @tf.function
+        def env_only():  # n_steps env steps as the rollout takes them (state carried), no policy
+            state, total = env.state, tf.constant(0.0)
+            for _ in tf.range(cfg.n_steps):
+                state, out, _ended = env.step_state(state, tf.zeros([cfg.num_envs], tf.int32))
+                total += out[1][0]
+            env.write_state(state)
+            return total
+        env_ms = _timed(env_only, repeat)
     else:
         batch = rollout()
         iteration_ms = rollout_ms + _timed(lambda: agent._train(batch), repeat)
@@ -120,6 +136,30 @@ def _measure_single(settings, backend, steps, xla) -> dict:
     return out
 
 
+def _measure_dqn(backend, steps, xla) -> dict:
+    import agents
+
+    cfg = agents.config.make_config(agents.DQNConfig, "dqn", agents.config.AUTO,
+                                    env="CartPole-v1", backend=backend, jit_compile=xla)
+    agent = agents.DQN(cfg)
+    marks = {}
+    start = time.perf_counter()
+
+    def mark(a, logs):  # timing starts once the gradient steps run (both calls traced)
+        if "t0" not in marks and logs.get("updates_tried", 0) > 0:
+            marks["t0"], marks["steps0"] = time.perf_counter(), logs["steps"]
+
+    agent.learn(steps, callbacks=[mark], progress_bar=False)
+    seconds = time.perf_counter() - marks["t0"]
+    out = {"steps_per_second": (int(agent.num_timesteps.numpy()) - marks["steps0"]) / seconds,
+           "first_iteration_s": marks["t0"] - start, "iteration_steps": cfg.train_freq * cfg.num_envs}
+    target = agents.config.get_preset("dqn-CartPole-v1")["target"]
+    out.update(_evaluate([agent], target))
+    out["breakdown"] = {"iteration_ms": round(1e3 * cfg.train_freq * cfg.num_envs
+                                              / out["steps_per_second"], 2)}
+    return out
+
+
 def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
     import agents
     from agents.stacked import StackedPPO
@@ -150,16 +190,24 @@ def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
 def _child(args) -> None:
     if args.part == "stacked":
         out = _measure_stacked(args.settings, args.steps, args.n, args.xla)
+    elif args.part.startswith("dqn-"):
+        out = _measure_dqn(args.part[len("dqn-"):], args.steps, args.xla)
     else:
         out = _measure_single(args.settings, args.part, args.steps, args.xla)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def _run(args, part, n=1, xla=False) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--part", part, "--n", str(n),
-           "--steps", str(args.steps), "--settings", args.settings] + (["--xla"] if xla else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(args, part, n=1, xla=False, steps=None, tree=None) -> dict:
+    """One measurement in a subprocess: this script, or ``tree``'s copy of it (cwd and
+    ``PYTHONPATH`` there, so that tree's packages are the ones measured)."""
+    script = os.path.abspath(__file__) if tree is None else os.path.join(
+        os.path.abspath(tree), "benchmarks", "agents_speed.py")
+    cmd = [sys.executable, script, "--part", part, "--n", str(n),
+           "--steps", str(steps or args.steps), "--settings", args.settings] + (["--xla"] if xla else [])
+    env = None if tree is None else {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          cwd=None if tree is None else os.path.abspath(tree))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{part} failed:\n{proc.stderr[-3000:]}")
@@ -172,6 +220,11 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=8, help="seeds in the many-seeds row")
     p.add_argument("--settings", default="preset", choices=("preset", "defaults"))
     p.add_argument("--xla", action="store_true", help="also the rows with jit_compile=True")
+    p.add_argument("--dqn-steps", type=int, default=0,
+                   help="also DQN (dqn-CartPole-v1 preset) gymnasium vs graph for this many steps")
+    p.add_argument("--compare-tree", default=None,
+                   help="also the gymnasium and graph rows from this checkout (before/after)")
+    p.add_argument("--skip-stacked", action="store_true", help="leave out the stacked rows")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -180,29 +233,50 @@ def main(argv=None) -> None:
         return
     load = os.getloadavg()
     rows = {}
+
+    def show(name, row):
+        print(f"{name:>22}: {row['steps_per_second']:9.0f} env steps/s, first iteration "
+              f"{row['first_iteration_s']:5.1f} s, peak {row['peak_rss_mb']:6.0f} MB, "
+              f"{row['reached_target']}/{len(row['eval_returns'])} seeds >= "
+              f"{row['target']:.0f}, breakdown {row['breakdown']}", flush=True)
+
     for xla in (False, True) if args.xla else (False,):
         tag = " xla" if xla else ""
-        names = [f"{name}{tag}" for name in ("gymnasium", "graph", "stacked x1",
-                                              f"stacked x{args.seeds}")]
-        parts = [("gymnasium", 1), ("graph", 1), ("stacked", 1), ("stacked", args.seeds)]
-        for name, (part, n) in zip(names, parts):
-            row = rows[name] = _run(args, part, n, xla)
-            print(f"{name:>18}: {row['steps_per_second']:9.0f} env steps/s, first iteration "
-                  f"{row['first_iteration_s']:5.1f} s, peak {row['peak_rss_mb']:6.0f} MB, "
-                  f"{row['reached_target']}/{len(row['eval_returns'])} seeds >= "
-                  f"{row['target']:.0f}, breakdown {row['breakdown']}", flush=True)
-    gym_sps = rows["gymnasium"]["steps_per_second"]
-    ratios = {"graph / gymnasium": rows["graph"]["steps_per_second"] / gym_sps,
-              f"stacked x{args.seeds} / graph": (rows[f"stacked x{args.seeds}"]["steps_per_second"]
-                                                / rows["graph"]["steps_per_second"]),
-              f"stacked x{args.seeds} / stacked x1": (
-                  rows[f"stacked x{args.seeds}"]["steps_per_second"]
-                  / rows["stacked x1"]["steps_per_second"])}
+        plan = [("gymnasium", "gymnasium", 1, None, None)]
+        if args.compare_tree:
+            plan.append(("gymnasium (compared)", "gymnasium", 1, None, args.compare_tree))
+        plan.append(("graph", "graph", 1, None, None))
+        if args.compare_tree:
+            plan.append(("graph (compared)", "graph", 1, None, args.compare_tree))
+        if not args.skip_stacked:
+            plan += [("stacked x1", "stacked", 1, None, None),
+                     (f"stacked x{args.seeds}", "stacked", args.seeds, None, None)]
+        if args.dqn_steps:
+            plan += [("dqn gymnasium", "dqn-gymnasium", 1, args.dqn_steps, None),
+                     ("dqn graph", "dqn-graph", 1, args.dqn_steps, None)]
+        for name, part, n, steps, tree in plan:
+            row = rows[name + tag] = _run(args, part, n, xla, steps, tree)
+            show(name + tag, row)
+    sps = {name: row["steps_per_second"] for name, row in rows.items()}
+    ratios = {"graph / gymnasium": sps["graph"] / sps["gymnasium"]}
+    if args.compare_tree:
+        ratios["compared tree: graph / gymnasium"] = (sps["graph (compared)"]
+                                                      / sps["gymnasium (compared)"])
+        ratios["graph / compared graph"] = sps["graph"] / sps["graph (compared)"]
+    if not args.skip_stacked:
+        many = f"stacked x{args.seeds}"
+        ratios[f"{many} / graph"] = sps[many] / sps["graph"]
+        ratios[f"{many} / stacked x1"] = sps[many] / sps["stacked x1"]
+    if args.dqn_steps:
+        ratios["dqn graph / dqn gymnasium"] = sps["dqn graph"] / sps["dqn gymnasium"]
+    if args.xla:
+        ratios["graph xla / gymnasium"] = sps["graph xla"] / sps["gymnasium"]
     for name, value in ratios.items():
         print(f"{name}: {value:.2f}x")
-    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
-          f"on {os.cpu_count()} CPUs")
-    print(json.dumps({"rows": rows, "ratios": ratios, "load_average": load,
+    after = os.getloadavg()
+    print(f"load average before the run: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
+          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs")
+    print(json.dumps({"rows": rows, "ratios": ratios, "load_average": load, "load_after": after,
                       "steps": args.steps, "settings": args.settings}))
 
 

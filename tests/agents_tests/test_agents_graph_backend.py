@@ -196,6 +196,24 @@ def test_graph_dqn_learns_cartpole_quickly():
     assert np.mean(agent.episode_returns) > 60  # random policy ~22
 
 
+def test_graph_rollout_applies_the_adv_observation_attack_within_eps():
+    # agents.base still refuses robust='adv' with backend='graph' (lifted by the lead); build the
+    # agent on gymnasium and give it the compiled env, which is what that constructor would do
+    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=16, preset=None, seed=0,
+                       robust="adv", robust_eps=0.05, robust_eps_warmup=0.0,
+                       robust_attack="mad", robust_steps=3)
+    agent.config = dataclasses.replace(agent.config, backend="graph")
+    agent.env = GraphBackendEnv("CartPole-v1", 2, seed=0)
+    agent.learn(64, progress_bar=False)  # trains through the one compiled iteration
+    assert agent.trace_counts == {"iteration": 1, "rollout": 1, "train": 1}
+    assert len(agent.history) == 2 and np.isfinite(agent.history[-1]["episode_return"])
+    batch = tf.function(agent._rollout_graph)()
+    stored, clean_next = batch["obs"].numpy()[1:], batch["final_obs"].numpy()[:-1]
+    going_on = ~(batch["terminated"] | batch["truncated"]).numpy()[:-1]
+    shift = np.abs(stored - clean_next)[going_on]  # stored obs: attacked; final_obs: clean
+    assert shift.max() <= 0.05 + 1e-6 and shift.mean() > 0.01  # moved, within eps
+
+
 def test_graph_trained_agent_evaluates_on_gymnasium_with_the_same_returns():
     graph_agent = agents.PPO(**SMALL, seed=3)
     graph_agent.learn(64, progress_bar=False)
