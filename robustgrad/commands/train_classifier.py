@@ -358,7 +358,8 @@ def run(args: argparse.Namespace) -> int:
             callbacks.insert(0, guard)
         bar = None
         if args.verbose == 1 and not args.no_progress:
-            bar = keras_progress(args.epochs, spe, initial_epoch=first_epoch)
+            bar = keras_progress(args.epochs, spe, initial_epoch=first_epoch,
+                                 initial_batch=skipped)
             callbacks.append(bar)
         callbacks.append(ckpt)  # last: it may stop the run once the others have seen the batch
 

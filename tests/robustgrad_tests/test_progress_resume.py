@@ -100,3 +100,36 @@ def test_keras_progress_checks_its_arguments():
         keras_progress(2, 0, enabled=False)
     callback = keras_progress(2, 5, enabled=False, initial_epoch=1, initial_batch=5)
     assert (callback.total, callback.seen) == (5, 5)
+
+
+def test_train_classifier_resumed_mid_epoch_starts_its_bar_at_the_skipped_batches(
+        tmp_path, monkeypatch):
+    import os
+    import signal
+    import sys
+
+    from attacks import training
+    from robustgrad import cli
+
+    args = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
+            "--epochs", "3", "--batch-size", "16", "--width", "4", "--no-eval", "--no-guard",
+            "--out", str(tmp_path / "run")]
+    seen = []
+    original = training.EpochTimer.on_train_batch_end
+
+    def send_sigint_at_batch_21(self, batch, logs=None):  # epoch 2 (16 batches each), batch 5
+        original(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == 21:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
+    assert cli.main([*args, "--verbose", "0"]) == 130
+    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", original)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main([*args, "--verbose", "1", "--resume"]) == 0
+    bar = [f for f in _frames(terminal) if f.startswith("training:")]
+    # the job from epoch 2 on: 2 x 16 batches, 5 of them done before the interruption
+    assert "5/32" in bar[0] and "0/32" not in bar[0]
+    assert bar[-1].startswith("training: 100%") and "32/32" in bar[-1]
