@@ -43,7 +43,11 @@ rate annealed linearly to 0):
 
 Figures: training throughput (env steps per second, after the first iteration, whose tracing,
 compilation and warm-up are not timed), and the mean deterministic return over 20 episodes
-(gymnasium env, seeds ``seed + 10_000``) after ``--steps`` steps for each seed.
+(gymnasium env, seeds ``seed + 10_000``) after ``--steps`` steps for each seed. On a loaded
+machine the processes get unequal CPU shares (TensorFlow runs several threads, SB3 one), so
+env steps per CPU second are printed too: SB3's over its ``learn()`` call, ours over the whole
+measuring subprocess (import, tracing, compilation and evaluation included, which understates
+ours).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -152,8 +157,15 @@ def _ours_ppo(settings: str, steps: int, many: int, xla_rows: bool) -> dict:
                                                     True)]
     rows = {}
     for name, part, n, xla in parts:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         row = rows[name] = speed._run(args, part, n, xla)
-        print(f"  robustgrad {name:>18}: {row['steps_per_second']:8.0f} env steps/s; returns "
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # CPU seconds of the whole subprocess (import, tracing, compilation, evaluation too):
+        # its steps per CPU second understate the timed part's, whatever the load
+        row["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        row["steps_per_cpu_second"] = n * steps / row["cpu_seconds"]
+        print(f"  robustgrad {name:>18}: {row['steps_per_second']:8.0f} env steps/s "
+              f"({row['steps_per_cpu_second']:6.0f} per CPU s of the subprocess); returns "
               f"{', '.join(f'{r:.1f}' for r in row['eval_returns'])} "
               f"({row['reached_target']}/{len(row['eval_returns'])} >= {row['target']:.0f})",
               flush=True)
@@ -210,8 +222,10 @@ def _sb3_versions(python: str) -> str:
     return proc.stdout.strip() or proc.stderr.strip()[-300:]
 
 
-def ppo_ratios(ours: dict, sb3_sps: float, many: int) -> dict:
-    """Our rows' env steps/s over SB3's, with the goal each is held to (None: no goal).
+def ppo_ratios(ours: dict, sb3_sps: float, many: int,
+               sb3_steps_per_cpu_second: float | None = None) -> dict:
+    """Our rows' env steps/s over SB3's, with the goal each is held to (None: no goal), and
+    (``cpu_ratio``) the same for env steps per CPU second where both are known.
 
     >>> rows = {"graph": {"steps_per_second": 9000.0},
     ...         "train_many x8": {"steps_per_second": 60000.0}}
@@ -226,6 +240,8 @@ def ppo_ratios(ours: dict, sb3_sps: float, many: int) -> dict:
         ratio = row["steps_per_second"] / sb3_sps
         out[name] = {"ratio": round(ratio, 2), "goal": goal,
                      "met": None if goal is None else bool(ratio >= goal)}
+        if sb3_steps_per_cpu_second and "steps_per_cpu_second" in row:
+            out[name]["cpu_ratio"] = round(row["steps_per_cpu_second"] / sb3_steps_per_cpu_second, 2)
     return out
 
 
@@ -240,14 +256,16 @@ def _run_ppo(args) -> dict:
                              settings, None if threads == reference else args.sb3_timeout)
                for threads in args.torch_threads}
         sb3_sps = float(np.median([r["steps_per_second"] for r in sb3[reference]]))
-        ratios = ppo_ratios(ours, sb3_sps, args.many)
+        sb3_cpu = float(np.median([args.steps / r["cpu_seconds"] for r in sb3[reference]]))
+        ratios = ppo_ratios(ours, sb3_sps, args.many, sb3_cpu)
         for name, r in ratios.items():
             verdict = "" if r["goal"] is None else \
                 f" (goal >= {r['goal']:.0f}x: {'met' if r['met'] else 'missed'})"
-            print(f"  {name} / SB3 ({args.torch_threads[0]} thread): {r['ratio']:.2f}x{verdict}",
-                  flush=True)
+            print(f"  {name} / SB3 ({reference} thread): {r['ratio']:.2f}x{verdict}; per CPU "
+                  f"second {r['cpu_ratio']:.2f}x", flush=True)
         results[settings] = {"robustgrad": ours, "sb3": {str(k): v for k, v in sb3.items()},
-                             "sb3_median_steps_per_second": sb3_sps, "ratios": ratios}
+                             "sb3_median_steps_per_second": sb3_sps,
+                             "sb3_median_steps_per_cpu_second": sb3_cpu, "ratios": ratios}
     return results
 
 
