@@ -33,12 +33,12 @@ import gymnasium as gym
 import tensorflow as tf
 
 from agents import _sums, robust
+from agents._fused_adam import FusedAdam
 from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
 from agents.networks import QNetwork
-from agents.optim import Adam
 from agents.returns import td_target
 from agents.schedules import linear
 
@@ -92,7 +92,7 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
-        self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
+        self.optimizer = FusedAdam(self.variables, cfg.learning_rate, eps=1e-5)  # optim.Adam, fused
         self.gradient_step = make_gradient_step(self.optimizer, self.variables,
                                                 cfg.max_grad_norm, self.transform)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,

@@ -20,12 +20,12 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from agents._fused_adam import FusedAdam
 from agents._step import make_gradient_step
 from agents.base import Agent
 from agents.config import OnPolicyConfig
 from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic
-from agents.optim import Adam
 from agents.returns import bootstrap_values, discounted_returns, gae
 from agents.schedules import linear
 
@@ -53,7 +53,7 @@ class OnPolicyAgent(Agent):
         self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
                                  cfg.activation, cfg.normalize_obs, cfg.log_std_init, cfg.seed)
         self.variables = self.model.trainable
-        self.optimizer = Adam(self.variables, cfg.learning_rate, eps=1e-5)
+        self.optimizer = FusedAdam(self.variables, cfg.learning_rate, eps=1e-5)  # optim.Adam, fused
         self.gradient_step = make_gradient_step(self.optimizer, self.variables,
                                                 cfg.max_grad_norm, self.transform)
         self.reward_rms = RunningMeanStd((), name="reward_rms")
