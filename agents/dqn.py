@@ -126,7 +126,7 @@ class DQN(Agent):
         self._obs.assign(obs)
 
     # -- public model access -------------------------------------------------------------
-    def q_values(self, obs):
+    def q_values(self, obs) -> tf.Tensor:
         """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
         return self.q(tf.convert_to_tensor(obs, tf.float32))
 
@@ -216,7 +216,7 @@ class DQN(Agent):
         self.q.obs_norm.update(obs)
 
     # -- update --------------------------------------------------------------------------
-    def td_targets(self, rewards, next_obs, terminated):
+    def td_targets(self, rewards, next_obs, terminated) -> tf.Tensor:
         """Double-DQN (or plain) TD targets, under ``tf.stop_gradient``."""
         cfg = self.config
         next_q_target = self.q_target(next_obs)
@@ -227,7 +227,8 @@ class DQN(Agent):
             next_q = tf.reduce_max(next_q_target, axis=-1)
         return td_target(rewards, next_q, terminated, cfg.gamma)
 
-    def loss(self, obs, actions, rewards, next_obs, terminated, weights=None):
+    def loss(self, obs, actions, rewards, next_obs, terminated,
+             weights=None) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
         targets; returns ``(loss, Q(obs, actions), TD errors)``."""
         target = self.td_targets(rewards, next_obs, terminated)

@@ -19,6 +19,7 @@ import collections
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from agents._fused_adam import FusedAdam
 from agents._step import make_gradient_step
@@ -87,7 +88,7 @@ class OnPolicyAgent(Agent):
         self._last_end.assign(tf.zeros_like(self._last_end))
 
     # -- public model access -------------------------------------------------------------
-    def distribution(self, obs):
+    def distribution(self, obs) -> tfp.distributions.Distribution:
         """The policy's TFP distribution for a batch of raw observations (differentiable).
 
         Eagerly, NaN or infinite observations are a ``ValueError`` (inside a ``tf.function`` the
@@ -101,7 +102,7 @@ class OnPolicyAgent(Agent):
                              f"{int(rows.shape[0])} hold NaN or inf")
         return self.model.distribution(obs)
 
-    def value(self, obs):
+    def value(self, obs) -> tf.Tensor:
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
 

@@ -59,6 +59,8 @@ def unsupported_fields(config) -> list[str]:
     for f in dataclasses.fields(config):
         if f.name in SUPPORTED_FIELDS:
             continue
+        if f.name.startswith("robust_") and getattr(config, "robust", None) is None:
+            continue  # read only with robust set (a preset may carry robust_kappa)
         default = f.default if f.default is not dataclasses.MISSING else None
         if getattr(config, f.name) != default:
             out.append(f.name)
@@ -141,7 +143,7 @@ class StackedPPO(tf.Module):
     def _flat(self, obs):
         return tf.reshape(obs, (self.S, -1, int(np.prod(self.obs_shape))))
 
-    def distribution(self, obs):
+    def distribution(self, obs) -> tfd.Distribution:
         """The policies of all seeds on ``obs [S, B, *obs_shape]``: batch shape ``[S, B]``."""
         out = self._mlp(self._flat(obs), 0)
         if self.discrete:
@@ -149,7 +151,7 @@ class StackedPPO(tf.Module):
         std = tf.exp(self.params[-1])[:, None, :] * tf.ones_like(out)
         return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
-    def value(self, obs):
+    def value(self, obs) -> tf.Tensor:
         """``V`` of all seeds on ``obs [S, B, *obs_shape]``: ``[S, B]``."""
         return tf.squeeze(self._mlp(self._flat(obs), 2 * self.layers), -1)
 
@@ -231,7 +233,8 @@ class StackedPPO(tf.Module):
             p.assign(tf.where(keep, p - step, p))
         return norm, ok
 
-    def losses(self, obs, actions, logp_old, advantages, returns, values):
+    def losses(self, obs, actions, logp_old, advantages, returns,
+               values) -> tuple[tf.Tensor, dict]:
         """Per-seed PPO losses on a minibatch (``[S, mb, ...]`` inputs): ``(loss [S], stats)``
         with :class:`agents.PPO`'s terms."""
         cfg = self.config

@@ -124,7 +124,7 @@ class GraphVecEnv:
         for variable, value in zip(self.variables, state):
             variable.assign(value)
 
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> np.ndarray | tf.Tensor:
         """Reset every environment (and forget unread episodes); returns ``[num_envs,
         *obs_shape]`` float32 observations."""
         if seed is None:
@@ -201,7 +201,7 @@ class GraphVecEnv:
             raise ValueError(f"actions must be numbers of shape ({n}, 1), got {a!r}")
         return tf.constant(a.reshape(n, 1), tf.float32)
 
-    def step(self, actions):
+    def step(self, actions) -> tuple:
         """Step all environments; returns ``obs, reward, terminated, truncated, final_obs``."""
         if not self._was_reset:
             raise ValueError("step() called before reset()")

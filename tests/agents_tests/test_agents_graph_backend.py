@@ -16,7 +16,7 @@ import tensorflow as tf
 import agents
 from agents.graph_backend import GraphBackendEnv
 from agents.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_group, train_many
-from agents.stacked import StackedPPO
+from agents.stacked import StackedPPO, unsupported_fields
 from robustgrad.cli import main
 from robustgrad.commands._train_seeds import parse_seeds
 
@@ -279,6 +279,12 @@ def test_stacked_update_equals_ppo_update_of_each_seed(env):
             np.testing.assert_allclose(stacked.params[j][s].numpy(), getter(agent).numpy(),
                                        rtol=1e-4, atol=1e-6)
         assert int(stacked.adam_steps[s].numpy()) == int(agent.optimizer.iterations.numpy()) == 3
+
+
+def test_the_ppo_cartpole_preset_runs_on_the_stacked_engine():
+    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    assert cfg.robust is None and unsupported_fields(cfg) == []  # robust_* unread: not a reason
+    assert unsupported_fields(dataclasses.replace(cfg, robust="sa")) == ["robust", "robust_kappa"]
 
 
 def test_stacked_seeds_learn_and_come_back_as_ordinary_agents(tmp_path):
