@@ -49,6 +49,13 @@ two sides in two processes sharing ``--save-dir``; a last run without ``--only``
     python benchmarks/robust_rl.py $A --only robust --robust-eps 0.05 &
     wait; python benchmarks/robust_rl.py $A --json robust_rl.json   # auto eps, reuses all
 
+Measured under issue 10's protocol (2026-12-01, every attack with ``rs`` at 10k steps, grid
+0.02-0.3, 8 episodes per row; docs/benchmarks/robust-rl.md has the tables): CartPole-v1 vanilla
+PPO, 5 seeds, radius 0.02, median 160 at eps 0.05; SA-PPO (kappa 3, trained at the auto eps 0.05)
+keeps 500 there under random/action/mad/critic on every seed but ``rs`` brings it to 164-268, so
+the goals >= 400 at eps and radius >= 1.5x are missed (clean 500 met); SA-PPO training costs
+x2.3 the CPU time per env step. DQN / SA-DQN were not run under this protocol (compute).
+
 An earlier measurement (2026-12-01, shared 2-core machine; 1 seed only, not 5; attacks random, action,
 mad, critic -- rs left out for time; grid 0.05-0.3 without 0.02; 8 episodes per row; medians):
 
