@@ -64,6 +64,7 @@ def test_adv_on_one_worker_equals_the_local_adv_agent_exactly(local_ray):
         local.close()
 
 
+@pytest.mark.slow  # two Ray clusters of 2 workers one after the other: minutes on 2 cores
 def test_two_workers_perceive_attacked_observations_within_the_current_eps(local_ray):
     # the same agent with and without the attack on 2 workers: the first batch (eps 0) is the
     # same, so is the next batch's first state; what the policy saw of it differs by the
