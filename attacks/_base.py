@@ -345,7 +345,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
 def _is_label_vector(y):
     try:
         t = tf.convert_to_tensor(y)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, tf.errors.InvalidArgumentError):  # eager Pack of a ragged tuple
         return False
     return t.dtype.is_integer and t.shape.rank == 1
 
