@@ -30,6 +30,8 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import tensorflow as tf
 
 from agents.optim import Adam
@@ -38,7 +40,8 @@ from agents.optim import Adam
 class FusedAdam(Adam):
     """:class:`agents.optim.Adam` applied through ``tf.raw_ops.ResourceApplyAdam`` (module doc)."""
 
-    def apply_gradients(self, grads_and_vars):
+    def apply_gradients(self, grads_and_vars: Iterable[tuple[tf.Tensor | None, tf.Variable]]
+                        ) -> tf.Variable:
         """One Adam step for every ``(gradient, variable)`` pair (``None`` gradients skipped);
         returns the step count."""
         self.iterations.assign_add(1)

@@ -52,6 +52,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -63,6 +64,9 @@ from agents._ray_setup import (  # noqa: F401 - re-exported: agents.distributed.
     init_ray,
 )
 from robustgrad._checks import positive_int
+
+if TYPE_CHECKING:
+    from agents.base import Agent
 
 _KEY_INDEX = -1  # Philox state is [counter, counter, key]
 
@@ -234,7 +238,7 @@ class RolloutWorkers:
     worker before the iteration fails.
     """
 
-    def __init__(self, agent, num_workers: int, address: str | None = None,
+    def __init__(self, agent: Agent, num_workers: int, address: str | None = None,
                  num_cpus: int | None = None, max_restarts: int = 3,
                  cpus_per_worker: float = 1.0, startup_timeout: float = 300.0):
         from agents.dqn import DQN

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 
 import gymnasium as gym
+import numpy as np
 import tensorflow as tf
 
 from agents import _sums, robust
@@ -46,7 +47,7 @@ TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "up
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
 
 
-def huber(x, delta: float) -> tf.Tensor:
+def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
     """Huber loss (smooth L1) of ``x`` elementwise: quadratic within ``delta``, linear outside."""
     a = tf.abs(x)
     return tf.where(a <= delta, 0.5 * tf.square(x), delta * (a - 0.5 * delta))
@@ -126,7 +127,7 @@ class DQN(Agent):
         self._obs.assign(obs)
 
     # -- public model access -------------------------------------------------------------
-    def q_values(self, obs) -> tf.Tensor:
+    def q_values(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
         return self.q(tf.convert_to_tensor(obs, tf.float32))
 
@@ -216,7 +217,8 @@ class DQN(Agent):
         self.q.obs_norm.update(obs)
 
     # -- update --------------------------------------------------------------------------
-    def td_targets(self, rewards, next_obs, terminated) -> tf.Tensor:
+    def td_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor
+                   ) -> tf.Tensor:
         """Double-DQN (or plain) TD targets, under ``tf.stop_gradient``."""
         cfg = self.config
         next_q_target = self.q_target(next_obs)
@@ -227,8 +229,9 @@ class DQN(Agent):
             next_q = tf.reduce_max(next_q_target, axis=-1)
         return td_target(rewards, next_q, terminated, cfg.gamma)
 
-    def loss(self, obs, actions, rewards, next_obs, terminated,
-             weights=None) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def loss(self, obs: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor, next_obs: tf.Tensor,
+             terminated: tf.Tensor, weights: tf.Tensor | None = None
+             ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
         targets; returns ``(loss, Q(obs, actions), TD errors)``."""
         target = self.td_targets(rewards, next_obs, terminated)

@@ -22,13 +22,16 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf  # noqa: F401 - used by the doctest above
 
 from agents.envs import make_vec_env
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv
 from robustgrad._checks import choice
+
+if TYPE_CHECKING:
+    from agents.config import AgentConfig
 
 
 class GraphBackendEnv(GraphVecEnv):
@@ -41,7 +44,7 @@ class GraphBackendEnv(GraphVecEnv):
         super().__init__(env_id, num_envs, seed, episode_capacity=episode_capacity)
 
 
-def make_training_env(config) -> Any:
+def make_training_env(config: AgentConfig) -> Any:
     """The training vector env of an agent's ``config``: :class:`GraphBackendEnv` for
     ``backend="graph"``, :func:`agents.envs.make_vec_env` otherwise."""
     if getattr(config, "backend", "gymnasium") == "graph":

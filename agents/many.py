@@ -37,7 +37,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -175,7 +176,7 @@ def train_group(group: list, steps: int, *, progress_bar: bool = False) -> list:
 
 
 # -- statistics over seeds ---------------------------------------------------------------------
-def iqm(values) -> float:
+def iqm(values: Sequence[float] | np.ndarray) -> float:
     """Interquartile mean: the mean of the middle 50% of ``values`` (rliable's definition,
     ``scipy.stats.trim_mean(values, 0.25)``: a quarter trimmed from each end).
 
@@ -189,8 +190,9 @@ def iqm(values) -> float:
     return float(np.mean(x[cut:x.size - cut]))
 
 
-def bootstrap_ci(values, statistic=np.mean, confidence: float = 0.95, reps: int = 2000,
-                 seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(values: Sequence[float] | np.ndarray,
+                 statistic: Callable[[np.ndarray], float] = np.mean, confidence: float = 0.95,
+                 reps: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of ``statistic`` over runs (resampling the
     runs with replacement ``reps`` times, as rliable does per task).
 
@@ -208,7 +210,8 @@ def bootstrap_ci(values, statistic=np.mean, confidence: float = 0.95, reps: int 
     return float(low), float(high)
 
 
-def summarize_runs(values, confidence: float = 0.95, reps: int = 2000, seed: int = 0) -> dict:
+def summarize_runs(values: Sequence[float] | np.ndarray, confidence: float = 0.95,
+                   reps: int = 2000, seed: int = 0) -> dict[str, Any]:
     """``mean``, ``median``, ``iqm``, ``std``, ``min``, ``max``, ``n`` of one number per run,
     with ``mean_ci``, ``median_ci`` and ``iqm_ci`` (percentile bootstrap, ``confidence``)."""
     x = np.asarray(values, np.float64).ravel()
@@ -220,7 +223,8 @@ def summarize_runs(values, confidence: float = 0.95, reps: int = 2000, seed: int
     return out
 
 
-def learning_curves(histories: Sequence[list[dict]], points: int = 100):
+def learning_curves(histories: Sequence[list[dict]], points: int = 100
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Common step grid and ``[runs, points]`` returns (linear interpolation of each run's
     ``history``; NaN before a run's first finished episode)."""
     curves = []

@@ -36,12 +36,19 @@ the observation space's bounds: the perturbation is what the agent *sees*.
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 import attacks
 from robustgrad import _checks
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from agents.base import Agent
+    from agents.robust_sarsa import QPi
 
 __all__ = [
     "ATTACK_NAMES",
@@ -68,12 +75,12 @@ with respect to the observation are small, so the noise is too)."""
 
 
 # -- checks -------------------------------------------------------------------------------------
-def check_attack_name(name, argument: str = "attack") -> str:
+def check_attack_name(name: str, argument: str = "attack") -> str:
     """``name`` if it is one of :data:`ATTACK_NAMES`, else ``ValueError`` naming ``argument``."""
     return _checks.choice(name, argument, ATTACK_NAMES)
 
 
-def check_box_observations(space, argument: str = "env") -> None:
+def check_box_observations(space: gym.spaces.Space, argument: str = "env") -> None:
     """``ValueError`` naming ``argument`` unless ``space`` is a 1-D ``gymnasium.spaces.Box``."""
     import gymnasium as gym
 
@@ -89,7 +96,8 @@ def _has_critic(agent) -> bool:
     return hasattr(agent, "value") and getattr(agent.config, "vf_coef", 0.0) > 0
 
 
-def check_attack(agent, name, eps, norm="linf", argument: str = "attack") -> tuple[str, float, str]:
+def check_attack(agent: Agent, name: str, eps: float, norm: str = "linf", argument: str = "attack"
+                 ) -> tuple[str, float, str]:
     """Validate an attack request against ``agent`` before any work; returns the canonical
     ``(name, eps, norm)``."""
     name = check_attack_name(name, argument)
@@ -199,12 +207,13 @@ def _victim(agent, scale) -> _Victim:
     return table[key]
 
 
-def perturbation_scale(agent, scale=None) -> np.ndarray:
+def perturbation_scale(agent: Agent, scale: str | np.ndarray | None = None) -> np.ndarray:
     """The per-dimension unit of eps for ``agent`` (see the module doc), as ``[d]`` float32."""
     return _victim(agent, scale).scale().numpy()
 
 
-def perturbation_norms(obs, obs_adv, scale, norm="linf"):
+def perturbation_norms(obs: tf.Tensor | np.ndarray, obs_adv: tf.Tensor | np.ndarray,
+                       scale: tf.Tensor | np.ndarray, norm: str = "linf") -> tf.Tensor:
     """``‖(obs_adv − obs) / scale‖`` per row: the perturbation in the units of eps. ``[B]``."""
     delta = (tf.cast(obs_adv, tf.float32) - tf.cast(obs, tf.float32)) / scale
     if _checks.norm_name(norm) == "linf":
@@ -212,7 +221,7 @@ def perturbation_norms(obs, obs_adv, scale, norm="linf"):
     return tf.norm(delta, axis=-1)
 
 
-def step_seed(seed, step):
+def step_seed(seed: int | tf.Tensor, step: int | tf.Tensor) -> tf.Tensor:
     """The stateless seed ``[2]`` int32 of ``step`` for base ``seed`` (an int or ``[2]``)."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         seed = tf.constant([int(seed) % (2**31 - 1), 0], tf.int32)
@@ -286,7 +295,9 @@ def _pgd(model, u, y, objective, eps, norm, steps, step_size, seed, targeted=Fal
         clip_max=None, steps=steps, step_size=step_size, seed=seed, targeted=targeted)
 
 
-def random_attack(agent, obs, *, eps, norm="linf", seed=0, scale=None):
+def random_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | tf.Tensor,
+                  norm: str = "linf", seed: int | tf.Tensor = 0,
+                  scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Uniform noise in the ball of radius ``eps`` (in the agent's units, see module doc)."""
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
     seed = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else seed
@@ -294,7 +305,9 @@ def random_attack(agent, obs, *, eps, norm="linf", seed=0, scale=None):
         tf.shape(u), eps, norm, seed))
 
 
-def action_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+def action_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | tf.Tensor,
+                  norm: str = "linf", steps: int = 10, step_size: float | None = None,
+                  seed: int | tf.Tensor = 0, scale: str | np.ndarray | None = None) -> tf.Tensor:
     """PGD (``steps=1``: FGSM) away from the clean action: cross-entropy away from the greedy
     action (discrete) or ``‖μ(ŝ) − μ(s)‖²`` (continuous, from a random start)."""
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
@@ -312,7 +325,9 @@ def action_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, see
     return _in_scaled_space(victim, obs, eps, norm, run)
 
 
-def mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+def mad_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | tf.Tensor,
+               norm: str = "linf", steps: int = 10, step_size: float | None = None,
+               seed: int | tf.Tensor = 0, scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Maximal action difference: maximise ``KL(π(·|s) ‖ π(·|ŝ))`` (Zhang et al. 2020) by
     ``steps`` PGD steps of ``step_size`` (default ``eps / steps``) from a random start."""
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
@@ -331,8 +346,10 @@ def mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0
     return _in_scaled_space(victim, obs, eps, norm, run)
 
 
-def sgld_mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None,
-                    temperature=SGLD_TEMPERATURE, seed=0, scale=None):
+def sgld_mad_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | tf.Tensor,
+                    norm: str = "linf", steps: int = 10, step_size: float | None = None,
+                    temperature: float = SGLD_TEMPERATURE, seed: int | tf.Tensor = 0,
+                    scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Maximise ``KL(π(·|s) ‖ π(·|ŝ))`` by stochastic gradient Langevin dynamics, SA-PPO's
     ``sgld`` inner maximiser (Zhang et al. 2020, their code's schedule).
 
@@ -386,7 +403,9 @@ def sgld_mad_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None,
     return _in_scaled_space(victim, obs, eps, norm, run)
 
 
-def critic_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, seed=0, scale=None):
+def critic_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | tf.Tensor,
+                  norm: str = "linf", steps: int = 10, step_size: float | None = None,
+                  seed: int | tf.Tensor = 0, scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Minimise the agent's own critic: ``V(ŝ)`` (actor-critics), or for DQN make the greedy
     action at ŝ the action of lowest ``Q(s, ·)``."""
     check_attack(agent, "critic", 0.0, norm)
@@ -404,8 +423,9 @@ def critic_attack(agent, obs, *, eps, norm="linf", steps=10, step_size=None, see
     return _in_scaled_space(victim, obs, eps, norm, run)
 
 
-def rs_attack(agent, obs, q_pi, *, eps, norm="linf", steps=10, step_size=None, seed=0,
-              scale=None):
+def rs_attack(agent: Agent, obs: tf.Tensor | np.ndarray, q_pi: QPi, *, eps: float | tf.Tensor,
+              norm: str = "linf", steps: int = 10, step_size: float | None = None,
+              seed: int | tf.Tensor = 0, scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Robust Sarsa attack: minimise ``Q^π(s, π(ŝ))`` (discrete: the expectation under
     ``π(·|ŝ)``; continuous: at the mean action), ``q_pi`` a :class:`agents.robust_sarsa.QPi`."""
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
@@ -427,8 +447,10 @@ _FUNCTIONS = {"random": random_attack, "action": action_attack, "mad": mad_attac
               "critic": critic_attack, "rs": rs_attack}
 
 
-def attack_observations(agent, obs, attack, *, eps, norm="linf", seed=0, scale=None,
-                        q_pi=None, **kwargs):
+def attack_observations(agent: Agent, obs: tf.Tensor | np.ndarray, attack: str, *,
+                        eps: float | tf.Tensor, norm: str = "linf", seed: int | tf.Tensor = 0,
+                        scale: str | np.ndarray | None = None, q_pi: QPi | None = None,
+                        **kwargs: Any) -> tf.Tensor:
     """Dispatch to the attack called ``attack`` (one of :data:`ATTACK_NAMES`)."""
     name = check_attack_name(attack)
     if name == "rs":
@@ -448,8 +470,9 @@ class ObservationAttack:
     arguments: changing them does not retrace).
     """
 
-    def __init__(self, agent, attack: str, eps: float, norm="linf", *, scale=None, q_pi=None,
-                 rs_steps: int = 20_000, **kwargs):
+    def __init__(self, agent: Agent, attack: str, eps: float, norm: str = "linf", *,
+                 scale: str | np.ndarray | None = None, q_pi: QPi | None = None,
+                 rs_steps: int = 20_000, **kwargs: Any):
         self.name, self.eps, self.norm = check_attack(agent, attack, eps, norm)
         self.agent = agent
         self.scale = scale
@@ -489,11 +512,13 @@ class ObservationAttack:
         s = step_seed(seed, 0) if isinstance(seed, (int, np.integer)) else tf.cast(seed, tf.int32)
         return obs, tf.constant(eps, tf.float32), s
 
-    def __call__(self, obs, seed=0, eps=None):
+    def __call__(self, obs: np.ndarray | tf.Tensor, seed: int | tf.Tensor = 0,
+                 eps: float | None = None) -> tf.Tensor:
         """``obs [B, d]`` -> ``obs_adv [B, d]`` (float32); ``seed`` an int or ``[2]`` tensor."""
         return self._fn()(*self._args(obs, seed, eps))
 
-    def step(self, obs, seed=0, eps=None):
+    def step(self, obs: np.ndarray | tf.Tensor, seed: int | tf.Tensor = 0, eps: float | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One compiled call for a rollout step: ``(obs_adv, norms [B], actions at obs_adv,
         actions at obs)``, norms in eps units, actions deterministic (as ``agent.act``)."""
         args = self._args(obs, seed, eps)

@@ -16,6 +16,7 @@ at exactly 1) and updated afterwards, skipping non-finite rows.
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +30,9 @@ from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic
 from agents.returns import bootstrap_values, discounted_returns, gae
 from agents.schedules import linear
+
+if TYPE_CHECKING:
+    import tensorflow_probability as tfp
 
 
 def _normalize(x):
@@ -88,7 +92,7 @@ class OnPolicyAgent(Agent):
         self._last_end.assign(tf.zeros_like(self._last_end))
 
     # -- public model access -------------------------------------------------------------
-    def distribution(self, obs) -> tfp.distributions.Distribution:
+    def distribution(self, obs: tf.Tensor | np.ndarray) -> tfp.distributions.Distribution:
         """The policy's TFP distribution for a batch of raw observations (differentiable).
 
         Eagerly, NaN or infinite observations are a ``ValueError`` (inside a ``tf.function`` the
@@ -102,7 +106,7 @@ class OnPolicyAgent(Agent):
                              f"{int(rows.shape[0])} hold NaN or inf")
         return self.model.distribution(obs)
 
-    def value(self, obs) -> tf.Tensor:
+    def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
 

@@ -34,11 +34,17 @@ observations, raw units otherwise.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 import tensorflow_probability as tfp
 
 from agents import observation_attacks as oa
 from agents.schedules import linear
+
+if TYPE_CHECKING:
+    from agents.base import Agent
+    from agents.networks import ActorCritic
 
 tfd = tfp.distributions
 
@@ -86,7 +92,7 @@ class RobustSchedule(tf.Module):
         self.kappa.assign(self.target_kappa * frac)
 
 
-def clean_distribution(model, obs) -> tfd.Distribution:
+def clean_distribution(model: ActorCritic, obs: tf.Tensor) -> tfd.Distribution:
     """``pi(.|obs)`` of an :class:`agents.networks.ActorCritic` with every parameter under
     ``tf.stop_gradient`` (the fixed side of the KL)."""
     out = tf.stop_gradient(model.policy_net(model.obs_norm(obs)))
@@ -96,13 +102,14 @@ def clean_distribution(model, obs) -> tfd.Distribution:
     return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
 
-def policy_kl(model, obs, obs_adv) -> tf.Tensor:
+def policy_kl(model: ActorCritic, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
     """``KL(pi(.|obs) || pi(.|obs_adv))`` per row ``[B]``, the clean side stopped, the
     perturbed side differentiable w.r.t. the model's variables."""
     return tfd.kl_divergence(clean_distribution(model, obs), model.distribution(obs_adv))
 
 
-def sa_observations(agent, obs, eps, steps: int, seed, method: str = "pgd") -> tf.Tensor:
+def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps: int,
+                    seed: tf.Tensor, method: str = "pgd") -> tf.Tensor:
     """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball, under
     ``tf.stop_gradient``, ``[B, d]``: ``method="pgd"`` the ``mad`` attack (PGD with ``steps``
     steps of ``eps / steps``), ``"sgld"`` :func:`agents.observation_attacks.sgld_mad_attack`
@@ -112,13 +119,14 @@ def sa_observations(agent, obs, eps, steps: int, seed, method: str = "pgd") -> t
                                            seed=seed))
 
 
-def sa_policy_regularizer(agent, obs, obs_adv) -> tf.Tensor:
+def sa_policy_regularizer(agent: Agent, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
     """The SA-PPO/SA-A2C regulariser (before kappa): mean over the batch of
     :func:`policy_kl` at the attack's ``obs_adv``; scalar."""
     return tf.reduce_mean(policy_kl(agent.model, obs, obs_adv))
 
 
-def q_margin_hinge(q_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
+def q_margin_hinge(q_adv: tf.Tensor, greedy: tf.Tensor, margin: float = HINGE_MARGIN
+                   ) -> tf.Tensor:
     """SA-DQN's hinge per row ``[B]``: ``max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -margin)``.
 
     ``q_adv [B, A]`` float, ``greedy [B]`` int (``a*``, the greedy action at the clean state).
@@ -131,7 +139,8 @@ def q_margin_hinge(q_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
     return tf.maximum(q_other - q_star, -float(margin))
 
 
-def sa_dqn_observations(agent, obs, eps, steps: int, seed):
+def sa_dqn_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps: int,
+                        seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """SA-DQN's inner max: ``(s_hat, a*)`` with ``a* = argmax_a Q(s, a)`` ``[B]`` int32 and
     ``s_hat`` ``[B, d]`` from ``steps`` PGD steps of ``eps / steps`` on the cross-entropy away
     from ``a*`` (the ``action`` attack); both stopped."""
@@ -142,13 +151,15 @@ def sa_dqn_observations(agent, obs, eps, steps: int, seed):
     return obs_adv, greedy
 
 
-def attacked_q_margin(agent, obs_adv, greedy, margin: float = HINGE_MARGIN) -> tf.Tensor:
+def attacked_q_margin(agent: Agent, obs_adv: tf.Tensor, greedy: tf.Tensor,
+                      margin: float = HINGE_MARGIN) -> tf.Tensor:
     """SA-DQN's regulariser (before kappa): the mean :func:`q_margin_hinge` of the online
     network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar, differentiable."""
     return tf.reduce_mean(q_margin_hinge(agent.q(obs_adv), greedy, margin))
 
 
-def adversarial_observations(agent, obs, attack: str, eps, steps: int, seed) -> tf.Tensor:
+def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: float | tf.Tensor,
+                             steps: int, seed: tf.Tensor) -> tf.Tensor:
     """``obs`` attacked by ``attack`` (``random``/``action``/``mad``/``critic``) at radius
     ``eps``; non-finite rows of ``obs`` are passed through unchanged (the non-finite guard of
     the update must still see them). Stopped. ``[B, d]``."""

@@ -32,6 +32,7 @@ falls back to its batch-of-agents design for those).
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +41,9 @@ import tensorflow_probability as tfp
 from agents.graph_envs import GraphEnvState
 from agents.networks import _ACTIVATIONS
 from agents.schedules import linear
+
+if TYPE_CHECKING:
+    from agents.config import PPOConfig
 
 tfd = tfp.distributions
 
@@ -52,7 +56,7 @@ SUPPORTED_FIELDS = frozenset({
 """PPOConfig fields the stacked engine implements; any other field must keep its default."""
 
 
-def unsupported_fields(config) -> list[str]:
+def unsupported_fields(config: PPOConfig) -> list[str]:
     """The fields of ``config`` that :class:`StackedPPO` does not implement and that differ
     from their default (empty: the config can be stacked)."""
     out = []
@@ -143,7 +147,7 @@ class StackedPPO(tf.Module):
     def _flat(self, obs):
         return tf.reshape(obs, (self.S, -1, int(np.prod(self.obs_shape))))
 
-    def distribution(self, obs) -> tfd.Distribution:
+    def distribution(self, obs: tf.Tensor) -> tfd.Distribution:
         """The policies of all seeds on ``obs [S, B, *obs_shape]``: batch shape ``[S, B]``."""
         out = self._mlp(self._flat(obs), 0)
         if self.discrete:
@@ -151,7 +155,7 @@ class StackedPPO(tf.Module):
         std = tf.exp(self.params[-1])[:, None, :] * tf.ones_like(out)
         return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
-    def value(self, obs) -> tf.Tensor:
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
         """``V`` of all seeds on ``obs [S, B, *obs_shape]``: ``[S, B]``."""
         return tf.squeeze(self._mlp(self._flat(obs), 2 * self.layers), -1)
 
@@ -233,8 +237,9 @@ class StackedPPO(tf.Module):
             p.assign(tf.where(keep, p - step, p))
         return norm, ok
 
-    def losses(self, obs, actions, logp_old, advantages, returns,
-               values) -> tuple[tf.Tensor, dict]:
+    def losses(self, obs: tf.Tensor, actions: tf.Tensor, logp_old: tf.Tensor,
+               advantages: tf.Tensor, returns: tf.Tensor, values: tf.Tensor
+               ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """Per-seed PPO losses on a minibatch (``[S, mb, ...]`` inputs): ``(loss [S], stats)``
         with :class:`agents.PPO`'s terms."""
         cfg = self.config
@@ -269,7 +274,7 @@ class StackedPPO(tf.Module):
         return {"stats": self.train_on(batch), "done": batch["terminated"] | batch["truncated"],
                 "ended_return": batch["ended_return"], "ended_length": batch["ended_length"]}
 
-    def train_on(self, batch) -> dict:
+    def train_on(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Targets and the PPO update of every seed on a rollout ``batch`` of ``[T, S, N, ...]``
         tensors (``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
         ``final_obs``); returns ``[S]`` statistics."""

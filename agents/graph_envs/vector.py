@@ -141,7 +141,7 @@ class GraphVecEnv:
         return self.obs
 
     # -- stepping in the graph -----------------------------------------------------------------
-    def step_state(self, state: GraphEnvState, actions) -> tuple:
+    def step_state(self, state: GraphEnvState, actions: tf.Tensor) -> tuple:
         """One pure step of all environments from ``state`` (no variable access).
 
         ``actions``: ``[N]`` int32 (discrete) or ``[N, 1]`` float32 (already within the
@@ -155,7 +155,8 @@ class GraphVecEnv:
         return (new_state, (obs, reward, terminated, truncated, final_obs),
                 (ended_return, state.time + 1))
 
-    def record_episodes(self, done, ended_return, ended_length) -> None:
+    def record_episodes(self, done: tf.Tensor, ended_return: tf.Tensor, ended_length: tf.Tensor
+                        ) -> None:
         """Write the episodes that ended into the ring buffer (inside the graph).
 
         ``done``, ``ended_return``, ``ended_length``: ``[..., N]`` (one step, or a ``[T, N]``
@@ -175,7 +176,7 @@ class GraphVecEnv:
         self._ep_lengths.scatter_nd_update(slots, ended_length)
         self._ep_count.assign_add(total)
 
-    def step_graph(self, actions) -> tuple[tf.Tensor, ...]:
+    def step_graph(self, actions: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """One step of all environments in TensorFlow ops, reading and assigning
         :attr:`variables` and recording the episodes that ended (call it inside
         ``tf.function``). Returns ``obs [N, *obs_shape], reward [N] float32, terminated [N]
@@ -201,7 +202,7 @@ class GraphVecEnv:
             raise ValueError(f"actions must be numbers of shape ({n}, 1), got {a!r}")
         return tf.constant(a.reshape(n, 1), tf.float32)
 
-    def step(self, actions) -> tuple:
+    def step(self, actions: np.ndarray | tf.Tensor) -> tuple[np.ndarray, ...]:
         """Step all environments; returns ``obs, reward, terminated, truncated, final_obs``."""
         if not self._was_reset:
             raise ValueError("step() called before reset()")
