@@ -74,14 +74,6 @@ class Agent:
         if rollout_workers is not None and config.backend == "graph":
             raise ValueError("rollout_workers: the graph backend steps its environments inside "
                              "the compiled iteration; use backend='gymnasium' with Ray workers")
-        if getattr(config, "robust", None) == "adv" and config.backend == "graph":
-            # the attacked observations are made in the rollout (OnPolicyAgent._perceived; on Ray
-            # workers too, with the learner's eps sent along with the weights); the compiled-env
-            # rollout does not apply them (nor its eps warm-up)
-            raise ValueError("robust: 'adv' (training on attacked observations) is not "
-                             "supported with backend='graph' yet; use the gymnasium rollout "
-                             "(local or on rollout_workers), or robust='sa', whose regulariser "
-                             "lives in the update")
         self.env = make_training_env(config)  # backend="graph": agents.graph_backend
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape

@@ -197,13 +197,10 @@ def test_graph_dqn_learns_cartpole_quickly():
 
 
 def test_graph_rollout_applies_the_adv_observation_attack_within_eps():
-    # agents.base still refuses robust='adv' with backend='graph' (lifted by the lead); build the
-    # agent on gymnasium and give it the compiled env, which is what that constructor would do
-    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=16, preset=None, seed=0,
-                       robust="adv", robust_eps=0.05, robust_eps_warmup=0.0,
+    agent = agents.PPO(env="CartPole-v1", backend="graph", num_envs=2, n_steps=16, preset=None,
+                       seed=0, robust="adv", robust_eps=0.05, robust_eps_warmup=0.0,
                        robust_attack="mad", robust_steps=3)
-    agent.config = dataclasses.replace(agent.config, backend="graph")
-    agent.env = GraphBackendEnv("CartPole-v1", 2, seed=0)
+    assert type(agent.env).__name__ == "GraphBackendEnv"
     agent.learn(64, progress_bar=False)  # trains through the one compiled iteration
     assert agent.trace_counts == {"iteration": 1, "rollout": 1, "train": 1}
     assert len(agent.history) == 2 and np.isfinite(agent.history[-1]["episode_return"])

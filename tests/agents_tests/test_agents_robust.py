@@ -223,6 +223,3 @@ def test_cli_robust_flags_refused_before_any_work(tmp_path, capsys, argv, messag
     assert not out.exists()
 
 
-def test_adv_training_is_refused_where_the_attack_would_not_run():
-    with pytest.raises(ValueError, match=r"^robust: 'adv' .* not supported with backend='graph'"):
-        agents.PPO(env="CartPole-v1", backend="graph", robust="adv", robust_eps=0.1, preset=None)
