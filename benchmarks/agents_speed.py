@@ -76,7 +76,10 @@ def _breakdown(agent, repeat: int = 5) -> dict:
 
     cfg = agent.config
     agent._reset_env()
-    rollout = tf.function(agent._rollout_graph, jit_compile=cfg.jit_compile)  # as the iteration
+    # as the iteration compiles it: with XLA only on the graph backend (the gymnasium rollout
+    # steps its env through tf.numpy_function, which XLA cannot compile; its update is jitted)
+    rollout = tf.function(agent._rollout_graph,
+                          jit_compile=cfg.jit_compile and cfg.backend == "graph")
     rollout_ms = _timed(rollout, repeat)
     if cfg.backend == "graph":
         iteration_ms = _timed(agent._iteration, repeat)
