@@ -42,3 +42,19 @@ def small_batch(n=64, seed=1):
     return np.random.default_rng(seed).uniform(0, 1, (n, 4, 4, 1)).astype(np.float32)
 
 
+
+
+# 32 CartPole-shaped observations the robust-RL tests attack
+CARTPOLE_OBS = np.random.default_rng(0).normal(0.0, 0.5, size=(32, 4)).astype(np.float32)
+
+
+def sharpened_ppo():
+    """A fresh CartPole PPO agent whose near-uniform policy head (orthogonal init, gain 0.01) is
+    scaled by 300, so KLs between its distributions are well above float32 noise."""
+    import agents
+
+    agent = agents.PPO(env="CartPole-v1", seed=0, preset=None, num_envs=2, n_steps=32)
+    head = [v for v in agent.model.policy_net.trainable_variables if v.shape == (64, 2)]
+    assert len(head) == 1
+    head[0].assign(head[0] * 300.0)
+    return agent
