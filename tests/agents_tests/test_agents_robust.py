@@ -11,7 +11,7 @@ from agents import robust
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
 from robustgrad import cli
 
-from small_models import CARTPOLE_OBS, sharpened_ppo
+from small_models import CARTPOLE_OBS, assert_kl_beats_random_points, sharpened_ppo
 
 OBS = CARTPOLE_OBS
 
@@ -52,16 +52,7 @@ def test_inner_max_beats_random_points_of_the_ball(ppo):
     eps = 0.2
     obs_adv = robust.sa_observations(ppo, OBS, tf.constant(eps), 10, tf.constant([3, 4]))
     assert float(np.abs(obs_adv.numpy() - OBS).max()) <= eps + 1e-6
-    kl_max = robust.policy_kl(ppo.model, OBS, obs_adv).numpy()
-    rng = np.random.default_rng(1)
-    kl_random = np.stack([
-        robust.policy_kl(ppo.model, OBS, OBS + rng.uniform(-eps, eps, OBS.shape)
-                         .astype(np.float32)).numpy() for _ in range(20)])
-    # per row above the KL of a random point of the ball (the mean of 20), mostly above the
-    # best of 20 random points (10 steps of eps/10 from a random start: a heuristic max)
-    assert np.all(kl_max >= kl_random.mean(0))
-    assert np.mean(kl_max >= kl_random.max(0)) >= 0.75
-    assert kl_max.mean() > 3 * kl_random.mean()
+    assert_kl_beats_random_points(ppo.model, OBS, obs_adv, eps)
 
 
 def test_schedule_ramps_eps_and_kappa():
