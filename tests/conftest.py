@@ -60,3 +60,25 @@ def interrupt_cli_once_ready(args, marker, timeout=400):
     lines = [line for line in err.splitlines() if line.startswith("robustgrad: interrupted")]
     assert len(lines) == 1, err[-3000:]
     return proc.returncode, err, lines[0]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray cluster of 3 CPUs for one test module (any earlier one shut down first)."""
+    ray = pytest.importorskip("ray")
+    from agents.distributed import init_ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    init_ray(None, num_cpus=3)
+    yield
+    ray.shutdown()
+
+
+def recording(collect, store):
+    """``collect`` wrapped so that every batch it returns is also appended to ``store`` as numpy."""
+    def wrapper():
+        batch = collect()
+        store.append({k: v.numpy() for k, v in batch.items()})
+        return batch
+    return wrapper

@@ -27,8 +27,10 @@ import gymnasium as gym  # noqa: E402
 
 import agents  # noqa: E402
 from agents.config import DQNConfig, PPOConfig  # noqa: E402
-from agents.distributed import check_ray_address, init_ray, merge_moments  # noqa: E402
+from agents.distributed import check_ray_address, merge_moments  # noqa: E402
 from agents.envs import RunningMeanStd  # noqa: E402
+
+from conftest import recording  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers get this module's envs
 SHORT_CARTPOLE = functools.partial(gym.make, "CartPole-v1", max_episode_steps=12)
@@ -48,15 +50,6 @@ class _FlaggedCartPole(gym.Wrapper):
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    init_ray(None, num_cpus=3)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def shared_agent(local_ray):
     """PPO (CartPole preset, 8 envs) on 2 workers of 4 envs each, for the whole module."""
     agent = agents.PPO(env=_FlaggedCartPole, preset="ppo-CartPole-v1", seed=0,
@@ -65,14 +58,6 @@ def shared_agent(local_ray):
     agent.close()
     if os.path.exists(FAIL_FLAG):
         os.remove(FAIL_FLAG)
-
-
-def _recording(collect, store):
-    def wrapper():
-        batch = collect()
-        store.append({k: v.numpy() for k, v in batch.items()})
-        return batch
-    return wrapper
 
 
 def _small_config(**kw):
@@ -85,10 +70,10 @@ def test_one_worker_equals_the_local_agent_exactly(local_ray):
     cfg = _small_config(normalize_obs=True)
     local = agents.PPO(cfg)
     local_batches, dist_batches = [], []
-    local._rollout = _recording(local._rollout, local_batches)
+    local._rollout = recording(local._rollout, local_batches)
     dist = agents.PPO(cfg, rollout_workers=1)
     try:
-        dist.rollout_workers.collect = _recording(dist.rollout_workers.collect, dist_batches)
+        dist.rollout_workers.collect = recording(dist.rollout_workers.collect, dist_batches)
         local.learn(64, progress_bar=False)
         dist.learn(64, progress_bar=False)
         assert len(local_batches) == len(dist_batches) == 2
@@ -111,7 +96,7 @@ def test_two_workers_learn_cartpole_with_exactly_merged_statistics(shared_agent)
     agent = shared_agent
     assert int(agent.num_timesteps.numpy()) == 0, "runs first on the shared agent"
     batches, logs = [], []
-    agent.rollout_workers.collect = _recording(agent.rollout_workers.collect, batches)
+    agent.rollout_workers.collect = recording(agent.rollout_workers.collect, batches)
     try:
         assert agent.config.num_envs == 8 and agent.rollout_workers.envs_per_worker == 4
         agent.learn(20_480, progress_bar=False, callbacks=[lambda a, lg: logs.append(lg)])

@@ -12,27 +12,11 @@ ray = pytest.importorskip("ray")
 
 import agents  # noqa: E402
 from agents.config import PPOConfig  # noqa: E402
-from agents.distributed import init_ray  # noqa: E402
+
+from conftest import recording  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SHORT_CARTPOLE = functools.partial(gym.make, "CartPole-v1", max_episode_steps=12)
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    init_ray(None, num_cpus=3)
-    yield
-    ray.shutdown()
-
-
-def _recording(collect, store):
-    def wrapper():
-        batch = collect()
-        store.append({k: v.numpy() for k, v in batch.items()})
-        return batch
-    return wrapper
 
 
 def _config(**kw):
@@ -46,9 +30,9 @@ def test_adv_on_one_worker_equals_the_local_adv_agent_exactly(local_ray):
     cfg = _config()
     local, dist = agents.PPO(cfg), agents.PPO(cfg, rollout_workers=1)
     local_batches, dist_batches, eps = [], [], []
-    local._rollout = _recording(local._rollout, local_batches)
+    local._rollout = recording(local._rollout, local_batches)
     try:
-        dist.rollout_workers.collect = _recording(dist.rollout_workers.collect, dist_batches)
+        dist.rollout_workers.collect = recording(dist.rollout_workers.collect, dist_batches)
         local.learn(128, progress_bar=False)
         dist.learn(128, progress_bar=False,
                    callbacks=lambda a, logs: eps.append(logs["robust_eps"]))
@@ -73,7 +57,7 @@ def test_two_workers_perceive_attacked_observations_within_the_current_eps(local
     for name, cfg in (("adv", _config()), ("clean", _config(robust=None))):
         agent = agents.PPO(cfg, rollout_workers=2)  # one at a time: Ray has 3 CPUs here
         try:
-            agent.rollout_workers.collect = _recording(agent.rollout_workers.collect,
+            agent.rollout_workers.collect = recording(agent.rollout_workers.collect,
                                                        batches[name])
             agent.learn(64, progress_bar=False)
         finally:
