@@ -82,3 +82,22 @@ def recording(collect, store):
         store.append({k: v.numpy() for k, v in batch.items()})
         return batch
     return wrapper
+
+
+def sigint_after_train_batches(monkeypatch, n):
+    """Patch ``attacks.training.EpochTimer`` so that this process gets SIGINT at the end of its
+    ``n``-th training batch (counted over the whole run). Returns ``(seen, restore)``: the batches
+    seen so far and a function that puts the original hook back."""
+    from attacks import training
+
+    seen = []
+    original = training.EpochTimer.on_train_batch_end
+
+    def hook(self, batch, logs=None):
+        original(self, batch, logs)
+        seen.append(batch)
+        if len(seen) == n:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", hook)
+    return seen, lambda: monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", original)

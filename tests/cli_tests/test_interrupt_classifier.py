@@ -3,16 +3,14 @@
 
 import json
 import os
-import signal
 import subprocess
 
 import keras
 import numpy as np
 
-from attacks import training
 from robustgrad import cli
 
-from conftest import cli_command, interrupt_cli_once_ready
+from conftest import cli_command, interrupt_cli_once_ready, sigint_after_train_batches
 
 ARGS = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
         "--epochs", "3", "--batch-size", "16", "--width", "4", "--no-eval", "--no-progress",
@@ -32,16 +30,7 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
     assert cli.main([*ARGS, "--out", ref]) == 0
 
-    seen = []
-    original = training.EpochTimer.on_train_batch_end
-
-    def send_sigint_at_batch_21(self, batch, logs=None):  # epoch 2 (16 batches each), batch 5
-        original(self, batch, logs)
-        seen.append(batch)
-        if len(seen) == 21:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
+    seen, restore = sigint_after_train_batches(monkeypatch, 21)  # epoch 2 (16 batches), batch 5
     assert cli.main([*ARGS, "--out", run]) == 130
     err = capsys.readouterr().err
     ckpt_dir = os.path.join(run, "checkpoints")
@@ -53,7 +42,7 @@ def test_mid_epoch_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypa
     partial = _history(run)
     assert len(partial["history"]["loss"]) == 1 and partial["partial_epoch_seconds"] > 0
 
-    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", original)
+    restore()
     assert cli.main([*ARGS, "--out", run, "--resume"]) == 0
     for a, b in zip(_weights(ref), _weights(run), strict=True):
         np.testing.assert_array_equal(a, b)

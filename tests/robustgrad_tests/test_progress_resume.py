@@ -104,28 +104,18 @@ def test_keras_progress_checks_its_arguments():
 
 def test_train_classifier_resumed_mid_epoch_starts_its_bar_at_the_skipped_batches(
         tmp_path, monkeypatch):
-    import os
-    import signal
     import sys
 
-    from attacks import training
     from robustgrad import cli
+
+    from conftest import sigint_after_train_batches
 
     args = ["train-classifier", "--data", "digits", "--limit", "256", "--method", "fast",
             "--epochs", "3", "--batch-size", "16", "--width", "4", "--no-eval", "--no-guard",
             "--out", str(tmp_path / "run")]
-    seen = []
-    original = training.EpochTimer.on_train_batch_end
-
-    def send_sigint_at_batch_21(self, batch, logs=None):  # epoch 2 (16 batches each), batch 5
-        original(self, batch, logs)
-        seen.append(batch)
-        if len(seen) == 21:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", send_sigint_at_batch_21)
+    _, restore = sigint_after_train_batches(monkeypatch, 21)  # epoch 2 (16 batches), batch 5
     assert cli.main([*args, "--verbose", "0"]) == 130
-    monkeypatch.setattr(training.EpochTimer, "on_train_batch_end", original)
+    restore()
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     assert cli.main([*args, "--verbose", "1", "--resume"]) == 0
