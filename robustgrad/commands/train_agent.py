@@ -113,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--robust: fraction of --steps over which eps and kappa rise from 0 "
                         "(default 0.75)")
     p.add_argument("--robust-attack", default=None,
-                   help="--robust adv: random, action, mad (default) or critic")
+                   help="--robust adv: random, action (default), mad or critic")
 
 
 _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
