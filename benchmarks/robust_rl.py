@@ -56,8 +56,9 @@ keeps 500 there under random/action/mad/critic on every seed but ``rs`` brings i
 the goals >= 400 at eps and radius >= 1.5x are missed (clean 500 met); SA-PPO training costs
 x2.3 the CPU time per env step. At 200k steps (same protocol): vanilla 38 at 0.05, SA-PPO 303.5,
 adversarial training (``--robust adv --robust-attack action``) 386.5, radius 0.02 for all (goals
-missed). DQN vs SA-DQN (kappa 0.1, auto eps 0.02): 15 against 397 at 0.02 (goal 400 missed by
-3), radius 0 for both; SA-DQN training costs x2.6 the CPU time per env step.
+missed). DQN vs SA-DQN (auto eps 0.02): 15 against 397 at 0.02 with kappa 0.1 (goal 400 missed
+by 3) and against 500 with kappa 0.5 (met; radius 0.02 against 0); SA-DQN training costs x2.6
+the CPU time per env step.
 
 An earlier measurement (2026-12-01, shared 2-core machine; 1 seed only, not 5; attacks random, action,
 mad, critic -- rs left out for time; grid 0.05-0.3 without 0.02; 8 episodes per row; medians):
