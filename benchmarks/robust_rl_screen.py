@@ -63,13 +63,13 @@ def main(argv=None) -> int:
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    import agents
-    from agents.config import get_preset, preset_for
+    from robust_rl import _budget, _overrides  # the same --set parsing and preset budget
 
-    overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    import agents
+
+    overrides = _overrides(args, "vanilla", None)  # "vanilla": only the --set overrides
     cls = {"ppo": agents.PPO, "a2c": agents.A2C, "dqn": agents.DQN}[args.algo]
-    preset = preset_for(args.algo, args.env)
-    steps = args.steps or (get_preset(preset)["steps"] if preset else 100_000)
+    steps = _budget(args)
     grid = [float(e) for e in args.eps.split(",")]
     for seed in args.seeds:
         agent = cls(env=args.env, seed=seed, **overrides)
