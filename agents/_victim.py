@@ -41,7 +41,6 @@ class _Victim:
         self.is_dqn = hasattr(agent, "q_values")
         self.fixed_scale = None if scale is None else tf.constant(scale, tf.float32)
         self.policy = _Bound(self, "policy_outputs")
-        self.policy_and_input = _Bound(self, "policy_outputs_and_input")
         self.neg_value = _Bound(self, "negative_value")
 
     @property
@@ -69,11 +68,6 @@ class _Victim:
 
     def policy_outputs(self, u):
         return self.outputs(u * self.scale())
-
-    def policy_outputs_and_input(self, u):
-        """``[policy_outputs(u), u]`` concatenated on the last axis (the Langevin objectives
-        read ``u`` back to add their noise term)."""
-        return tf.concat([self.policy_outputs(u), u], axis=-1)
 
     def negative_value(self, u):
         return -self.agent.model.value(u * self.scale())

@@ -141,23 +141,20 @@ def _negative_expected_q(logits, q_clean):
     return -tf.reduce_sum(tf.nn.softmax(logits) * q_clean, -1)
 
 
-def _with_noise(objective):
-    """``objective`` of ``[outputs, u]`` plus ``<z, u>``, for ``{"target": t, "noise": z}``: its
-    gradient with respect to ``u`` is the objective's plus the noise ``z`` (one Langevin step).
-    (A dict, not a tuple: the engine's label check would try to stack a tuple of unequal shapes.)"""
-
-    def noisy(outputs_and_input, target_and_noise):
-        target, noise = target_and_noise["target"], target_and_noise["noise"]
-        d = tf.shape(noise)[-1]
-        outputs, u = outputs_and_input[..., :-d], outputs_and_input[..., -d:]
-        return objective(outputs, target) + tf.reduce_sum(noise * u, -1)
-
-    noisy.__name__ = f"noisy_{objective.__name__}"
-    return noisy
+def _kl_categorical_of_target(logits, y):
+    """:func:`_kl_categorical` with the clean log-probabilities in ``y["target"]``."""
+    return _kl_categorical(logits, y["target"])
 
 
-_NOISY_KL_CATEGORICAL = _with_noise(_kl_categorical)
-_NOISY_WEIGHTED_SQUARE_DISTANCE = _with_noise(_weighted_square_distance)
+def _weighted_square_distance_of_target(mean, y):
+    """:func:`_weighted_square_distance` with its ``(clean mean, w)`` in ``y["target"]``."""
+    return _weighted_square_distance(mean, y["target"])
+
+
+def _langevin_noise(step, y):
+    """The gradient noise of engine step ``step``: ``y["noise"][:, step]`` of the per-example
+    draws ``[B, steps + 1, d]`` (carried in ``y`` so they are chunked with the batch)."""
+    return y["noise"][:, step]
 
 
 # -- the attacks --------------------------------------------------------------------------------
@@ -242,9 +239,12 @@ def sgld_mad_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | t
     ``σ_i = sqrt(2 · step_size · temperature) / (i + 2)`` (noise shrinking every step; ``dir`` is
     the sign for L∞, the unit vector for L2) and ``Π`` the projection onto the ball of radius
     ``eps`` around ``s``. ``step_size`` defaults to ``eps / steps``, ``temperature`` is ``1/β``.
-    Each step is one step of the :mod:`attacks` engine (the objective gets the noise as a linear
-    term ``<ξ_i, ŝ>``, whose gradient is ``ξ_i``); the loop over the steps is unrolled when
-    traced. ``obs [B, d]`` -> ``[B, d]`` float32, deterministic for a given ``seed``.
+    The whole maximisation is one call of the :mod:`attacks` PGD engine with its
+    ``gradient_noise`` hook: ``steps + 1`` steps from ``s`` itself, the first with noise
+    ``ξ_0`` of scale 1, where the KL's gradient vanishes (``ŝ = s`` is its minimum), so the first
+    step is the random start ``s + step_size · dir(ξ_0)`` (the noise is drawn once, ``[B,
+    steps + 1, d]``, and carried in the objective's ``y``). ``obs [B, d]`` -> ``[B, d]``
+    float32, deterministic for a given ``seed``.
 
     >>> import numpy as np, agents
     >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
@@ -265,24 +265,17 @@ def sgld_mad_attack(agent: Agent, obs: tf.Tensor | np.ndarray, *, eps: float | t
     def run(u):
         clean = tf.stop_gradient(victim.policy_outputs(u))
         if victim.discrete:
-            target, objective = tf.nn.log_softmax(clean), _NOISY_KL_CATEGORICAL
+            target, objective = tf.nn.log_softmax(clean), _kl_categorical_of_target
         else:
             target = (clean, tf.stop_gradient(victim.inverse_two_variance(tf.shape(u)[0])))
-            objective = _NOISY_WEIGHTED_SQUARE_DISTANCE
-        start = tf.random.stateless_normal(tf.shape(u), seed=step_seed(base, 0))
-        if norm == "linf":
-            u_adv = u + step_size * tf.sign(start)
-        else:
-            u_adv = u + attacks.norms.project(start, step_size, norm)
-        for i in range(steps):
-            noise = tf.random.stateless_normal(tf.shape(u), seed=step_seed(base, i + 1))
-            noise = tf.stop_gradient(noise * scale0 / float(i + 2))
-            stepped = attacks.projected_gradient_descent(
-                victim.policy_and_input, u_adv, {"target": target, "noise": noise},
-                objective=objective, eps=step_size, norm=norm, clip_min=None, clip_max=None, steps=1,
-                step_size=step_size, rand_init=False, seed=step_seed(base, i + 1))
-            u_adv = u + attacks.norms.project(tf.cast(stepped, tf.float32) - u, eps, norm)
-        return u_adv
+            objective = _weighted_square_distance_of_target
+        scales = [1.0] + [scale0 / float(i + 2) for i in range(steps)]  # the start, then sigma_i
+        noise = tf.stack([tf.random.stateless_normal(tf.shape(u), seed=step_seed(base, j)) * sc
+                          for j, sc in enumerate(scales)], axis=1)
+        return attacks.projected_gradient_descent(
+            victim.policy, u, {"target": target, "noise": tf.stop_gradient(noise)},
+            objective=objective, eps=eps, norm=norm, clip_min=None, clip_max=None,
+            steps=steps + 1, step_size=step_size, rand_init=False, gradient_noise=_langevin_noise)
 
     return _in_scaled_space(victim, obs, eps, norm, run)
 

@@ -39,6 +39,7 @@ __all__ = ["compile_iterative", "expand_rows", "iterative_loop", "keep_best"]
 
 ValueFn = Callable[[tf.Tensor, Any, tf.Tensor], "tuple[tf.Tensor, tf.Tensor]"]
 InitFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+NoiseFn = Callable[[tf.Tensor, Any], tf.Tensor]
 
 
 def expand_rows(values: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -72,7 +73,8 @@ def keep_best(best_x: tf.Tensor, best_obj: tf.Tensor, best_succ: tf.Tensor, x_ad
 
 def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 1,
                    rand_init: bool = True, init: InitFn | None = None, early_stop: bool = False,
-                   momentum: float | None = None, l1_top_k: Any = None) -> Callable:
+                   momentum: float | None = None, l1_top_k: Any = None,
+                   gradient_noise: NoiseFn | None = None) -> Callable:
     """The PGD/BIM/MIM loop as a plain graph-building function (no validation, no tracing).
 
     Returns ``loop(x, y, y_true, eps, step_size, lo, hi, seed) -> (x_adv, grad_rows,
@@ -85,7 +87,10 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
     ``norm`` is a canonical name (``"linf"``, ``"l2"``, ``"l1"``); ``steps`` and ``restarts``
     Python ints. The start of each restart is ``init(x, seed_r)`` when given, else a uniform
     point of the ball (``rand_init``), else ``x``. ``momentum`` (MIM) accumulates
-    L1-normalised gradients. With ``early_stop`` examples freeze at the first iterate where
+    L1-normalised gradients. ``gradient_noise(i, y)`` (step ``i`` an int32 scalar from 0, ``y``
+    as given to the loop) is added to each step's gradient before anything else uses it, so the
+    step follows ``dir(grad + noise)`` (stochastic gradient Langevin dynamics, as SA-PPO's
+    inner maximiser). With ``early_stop`` examples freeze at the first iterate where
     ``value_fn`` reports success and the loops exit once every example has succeeded. Across
     restarts (or with ``early_stop``) the final iterates are scored once each and the worst case
     per example is kept (:func:`keep_best`); otherwise the last iterate is returned as is.
@@ -143,6 +148,8 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
             def step_body(i, xa, acc, active, rows):
                 succ, g = grad_of(xa, y, y_true)
                 rows = rows + tf.cast(b, tf.int64)
+                if gradient_noise is not None:
+                    g = g + tf.cast(gradient_noise(i, y), g.dtype)
                 if momentum is not None:
                     l1 = tf.reduce_sum(tf.abs(tf.reshape(g, [b, -1])), axis=1)
                     g = momentum * acc + g / expand_rows(tf.maximum(l1, 1e-12), g)
@@ -181,7 +188,7 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
 
 def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init: bool,
                       early_stop: bool, momentum: float | None, l1_top_k: Any,
-                      jit_compile: bool) -> Callable:
+                      jit_compile: bool, gradient_noise: NoiseFn | None = None) -> Callable:
     """:func:`iterative_loop` for a prepared call ``p`` (:class:`attacks._base.Prepared`) as a
     ``tf.function`` with a relaxed batch dimension: one trace per configuration and
     per-example shape, reused for every batch size, eps, step size, bound and seed.
@@ -192,7 +199,7 @@ def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init
     """
     loop = iterative_loop(p.value_fn, norm=norm, steps=steps, restarts=restarts,
                           rand_init=rand_init, early_stop=early_stop, momentum=momentum,
-                          l1_top_k=l1_top_k)
+                          l1_top_k=l1_top_k, gradient_noise=gradient_noise)
     sig = [relaxed_spec(p.x), tf.nest.map_structure(relaxed_spec, p.y), relaxed_spec(p.y_true),
            tf.TensorSpec([], p.x.dtype), tf.TensorSpec([], p.x.dtype),
            tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),

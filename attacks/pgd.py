@@ -82,13 +82,17 @@ def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "l
                   step_size: Any = None, restarts: int = 1, rand_init: bool = True, early_stop: bool = False,
                   objective: Any = "ce", training: Any = False, jit_compile: bool = False,
                   momentum: Any = None, l1_top_k: Any = DEFAULT_L1_TOP_K, loss_fn: Callable | None = None,
-                  kind: str = "pgd", batch_size: int | None = None) -> AttackResult:
+                  kind: str = "pgd", batch_size: int | None = None,
+                  gradient_noise: Callable | None = None) -> AttackResult:
     """The PGD/BIM/MIM call behind the public functions and classes (``kind`` picks the default
     step size); returns the :class:`AttackResult` with the passes spent."""
     norm = canonical_norm(norm)
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective=objective, training=training, loss_fn=loss_fn, batch_size=batch_size)
     _check_iter_args(steps, restarts, step_size, early_stop, p)
+    if gradient_noise is not None and not callable(gradient_noise):
+        raise TypeError(f"gradient_noise must be a callable gradient_noise(step, y) -> noise "
+                        f"broadcasting to x, or None, got {type(gradient_noise).__name__}")
     if momentum is not None:
         _validate.check_nonnegative(momentum, "decay_factor")
     dtype = p.x.dtype
@@ -98,12 +102,13 @@ def run_iterative(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "l
     if l1_top_k is not None and isinstance(l1_top_k, float) and l1_top_k >= 1:
         l1_top_k = int(l1_top_k)
     cfg = (kind, norm, int(steps), int(restarts), bool(rand_init), bool(early_stop),
-           None if momentum is None else float(momentum), l1_top_k, bool(jit_compile))
+           None if momentum is None else float(momentum), l1_top_k, bool(jit_compile),
+           gradient_noise)  # the callable itself: alive while its trace is cached
     key = p.key + cfg + spec_key((p.x, p.y, p.y_true)) + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: compile_iterative(
         p, norm=norm, steps=steps, restarts=restarts, rand_init=rand_init,
         early_stop=early_stop, momentum=None if momentum is None else float(momentum), l1_top_k=l1_top_k,
-        jit_compile=jit_compile))
+        jit_compile=jit_compile, gradient_noise=gradient_noise))
     seed_t, step_t = seed_tensor(seed), tf.cast(step_size, dtype)
     x_adv, (rows, frows) = run_in_chunks(p, lambda xc, yc, ytc, k: fn(
         xc, yc, ytc, eps_t, step_t, p.lo, p.hi, chunk_seed(seed_t, k)))
@@ -120,7 +125,8 @@ def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, n
                                training: Any = False, jit_compile: bool = False,
                                l1_top_k: Any = DEFAULT_L1_TOP_K,
                                loss_fn: Callable | None = None,
-                               batch_size: int | None = None) -> tf.Tensor:
+                               batch_size: int | None = None,
+                               gradient_noise: Callable | None = None) -> tf.Tensor:
     """PGD (Madry et al. 2018) under the L∞, L2 or L1 norm; returns ``x_adv``.
 
     Args:
@@ -150,13 +156,33 @@ def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, n
         of one chunk. Chunk ``k`` draws its random starts from ``stateless_fold_in(seed, k)``:
         reproducible per ``(seed, batch_size)``; without random starts the result is the same
         as one call on the whole batch.
+      gradient_noise: ``None``, or a callable ``gradient_noise(step, y) -> noise`` (``step``
+        an int32 scalar tensor counting from 0, ``y`` the batch's ``y``, chunked with it)
+        whose result, broadcasting to ``x``, is added to the gradient of every step before its
+        direction is taken: each step follows ``dir(grad + noise)``. This is stochastic gradient
+        Langevin dynamics (Welling & Teh 2011; SA-PPO's inner maximiser, Zhang et al. 2020,
+        :func:`agents.observation_attacks.sgld_mad_attack`). Carry per-example noise in ``y``
+        (a dict, with a callable ``objective``) so that it is drawn once and chunked with the
+        batch. Traces are cached per callable object: pass the same function each call.
+
+    >>> w = tf.constant([[1.0], [-2.0]])
+    >>> model = lambda x, training=False: tf.concat([x @ w, -(x @ w)], axis=1)
+    >>> x, y = tf.constant([[0.5, 0.5]]), tf.constant([1])
+    >>> def push_down(step, y):  # far larger than the gradient, whose direction is (+, -)
+    ...     return tf.fill([1, 2], -10.0)
+    >>> for noise in (None, push_down):
+    ...     x_adv = projected_gradient_descent(model, x, y, eps=0.1, clip_min=0.0, clip_max=1.0,
+    ...                                        steps=5, rand_init=False, gradient_noise=noise)
+    ...     print([round(float(v), 3) for v in x_adv[0]])
+    [0.6, 0.4]
+    [0.4, 0.4]
     """
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=restarts, rand_init=rand_init, early_stop=early_stop,
                          objective=objective, training=training, jit_compile=jit_compile,
                          l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd",
-                         batch_size=batch_size).x_adv
+                         batch_size=batch_size, gradient_noise=gradient_noise).x_adv
 
 
 @tf.autograph.experimental.do_not_convert
@@ -200,12 +226,13 @@ def momentum_iterative_method(model: Any, x: Any, y: Any = None, *, eps: Any, no
 def _pgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
              targeted=False, seed=None, steps=10, step_size=None, restarts=1, rand_init=True,
              early_stop=False, objective="ce", training=False, jit_compile=False,
-             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None, batch_size=None):
+             l1_top_k=DEFAULT_L1_TOP_K, loss_fn=None, batch_size=None, gradient_noise=None):
     return run_iterative(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                          targeted=targeted, seed=seed, steps=steps, step_size=step_size,
                          restarts=restarts, rand_init=rand_init, early_stop=early_stop,
                          objective=objective, training=training, jit_compile=jit_compile,
-                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd", batch_size=batch_size)
+                         l1_top_k=l1_top_k, loss_fn=loss_fn, kind="pgd", batch_size=batch_size,
+                         gradient_noise=gradient_noise)
 
 
 @tf.autograph.experimental.do_not_convert
