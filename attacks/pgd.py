@@ -163,7 +163,8 @@ def projected_gradient_descent(model: Any, x: Any, y: Any = None, *, eps: Any, n
         Langevin dynamics (Welling & Teh 2011; SA-PPO's inner maximiser, Zhang et al. 2020,
         :func:`agents.observation_attacks.sgld_mad_attack`). Carry per-example noise in ``y``
         (a dict, with a callable ``objective``) so that it is drawn once and chunked with the
-        batch. Traces are cached per callable object: pass the same function each call.
+        batch. Every restart gets the same noise (the hook sees the step, not the restart).
+        Traces are cached per callable object: pass the same function each call.
 
     >>> w = tf.constant([[1.0], [-2.0]])
     >>> model = lambda x, training=False: tf.concat([x @ w, -(x @ w)], axis=1)
