@@ -9,9 +9,9 @@ adversarial perturbations on state observations", NeurIPS 2020:
   or its Langevin version (``"sgld"``: :func:`agents.observation_attacks.sgld_mad_attack`, the
   paper's SA-PPO (SGLD) rows; gradient-sign steps of ``eps / 10`` with Gaussian noise of scale
   ``sqrt(2 * step / beta) / (i + 2)``, ``1 / beta = 1e-5``, one engine call through PGD's
-  ``gradient_noise`` hook); the clean
-  distribution is under ``tf.stop_gradient``, ``s_hat`` too, so the gradient reaches the policy
-  only through ``pi(.|s_hat)`` (the paper's convex-relaxation variant is not implemented).
+  ``gradient_noise`` hook); the clean distribution is under ``tf.stop_gradient``, ``s_hat`` too,
+  so the gradient reaches the policy only through ``pi(.|s_hat)`` (the paper's convex-relaxation
+  variant is not implemented).
 * **SA-DQN** (PGD variant): ``loss += kappa * mean_s max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -c)``
   with ``a* = argmax_a Q(s, a)`` and ``s_hat`` found by the ``action`` attack (PGD on the
   cross-entropy away from ``a*``); ``c`` is :data:`HINGE_MARGIN`.
