@@ -23,7 +23,12 @@ One concept per module:
   :func:`check_classifier`;
 * :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
-  :class:`EpochCheckpoint`, :class:`NonFiniteGuard`, :class:`ScalarLogger`, :class:`EpochTimer`.
+  :class:`RobustEarlyStopping`, :class:`EpochCheckpoint`, :class:`NonFiniteGuard`,
+  :class:`ScalarLogger`, :class:`EpochTimer`;
+* :mod:`~attacks.training.schedules` -- :func:`learning_rate_schedule` (constant, cosine,
+  cyclic, piecewise) and :func:`make_optimizer` (Adam, SGD with momentum);
+* :mod:`~attacks.training.recipes` -- the published recipes as data (``recipes.json``),
+  :func:`resolve_settings`.
 
 >>> "madry" in METHODS and DEFAULT_STEPS["free"] == 4
 True
@@ -34,30 +39,41 @@ from .callbacks import (
     EpochCheckpoint,
     EpochTimer,
     NonFiniteGuard,
+    RobustEarlyStopping,
     ScalarLogger,
 )
 from .crafting import robust_accuracy, robust_correct
 from .data import epoch_dataset, steps_per_epoch
 from .methods import DEFAULT_STEPS, METHODS, TrainingMethod, get_method
 from .models import check_classifier, freeze_layers, make_classifier
+from .recipes import find_recipe, list_recipes, resolve_settings
+from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
 from .trainer import AdversarialTrainer
 
 __all__ = [
     "DEFAULT_STEPS",
     "METHODS",
+    "OPTIMIZERS",
+    "SCHEDULES",
     "AdversarialTrainer",
     "CatastrophicOverfittingGuard",
     "EpochCheckpoint",
     "EpochTimer",
     "NonFiniteGuard",
+    "RobustEarlyStopping",
     "ScalarLogger",
     "TrainingMethod",
     "check_classifier",
     "epoch_dataset",
+    "find_recipe",
     "freeze_layers",
     "get_method",
+    "learning_rate_schedule",
+    "list_recipes",
     "make_classifier",
+    "make_optimizer",
     "robust_accuracy",
+    "resolve_settings",
     "robust_correct",
     "steps_per_epoch",
 ]

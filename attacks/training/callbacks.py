@@ -10,6 +10,7 @@ scalars without the ``tensorboard`` package, and an epoch timer.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
@@ -25,7 +26,7 @@ from .crafting import inference_logits, robust_correct
 from .trainer import AdversarialTrainer
 
 __all__ = ["CatastrophicOverfittingGuard", "EpochCheckpoint", "EpochTimer", "NonFiniteGuard",
-           "ScalarLogger"]
+           "RobustEarlyStopping", "ScalarLogger"]
 
 
 class CatastrophicOverfittingGuard(keras.callbacks.Callback):
@@ -93,6 +94,81 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
             for w, v in zip(self.model.weights, self.best_weights):
                 w.assign(v)
             self.model.stop_training = True
+
+
+class RobustEarlyStopping(keras.callbacks.Callback):
+    """Robust early stopping (Rice et al., "Overfitting in adversarially robust deep learning",
+    ICML 2020): keep the classifier of the epoch with the best robust validation accuracy.
+
+    Reads ``monitor`` (default ``val_robust_accuracy``: the trainer's PGD-``eval_steps``
+    accuracy on the validation data given to ``fit``, which should be a split held out of the
+    training set) at each epoch's end. A new best writes the classifier's weights to
+    ``directory/best.weights.h5`` (atomically, with ``best.json`` holding the epoch and the
+    value), so an interrupted run that is resumed keeps it; at the end of training the best
+    weights are put back into the classifier (the trainer's step counter, optimizer and the
+    checkpoints keep the last epoch's raw state for ``--resume``). Training is not cut short:
+    Rice et al. train the whole schedule and pick the best epoch. ``best_epoch`` (0-based) and
+    ``best`` hold the result; ``restored`` tells whether weights were put back.
+
+    PGD-10 accuracy overstates robustness (AutoAttack finds less); it only ranks epochs here.
+    """
+
+    def __init__(self, directory: str, monitor: str = "val_robust_accuracy",
+                 verbose: int = 1) -> None:
+        super().__init__()
+        self.directory = str(directory)
+        self.monitor = str(monitor)
+        self.verbose = verbose
+        self.best = -float("inf")
+        self.best_epoch = None
+        self.restored = False
+        state = os.path.join(self.directory, "best.json")
+        if os.path.isfile(state):  # a resumed run: the best so far is on disk
+            try:
+                with open(state) as f:
+                    saved = json.load(f)
+                self.best, self.best_epoch = float(saved["value"]), int(saved["epoch"])
+            except (OSError, ValueError, KeyError, TypeError):
+                self.best, self.best_epoch = -float("inf"), None
+
+    @property
+    def weights_path(self) -> str:
+        """Where the best epoch's classifier weights are kept."""
+        return os.path.join(self.directory, "best.weights.h5")
+
+    def _classifier(self):
+        return self.model.model if isinstance(self.model, AdversarialTrainer) else self.model
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        """Keep this epoch's weights when ``monitor`` improved on the best so far."""
+        value = (logs or {}).get(self.monitor)
+        if value is None:
+            raise ValueError(f"RobustEarlyStopping: no {self.monitor!r} in the epoch's logs "
+                             f"(pass validation data and eval_steps > 0); logs: "
+                             f"{sorted(logs or {})}")
+        value = float(value)
+        if value > self.best:
+            os.makedirs(self.directory, exist_ok=True)
+            tmp = os.path.join(self.directory, "best.tmp.weights.h5")
+            self._classifier().save_weights(tmp)
+            os.replace(tmp, self.weights_path)
+            tmp_json = os.path.join(self.directory, "best.json.tmp")
+            with open(tmp_json, "w") as f:
+                json.dump({"epoch": int(epoch), "value": value, "monitor": self.monitor}, f)
+            os.replace(tmp_json, os.path.join(self.directory, "best.json"))
+            self.best, self.best_epoch = value, int(epoch)
+
+    def restore_best(self, last_epoch: int) -> bool:
+        """Put the best epoch's weights back into the classifier unless ``last_epoch`` (0-based)
+        is the best one; returns whether weights were put back."""
+        if self.best_epoch is None or self.best_epoch == last_epoch:
+            return False
+        self._classifier().load_weights(self.weights_path)
+        self.restored = True
+        if self.verbose:
+            print(f"robust early stopping: kept epoch {self.best_epoch + 1} "
+                  f"({self.monitor} {self.best:.4f})", flush=True)
+        return True
 
 
 class EpochCheckpoint(keras.callbacks.Callback):

@@ -79,12 +79,12 @@ class TrainingMethod:
         """``(loss, adv_logits, clean_logits or None)``, the model called in training mode:
         ``CE(adv)``, mixed ``r CE(adv) + (1 - r) CE(clean)`` when ``adv_ratio = r < 1``."""
         adv_logits = trainer._logits(x_adv, True)
-        loss = tf.reduce_mean(cross_entropy(adv_logits, y))
+        loss = tf.reduce_mean(trainer._training_ce(adv_logits, y))
         clean_logits = None
         if trainer.adv_ratio < 1.0:
             clean_logits = trainer._logits(x, True)
-            loss = (trainer.adv_ratio * loss
-                    + (1.0 - trainer.adv_ratio) * tf.reduce_mean(cross_entropy(clean_logits, y)))
+            loss = (trainer.adv_ratio * loss + (1.0 - trainer.adv_ratio)
+                    * tf.reduce_mean(trainer._training_ce(clean_logits, y)))
         return loss, adv_logits, clean_logits
 
     def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
@@ -164,7 +164,7 @@ class Trades(TrainingMethod):
         clean_logits = trainer._logits(x, True)
         adv_logits = trainer._logits(x_adv, True)
         kl = kl_to_logits(tf.nn.softmax(clean_logits), adv_logits)
-        loss = tf.reduce_mean(cross_entropy(clean_logits, y) + trainer.beta * kl)
+        loss = tf.reduce_mean(trainer._training_ce(clean_logits, y) + trainer.beta * kl)
         return loss, adv_logits, clean_logits
 
 
@@ -185,7 +185,7 @@ class Free(TrainingMethod):
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``CE(f(x_adv), y)`` of one replay."""
         logits = trainer._logits(x_adv, True)
-        return tf.reduce_mean(cross_entropy(logits, y)), logits, None
+        return tf.reduce_mean(trainer._training_ce(logits, y)), logits, None
 
     def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
                scale: tf.Tensor) -> StepOutputs:
@@ -226,7 +226,7 @@ class Clean(TrainingMethod):
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``CE(f(x), y)``; ``x_adv`` is ignored."""
         logits = trainer._logits(x, True)
-        return tf.reduce_mean(cross_entropy(logits, y)), logits, logits
+        return tf.reduce_mean(trainer._training_ce(logits, y)), logits, logits
 
 
 _REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),

@@ -68,6 +68,11 @@ class AdversarialTrainer(keras.Model):
         max_nonfinite_steps: consecutive non-finite steps tolerated by the guard before
             :class:`attacks.training.NonFiniteGuard` stops training.
         seed: seed of the random starts.
+        weight_decay: L2 weight decay added to the gradient as ``weight_decay * w`` for every
+            trainable variable before clipping (PyTorch's coupled ``weight_decay``, which the
+            published recipes use: Rice et al. 2020 5e-4 with SGD); 0 disables it.
+        label_smoothing: smooth the one-hot targets of the training loss's cross-entropy
+            terms by this amount in [0, 1) (crafting keeps the plain cross-entropy).
     """
 
     def __init__(
@@ -89,6 +94,8 @@ class AdversarialTrainer(keras.Model):
         eval_steps: int = 10,
         max_nonfinite_steps: int = 10,
         seed: int = 0,
+        weight_decay: float = 0.0,
+        label_smoothing: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -123,6 +130,9 @@ class AdversarialTrainer(keras.Model):
         eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0)
         max_nonfinite_steps = _checks.positive_int(max_nonfinite_steps, "max_nonfinite_steps",
                                                    minimum=0)
+        _checks.number(weight_decay, "weight_decay", minimum=0)
+        _checks.number(label_smoothing, "label_smoothing", minimum=0, maximum=1,
+                       max_inclusive=False)
 
         self.model = model
         self.method = method
@@ -143,6 +153,8 @@ class AdversarialTrainer(keras.Model):
         self.eval_steps = int(eval_steps)
         self.max_nonfinite_steps = int(max_nonfinite_steps)
         self.seed = int(seed)
+        self.weight_decay = float(weight_decay)
+        self.label_smoothing = float(label_smoothing)
         self._grad_step = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
@@ -192,7 +204,8 @@ class AdversarialTrainer(keras.Model):
             "adv_ratio": self.adv_ratio, "warmup_steps": self.warmup_steps,
             "craft_training": self.craft_training, "max_grad_norm": self.max_grad_norm,
             "eval_steps": self.eval_steps, "max_nonfinite_steps": self.max_nonfinite_steps,
-            "seed": self.seed, "name": self.name,
+            "seed": self.seed, "weight_decay": self.weight_decay,
+            "label_smoothing": self.label_smoothing, "name": self.name,
         }
 
     @classmethod
@@ -314,6 +327,9 @@ class AdversarialTrainer(keras.Model):
         """
         grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
                  for g, v in zip(grads, variables)]
+        if self.weight_decay > 0.0:
+            grads = [g + tf.cast(self.weight_decay, g.dtype) * tf.cast(v, g.dtype)
+                     for g, v in zip(grads, variables)]
         step = self.gradient_step
         if step is not None:
             stats = step(grads)
@@ -359,6 +375,17 @@ class AdversarialTrainer(keras.Model):
             ctx.merge_call(cross, args=([g * inv for g in unscaled], finite))
         self.nonfinite_count.assign_add(1 - tf.cast(finite, tf.int64))
         return gnorm
+
+    def _training_ce(self, logits, y):
+        """Per-example cross-entropy of the training loss ``[B]`` (label-smoothed when
+        ``label_smoothing > 0``; crafting always uses the plain one)."""
+        if self.label_smoothing <= 0.0:
+            return cross_entropy(logits, y)
+        num_classes = tf.shape(logits)[-1]
+        targets = tf.one_hot(y, num_classes, dtype=tf.float32)
+        k = tf.cast(num_classes, tf.float32)
+        targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / k
+        return tf.nn.softmax_cross_entropy_with_logits(targets, tf.cast(logits, tf.float32))
 
     def _scaled(self, loss):
         """The per-replica loss to differentiate: mean over the local batch / replicas."""
