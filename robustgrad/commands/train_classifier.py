@@ -45,13 +45,22 @@ from robustgrad.commands._resume import check_resume, record_overrides
 HELP = "adversarially train a classifier (madry, trades, fast, free)"
 
 METHODS = ("madry", "trades", "fast", "free", "clean")
+# attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
 STRATEGIES = ("none", "mirrored", "multiworker")
-DEFAULT_EPOCHS = {"madry": 40, "trades": 40, "fast": 40, "free": 10, "clean": 20}
 ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras", "report.json",
              "history.json", "report")
 
+# the flags that are settings of attacks.training.recipes (None when not given on the command line)
+_SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
+                  "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop")
+# what runs written before recipes used for the settings they did not record
+_LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
+
 # configuration keys that may change between a run and its --resume
-_RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps",
+_RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
+                "val_size", "val_steps",
                 "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "no_progress",
                 "show_native_log", "override", "overrides",
                 "stop_after_steps"}  # (a hidden test flag of earlier versions, in old configs)
@@ -73,13 +82,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated layer names/globs to freeze (prefix re: for a regex)")
     g = p.add_argument_group("method")
     g.add_argument("--method", default="madry", help="madry (default), trades, fast, free, clean")
-    g.add_argument("--eps", type=float, default=0.1, help="perturbation budget (default 0.1)")
+    g.add_argument("--recipe", default=None,
+                   help="published settings to start from: auto (default: the recipe of this "
+                        "method, dataset and architecture when one exists, e.g. "
+                        "wong2020-fast-mnist), none (the method's defaults), or a recipe name "
+                        "(attacks/training/recipes.json); explicit flags override it")
+    g.add_argument("--eps", type=float, default=None,
+                   help="perturbation budget (default: the recipe's, else 0.1)")
     g.add_argument("--norm", default="linf", help="linf (default) or l2")
     g.add_argument("--steps", type=int, default=None,
                    help="PGD steps (madry/trades, default 10) or replays (free, default 4)")
     g.add_argument("--step-size", type=float, default=None,
                    help="attack step (default 2.5*eps/steps; fast 1.25*eps; free eps)")
-    g.add_argument("--beta", type=float, default=6.0, help="TRADES KL weight (default 6)")
+    g.add_argument("--beta", type=float, default=None,
+                   help="TRADES KL weight (default: the recipe's, else 6)")
     g.add_argument("--adv-ratio", type=float, default=1.0,
                    help="weight of the adversarial loss vs the clean loss (default 1)")
     g.add_argument("--warmup-epochs", type=float, default=0.0,
@@ -91,9 +107,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fast: disable the catastrophic-overfitting guard")
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=int, default=None,
-                   help="epochs (default: madry/trades/fast 40, free 10, clean 20)")
-    g.add_argument("--batch-size", type=int, default=64, help="global batch size (default 64)")
-    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate, cosine-decayed")
+                   help="epochs (default: the recipe's, else madry/trades/fast 40, free 10, "
+                        "clean 20)")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="global batch size (default: the recipe's, else 64)")
+    g.add_argument("--optimizer", default=None,
+                   help="adam or sgd (default: the recipe's, else adam)")
+    g.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default: the recipe's, else fast 5e-3, the other "
+                        "methods 1e-3)")
+    g.add_argument("--schedule", default=None,
+                   help="learning-rate schedule: constant, cosine, cyclic (one-cycle: up to "
+                        "--lr at 2/5 of the run, then down to 0) or piecewise (x0.1 at 1/2 and "
+                        "3/4 of the run) (default: the recipe's, else fast cyclic, the other "
+                        "methods cosine)")
+    g.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum (default: the recipe's, else 0.9)")
+    g.add_argument("--weight-decay", type=float, default=None,
+                   help="L2 weight decay added to the gradient, as PyTorch's SGD does "
+                        "(default: the recipe's, else 0)")
+    g.add_argument("--label-smoothing", type=float, default=None,
+                   help="label smoothing of the training loss (default 0)")
+    g.add_argument("--early-stop", action="store_true", default=None,
+                   help="robust early stopping (Rice et al. 2020): hold --val-size training "
+                        "examples out, measure PGD accuracy on them each epoch and keep the "
+                        "best epoch's weights")
     g.add_argument("--max-grad-norm", type=float, default=10.0,
                    help="clip the global gradient norm (default 10; 0 disables)")
     g.add_argument("--grad-accum", type=int, default=1,
@@ -120,6 +158,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="mirrored on a CPU-only host: split the CPU into N logical devices")
     g.add_argument("--export", default=None, metavar="DIR",
                    help="also write a TF-Serving SavedModel of the classifier to DIR")
+    g.add_argument("--val-size", type=int, default=512,
+                   help="examples of the per-epoch validation (clean and PGD accuracy): the "
+                        "first N test examples, or N held-out training examples with "
+                        "--early-stop (default 512; 0: no per-epoch validation)")
+    g.add_argument("--val-steps", type=int, default=10,
+                   help="PGD steps of the per-epoch robust validation (default 10; 0: clean "
+                        "only). PGD-10 overstates robustness: the final report is the measure")
     g.add_argument("--eval-attacks", default="pgd50x5,apgd-ce,apgd-t,square",
                    help="attacks of the final report (attacks.evaluate names; pgdKxR = PGD-K "
                         "with R restarts); default pgd50x5,apgd-ce,apgd-t,square")
@@ -146,21 +191,37 @@ def validate(args: argparse.Namespace) -> None:
                          + ", ".join(METHODS))
     if args.norm not in ("linf", "l2"):
         raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
-    if args.epochs is None:
-        args.epochs = DEFAULT_EPOCHS[args.method]
+    if args.optimizer is not None and args.optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer: unknown optimizer {args.optimizer!r}; choose one of "
+                         + ", ".join(OPTIMIZERS))
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise UsageError(f"--schedule: unknown schedule {args.schedule!r}; choose one of "
+                         + ", ".join(SCHEDULES))
     with user_errors(ValueError):
-        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False)
-        _checks.positive_int(args.epochs, "--epochs")
-        _checks.positive_int(args.batch_size, "--batch-size")
+        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.positive_int(args.epochs, "--epochs", allow_none=True)
+        _checks.positive_int(args.batch_size, "--batch-size", allow_none=True)
+        _checks.number(args.momentum, "--momentum", minimum=0, maximum=1, max_inclusive=False,
+                       allow_none=True)
+        _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
+        _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
+                       max_inclusive=False, allow_none=True)
+        _checks.positive_int(args.val_size, "--val-size", minimum=0)
+        _checks.positive_int(args.val_steps, "--val-steps", minimum=0)
         _checks.positive_int(args.grad_accum, "--grad-accum")
         _checks.positive_int(args.steps, "--steps", allow_none=True)
         _checks.probability(args.adv_ratio, "--adv-ratio")
         _checks.nonnegative(args.warmup_epochs, "--warmup-epochs")
-        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False)
+        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
         _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
         _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
         _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
         _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
+    if args.recipe is not None and args.recipe not in ("auto", "none") and \
+            not str(args.recipe).replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"--recipe: expected auto, none or a recipe name; got {args.recipe!r}")
+    if args.early_stop and args.val_size < 1:
+        raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
                          + ", ".join(STRATEGIES))
@@ -203,6 +264,7 @@ def validate(args: argparse.Namespace) -> None:
         if not isinstance(saved, dict):
             raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
                              f"object), got {type(saved).__name__}")
+        _inherit_settings(args, saved)
         mine = _config_of(args)
         args._changed = check_resume(saved, mine, override=args.override, where=out,
                                      free=_RESUME_FREE, known=set(mine))
@@ -216,6 +278,79 @@ def validate(args: argparse.Namespace) -> None:
     if args.export is not None:
         check_output_dir(args.export, "--export", overwrite=args.overwrite)
     args._validated = True
+
+
+def _inherit_settings(args, saved: dict) -> None:
+    """A resumed run keeps its settings: every setting flag not given on this command line
+    takes the saved run's value (the values it resolved, for runs that recorded them; the
+    defaults of the version that wrote it, for older runs)."""
+    resolved = saved.get("resolved")
+    values = resolved.get("values", {}) if isinstance(resolved, dict) else {}
+    for key in (*_SETTING_FLAGS, "recipe"):
+        if getattr(args, key, None) is None and saved.get(key) is not None:
+            setattr(args, key, saved[key])
+    if not isinstance(resolved, dict):  # written before recipes: Adam, cosine, full validation
+        args._legacy = dict(_LEGACY)
+    args._resumed_values = values
+
+
+def _resolve_settings(args):
+    """The run's settings (method defaults < recipe < explicit flags), written back into
+    ``args``; on resume the values the run resolved when it started."""
+    from attacks.training.recipes import resolve_settings
+
+    user = {k: getattr(args, k) for k in _SETTING_FLAGS}
+    recipe = args.recipe or "auto"
+    legacy = getattr(args, "_legacy", None)
+    if legacy:
+        recipe = legacy["recipe"]
+        for k in ("optimizer", "schedule"):
+            if user[k] is None:
+                user[k] = legacy[k]
+    known = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
+    dataset = args.data if args.data in known else None
+    arch = None if args.init_from else getattr(args, "arch", "cnn") or "cnn"
+    try:
+        settings = resolve_settings(args.method, dataset, arch, user, recipe=recipe)
+    except ValueError as exc:
+        raise UsageError(f"--recipe: {exc}") from None
+    for key, value in getattr(args, "_resumed_values", {}).items():
+        if settings.origin.get(key) != "user" and key in settings.values:
+            settings.values[key] = value
+    if settings.values.get("augment"):
+        settings.values["augment"] = False  # not in this version: say so in the record
+        settings.origin["augment"] = "unavailable"
+    for key in _SETTING_FLAGS:
+        setattr(args, key, settings.values[key])
+    return settings
+
+
+def _settings_line(args, settings) -> str:
+    v, o = settings.values, settings.origin
+    shown = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule", "momentum",
+             "weight_decay", "steps", "step_size", "label_smoothing", "early_stop")
+    parts = [f"{k}={v[k]}" + ("" if o.get(k) == "user" else f" ({o.get(k)})") for k in shown
+             if v.get(k) is not None and not (k == "momentum" and v["optimizer"] != "sgd")]
+    head = (f"recipe {settings.recipe} ({settings.source})" if settings.recipe
+            else "no recipe: the method's defaults")
+    return f"settings: {head}; " + ", ".join(parts)
+
+
+def _keep_best_epoch(out: str, stopper, args) -> None:
+    """After robust early stopping: put the best epoch's weights back and record it in
+    ``history.json``."""
+    path = os.path.join(out, "history.json")
+    with open(path) as f:
+        record = json.load(f)
+    epochs = len(next(iter(record.get("history", {}).values()), []))
+    stopper.restore_best(epochs - 1)
+    record["early_stopping"] = {"best_epoch": None if stopper.best_epoch is None
+                                else stopper.best_epoch + 1,
+                                "monitor": stopper.monitor, "best": stopper.best,
+                                "restored": stopper.restored}
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def _log(args, msg):
@@ -246,6 +381,16 @@ def run(args: argparse.Namespace) -> int:
     x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     if args.limit is not None:
         x_tr, y_tr = x_tr[: args.limit], y_tr[: args.limit]
+    raw_config = _config_of(args)
+    settings = _resolve_settings(args)
+    if args.early_stop:  # Rice et al.: a split held out of the training set ranks the epochs
+        if args.val_size >= len(x_tr):
+            raise UsageError(f"--val-size {args.val_size}: --early-stop holds that many training "
+                             f"examples out, but there are only {len(x_tr)}")
+        x_val, y_val = x_tr[-args.val_size:], y_tr[-args.val_size:]
+        x_tr, y_tr = x_tr[: -args.val_size], y_tr[: -args.val_size]
+    else:
+        x_val, y_val = x_te[: args.val_size], y_te[: args.val_size]
     span = data.clip_max - data.clip_min
     if args.norm == "linf" and args.eps > span:
         raise UsageError(f"--eps {args.eps} is larger than the input range "
@@ -273,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
     if spe < 1:
         raise UsageError(f"--batch-size {batch} is larger than the training set ({len(x_tr)})")
     warmup_steps = int(round(args.warmup_epochs * spe))
-    total_updates = args.epochs * spe * (args.steps or 4 if args.method == "free" else 1)
+    total_updates = args.epochs * spe * ((args.steps or 4) if args.method == "free" else 1)
 
     scope = strategy.scope() if distributed else contextlib.nullcontext()
     with scope:
@@ -293,15 +438,22 @@ def run(args: argparse.Namespace) -> int:
             adv_ratio=args.adv_ratio, warmup_steps=warmup_steps,
             craft_training=args.craft_training,
             max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
-            eval_steps=10, seed=args.seed)
+            eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
+            label_smoothing=args.label_smoothing)
         decay_steps = max(1, total_updates // args.grad_accum)
-        schedule = keras.optimizers.schedules.CosineDecay(args.lr, decay_steps, alpha=0.01)
+        values = settings.values
+        with user_errors(ValueError):
+            schedule = advtrain.learning_rate_schedule(
+                args.schedule, args.lr, decay_steps, warmup=values["warmup"],
+                boundaries=values["boundaries"])
         opt_kw = {}
         if args.grad_accum > 1:
             opt_kw["gradient_accumulation_steps"] = args.grad_accum
-        optimizer = keras.optimizers.Adam(schedule, **opt_kw)
+        optimizer = advtrain.make_optimizer(args.optimizer, schedule, momentum=args.momentum,
+                                            **opt_kw)
         if args.mixed_precision:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        values["steps"], values["step_size"] = trainer.steps, trainer.step_size  # as used
         trainer.compile(optimizer=optimizer)
         trainer.build(x_tr.shape)
         trainer.optimizer.build(clf.trainable_variables)
@@ -338,10 +490,15 @@ def run(args: argparse.Namespace) -> int:
                     f"{k} {a!r} -> {b!r}" for k, (a, b) in args._changed.items()))
         else:
             with open(os.path.join(out, "config.json"), "w") as f:
-                json.dump(_config_of(args), f, indent=1)
+                json.dump({**raw_config, "resolved": settings.as_record()}, f, indent=1)
+        _log(args, _settings_line(args, settings))
         _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
                    f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "
                    f"{args.epochs} epochs x {spe} steps, batch {batch}"
+                   + (f", validation: {len(x_val)} "
+                      + ("held-out training examples (robust early stopping)" if args.early_stop
+                         else "test examples") + f", PGD-{args.val_steps}"
+                      if len(x_val) else ", no per-epoch validation")
                    + (f", strategy {args.strategy} ({strategy.num_replicas_in_sync} replicas)"
                       if distributed else "")
                    + (f", frozen: {', '.join(frozen)}" if frozen else ""))
@@ -356,6 +513,11 @@ def run(args: argparse.Namespace) -> int:
                 x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
                 clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
             callbacks.insert(0, guard)
+        stopper = None
+        if args.early_stop:
+            stopper = advtrain.RobustEarlyStopping(os.path.join(out, "checkpoints"),
+                                                   verbose=args.verbose)
+            callbacks.append(stopper)
         bar = None
         if args.verbose == 1 and not args.no_progress:
             bar = keras_progress(args.epochs, spe, initial_epoch=first_epoch,
@@ -366,13 +528,20 @@ def run(args: argparse.Namespace) -> int:
         def fit(epochs_from, epochs_to, steps, skip=0):
             ds = advtrain.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from,
                                  epochs=epochs_to, drop_remainder=drop, skip_batches=skip)
-            val = tf.data.Dataset.from_tensor_slices(
-                (x_te.astype(np.float32), y_te.astype(np.int64))).batch(256)
-            if distributed:
+            val = None
+            if len(x_val):
+                val = tf.data.Dataset.from_tensor_slices(
+                    (x_val.astype(np.float32), y_val.astype(np.int64))).batch(256)
+            if distributed and val is not None:
                 opts = tf.data.Options()
                 opts.experimental_distribute.auto_shard_policy = \
                     tf.data.experimental.AutoShardPolicy.DATA
                 ds, val = ds.with_options(opts), val.with_options(opts)
+            elif distributed:
+                opts = tf.data.Options()
+                opts.experimental_distribute.auto_shard_policy = \
+                    tf.data.experimental.AutoShardPolicy.DATA
+                ds = ds.with_options(opts)
             trainer.fit(ds, epochs=epochs_to, initial_epoch=epochs_from, steps_per_epoch=steps,
                         validation_data=val, callbacks=callbacks,
                         verbose=2 if args.verbose == 2 else 0)
@@ -399,6 +568,8 @@ def run(args: argparse.Namespace) -> int:
         interrupts.__exit__(None, None, None)
     train_time = write_history(out, prior, recorder, timer, guard, time.time() - t0,
                                 first_epoch, skipped)
+    if stopper is not None:
+        _keep_best_epoch(out, stopper, args)
 
     # ---- artefacts
     if args.mixed_precision:
