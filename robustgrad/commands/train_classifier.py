@@ -264,6 +264,7 @@ def validate(args: argparse.Namespace) -> None:
         if not isinstance(saved, dict):
             raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
                              f"object), got {type(saved).__name__}")
+        saved = _with_resolved(saved)
         _inherit_settings(args, saved)
         mine = _config_of(args)
         args._changed = check_resume(saved, mine, override=args.override, where=out,
@@ -278,6 +279,18 @@ def validate(args: argparse.Namespace) -> None:
     if args.export is not None:
         check_output_dir(args.export, "--export", overwrite=args.overwrite)
     args._validated = True
+
+
+def _with_resolved(saved: dict) -> dict:
+    """The saved configuration with each setting flag the run left unset (None) replaced by the
+    value it resolved (so a resume compares values, not whether a flag was given)."""
+    resolved = saved.get("resolved")
+    values = resolved.get("values", {}) if isinstance(resolved, dict) else {}
+    view = dict(saved)
+    for key in _SETTING_FLAGS:
+        if view.get(key) is None and values.get(key) is not None:
+            view[key] = values[key]
+    return view
 
 
 def _inherit_settings(args, saved: dict) -> None:
@@ -440,7 +453,9 @@ def run(args: argparse.Namespace) -> int:
             max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
             eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
             label_smoothing=args.label_smoothing)
-        decay_steps = max(1, total_updates // args.grad_accum)
+        # Keras evaluates a schedule at the optimizer's raw iteration count, which counts every
+        # micro-batch under gradient accumulation: the schedule spans every train step
+        decay_steps = max(1, total_updates)
         values = settings.values
         with user_errors(ValueError):
             schedule = advtrain.learning_rate_schedule(
