@@ -21,7 +21,8 @@ One concept per module:
   :func:`robust_accuracy`;
 * :mod:`~attacks.training.models` -- :func:`make_classifier`, :func:`freeze_layers`,
   :func:`check_classifier`;
-* :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`;
+* :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`, the
+  augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
   :class:`EpochCheckpoint`, :class:`NonFiniteGuard`, :class:`ScalarLogger`, :class:`EpochTimer`.
 
@@ -37,7 +38,7 @@ from .callbacks import (
     ScalarLogger,
 )
 from .crafting import robust_accuracy, robust_correct
-from .data import epoch_dataset, steps_per_epoch
+from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
 from .methods import DEFAULT_STEPS, METHODS, TrainingMethod, get_method
 from .models import check_classifier, freeze_layers, make_classifier
 from .trainer import AdversarialTrainer
@@ -52,11 +53,13 @@ __all__ = [
     "NonFiniteGuard",
     "ScalarLogger",
     "TrainingMethod",
+    "augment_dataset",
     "check_classifier",
     "epoch_dataset",
     "freeze_layers",
     "get_method",
     "make_classifier",
+    "random_crop_flip",
     "robust_accuracy",
     "robust_correct",
     "steps_per_epoch",
