@@ -21,6 +21,8 @@ One concept per module:
   :func:`robust_accuracy`;
 * :mod:`~attacks.training.models` -- :func:`make_classifier`, :func:`freeze_layers`,
   :func:`check_classifier`;
+* :mod:`~attacks.training.architectures` -- :func:`make_model` by name (:data:`ARCHITECTURES`):
+  the small CNN, an MLP, PreActResNet-18, WideResNets;
 * :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`, the
   augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
@@ -30,6 +32,15 @@ One concept per module:
 True
 """
 
+from .architectures import (
+    ARCHITECTURES,
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    make_model,
+    mlp,
+    preact_resnet18,
+    wide_resnet,
+)
 from .callbacks import (
     CatastrophicOverfittingGuard,
     EpochCheckpoint,
@@ -44,6 +55,9 @@ from .models import check_classifier, freeze_layers, make_classifier
 from .trainer import AdversarialTrainer
 
 __all__ = [
+    "ARCHITECTURES",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
     "DEFAULT_STEPS",
     "METHODS",
     "AdversarialTrainer",
@@ -59,8 +73,12 @@ __all__ = [
     "freeze_layers",
     "get_method",
     "make_classifier",
+    "make_model",
+    "mlp",
+    "preact_resnet18",
     "random_crop_flip",
     "robust_accuracy",
     "robust_correct",
     "steps_per_epoch",
+    "wide_resnet",
 ]
