@@ -26,6 +26,7 @@ __all__ = ["DownloadError", "RemoteFile", "cache_dir", "downloads_allowed", "ens
            "http_get"]
 
 _CHUNK = 1 << 20
+_MB = 1 << 20
 
 
 class DownloadError(OSError):
@@ -155,13 +156,15 @@ def _fetch_into(out, remote: RemoteFile, fetch: Fetcher, what: str, dest: str,
     written = 0
     try:
         size, chunks = fetch(remote.url)
-        with Progress(int(size or remote.size or 0), desc=f"downloading {os.path.basename(dest)}",
-                      unit="B", enabled=progress) as bar:
+        total_mb = -(-int(size or remote.size or 0) // _MB)
+        with Progress(total_mb, desc=f"downloading {os.path.basename(dest)}", unit="MB",
+                      enabled=progress) as bar:
             for block in chunks:
                 out.write(block)
                 digest.update(block)
                 written += len(block)
-                bar.update_to(written)
+                done_mb = -(-written // _MB)  # the last, partial megabyte counts once complete
+                bar.update_to(min(done_mb, total_mb) if total_mb else done_mb)
     except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, cut reads
         reason = getattr(exc, "reason", None) or exc
         raise DownloadError(

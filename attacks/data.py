@@ -173,10 +173,22 @@ def _pixels(x: np.ndarray) -> np.ndarray:
     return _images(out)
 
 
-def _from_uint8(name: str, arrays: dict, class_names: tuple = ()) -> Dataset:
+def _from_uint8(name: str, arrays: dict, class_names: tuple = (), classes: int | None = None
+                ) -> Dataset:
+    """A :class:`Dataset` of 8-bit images; with ``classes``, every label must be a class index
+    (a ``ValueError`` naming the dataset, the array and the label otherwise)."""
+    for split in ("train", "test"):
+        x, y = np.asarray(arrays["x_" + split]), np.asarray(arrays["y_" + split]).reshape(-1)
+        if x.dtype != np.uint8 or x.ndim not in (3, 4) or len(x) != len(y) or len(x) == 0:
+            raise ValueError(f"--data {name}: x_{split} must be 8-bit images [N, H, W(, C)] with "
+                             f"one label each; got {x.dtype} {x.shape} and {len(y)} labels")
+        if classes is not None and (y.min() < 0 or y.max() >= classes):
+            bad = int(y.min()) if y.min() < 0 else int(y.max())
+            raise ValueError(f"--data {name}: y_{split} holds label {bad}, outside the "
+                             f"{classes} classes (0-{classes - 1})")
     return Dataset(name, _pixels(arrays["x_train"]), arrays["y_train"].reshape(-1).astype(np.int64),
                    _pixels(arrays["x_test"]), arrays["y_test"].reshape(-1).astype(np.int64),
-                   0.0, 1.0, tuple(class_names))
+                   0.0, 1.0, class_names=tuple(class_names))
 
 
 def _load_named(name: str, download: bool, progress: bool) -> Dataset:
@@ -193,16 +205,21 @@ def _load_named(name: str, download: bool, progress: bool) -> Dataset:
         raise
     if name == "mnist":
         arrays = _read_npz(paths[0])
-        return _from_uint8(name, {k: arrays[k] for k in _SPLIT_KEYS}, tuple(map(str, range(10))))
+        missing = [k for k in _SPLIT_KEYS if k not in arrays]
+        if missing:
+            raise ValueError(f"--data mnist: {paths[0]} lacks {', '.join(missing)}; delete it to "
+                             "download it again")
+        return _from_uint8(name, {k: arrays[k] for k in _SPLIT_KEYS}, tuple(map(str, range(10))),
+                           classes=10)
     if name == "fashion_mnist":
         return _from_uint8(name, _formats.read_idx_dataset(os.path.dirname(paths[0]), classes=10),
-                           _CLASS_NAMES[name])
+                           _CLASS_NAMES[name], classes=10)
     if name in ("cifar10", "cifar100"):
         return _from_uint8(name, _formats.read_cifar_binary(paths[0], name),
-                           _CLASS_NAMES.get(name, ()))
+                           _CLASS_NAMES.get(name, ()), classes=_formats.CIFAR_LAYOUT[name][-1])
     (x_tr, y_tr), (x_te, y_te) = (_formats.read_svhn_mat(p) for p in paths)
     return _from_uint8(name, {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te},
-                       tuple(map(str, range(10))))
+                       tuple(map(str, range(10))), classes=10)
 
 
 def _load_path(path: str, seed: int) -> Dataset:
@@ -223,7 +240,7 @@ def _load_path(path: str, seed: int) -> Dataset:
                                       "y_test": y_te})
         if _formats.is_image_folder(path):
             arrays, classes = _formats.read_image_folder(path, seed=seed)
-            return _from_uint8(path, arrays, classes)
+            return _from_uint8(path, arrays, classes, classes=len(classes))
         raise ValueError(f"--data {path}: a directory must hold the IDX files of MNIST "
                          "(train-images-idx3-ubyte.gz ...), the CIFAR binary files, SVHN's "
                          "train_32x32.mat and test_32x32.mat, or one sub-folder of images per "
@@ -274,7 +291,7 @@ def load_dataset(name: str, *, seed: int = 0, download: bool = True,
 
         (x_tr, y_tr), (x_te, y_te) = load_digits(seed=seed)
         return Dataset(name, _images(x_tr), np.asarray(y_tr, np.int64), _images(x_te),
-                       np.asarray(y_te, np.int64), 0.0, 1.0, tuple(map(str, range(10))))
+                       np.asarray(y_te, np.int64), 0.0, 1.0, class_names=tuple(map(str, range(10))))
     if name in _REMOTE_FILES:
         return _load_named(name, download, progress)
     if name.endswith(".npz"):

@@ -129,6 +129,16 @@ def test_mnist_by_name_reads_the_keras_npz(cache):
     ds = load_dataset("mnist", download=False)
     assert ds.x_train.shape == (3, 28, 28, 1) and float(ds.x_train.max()) == 1.0
     assert ds.y_test.tolist() == [0, 9] and ds.num_classes == 10
+    # a file in the cache with labels outside the classes, or not 8-bit images: named errors
+    np.savez(cache / "mnist.npz", x_train=x, y_train=np.array([1, 12, 3], np.uint8),
+             x_test=x[:2], y_test=np.array([0, 9], np.uint8))
+    with pytest.raises(ValueError, match=r"--data mnist: y_train holds label 12, outside the 10 "
+                                         r"classes \(0-9\)"):
+        load_dataset("mnist", download=False)
+    np.savez(cache / "mnist.npz", x_train=x / 255.0, y_train=np.array([1, 2, 3], np.uint8),
+             x_test=x[:2], y_test=np.array([0, 9], np.uint8))
+    with pytest.raises(ValueError, match="x_train must be 8-bit images"):
+        load_dataset("mnist", download=False)
 
 
 # ----------------------------------------------------------------------------------- CIFAR
@@ -319,7 +329,7 @@ def test_half_way_failure_leaves_nothing_and_the_next_call_retries(remote_cifar,
         load_dataset("cifar10", progress=False)
     assert _cache_files(cache) == []
     server = install(_FakeServer(archive))
-    ds = load_dataset("cifar10", progress=False)
+    ds = load_dataset("cifar10")  # with the progress display (quiet: stderr is not a terminal)
     assert server.calls == 1 and ds.y_test.tolist() == expect["y_test"].tolist()
     assert (cache / "cifar-10-binary.tar.gz").read_bytes() == archive
     load_dataset("cifar10", progress=False)
