@@ -133,3 +133,26 @@ def test_images_of_another_size_and_labels_outside_the_classes_are_refused():
         training.check_classifier(model, np.zeros((2, 28, 28, 1), "float32"), 10)
     with pytest.raises(ValueError, match="the labels have 100 classes but the model outputs 10"):
         training.check_classifier(model, np.zeros((2, 32, 32, 3), "float32"), 100)
+
+
+def test_a_resnet_trains_adversarially_on_augmented_cifar_shaped_batches(tmp_path):
+    """End to end on synthetic 16x16x3 data: PreActResNet (narrow) with normalisation inside,
+    pad-crop-flip batches, two Madry steps; the weights and the batch-norm statistics move, the
+    loss is finite, and the trained model round-trips through .keras."""
+    rng = np.random.default_rng(0)
+    x = rng.random((32, 16, 16, 3), dtype="float32")
+    y = rng.integers(0, 10, 32)
+    model = make_model("preactresnet18", (16, 16, 3), 10, width=4, mean=0.5, std=0.25)
+    before = [w.numpy().copy() for w in model.weights]
+    trainer = training.AdversarialTrainer(model, method="madry", eps=8 / 255, steps=2,
+                                          eval_steps=0)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    ds = training.epoch_dataset(x, y, 16, epochs=1, shift=4, flip=True)
+    history = trainer.fit(ds, epochs=1, steps_per_epoch=2, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    moved = {w.path for w, b in zip(model.weights, before) if not np.allclose(w.numpy(), b)}
+    assert any("stem_conv" in p for p in moved) and any("moving_mean" in p for p in moved)
+    assert not any("normalize" in p for p in moved)  # the statistics are constants
+    model.save(tmp_path / "m.keras")
+    np.testing.assert_allclose(keras.models.load_model(tmp_path / "m.keras")(x[:4]).numpy(),
+                               model(x[:4]).numpy(), rtol=1e-5, atol=1e-5)
