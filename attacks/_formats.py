@@ -23,7 +23,6 @@ import gzip
 import os
 import tarfile
 import zlib
-from collections.abc import Callable
 
 import numpy as np
 
@@ -47,6 +46,7 @@ CIFAR_LAYOUT = {
     "cifar100": ("cifar-100-binary", ("train.bin",), ("test.bin",), 2, 1, 100),
 }
 _CIFAR_PYTHON = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+_CIFAR_NAMES = {"cifar10": "batches.meta.txt", "cifar100": "fine_label_names.txt"}
 _CIFAR_PIXELS = 32 * 32 * 3
 
 SVHN_FILES = (("train", "train_32x32.mat"), ("test", "test_32x32.mat"))
@@ -122,34 +122,29 @@ def read_idx_dataset(directory: str, *, classes: int | None = None) -> dict[str,
 
 # ----------------------------------------------------------------------------------- CIFAR
 
-def _archive_reader(source: str) -> tuple[Callable[[str], bytes | None], Callable[[], None]]:
-    """``(read(member path) -> bytes or None, close)`` over a ``.tar.gz`` or a directory."""
+def _read_members(source: str, wanted: list[str]) -> dict[str, bytes]:
+    """The bytes of the ``wanted`` member paths found in a ``.tar.gz`` or a directory (in one
+    sequential pass over an archive: a gzip stream has no random access)."""
+    found = {}
     if os.path.isdir(source):
-        def read_dir(member):
+        for member in wanted:
             for path in (os.path.join(source, member),
                          os.path.join(source, os.path.basename(member))):
                 if os.path.isfile(path):
                     with open(path, "rb") as f:
-                        return f.read()
-            return None
-        return read_dir, lambda: None
+                        found[member] = f.read()
+                    break
+        return found
     try:
-        tar = tarfile.open(source, "r:*")
-        names = {m.name.lstrip("./"): m for m in tar.getmembers() if m.isfile()}
+        with tarfile.open(source, "r:*") as tar:
+            for info in tar:
+                name = info.name[2:] if info.name.startswith("./") else info.name
+                if info.isfile() and name in wanted:
+                    found[name] = tar.extractfile(info).read()
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{source}: not a readable .tar.gz archive ({exc}; a truncated "
                          "download?)") from None
-
-    def read_tar(member):
-        info = names.get(member)
-        if info is None:
-            return None
-        try:
-            return tar.extractfile(info).read()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{source}: {member} is unreadable ({exc})") from None
-
-    return read_tar, tar.close
+    return found
 
 
 def find_cifar_python(source: str) -> bool:
@@ -172,39 +167,42 @@ def read_cifar_binary(source: str, name: str) -> dict[str, np.ndarray]:
     """``x_train, y_train, x_test, y_test`` of CIFAR-10 or CIFAR-100 (``name``) from the binary
     archive ``source`` (``cifar-10-binary.tar.gz``) or its extracted directory.
 
-    CIFAR-100 gives the 100 fine labels. Record counts and label ranges are checked.
+    CIFAR-100 gives the 100 fine labels. Record counts and label ranges are checked. When the
+    archive holds the class names (``batches.meta.txt``, ``fine_label_names.txt``), they come
+    back as ``class_names``.
     """
     directory, train_files, test_files, label_bytes, label_at, classes = CIFAR_LAYOUT[name]
     if find_cifar_python(source):
         raise ValueError(f"{source}: the Python version of CIFAR is pickled, and unpickling a file "
                          f"can run any code: it is not read; use the binary version "
                          f"({directory.replace('-batches-bin', '-binary')}.tar.gz)")
-    read, close = _archive_reader(source)
+    members = {split: [f"{directory}/{f}" for f in files]
+               for split, files in (("train", train_files), ("test", test_files))}
+    names_file = f"{directory}/{_CIFAR_NAMES[name]}"
+    raw_members = _read_members(source, [*members["train"], *members["test"], names_file])
     record = label_bytes + _CIFAR_PIXELS
     out = {}
-    try:
-        for split, files in (("train", train_files), ("test", test_files)):
-            xs, ys = [], []
-            for fname in files:
-                member = f"{directory}/{fname}"
-                raw = read(member)
-                if raw is None:
-                    raise ValueError(f"{source}: no {member} (is this the {name} binary "
-                                     f"version, {directory.replace('-batches-bin', '-binary')}"
-                                     ".tar.gz?)")
-                if len(raw) == 0 or len(raw) % record:
-                    raise ValueError(f"{source}: {member} holds {len(raw)} bytes, not a whole "
-                                     f"number of {record}-byte records (truncated?)")
-                rows = np.frombuffer(raw, np.uint8).reshape(-1, record)
-                y = rows[:, label_at].astype(np.int64)
-                if y.max() >= classes:
-                    raise ValueError(f"{source}: {member} has label {y.max()}, expected 0.."
-                                     f"{classes - 1}")
-                xs.append(rows[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-                ys.append(y)
-            out["x_" + split], out["y_" + split] = np.concatenate(xs), np.concatenate(ys)
-    finally:
-        close()
+    for split, wanted in members.items():
+        xs, ys = [], []
+        for member in wanted:
+            raw = raw_members.get(member)
+            if raw is None:
+                raise ValueError(f"{source}: no {member} (is this the {name} binary version, "
+                                 f"{directory.replace('-batches-bin', '-binary')}.tar.gz?)")
+            if len(raw) == 0 or len(raw) % record:
+                raise ValueError(f"{source}: {member} holds {len(raw)} bytes, not a whole "
+                                 f"number of {record}-byte records (truncated?)")
+            rows = np.frombuffer(raw, np.uint8).reshape(-1, record)
+            y = rows[:, label_at].astype(np.int64)
+            if y.max() >= classes:
+                raise ValueError(f"{source}: {member} has label {y.max()}, expected 0.."
+                                 f"{classes - 1}")
+            xs.append(rows[:, label_bytes:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            ys.append(y)
+        out["x_" + split], out["y_" + split] = np.concatenate(xs), np.concatenate(ys)
+    text = raw_members.get(names_file, b"").decode("utf-8", "replace").split()
+    if len(text) == classes:
+        out["class_names"] = np.asarray(text)
     return out
 
 

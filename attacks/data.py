@@ -191,6 +191,13 @@ def _from_uint8(name: str, arrays: dict, class_names: tuple = (), classes: int |
                    0.0, 1.0, class_names=tuple(class_names))
 
 
+def _from_cifar(name: str, arrays: dict, cifar: str) -> Dataset:
+    """A CIFAR :class:`Dataset`: class names from the archive, else the known ones."""
+    names = arrays.pop("class_names", None)
+    names = tuple(str(n) for n in names) if names is not None else _CLASS_NAMES.get(cifar, ())
+    return _from_uint8(name, arrays, names, classes=_formats.CIFAR_LAYOUT[cifar][-1])
+
+
 def _load_named(name: str, download: bool, progress: bool) -> Dataset:
     """One of the downloadable :data:`DATASETS`, fetched into the cache when missing."""
     what = f"--data {name}"
@@ -215,8 +222,7 @@ def _load_named(name: str, download: bool, progress: bool) -> Dataset:
         return _from_uint8(name, _formats.read_idx_dataset(os.path.dirname(paths[0]), classes=10),
                            _CLASS_NAMES[name], classes=10)
     if name in ("cifar10", "cifar100"):
-        return _from_uint8(name, _formats.read_cifar_binary(paths[0], name),
-                           _CLASS_NAMES.get(name, ()), classes=_formats.CIFAR_LAYOUT[name][-1])
+        return _from_cifar(name, _formats.read_cifar_binary(paths[0], name), name)
     (x_tr, y_tr), (x_te, y_te) = (_formats.read_svhn_mat(p) for p in paths)
     return _from_uint8(name, {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te},
                        tuple(map(str, range(10))), classes=10)
@@ -231,8 +237,7 @@ def _load_path(path: str, seed: int) -> Dataset:
             return _from_uint8(path, _formats.read_idx_dataset(path))
         for cifar, (folder, train, _, _, _, _) in _formats.CIFAR_LAYOUT.items():
             if folder in entries or train[0] in entries:
-                return _from_uint8(path, _formats.read_cifar_binary(path, cifar),
-                                   _CLASS_NAMES.get(cifar, ()))
+                return _from_cifar(path, _formats.read_cifar_binary(path, cifar), cifar)
         if all(f in entries for _, f in _formats.SVHN_FILES):
             (x_tr, y_tr), (x_te, y_te) = (_formats.read_svhn_mat(os.path.join(path, f))
                                           for _, f in _formats.SVHN_FILES)
@@ -252,8 +257,7 @@ def _load_path(path: str, seed: int) -> Dataset:
     read_error = None
     for cifar in ("cifar10", "cifar100"):
         try:
-            return _from_uint8(path, _formats.read_cifar_binary(path, cifar),
-                               _CLASS_NAMES.get(cifar, ()))
+            return _from_cifar(path, _formats.read_cifar_binary(path, cifar), cifar)
         except ValueError as exc:
             read_error = read_error or exc
     raise ValueError(f"--data {path}: not a CIFAR binary archive ({read_error})")

@@ -169,6 +169,9 @@ def test_cifar100_binary_uses_fine_labels_and_extracted_directory(tmp_path):
     (d / "test.bin").write_bytes(raw_te)
     ds = load_dataset(str(d))
     assert ds.y_train.tolist() == y_tr.tolist() and ds.y_test.tolist() == y_te.tolist()
+    assert ds.class_names == ()  # no names file: none known
+    (d / "fine_label_names.txt").write_text("\n".join(f"class{i}" for i in range(100)) + "\n")
+    assert load_dataset(str(d)).class_names[:2] == ("class0", "class1")
     (d / "test.bin").write_bytes(raw_te[:-5])
     with pytest.raises(ValueError, match="not a whole number of 3074-byte records"):
         load_dataset(str(d))
