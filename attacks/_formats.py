@@ -26,7 +26,8 @@ import zlib
 
 import numpy as np
 
-__all__ = ["CIFAR_LAYOUT", "IDX_FILES", "IMAGE_EXTENSIONS", "SVHN_FILES", "find_cifar_python",
+__all__ = ["CIFAR_LAYOUT", "IDX_FILES", "IMAGE_EXTENSIONS", "SVHN_FILES", "cifar_archive_kind",
+           "find_cifar_python",
            "is_image_folder", "read_cifar_binary", "read_idx", "read_idx_dataset", "read_image_folder",
            "read_svhn_mat"]
 
@@ -147,20 +148,32 @@ def _read_members(source: str, wanted: list[str]) -> dict[str, bytes]:
     return found
 
 
-def find_cifar_python(source: str) -> bool:
-    """Whether ``source`` (a path) looks like the pickled Python version of CIFAR."""
+def cifar_archive_kind(source: str) -> str | None:
+    """What a CIFAR path holds, from its name and, for an archive, its first member's folder:
+    ``"cifar10"`` or ``"cifar100"`` (binary), ``"python"`` (the pickled version) or ``None``."""
     base = os.path.basename(source.rstrip(os.sep))
-    if base in _CIFAR_PYTHON.values() or "-python" in base:
-        return True
-    if os.path.isfile(source) and tarfile.is_tarfile(source):
+    folders = {v: k for k, v in _CIFAR_PYTHON.items()}
+    if base in folders or base.startswith(("cifar-10-python", "cifar-100-python")):
+        return "python"
+    binary = {layout[0]: k for k, layout in CIFAR_LAYOUT.items()}
+    if base in binary:
+        return binary[base]
+    if os.path.isfile(source):
         try:
             with tarfile.open(source, "r:*") as tar:
                 first = tar.next()
-                return first is not None and first.name.lstrip("./").split("/")[0] in \
-                    _CIFAR_PYTHON.values()
         except (tarfile.TarError, OSError, EOFError, zlib.error):
-            return False
-    return False
+            return None
+        top = first.name[2:] if first is not None and first.name.startswith("./") else \
+            (first.name if first is not None else "")
+        top = top.split("/")[0]
+        return "python" if top in folders else binary.get(top)
+    return None
+
+
+def find_cifar_python(source: str) -> bool:
+    """Whether ``source`` (a path) looks like the pickled Python version of CIFAR."""
+    return cifar_archive_kind(source) == "python"
 
 
 def read_cifar_binary(source: str, name: str) -> dict[str, np.ndarray]:

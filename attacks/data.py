@@ -210,12 +210,18 @@ def _load_named(name: str, download: bool, progress: bool) -> Dataset:
             raise type(exc)(f"{exc} (the pickled Python version in {_download.cache_dir()} is not "
                             "read: unpickling can run code)") from None
         raise
+    try:
+        return _read_named(name, paths)
+    except ValueError as exc:  # a corrupt file in the cache (put there by hand, or by a tool)
+        raise ValueError(f"{exc}; delete {' and '.join(paths)} to download it again") from None
+
+
+def _read_named(name: str, paths: list[str]) -> Dataset:
     if name == "mnist":
         arrays = _read_npz(paths[0])
         missing = [k for k in _SPLIT_KEYS if k not in arrays]
         if missing:
-            raise ValueError(f"--data mnist: {paths[0]} lacks {', '.join(missing)}; delete it to "
-                             "download it again")
+            raise ValueError(f"--data mnist: {paths[0]} lacks {', '.join(missing)}")
         return _from_uint8(name, {k: arrays[k] for k in _SPLIT_KEYS}, tuple(map(str, range(10))),
                            classes=10)
     if name == "fashion_mnist":
@@ -250,17 +256,15 @@ def _load_path(path: str, seed: int) -> Dataset:
                          "(train-images-idx3-ubyte.gz ...), the CIFAR binary files, SVHN's "
                          "train_32x32.mat and test_32x32.mat, or one sub-folder of images per "
                          "class; found none of these")
-    if _formats.find_cifar_python(path):
+    kind = _formats.cifar_archive_kind(path)
+    if kind == "python":
         raise ValueError(f"--data {path}: the Python version of CIFAR is pickled, and unpickling "
                          "a file can run any code: it is not read; use the binary version "
                          "(cifar-10-binary.tar.gz or cifar-100-binary.tar.gz)")
-    read_error = None
-    for cifar in ("cifar10", "cifar100"):
-        try:
-            return _from_cifar(path, _formats.read_cifar_binary(path, cifar), cifar)
-        except ValueError as exc:
-            read_error = read_error or exc
-    raise ValueError(f"--data {path}: not a CIFAR binary archive ({read_error})")
+    if kind is None:
+        raise ValueError(f"--data {path}: not a CIFAR binary archive (expected its files under "
+                         "cifar-10-batches-bin/ or cifar-100-binary/)")
+    return _from_cifar(path, _formats.read_cifar_binary(path, kind), kind)
 
 
 _UNKNOWN = ("or a path to an .npz file, a directory (IDX files, CIFAR binary files, SVHN .mat "

@@ -137,7 +137,8 @@ def test_mnist_by_name_reads_the_keras_npz(cache):
         load_dataset("mnist", download=False)
     np.savez(cache / "mnist.npz", x_train=x / 255.0, y_train=np.array([1, 2, 3], np.uint8),
              x_test=x[:2], y_test=np.array([0, 9], np.uint8))
-    with pytest.raises(ValueError, match="x_train must be 8-bit images"):
+    with pytest.raises(ValueError, match="x_train must be 8-bit images.*; delete .*mnist.npz to "
+                                         "download it again"):
         load_dataset("mnist", download=False)
 
 
@@ -158,11 +159,23 @@ def test_cifar10_binary_archive_by_path_and_by_name(tmp_path, cache):
         np.testing.assert_allclose(ds.x_train * 255.0, expect["x_train"], atol=1e-4)
         np.testing.assert_allclose(ds.x_test * 255.0, expect["x_test"], atol=1e-4)
     assert ds.class_names[0] == "airplane"
+    (cache / "cifar-10-binary.tar.gz").write_bytes(archive[: len(archive) // 2])  # put by hand
+    with pytest.raises(ValueError, match="truncated.*; delete .*cifar-10-binary.tar.gz to "
+                                         "download it again"):
+        load_dataset("cifar10", download=False)
 
 
 def test_cifar100_binary_uses_fine_labels_and_extracted_directory(tmp_path):
     raw_tr, y_tr, _ = _cifar_records(4, 2, 100, seed=1)
     raw_te, y_te, _ = _cifar_records(2, 2, 100, seed=2)
+    archive = tmp_path / "c100.tar.gz"  # recognised by its folder, whatever the file's name
+    archive.write_bytes(_tar_gz({"cifar-100-binary/train.bin": raw_tr,
+                                 "cifar-100-binary/test.bin": raw_te}))
+    assert load_dataset(str(archive)).y_test.tolist() == y_te.tolist()
+    other = tmp_path / "other.tar.gz"
+    other.write_bytes(_tar_gz({"photos/a.bin": raw_te}))
+    with pytest.raises(ValueError, match="not a CIFAR binary archive"):
+        load_dataset(str(other))
     d = tmp_path / "cifar-100-binary"
     d.mkdir()
     (d / "train.bin").write_bytes(raw_tr)
