@@ -29,8 +29,10 @@ from .sensitivity import (  # noqa: F401
 )
 from .square import Square, square  # noqa: F401
 from .training import (  # noqa: F401
+    ARCHITECTURES,
     AdversarialTrainer,
     CatastrophicOverfittingGuard,
     EpochCheckpoint,
     make_classifier,
+    make_model,
 )

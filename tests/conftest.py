@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Tests never touch the network: a dataset asked for by name and missing from the cache is an
+# error, not a download (the download tests fake the fetch function and unset this).
+os.environ.setdefault("ROBUSTGRAD_NO_DOWNLOAD", "1")
 # Ray's local instances in the tests bind to 127.0.0.1 only: by default Ray advertises the
 # machine's interface address, so test traffic would leave the loopback range. (The slow
 # two-node test, which needs cluster mode, sets this back in its own subprocesses.)

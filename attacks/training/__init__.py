@@ -21,7 +21,10 @@ One concept per module:
   :func:`robust_accuracy`;
 * :mod:`~attacks.training.models` -- :func:`make_classifier`, :func:`freeze_layers`,
   :func:`check_classifier`;
-* :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`;
+* :mod:`~attacks.training.architectures` -- :func:`make_model` by name (:data:`ARCHITECTURES`):
+  the small CNN, an MLP, PreActResNet-18, WideResNets;
+* :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`, the
+  augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
   :class:`RobustEarlyStopping`, :class:`EpochCheckpoint`, :class:`NonFiniteGuard`,
   :class:`ScalarLogger`, :class:`EpochTimer`;
@@ -34,6 +37,15 @@ One concept per module:
 True
 """
 
+from .architectures import (
+    ARCHITECTURES,
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    make_model,
+    mlp,
+    preact_resnet18,
+    wide_resnet,
+)
 from .callbacks import (
     CatastrophicOverfittingGuard,
     EpochCheckpoint,
@@ -43,7 +55,7 @@ from .callbacks import (
     ScalarLogger,
 )
 from .crafting import robust_accuracy, robust_correct
-from .data import epoch_dataset, steps_per_epoch
+from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
 from .methods import DEFAULT_STEPS, METHODS, TrainingMethod, get_method
 from .models import check_classifier, freeze_layers, make_classifier
 from .recipes import find_recipe, list_recipes, resolve_settings
@@ -51,6 +63,9 @@ from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optim
 from .trainer import AdversarialTrainer
 
 __all__ = [
+    "ARCHITECTURES",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
     "DEFAULT_STEPS",
     "METHODS",
     "OPTIMIZERS",
@@ -63,6 +78,7 @@ __all__ = [
     "RobustEarlyStopping",
     "ScalarLogger",
     "TrainingMethod",
+    "augment_dataset",
     "check_classifier",
     "epoch_dataset",
     "find_recipe",
@@ -71,9 +87,14 @@ __all__ = [
     "learning_rate_schedule",
     "list_recipes",
     "make_classifier",
+    "make_model",
     "make_optimizer",
-    "robust_accuracy",
+    "mlp",
+    "preact_resnet18",
+    "random_crop_flip",
     "resolve_settings",
+    "robust_accuracy",
     "robust_correct",
     "steps_per_epoch",
+    "wide_resnet",
 ]

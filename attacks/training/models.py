@@ -36,10 +36,15 @@ def make_classifier(input_shape: Any, num_classes: int, width: int = 32,
         raise ValueError(f"input_shape must be (H, W) or (H, W, C); got {input_shape}")
     num_classes = positive_int(num_classes, "num_classes", minimum=2)
     width = positive_int(width, "width")
+    return keras.Sequential([keras.Input(input_shape), *_cnn_layers(input_shape, num_classes, width)],
+                            name=name)
+
+
+def _cnn_layers(input_shape: tuple, num_classes: int, width: int) -> list:
+    """The layers of :func:`make_classifier` after its input (``input_shape`` ``(H, W, C)``)."""
     kl = keras.layers
     pool = input_shape[0] >= 4 and input_shape[1] >= 4
     layers = [
-        keras.Input(input_shape),
         kl.Conv2D(width, 3, padding="same", activation="relu", name="conv1"),
         kl.Conv2D(2 * width, 3, padding="same", activation="relu", name="conv2"),
     ]
@@ -53,7 +58,7 @@ def make_classifier(input_shape: Any, num_classes: int, width: int = 32,
         kl.Dense(4 * width, activation="relu", name="dense1"),
         kl.Dense(int(num_classes), name="logits", dtype="float32"),
     ]
-    return keras.Sequential(layers, name=name)
+    return layers
 
 
 def freeze_layers(model: keras.Model, patterns: str | Iterable[str]) -> list[str]:

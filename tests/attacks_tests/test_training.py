@@ -170,7 +170,7 @@ def _cli(*argv):
 
 @pytest.mark.parametrize("argv, match", [
     (["--method", "bogus"], "unknown method"),
-    (["--data", "svhn"], "unknown dataset"),
+    (["--data", "imagenet"], "unknown dataset"),
     (["--eps", "-0.1"], "eps"),
     (["--eps", "0"], "eps"),
     (["--strategy", "tpu"], "unknown strategy"),

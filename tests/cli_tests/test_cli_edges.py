@@ -303,7 +303,8 @@ def test_failing_commands_leave_no_output_directory(tmp_path, tiny_model, capsys
     cases = [
         (["evaluate", "--model", tiny_model, "--data", str(bad_npz), "--no-progress"],
          "x_test is empty"),
-        (["sensitivity", "--model", tiny_model, "--data", "svhn"], "unknown dataset 'svhn'"),
+        (["sensitivity", "--model", tiny_model, "--data", "imagenet"],
+         "unknown dataset 'imagenet'"),
         (["train-classifier", "--epochs", "1", "--eval-attacks", "nope", "--verbose", "0"],
          "unknown attack 'nope'"),
     ]
