@@ -52,6 +52,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, _ROOT)  # this tree (a snapshot copy too), not the installed one
 
 DEFAULT_DATA = os.path.join(_ROOT, "..", "shared", "data", "mnist_digits10k.npz")
 TORCH_PIN = "torch==2.13.0+cpu"

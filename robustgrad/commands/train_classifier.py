@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 
@@ -48,13 +49,17 @@ METHODS = ("madry", "trades", "fast", "free", "clean")
 # attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
+# attacks.data.DATASETS and attacks.training.ARCHITECTURES, likewise
+DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
+ARCH_NAMES = ("cnn", "mlp", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
 STRATEGIES = ("none", "mirrored", "multiworker")
 ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras", "report.json",
              "history.json", "report")
 
 # the flags that are settings of attacks.training.recipes (None when not given on the command line)
 _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
-                  "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop")
+                  "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
+                  "augment")
 # what runs written before recipes used for the settings they did not record
 _LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
 
@@ -70,12 +75,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
     g = p.add_argument_group("data and model")
     g.add_argument("--data", default="digits",
-                   help="digits (default), mnist, fashion_mnist, cifar10, or a path.npz holding "
-                        "x_train, y_train, x_test, y_test")
+                   help="digits (default, embedded), mnist, fashion_mnist, cifar10, cifar100, "
+                        "svhn (downloaded on first use into the cache), or a path: an .npz "
+                        "holding x_train, y_train, x_test, y_test, a directory of the IDX / "
+                        "CIFAR binary / SVHN .mat files, or an image folder")
+    g.add_argument("--no-download", action="store_true",
+                   help="never download a named dataset (say which file to put where instead)")
+    g.add_argument("--arch", default=None,
+                   help="cnn (default), mlp, preactresnet18, wideresnet, wrn-DEPTH-WIDEN "
+                        "(e.g. wrn-28-10)")
+    g.add_argument("--augment", action="store_true", default=None,
+                   help="pad-4 random crops, and horizontal flips for colour images (default: "
+                        "the recipe's, else off)")
     g.add_argument("--limit", type=int, default=None,
                    help="use only the first N training examples (quick runs)")
     g.add_argument("--width", type=int, default=64,
-                   help="channels of the first conv layer of the default CNN (default 64)")
+                   help="channels of the first conv layer of cnn and preactresnet18 (default 64)")
     g.add_argument("--init-from", default=None, metavar="M.keras",
                    help="start from an existing classifier (logits output) instead of a new CNN")
     g.add_argument("--freeze", default=None, metavar="PATTERNS",
@@ -228,16 +243,21 @@ def validate(args: argparse.Namespace) -> None:
     if args.strategy == "multiworker" and not os.environ.get("TF_CONFIG"):
         raise UsageError("--strategy multiworker needs the TF_CONFIG environment variable "
                          "(cluster and task of this worker)")
+    if args.arch is not None and args.init_from is not None:
+        raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
+                         "architecture)")
     if args.init_from is not None:
         from robustgrad.commands._files import check_model_file
 
         check_model_file(args.init_from, "--init-from")
-    if args.data not in ("digits", "mnist", "fashion_mnist", "cifar10") and not \
-            args.data.endswith(".npz"):
-        raise UsageError(f"--data: unknown dataset {args.data!r}; expected digits, mnist, "
-                         "fashion_mnist, cifar10 or a path ending in .npz")
-    if args.data.endswith(".npz") and not os.path.isfile(args.data):
-        raise UsageError(f"--data: no such file {args.data!r}")
+    if args.data not in DATA_NAMES and not os.path.exists(args.data):
+        raise UsageError(f"--data: unknown dataset {args.data!r} and no such file or directory; "
+                         f"expected one of {', '.join(DATA_NAMES)} or a path (.npz, a "
+                         "directory of dataset files, an image folder)")
+    if args.arch is not None and args.arch not in ARCH_NAMES and \
+            not re.fullmatch(r"wrn-\d+-\d+", args.arch):
+        raise UsageError(f"--arch: unknown architecture {args.arch!r}; choose one of "
+                         + ", ".join(ARCH_NAMES) + " or wrn-DEPTH-WIDEN")
     if args.eval_eps is not None:
         try:
             vals = [float(v) for v in args.eval_eps.split(",") if v.strip()]
@@ -320,9 +340,8 @@ def _resolve_settings(args):
         for k in ("optimizer", "schedule"):
             if user[k] is None:
                 user[k] = legacy[k]
-    known = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
-    dataset = args.data if args.data in known else None
-    arch = None if args.init_from else getattr(args, "arch", "cnn") or "cnn"
+    dataset = args.data if args.data in DATA_NAMES else None
+    arch = None if args.init_from else (args.arch or "cnn")
     try:
         settings = resolve_settings(args.method, dataset, arch, user, recipe=recipe)
     except ValueError as exc:
@@ -330,9 +349,6 @@ def _resolve_settings(args):
     for key, value in getattr(args, "_resumed_values", {}).items():
         if settings.origin.get(key) != "user" and key in settings.values:
             settings.values[key] = value
-    if settings.values.get("augment"):
-        settings.values["augment"] = False  # not in this version: say so in the record
-        settings.origin["augment"] = "unavailable"
     for key in _SETTING_FLAGS:
         setattr(args, key, settings.values[key])
     return settings
@@ -341,7 +357,7 @@ def _resolve_settings(args):
 def _settings_line(args, settings) -> str:
     v, o = settings.values, settings.origin
     shown = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule", "momentum",
-             "weight_decay", "steps", "step_size", "label_smoothing", "early_stop")
+             "weight_decay", "steps", "step_size", "label_smoothing", "early_stop", "augment")
     parts = [f"{k}={v[k]}" + ("" if o.get(k) == "user" else f" ({o.get(k)})") for k in shown
              if v.get(k) is not None and not (k == "momentum" and v["optimizer"] != "sgd")]
     head = (f"recipe {settings.recipe} ({settings.source})" if settings.recipe
@@ -390,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
         with user_errors(ValueError):
             attacks.parse_attacks(args.eval_attacks)
     with user_errors(ValueError, OSError):
-        data = load_dataset(args.data, seed=0)
+        data = load_dataset(args.data, seed=0, download=not args.no_download)
     x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     if args.limit is not None:
         x_tr, y_tr = x_tr[: args.limit], y_tr[: args.limit]
@@ -436,7 +452,10 @@ def run(args: argparse.Namespace) -> int:
     scope = strategy.scope() if distributed else contextlib.nullcontext()
     with scope:
         if base is None:
-            clf = advtrain.make_classifier(data.input_shape, num_classes, width=args.width)
+            arch = args.arch or "cnn"
+            options = {"width": args.width} if arch in ("cnn", "preactresnet18") else {}
+            with user_errors(ValueError, TypeError, prefix=f"--arch {arch}: "):
+                clf = advtrain.make_model(arch, data.input_shape, num_classes, **options)
         else:
             clf = base
         with user_errors(ValueError):
@@ -541,8 +560,10 @@ def run(args: argparse.Namespace) -> int:
         callbacks.append(ckpt)  # last: it may stop the run once the others have seen the batch
 
         def fit(epochs_from, epochs_to, steps, skip=0):
-            ds = advtrain.epoch_dataset(x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from,
-                                 epochs=epochs_to, drop_remainder=drop, skip_batches=skip)
+            ds = advtrain.epoch_dataset(
+                x_tr, y_tr, batch, seed=args.seed, first_epoch=epochs_from, epochs=epochs_to,
+                drop_remainder=drop, skip_batches=skip, shift=4 if args.augment else 0,
+                flip=bool(args.augment) and x_tr.shape[-1] == 3)
             val = None
             if len(x_val):
                 val = tf.data.Dataset.from_tensor_slices(

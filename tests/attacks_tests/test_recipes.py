@@ -268,3 +268,47 @@ def test_cli_early_stop_records_the_best_epoch(tmp_path):
     assert config["resolved"]["values"]["early_stop"] is True
     assert config["resolved"]["values"]["steps"] == 1  # the values the trainer used
     assert (out / "checkpoints" / "best.weights.h5").is_file()
+
+
+def test_cli_names_match_the_library():
+    import attacks.data
+
+    assert tc.DATA_NAMES == attacks.data.DATASETS
+    assert set(tc.ARCH_NAMES) == set(training.ARCHITECTURES)
+
+
+def test_cli_cifar_shaped_recipe_end_to_end(tmp_path):
+    """A CIFAR-shaped run through Wong et al.'s CIFAR-10 recipe (SGD, weight decay, cyclic lr
+    peaking at half the run, pad-crop-flip augmentation) on PreActResNet-18: the machinery
+    works end to end and records every value it used."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "tiny_cifar.npz"
+    np.savez(data, x_train=rng.uniform(size=(48, 32, 32, 3)).astype("float32"),
+             y_train=np.arange(48) % 10, x_test=rng.uniform(size=(16, 32, 32, 3)).astype("float32"),
+             y_test=np.arange(16) % 10)
+    out = tmp_path / "run"
+    rc = cli_main(["train-classifier", "--data", str(data), "--method", "fast", "--recipe",
+                   "wong2020-fast-cifar10", "--arch", "preactresnet18", "--width", "4",
+                   "--epochs", "1", "--batch-size", "16", "--val-size", "16", "--val-steps", "1",
+                   "--no-eval", "--no-guard", "--verbose", "0", "--out", str(out)])
+    assert rc == 0
+    resolved = json.loads((out / "config.json").read_text())["resolved"]
+    assert resolved["recipe"] == "wong2020-fast-cifar10"
+    values = resolved["values"]
+    assert (values["optimizer"], values["schedule"], values["weight_decay"], values["augment"]) \
+        == ("sgd", "cyclic", 5e-4, True)
+    assert values["eps"] == pytest.approx(8 / 255) and values["step_size"] == pytest.approx(10 / 255)
+    model = keras.models.load_model(out / "model.keras")
+    assert model.count_params() < 200_000 and model.output_shape == (None, 10)
+    trainer = keras.models.load_model(out / "trainer.keras")
+    assert isinstance(trainer.optimizer, keras.optimizers.SGD)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--arch", "resnet50"], "--arch: unknown architecture 'resnet50'"),
+    (["--arch", "cnn", "--init-from", "m.keras"], "--arch and --init-from are exclusive"),
+    (["--data", "imagenet"], "--data: unknown dataset 'imagenet' and no such file or directory"),
+])
+def test_cli_bad_arch_and_data(tmp_path, capsys, argv, match):
+    assert cli_main(["train-classifier", "--out", str(tmp_path / "o"), *argv]) == 2
+    assert match in capsys.readouterr().err
