@@ -20,13 +20,25 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
   previous batch; a fresh start keeps batches independent, which deterministic resume and
   ``tf.distribute`` need). Because crafting and update share one pass, ``free`` crafts in
   training mode and has its own ``update``.
+* ``"mart"`` -- MART (Wang et al., "Improving adversarial robustness requires revisiting
+  misclassified examples", ICLR 2020): PGD on the cross-entropy as madry, then
+  ``BCE(f(x'), y) + beta * KL(f(x) || f(x')) * (1 - f(x)_y)``, where the boosted
+  cross-entropy ``BCE`` adds ``-log(1 - max_{k != y} f(x')_k)`` to the cross-entropy: the KL
+  term weighs the examples the model gets wrong (low ``f(x)_y``) more. ``beta`` is shared
+  with TRADES (the paper uses 6 on CIFAR-10 too).
+* ``"awp"`` -- adversarial weight perturbation on top of PGD training (AT-AWP; Wu, Xia & Wang,
+  "Adversarial weight perturbation helps robust generalization", NeurIPS 2020): after crafting
+  ``x'``, each kernel ``w`` (rank >= 2: dense and convolution weights) moves by
+  ``awp_gamma * ||w|| * g / ||g||`` along the gradient ``g`` of the adversarial loss, the
+  weight gradient is taken there, the kernels move back and the optimizer applies it. One more
+  forward/backward pass per step; batch-norm statistics do not move on that extra pass.
 * ``"clean"`` -- plain training with the same machinery (the reference for cost ratios).
 
 The PGD crafting of madry, trades and fast runs through the library's one attack engine
 (:func:`attacks.training.crafting.ascend`).
 
 >>> METHODS
-('madry', 'trades', 'fast', 'free', 'clean')
+('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'clean')
 >>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
 (10, 0.125)
 """
@@ -214,6 +226,64 @@ class Free(TrainingMethod):
                            tf.add_n(gnorms) / float(len(gnorms)), logits, None)
 
 
+class Mart(TrainingMethod):
+    name = "mart"
+    default_steps = 10
+    min_steps = 1
+
+    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+             y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
+        """``BCE(f(x_adv), y) + beta * KL(f(x) || f(x_adv)) * (1 - f(x)_y)`` (batch means)."""
+        clean_logits = trainer._logits(x, True)
+        adv_logits = trainer._logits(x_adv, True)
+        p_adv = tf.nn.softmax(adv_logits)
+        p_clean = tf.nn.softmax(clean_logits)
+        true = tf.one_hot(y, tf.shape(adv_logits)[-1], dtype=p_adv.dtype)
+        strongest_wrong = tf.reduce_max(p_adv * (1.0 - true), axis=-1)  # probabilities >= 0
+        boosted = trainer._training_ce(adv_logits, y) - tf.math.log(
+            1.0001 - strongest_wrong + 1e-12)
+        kl = kl_to_logits(p_clean, adv_logits)
+        weight = 1.0 - tf.reduce_sum(p_clean * true, axis=-1)
+        loss = tf.reduce_mean(boosted) + trainer.beta * tf.reduce_mean(kl * weight)
+        return loss, adv_logits, clean_logits
+
+
+class Awp(TrainingMethod):
+    name = "awp"
+    default_steps = 10
+    min_steps = 1
+
+    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+               scale: tf.Tensor) -> StepOutputs:
+        """Craft (PGD), perturb the kernels along the adversarial loss's gradient, take the
+        weight gradient there, undo the perturbation, apply."""
+        model = trainer.model
+        variables = model.trainable_variables
+        x_adv = self.craft(trainer, x, y, eps=eps, step_size=trainer.step_size * scale,
+                           steps=trainer.steps, seed=trainer._step_seed(1))
+        kernels = [v for v in variables if len(v.shape) >= 2]
+        frozen_stats = [tf.identity(v) for v in model.non_trainable_variables]
+        with tf.GradientTape() as tape:
+            probe = tf.reduce_mean(cross_entropy(trainer._logits(x_adv, True), y))
+        probe_grads = tape.gradient(probe, kernels)
+        for v, value in zip(model.non_trainable_variables, frozen_stats):
+            v.assign(value)  # the probe pass must not move batch-norm statistics
+        deltas = []
+        for v, g in zip(kernels, probe_grads):
+            g = tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
+            delta = trainer.awp_gamma * tf.norm(v) * g / (tf.norm(g) + 1e-20)
+            v.assign_add(delta)
+            deltas.append(delta)
+        with tf.GradientTape() as tape:
+            loss, adv_logits, clean_logits = self.loss(trainer, x, x_adv, y)
+            scaled = trainer._scaled(loss)
+        grads = tape.gradient(scaled, variables)
+        for v, delta in zip(kernels, deltas):
+            v.assign_sub(delta)
+        gnorm = trainer._apply_gradients(grads, variables)
+        return StepOutputs(loss, gnorm, adv_logits, clean_logits)
+
+
 class Clean(TrainingMethod):
     name = "clean"
     default_steps = 0
@@ -230,7 +300,7 @@ class Clean(TrainingMethod):
 
 
 _REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
-                                                             Clean())}
+                                                             Mart(), Awp(), Clean())}
 
 #: the method names, in the order the documentation and the CLI list them
 METHODS: tuple[str, ...] = tuple(_REGISTRY)

@@ -43,9 +43,9 @@ from robustgrad.commands._classifier_run import final_report, mixed_precision_co
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
 from robustgrad.commands._resume import check_resume, record_overrides
 
-HELP = "adversarially train a classifier (madry, trades, fast, free)"
+HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp)"
 
-METHODS = ("madry", "trades", "fast", "free", "clean")
+METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "clean")
 # attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
@@ -59,7 +59,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 # the flags that are settings of attacks.training.recipes (None when not given on the command line)
 _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
                   "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
-                  "augment")
+                  "augment", "awp_gamma")
 # what runs written before recipes used for the settings they did not record
 _LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
 
@@ -96,7 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--freeze", default=None, metavar="PATTERNS",
                    help="comma-separated layer names/globs to freeze (prefix re: for a regex)")
     g = p.add_argument_group("method")
-    g.add_argument("--method", default="madry", help="madry (default), trades, fast, free, clean")
+    g.add_argument("--method", default="madry",
+                   help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
+                        "weight perturbation), clean")
     g.add_argument("--recipe", default=None,
                    help="published settings to start from: auto (default: the recipe of this "
                         "method, dataset and architecture when one exists, e.g. "
@@ -110,7 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--step-size", type=float, default=None,
                    help="attack step (default 2.5*eps/steps; fast 1.25*eps; free eps)")
     g.add_argument("--beta", type=float, default=None,
-                   help="TRADES KL weight (default: the recipe's, else 6)")
+                   help="TRADES / MART KL weight (default: the recipe's, else 6)")
+    g.add_argument("--awp-gamma", type=float, default=None,
+                   help="awp: relative size of the weight perturbation (default 0.01)")
     g.add_argument("--adv-ratio", type=float, default=1.0,
                    help="weight of the adversarial loss vs the clean loss (default 1)")
     g.add_argument("--warmup-epochs", type=float, default=0.0,
@@ -221,6 +225,7 @@ def validate(args: argparse.Namespace) -> None:
         _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
         _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
                        max_inclusive=False, allow_none=True)
+        _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, allow_none=True)
         _checks.positive_int(args.val_size, "--val-size", minimum=0)
         _checks.positive_int(args.val_steps, "--val-steps", minimum=0)
         _checks.positive_int(args.grad_accum, "--grad-accum")
@@ -471,7 +476,7 @@ def run(args: argparse.Namespace) -> int:
             craft_training=args.craft_training,
             max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
             eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing)
+            label_smoothing=args.label_smoothing, awp_gamma=args.awp_gamma)
         # Keras evaluates a schedule at the optimizer's raw iteration count, which counts every
         # micro-batch under gradient accumulation: the schedule spans every train step
         decay_steps = max(1, total_updates)

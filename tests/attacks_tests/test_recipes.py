@@ -312,3 +312,63 @@ def test_cli_cifar_shaped_recipe_end_to_end(tmp_path):
 def test_cli_bad_arch_and_data(tmp_path, capsys, argv, match):
     assert cli_main(["train-classifier", "--out", str(tmp_path / "o"), *argv]) == 2
     assert match in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ MART and AWP
+
+
+def test_mart_loss_matches_its_definition():
+    """MART's loss, computed by hand: boosted CE on the adversarial logits plus beta times the
+    clean-to-adversarial KL weighted by 1 - p_clean(y)."""
+    clf = training.make_classifier((8, 8, 1), 10, width=2)
+    tr = training.AdversarialTrainer(clf, method="mart", eps=0.1, beta=3.0)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(4, 8, 8, 1)).astype("float32")
+    x_adv = np.clip(x + rng.uniform(-0.1, 0.1, size=x.shape), 0, 1).astype("float32")
+    y = tf.constant([1, 2, 3, 4])
+    loss, adv_logits, clean_logits = training.get_method("mart").loss(tr, x, x_adv, y)
+    pa = tf.nn.softmax(clf(x_adv, training=True)).numpy().astype("float64")
+    pc = tf.nn.softmax(clf(x, training=True)).numpy().astype("float64")
+    yy = y.numpy()
+    wrong = pa.copy()
+    wrong[np.arange(4), yy] = 0
+    bce = -np.log(pa[np.arange(4), yy]) - np.log(1.0001 - wrong.max(1) + 1e-12)
+    kl = (pc * (np.log(pc) - np.log(pa))).sum(1)
+    expected = bce.mean() + 3.0 * (kl * (1 - pc[np.arange(4), yy])).mean()
+    assert float(loss) == pytest.approx(expected, rel=1e-4)
+
+
+def _awp_step(gamma, method="awp"):
+    keras.utils.set_random_seed(0)
+    clf = training.make_model("preactresnet18", (8, 8, 1), 10, width=2)
+    tr = training.AdversarialTrainer(clf, method=method, eps=0.1, steps=1, awp_gamma=gamma)
+    tr.compile(optimizer=keras.optimizers.SGD(0.0))  # lr 0: only the side effects remain
+    x = np.random.default_rng(0).uniform(size=(8, 8, 8, 1)).astype("float32")
+    y = np.arange(8) % 10
+    before = {v.path: v.numpy().copy() for v in clf.weights}
+    logs = tr.train_step((tf.constant(x), tf.constant(y)))
+    return clf, before, logs
+
+
+def test_awp_perturbation_is_undone_and_moves_no_statistics():
+    """With lr 0 an AWP step leaves every kernel as it was (the perturbation is undone), and
+    its probe pass moves no batch-norm statistics: with gamma 0 the statistics after the step
+    are those of a madry step (one training pass), not of two passes."""
+    clf, before, logs = _awp_step(0.01)
+    for v in clf.trainable_variables:
+        np.testing.assert_allclose(v.numpy(), before[v.path], atol=1e-6)
+    assert np.isfinite(float(logs["loss"]))
+    awp0, _, _ = _awp_step(0.0)
+    madry, _, _ = _awp_step(0.0, method="madry")
+    moved = 0
+    for a, m in zip(awp0.non_trainable_variables, madry.non_trainable_variables):
+        np.testing.assert_allclose(a.numpy(), m.numpy(), rtol=1e-5, atol=1e-6)
+        moved += not np.allclose(m.numpy(), before[m.path])
+    assert moved  # the loss's training pass does move them
+
+
+def test_awp_changes_the_gradient_against_madry():
+    """The perturbed weights give another loss and gradient than plain PGD training."""
+    clf, _, awp_logs = _awp_step(0.5)
+    clf0, _, madry_like = _awp_step(0.0)
+    assert float(awp_logs["loss"]) != pytest.approx(float(madry_like["loss"]), rel=1e-6)

@@ -284,11 +284,13 @@ def test_cli_finetune_freeze_mixed_precision_accum_export(tmp_path, digits):
 def test_methods_are_defined_once():
     from attacks.training import methods
 
-    assert training.METHODS == ("madry", "trades", "fast", "free", "clean") == methods.METHODS
-    assert training.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "clean": 0}
+    assert training.METHODS == ("madry", "trades", "fast", "free", "mart", "awp", "clean") \
+        == methods.METHODS
+    assert training.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "mart": 10,
+                                      "awp": 10, "clean": 0}
     assert training.get_method("trades").name == "trades"
     with pytest.raises(ValueError, match=r"method must be one of \('madry', 'trades', 'fast', "
-                                         r"'free', 'clean'\), got 'pgd'"):
+                                         r"'free', 'mart', 'awp', 'clean'\), got 'pgd'"):
         training.get_method("pgd")
     tr = training.AdversarialTrainer(_tiny_clf(), method="free", eps=0.1)
     with pytest.raises(ValueError, match="crafts inside its train step"):
