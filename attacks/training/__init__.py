@@ -27,7 +27,7 @@ One concept per module:
   augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
   :class:`RobustEarlyStopping`, :class:`EpochCheckpoint`, :class:`NonFiniteGuard`,
-  :class:`ScalarLogger`, :class:`EpochTimer`;
+  :class:`ScalarLogger`, :class:`EpochTimer`, :class:`WeightAveraging`;
 * :mod:`~attacks.training.schedules` -- :func:`learning_rate_schedule` (constant, cosine,
   cyclic, piecewise) and :func:`make_optimizer` (Adam, SGD with momentum);
 * :mod:`~attacks.training.recipes` -- the published recipes as data (``recipes.json``),
@@ -53,6 +53,7 @@ from .callbacks import (
     NonFiniteGuard,
     RobustEarlyStopping,
     ScalarLogger,
+    WeightAveraging,
 )
 from .crafting import robust_accuracy, robust_correct
 from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
@@ -78,6 +79,7 @@ __all__ = [
     "RobustEarlyStopping",
     "ScalarLogger",
     "TrainingMethod",
+    "WeightAveraging",
     "augment_dataset",
     "check_classifier",
     "epoch_dataset",

@@ -26,7 +26,7 @@ from .crafting import inference_logits, robust_correct
 from .trainer import AdversarialTrainer
 
 __all__ = ["CatastrophicOverfittingGuard", "EpochCheckpoint", "EpochTimer", "NonFiniteGuard",
-           "RobustEarlyStopping", "ScalarLogger"]
+           "RobustEarlyStopping", "ScalarLogger", "WeightAveraging"]
 
 
 class CatastrophicOverfittingGuard(keras.callbacks.Callback):
@@ -171,6 +171,71 @@ class RobustEarlyStopping(keras.callbacks.Callback):
         return True
 
 
+class WeightAveraging(keras.callbacks.Callback):
+    """An exponential moving average of the classifier's weights, updated after every train
+    batch (weight averaging as in Gowal et al., "Uncovering the limits of adversarial training
+    against norm-bounded adversarial examples", 2020: decay 0.995).
+
+    The average covers every weight of the classifier (batch-norm statistics too). Early on the
+    decay is ``min(decay, (1 + t) / (10 + t))`` after ``t`` updates, as
+    ``tf.train.ExponentialMovingAverage`` with ``num_updates`` does, so the average does not
+    remember the random initialisation. :attr:`state` (a ``tf.Module`` of the averaged
+    variables and the update count) goes into checkpoints, so a resumed run continues the same
+    average; :meth:`apply` writes the average into the classifier (the model users get), and
+    :meth:`swap` exchanges average and raw weights (to evaluate the average and go back).
+
+    >>> from attacks.training import make_classifier
+    >>> clf = make_classifier((8, 8), 10, width=2)
+    >>> ema = WeightAveraging(clf, decay=0.5)
+    >>> w = clf.weights[0]
+    >>> _ = w.assign(w + 1.0); ema.update()  # one update: decay min(0.5, 1/10) = 0.1
+    >>> bool(abs(float(ema.state.averages[0][0, 0, 0, 0]) - float(w[0, 0, 0, 0])) < 0.1 + 1e-6)
+    True
+    """
+
+    def __init__(self, classifier: Any, decay: float = 0.995) -> None:
+        super().__init__()
+        decay = float(decay)
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {decay}")
+        self.classifier = classifier
+        self.decay = decay
+        self.state = tf.Module(name="weight_average")
+        self.state.averages = [tf.Variable(tf.convert_to_tensor(v), trainable=False,
+                                           name=f"average_{i}")
+                               for i, v in enumerate(classifier.weights)]
+        self.state.count = tf.Variable(0, dtype=tf.int64, trainable=False, name="count")
+        self._update_fn = tf.function(self._update)
+
+    def _update(self):
+        t = tf.cast(self.state.count, tf.float32)
+        decay = tf.minimum(self.decay, (1.0 + t) / (10.0 + t))
+        for avg, v in zip(self.state.averages, self.classifier.weights):
+            value = tf.cast(tf.convert_to_tensor(v), avg.dtype)
+            avg.assign(decay * avg + (1.0 - decay) * value)
+        self.state.count.assign_add(1)
+
+    def update(self) -> None:
+        """Fold the classifier's current weights into the average (one compiled call)."""
+        self._update_fn()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        """One update after every train batch."""
+        self.update()
+
+    def apply(self) -> None:
+        """Write the average into the classifier's weights."""
+        for avg, v in zip(self.state.averages, self.classifier.weights):
+            v.assign(tf.cast(avg, v.dtype))
+
+    def swap(self) -> None:
+        """Exchange the classifier's weights and the average (twice restores both)."""
+        for avg, v in zip(self.state.averages, self.classifier.weights):
+            raw = tf.identity(tf.convert_to_tensor(v))
+            v.assign(tf.cast(avg, v.dtype))
+            avg.assign(tf.cast(raw, avg.dtype))
+
+
 class EpochCheckpoint(keras.callbacks.Callback):
     """Save a ``tf.train.CheckpointManager`` checkpoint at the end of every epoch, and one of the
     *current* state when a stop is requested (SIGINT/SIGTERM).
@@ -192,7 +257,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
     """
 
     def __init__(self, directory: str, trainer: AdversarialTrainer, max_to_keep: int = 2,
-                 interrupt: Any = None) -> None:
+                 interrupt: Any = None, extra: dict | None = None) -> None:
         super().__init__()
         self.directory = directory
         self.trainer = trainer
@@ -202,7 +267,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.batches_done = 0
         self._offset = 0  # batches of the first epoch of this fit done before it (resume)
         self._metric_values = None
-        extra = {}
+        extra = dict(extra or {})  # more trackables to checkpoint (a WeightAveraging's state)
         trainer._maybe_build_grad_step()
         if trainer.gradient_step is not None:
             extra["gradient_step"] = trainer.gradient_step

@@ -59,7 +59,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 # the flags that are settings of attacks.training.recipes (None when not given on the command line)
 _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
                   "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
-                  "augment", "awp_gamma")
+                  "augment", "awp_gamma", "ema")
 # what runs written before recipes used for the settings they did not record
 _LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
 
@@ -147,6 +147,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the recipe's, else 0)")
     g.add_argument("--label-smoothing", type=float, default=None,
                    help="label smoothing of the training loss (default 0)")
+    g.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                   help="save the exponential moving average of the weights (Gowal et al. "
+                        "2020: 0.995) as the model; checkpoints keep the raw weights and the "
+                        "average (default: the recipe's, else off)")
     g.add_argument("--early-stop", action="store_true", default=None,
                    help="robust early stopping (Rice et al. 2020): hold --val-size training "
                         "examples out, measure PGD accuracy on them each epoch and keep the "
@@ -240,6 +244,11 @@ def validate(args: argparse.Namespace) -> None:
     if args.recipe is not None and args.recipe not in ("auto", "none") and \
             not str(args.recipe).replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"--recipe: expected auto, none or a recipe name; got {args.recipe!r}")
+    if args.ema is not None and args.ema != 0 and not 0 < args.ema < 1:
+        raise UsageError(f"--ema: the decay must be in (0, 1) (0: off); got {args.ema}")
+    if args.ema and args.early_stop:
+        raise UsageError("--ema and --early-stop each choose the weights that are saved: pass "
+                         "one of them")
     if args.early_stop and args.val_size < 1:
         raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
     if args.strategy not in STRATEGIES:
@@ -509,7 +518,10 @@ def run(args: argparse.Namespace) -> int:
     interrupts = deferred_interrupts("training")
     flag = interrupts.__enter__()  # SIGINT/SIGTERM: stop after the current batch, checkpoint
     try:
-        ckpt = advtrain.EpochCheckpoint(os.path.join(out, "checkpoints"), trainer, interrupt=flag)
+        averager = advtrain.WeightAveraging(clf, decay=args.ema) if args.ema else None
+        ckpt = advtrain.EpochCheckpoint(
+            os.path.join(out, "checkpoints"), trainer, interrupt=flag,
+            extra=None if averager is None else {"weight_average": averager.state})
         first_epoch, skipped = 0, 0
         prior = {}
         if args.resume:
@@ -552,6 +564,8 @@ def run(args: argparse.Namespace) -> int:
                 x_tr, y_tr, eps=args.eps, norm=args.norm, clip_min=data.clip_min,
                 clip_max=data.clip_max, steps=10, size=256, seed=args.seed, verbose=args.verbose)
             callbacks.insert(0, guard)
+        if averager is not None:
+            callbacks.append(averager)
         stopper = None
         if args.early_stop:
             stopper = advtrain.RobustEarlyStopping(os.path.join(out, "checkpoints"),
@@ -611,6 +625,10 @@ def run(args: argparse.Namespace) -> int:
                                 first_epoch, skipped)
     if stopper is not None:
         _keep_best_epoch(out, stopper, args)
+    if averager is not None:  # the model users get is the average; checkpoints keep the raw
+        averager.apply()
+        _log(args, f"weight averaging: saving the moving average (decay {args.ema}) of "
+                   f"{int(averager.state.count.numpy())} updates as the model")
 
     # ---- artefacts
     if args.mixed_precision:

@@ -372,3 +372,53 @@ def test_awp_changes_the_gradient_against_madry():
     clf, _, awp_logs = _awp_step(0.5)
     clf0, _, madry_like = _awp_step(0.0)
     assert float(awp_logs["loss"]) != pytest.approx(float(madry_like["loss"]), rel=1e-6)
+
+
+# ------------------------------------------------------------------ weight averaging
+
+
+def test_weight_averaging_follows_its_formula_over_real_training():
+    keras.utils.set_random_seed(0)
+    clf = training.make_classifier((8, 8, 1), 10, width=2)
+    tr = training.AdversarialTrainer(clf, method="fast", eps=0.1)
+    tr.compile(optimizer=keras.optimizers.Adam(1e-2))
+    ema = training.WeightAveraging(clf, decay=0.9)
+    expected = [v.numpy().astype("float64") for v in clf.weights]
+
+    class Record(keras.callbacks.Callback):
+        t = 0
+
+        def on_train_batch_end(self, batch, logs=None):  # runs after ema's update
+            d = min(0.9, (1 + self.t) / (10 + self.t))
+            for i, v in enumerate(clf.weights):
+                expected[i] = d * expected[i] + (1 - d) * v.numpy()
+            self.t += 1
+
+    x = np.random.default_rng(0).uniform(size=(64, 8, 8, 1)).astype("float32")
+    y = np.arange(64) % 10
+    tr.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[ema, Record()])
+    assert int(ema.state.count.numpy()) == 16
+    for avg, want in zip(ema.state.averages, expected):
+        np.testing.assert_allclose(avg.numpy(), want, rtol=1e-4, atol=1e-6)
+    raw = [v.numpy().copy() for v in clf.weights]
+    ema.swap()
+    np.testing.assert_allclose(clf.weights[0].numpy(), expected[0], rtol=1e-4, atol=1e-6)
+    ema.swap()
+    np.testing.assert_array_equal(clf.weights[0].numpy(), raw[0])
+    with pytest.raises(ValueError, match="decay must be in"):
+        training.WeightAveraging(clf, decay=1.0)
+
+
+def test_cli_ema_saves_the_average(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = cli_main(["train-classifier", "--data", "digits", "--method", "fast", "--epochs", "2",
+                   "--limit", "200", "--width", "4", "--ema", "0.9", "--val-size", "0",
+                   "--no-eval", "--verbose", "2", "--no-guard", "--out", str(out)])
+    assert rc == 0
+    assert "weight averaging: saving the moving average (decay 0.9) of 8 updates" in \
+        capsys.readouterr().out
+    values = json.loads((out / "config.json").read_text())["resolved"]["values"]
+    assert values["ema"] == 0.9
+    assert cli_main(["train-classifier", "--out", str(tmp_path / "x"), "--ema", "0.9",
+                     "--early-stop"]) == 2
+    assert "--ema and --early-stop" in capsys.readouterr().err
