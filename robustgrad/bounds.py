@@ -683,7 +683,7 @@ class BoundedModel:
         return low + bias_lo, high + bias_hi
 
     # -- the public, validated call --------------------------------------------------------
-    def bounds(self, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,
+    def bounds(self, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
                batch_size: int | None = 256, _ball: tuple | None = None):
         """Element-wise bounds of the outputs over ``lower <= x <= upper``; see
         :func:`compute_bounds`."""
@@ -711,8 +711,8 @@ class BoundedModel:
         boxes = self._interval_pass(one, one, one.dtype)
         return tuple(boxes[self._graph.output][0].shape[1:])
 
-    def _check_spec(self, C, lower):
-        c = tf.convert_to_tensor(C)
+    def _check_spec(self, spec, lower):
+        c = tf.convert_to_tensor(spec)
         if not (c.dtype.is_floating or c.dtype.is_integer):
             raise ArgumentTypeError(f"C must be a float tensor [B, S, num_outputs], got dtype "
                                     f"{c.dtype.name}")
@@ -779,7 +779,7 @@ def _bounded(model) -> BoundedModel:
     return cached
 
 
-def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,
+def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
                    batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
     """Bounds of a model's outputs over the box ``lower <= x <= upper``.
 
@@ -822,7 +822,7 @@ def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C:
 
 
 def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", method: str = "crown",
-                        C: Any = None, *, clip_min: Any = None, clip_max: Any = None,
+                        C: Any = None, *, clip_min: Any = None, clip_max: Any = None,  # noqa: N803
                         batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
     """:func:`compute_bounds` over the ball ``||x' - x|| <= eps`` intersected with
     ``[clip_min, clip_max]``.
