@@ -7,7 +7,13 @@ Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 from . import certify, norms, objectives, sensitivity, training  # noqa: F401
 from ._base import Attack, AttackResult, select_output  # noqa: F401
 from .apgd import APGD, apgd  # noqa: F401
-from .certify import margin_lower_bounds, verified_accuracy, verified_mask  # noqa: F401
+from .certify import (  # noqa: F401
+    margin_lower_bounds,
+    smooth_certify,
+    smooth_predict,
+    verified_accuracy,
+    verified_mask,
+)
 from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: F401
 from .deepfool import DeepFool, deepfool  # noqa: F401
 from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: F401
