@@ -4,9 +4,16 @@ Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 """
 
 # The public names of the package; importing `training` registers AdversarialTrainer for .keras loading.
-from . import norms, objectives, sensitivity, training  # noqa: F401
+from . import certify, norms, objectives, sensitivity, training  # noqa: F401
 from ._base import Attack, AttackResult, select_output  # noqa: F401
 from .apgd import APGD, apgd  # noqa: F401
+from .certify import (  # noqa: F401
+    margin_lower_bounds,
+    smooth_certify,
+    smooth_predict,
+    verified_accuracy,
+    verified_mask,
+)
 from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: F401
 from .deepfool import DeepFool, deepfool  # noqa: F401
 from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: F401

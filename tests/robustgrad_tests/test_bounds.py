@@ -1,0 +1,411 @@
+"""robustgrad.bounds: IBP, CROWN and CROWN-IBP on Keras models.
+
+Soundness by sampling (random points and corners of the box never leave the bounds), exact values
+computed by hand, the orderings theory guarantees, specifications, dtypes, chunking, bad input.
+"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from robustgrad import bounds as rb
+from robustgrad.bounds import BoundedModel, compute_ball_bounds, compute_bounds, margin_spec
+
+METHODS = ("ibp", "crown", "crown-ibp")
+L = keras.layers
+
+
+def _randomize(model, seed=0, scale=1.0):
+    """Random weights (normal, scaled by fan-in) and random BatchNormalization statistics."""
+    rng = np.random.default_rng(seed)
+    for layer in model.layers if not hasattr(model, "_flatten_layers") else \
+            model._flatten_layers(include_self=False):
+        if isinstance(layer, L.BatchNormalization):
+            c = layer.gamma.shape[0]
+            layer.set_weights([rng.uniform(0.5, 2.0, c), rng.normal(0, 0.5, c),
+                               rng.normal(0, 0.5, c), rng.uniform(0.2, 3.0, c)])
+        elif layer.weights and isinstance(layer, (L.Dense, L.Conv2D)):
+            new = []
+            for w in layer.get_weights():
+                fan_in = int(np.prod(w.shape[:-1])) if w.ndim > 1 else 1
+                new.append(rng.normal(0, scale / np.sqrt(fan_in), w.shape).astype(w.dtype))
+            layer.set_weights(new)
+    return model
+
+
+def dense_model():
+    return _randomize(keras.Sequential([
+        keras.Input((6,)), L.Dense(16, activation="relu"), L.Dense(12), L.ReLU(),
+        L.Dropout(0.5), L.Dense(5)]))
+
+
+def conv_model():
+    return _randomize(keras.Sequential([
+        keras.Input((8, 8, 2)), L.Conv2D(4, 3, strides=2, padding="valid", activation="relu"),
+        L.Conv2D(3, 3, padding="same"), L.ReLU(),
+        L.Conv2D(4, 2, strides=2, padding="same", activation="relu"),
+        L.AveragePooling2D(2, strides=1, padding="same"), L.Flatten(), L.Dense(4)]), seed=1)
+
+
+def pooling_bn_model():
+    return _randomize(keras.Sequential([
+        keras.Input((6, 6, 1)), L.Rescaling(2.0, offset=-1.0), L.Conv2D(3, 3, padding="same"),
+        L.BatchNormalization(), L.Activation("relu"), L.AveragePooling2D(2),
+        L.Reshape((3, 3, 3)), L.Conv2D(5, 2), L.BatchNormalization(), L.ReLU(),
+        L.GlobalAveragePooling2D(), L.Dense(3)]), seed=2)
+
+
+def dense_bn_model():
+    return _randomize(keras.Sequential([
+        keras.Input((5,)), L.Normalization(mean=0.5, variance=0.04), L.Dense(10),
+        L.BatchNormalization(), L.ReLU(), L.Dense(4)]), seed=3)
+
+
+def residual_model():
+    inp = keras.Input((5,))
+    h = L.Dense(8, activation="relu")(inp)
+    r = L.Dense(8, activation="relu")(h)
+    r = L.Dense(8)(r)
+    h = L.Add()([h, r])
+    h = L.ReLU()(h)
+    block = keras.Sequential([keras.Input((8,)), L.Dense(8, activation="relu"), L.Dense(8)])
+    h = h + block(h)  # a keras.ops add and a nested model
+    out = L.Dense(3)(L.Activation("relu")(h))
+    return _randomize(keras.Model(inp, out), seed=4)
+
+
+def conv_residual_model():
+    inp = keras.Input((6, 6, 2))
+    h = L.Conv2D(3, 3, padding="same", activation="relu")(inp)
+    r = L.Conv2D(3, 3, padding="same", activation="relu")(h)
+    h = L.Add()([h, L.Conv2D(3, 1)(r)])
+    h = L.GlobalAveragePooling2D()(L.ReLU()(h))
+    return _randomize(keras.Model(inp, L.Dense(4)(h)), seed=5)
+
+
+MODELS = {"dense": dense_model, "conv": conv_model, "pool-bn": pooling_bn_model,
+          "dense-bn": dense_bn_model, "residual": residual_model,
+          "conv-residual": conv_residual_model}
+
+
+def _box(shape, eps, batch=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (batch, *shape)).astype(np.float32)
+    return x - eps, x + eps
+
+
+def _samples(lower, upper, n=2000, seed=0):
+    """n uniform points and up to 256 corners of every box of the batch -> [B, n + k, ...]."""
+    rng = np.random.default_rng(seed)
+    b, shape = lower.shape[0], lower.shape[1:]
+    u = rng.uniform(0, 1, (b, n, *shape))
+    dims = int(np.prod(shape))
+    if dims <= 8:
+        corners = np.array(list(itertools.product([0.0, 1.0], repeat=dims))).reshape(-1, *shape)
+    else:
+        corners = rng.integers(0, 2, (256, *shape)).astype(np.float64)
+    u = np.concatenate([u, np.broadcast_to(corners, (b, *corners.shape))], axis=1)
+    return (lower[:, None] + u * (upper - lower)[:, None]).astype(np.float32)
+
+
+def _outputs(model, points):
+    b, m = points.shape[:2]
+    out = model(points.reshape(b * m, *points.shape[2:]), training=False).numpy()
+    return out.reshape(b, m, -1).astype(np.float64)
+
+
+def _assert_contains(lb, ub, values, tol=1e-4):
+    lb, ub = np.asarray(lb, np.float64), np.asarray(ub, np.float64)
+    scale = tol * (1 + np.abs(values))
+    assert np.all(values >= lb[:, None] - scale), float(np.max(lb[:, None] - values))
+    assert np.all(values <= ub[:, None] + scale), float(np.max(values - ub[:, None]))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bounds_are_sound_by_sampling_for_every_method(name):
+    model = MODELS[name]()
+    shape = model.input_shape[1:]
+    lower, upper = _box(shape, eps=0.15)
+    values = _outputs(model, _samples(lower, upper))
+    spec = margin_spec([0, 1, 2], model.output_shape[-1])
+    cvalues = np.einsum("bsk,bmk->bms", spec.numpy(), values)
+    widths = {}
+    for method in METHODS:
+        lb, ub = compute_bounds(model, lower, upper, method=method)
+        assert lb.shape == ub.shape == (3, model.output_shape[-1]) and lb.dtype == tf.float32
+        _assert_contains(lb.numpy().reshape(3, -1), ub.numpy().reshape(3, -1), values)
+        clb, cub = compute_bounds(model, lower, upper, method=method, C=spec)
+        assert clb.shape == (3, model.output_shape[-1] - 1)
+        _assert_contains(clb.numpy(), cub.numpy(), cvalues)
+        widths[method] = float(np.mean(ub - lb))
+        # the bounds are not vacuous: a box around the sampled range, not +-inf
+        assert np.all(np.isfinite(lb)) and np.all(np.isfinite(ub))
+    # an unstable region: CROWN is tighter than IBP on average on these models
+    assert widths["crown"] < widths["ibp"], widths
+
+
+def test_hand_computed_values_one_hidden_layer():
+    # z1 = x1 + x2 + 1 in [-1, 3], z2 = x1 - x2 - 1 in [-3, 1]; y = relu(z1) - relu(z2), x in [-1, 1]^2
+    model = keras.Sequential([keras.Input((2,)), L.Dense(2, activation="relu"), L.Dense(1)])
+    model.layers[0].set_weights([np.array([[1, 1], [1, -1]], "float32"),
+                                 np.array([1, -1], "float32")])
+    model.layers[1].set_weights([np.array([[1], [-1]], "float32"), np.zeros(1, "float32")])
+    lo, hi = -np.ones((1, 2), "float32"), np.ones((1, 2), "float32")
+    # IBP: relu(z1) in [0, 3], relu(z2) in [0, 1]
+    lb, ub = compute_bounds(model, lo, hi, method="ibp")
+    np.testing.assert_allclose([lb.numpy()[0, 0], ub.numpy()[0, 0]], [-1.0, 3.0], atol=1e-6)
+    # CROWN: z1's lower slope 1 (3 > 1), upper line 3/4 z1 + 3/4; z2's lower slope 0 (1 < 3),
+    # upper line z2/4 + 3/4. Lower: z1 - z2/4 - 3/4 = 3/4 x1 + 5/4 x2 + 1/2 >= -3/2.
+    # Upper: 3/4 z1 + 3/4 = 3/4 (x1 + x2) + 3/2 <= 3. (Looser than IBP below: theory allows it.)
+    for method in ("crown", "crown-ibp"):
+        lb, ub = compute_bounds(model, lo, hi, method=method)
+        np.testing.assert_allclose([lb.numpy()[0, 0], ub.numpy()[0, 0]], [-1.5, 3.0], atol=1e-6)
+
+
+def test_crown_is_exact_where_ibp_suffers_from_dependency():
+    # y = relu(x) - relu(x) on [1, 2]: IBP gives [-1, 1], CROWN the exact [0, 0] (doctest too)
+    model = keras.Sequential([keras.Input((3,)), L.Dense(4, activation="relu"), L.Dense(4),
+                              L.ReLU(), L.Dense(2)])
+    w1 = np.abs(np.random.default_rng(0).normal(size=(3, 4))).astype("float32")
+    w2 = np.abs(np.random.default_rng(1).normal(size=(4, 4))).astype("float32")
+    w3 = np.random.default_rng(2).normal(size=(4, 2)).astype("float32")
+    model.layers[0].set_weights([w1, np.ones(4, "float32")])
+    model.layers[1].set_weights([w2, np.ones(4, "float32")])
+    model.layers[3].set_weights([w3, np.zeros(2, "float32")])
+    lower, upper = _box((3,), eps=0.3, batch=4, seed=3)
+    lower, upper = np.abs(lower) + 0.01, np.abs(upper) + 0.61  # x >= 0: every ReLU active
+    # every neuron is active, so the model is the linear map x @ w1 @ w2 @ w3 + c on the box
+    w = w1 @ w2 @ w3
+    mid, rad = (lower + upper) / 2, (upper - lower) / 2
+    c = (np.ones(4) @ w2 + 1) @ w3
+    exact_lo, exact_hi = mid @ w - rad @ np.abs(w) + c, mid @ w + rad @ np.abs(w) + c
+    ibp = compute_bounds(model, lower, upper, method="ibp")
+    for method in ("crown", "crown-ibp"):
+        lb, ub = compute_bounds(model, lower, upper, method=method)
+        np.testing.assert_allclose(lb, exact_lo, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ub, exact_hi, rtol=1e-5, atol=1e-5)
+        # all neurons stable: CROWN(-IBP) is contained in IBP, strictly narrower here
+        assert np.all(lb >= ibp[0] - 1e-5) and np.all(ub <= ibp[1] + 1e-5)
+        assert np.mean(ub - lb) < 0.9 * np.mean(ibp[1] - ibp[0])
+
+
+def test_linear_model_gets_exact_bounds_from_every_method_with_a_spec():
+    model = _randomize(keras.Sequential([keras.Input((4, 4, 1)), L.Flatten(), L.Dense(6),
+                                         L.Dense(3)]))
+    lower, upper = _box((4, 4, 1), eps=0.2, batch=2)
+    w0, b0 = model.layers[1].get_weights()
+    w1, b1 = model.layers[2].get_weights()
+    w, c = (w0 @ w1).astype(np.float64), (b0 @ w1 + b1).astype(np.float64)
+    lo, hi = lower.reshape(2, -1), upper.reshape(2, -1)
+    mid, rad = (lo + hi) / 2, (hi - lo) / 2
+    for method in ("crown", "crown-ibp"):
+        lb, ub = compute_bounds(model, lower, upper, method=method)
+        np.testing.assert_allclose(lb, mid @ w - rad @ np.abs(w) + c, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ub, mid @ w + rad @ np.abs(w) + c, rtol=1e-5, atol=1e-5)
+    # IBP with a spec merges it into the linear tail, which is the whole model here: exact too
+    spec = margin_spec([0, 2], 3)
+    ws = np.einsum("bsk,ik->bis", spec.numpy(), w)
+    cs = np.einsum("bsk,k->bs", spec.numpy(), c)
+    exact_lo = np.einsum("bi,bis->bs", mid, ws) - np.einsum("bi,bis->bs", rad, np.abs(ws)) + cs
+    for method in METHODS:
+        lb, _ = compute_bounds(model, lower, upper, method=method, C=spec)
+        np.testing.assert_allclose(lb, exact_lo, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dense", "conv", "residual"])
+def test_ibp_contains_crown_ibp_when_every_relu_is_stable(name):
+    # tiny boxes: IBP proves every ReLU stable, so CROWN-IBP bounds the exact linear piece
+    model = MODELS[name]()
+    lower, upper = _box(model.input_shape[1:], eps=1e-4, batch=4, seed=7)
+    ibp = compute_bounds(model, lower, upper, method="ibp")
+    g = BoundedModel(model)
+    boxes = g._interval_pass(tf.constant(lower), tf.constant(upper), tf.float32)
+    for i, rule in enumerate(g._graph.rules):
+        if isinstance(rule, rb._ReLU):
+            lo, hi = boxes[g._graph.inputs[i][0]]
+            assert not np.any((lo.numpy() < 0) & (hi.numpy() > 0))
+    lb, ub = compute_bounds(model, lower, upper, method="crown-ibp")
+    assert np.all(lb >= ibp[0] - 1e-5) and np.all(ub <= ibp[1] + 1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_margin_spec_bounds_are_no_looser_than_subtracting_logit_bounds(method):
+    # provable for IBP on any model, and for CROWN on one hidden layer (the same relaxation terms
+    # regrouped: the merged spec picks, per neuron, the better of the two lines)
+    model = _randomize(keras.Sequential([keras.Input((6,)), L.Dense(20, activation="relu"),
+                                         L.Dense(5)]), seed=8)
+    if method == "ibp":
+        model = dense_model()
+    lower, upper = _box((6,), eps=0.3, batch=8, seed=9)
+    y = np.arange(8) % 5
+    lb, ub = compute_bounds(model, lower, upper, method=method)
+    clb, cub = compute_bounds(model, lower, upper, method=method, C=margin_spec(y, 5))
+    others = np.array([[j for j in range(5) if j != t] for t in y])
+    naive_lo = lb.numpy()[np.arange(8), y][:, None] - np.take_along_axis(ub.numpy(), others, 1)
+    naive_hi = ub.numpy()[np.arange(8), y][:, None] - np.take_along_axis(lb.numpy(), others, 1)
+    assert np.all(clb.numpy() >= naive_lo - 1e-5) and np.all(cub.numpy() <= naive_hi + 1e-5)
+    assert np.mean(clb.numpy() - naive_lo) > 1e-3  # and strictly tighter on average
+
+
+def test_margin_spec_rows():
+    c = margin_spec(tf.constant([0, 2]), 3).numpy()
+    np.testing.assert_array_equal(c[0], [[1, -1, 0], [1, 0, -1]])
+    np.testing.assert_array_equal(c[1], [[-1, 0, 1], [0, -1, 1]])
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 3\)"):
+        margin_spec([3], 3)
+    with pytest.raises(ValueError, match="num_classes"):
+        margin_spec([0], 1)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_l2_ball_bounds_are_sound_and_crown_uses_the_dual_norm(method):
+    model = dense_model()
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.2, 0.8, (3, 6)).astype(np.float32)
+    eps = 0.3
+    lb, ub = compute_ball_bounds(model, x, eps, norm="l2", method=method, clip_min=0.0,
+                                 clip_max=1.0)
+    d = rng.normal(size=(3, 3000, 6))
+    d *= (eps * rng.uniform(0, 1, (3, 3000, 1)) ** (1 / 6)) / np.linalg.norm(d, axis=-1,
+                                                                             keepdims=True)
+    points = np.clip(x[:, None] + d, 0.0, 1.0).astype(np.float32)
+    _assert_contains(lb.numpy(), ub.numpy(), _outputs(model, points))
+    box_lb, box_ub = compute_ball_bounds(model, x, eps, norm="linf", method=method,
+                                         clip_min=0.0, clip_max=1.0)
+    # the L2 ball lies in its bounding box: never looser; CROWN strictly tighter (dual norm)
+    assert np.all(lb >= box_lb - 1e-5) and np.all(ub <= box_ub + 1e-5)
+    if method != "ibp":
+        assert np.mean(ub - lb) < np.mean(box_ub - box_lb) - 1e-3
+
+
+def test_ball_intersects_the_clip_box():
+    model = keras.Sequential([keras.Input((2,)), L.Dense(1, use_bias=False)])
+    model.layers[0].set_weights([np.array([[1.0], [1.0]], "float32")])
+    lb, ub = compute_ball_bounds(model, [[0.0, 0.9]], 0.5, clip_min=0.0, clip_max=1.0,
+                                 method="ibp")
+    np.testing.assert_allclose([lb.numpy()[0, 0], ub.numpy()[0, 0]], [0.4, 1.5], atol=1e-6)
+
+
+def test_float64_bounds_are_float64_and_agree_with_float32():
+    model = conv_model()
+    lower, upper = _box((8, 8, 2), eps=0.1, batch=2)
+    for method in METHODS:
+        lb32, ub32 = compute_bounds(model, lower, upper, method=method)
+        lb64, ub64 = compute_bounds(model, lower.astype(np.float64), upper.astype(np.float64),
+                                    method=method)
+        assert lb64.dtype == ub64.dtype == tf.float64
+        np.testing.assert_allclose(lb64, lb32, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(ub64, ub32, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_chunks_and_spec_row_chunks_give_the_same_bounds(monkeypatch):
+    model = conv_model()
+    lower, upper = _box((8, 8, 2), eps=0.1, batch=7)
+    whole = compute_bounds(BoundedModel(model), lower, upper, batch_size=None)
+    parts = compute_bounds(model, lower, upper, batch_size=3)
+    np.testing.assert_allclose(parts[0], whole[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(parts[1], whole[1], rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(rb, "_COEFFICIENT_BUDGET", 7 * 3 * 128)  # a few rows per chunk
+    rows = compute_bounds(BoundedModel(model), lower, upper, batch_size=None)
+    np.testing.assert_allclose(rows[0], whole[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rows[1], whole[1], rtol=1e-5, atol=1e-6)
+
+
+def test_traced_once_per_shape_and_model_untouched():
+    model = dense_model()
+    before = [w.copy() for w in model.get_weights()]
+    bm = BoundedModel(model)
+    for seed in range(3):
+        lower, upper = _box((6,), eps=0.1, batch=4, seed=seed)
+        bm.bounds(lower, upper, "crown")
+    assert bm._fn.experimental_get_tracing_count() == 1
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # weights are read at call time: a model that changes is bounded with its new weights
+    lower, upper = _box((6,), eps=0.0, batch=2)
+    w = model.layers[-1].get_weights()
+    model.layers[-1].set_weights([w[0], w[1] + 10.0])
+    lb, ub = bm.bounds(lower, upper, "crown")
+    np.testing.assert_allclose(lb, model(lower), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ub, model(lower), rtol=1e-5, atol=1e-4)
+
+
+def test_xla_compiles_on_cpu_and_agrees():
+    model = pooling_bn_model()
+    lower, upper = _box((6, 6, 1), eps=0.1, batch=2)
+    plain = BoundedModel(model).bounds(lower, upper, "crown")
+    xla = BoundedModel(model, jit_compile=True).bounds(lower, upper, "crown")
+    np.testing.assert_allclose(xla[0], plain[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(xla[1], plain[1], rtol=1e-4, atol=1e-5)
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+def test_unsupported_layers_are_named():
+    cases = [
+        (keras.Sequential([keras.Input((4, 4, 1)), L.MaxPooling2D(2, name="pool_a"), L.Flatten(),
+                           L.Dense(2)]), r"'pool_a' of type MaxPooling2D is not supported"),
+        (keras.Sequential([keras.Input((3,)), L.Dense(4, activation="tanh", name="hidden_t"),
+                           L.Dense(2)]), r"'hidden_t' \(Dense\) has activation 'tanh'"),
+        (keras.Sequential([keras.Input((3,)), L.LeakyReLU(name="leaky")]), r"'leaky'"),
+        (keras.Sequential([keras.Input((3,)), L.ReLU(max_value=6.0, name="relu6")]), r"'relu6'"),
+        (keras.Sequential([keras.Input((6, 6, 1)), L.Conv2D(2, 3, dilation_rate=2, name="dil")]),
+         r"'dil' \(Conv2D\) has dilation_rate"),
+    ]
+    for model, message in cases:
+        with pytest.raises(ValueError, match=message):
+            compute_bounds(model, np.zeros((1, *model.input_shape[1:]), "float32"),
+                           np.ones((1, *model.input_shape[1:]), "float32"))
+
+
+def test_softmax_outputs_are_refused():
+    for model in (keras.Sequential([keras.Input((3,)), L.Dense(2, activation="softmax",
+                                                                name="probs")]),
+                  keras.Sequential([keras.Input((3,)), L.Dense(2), L.Softmax(name="probs")])):
+        with pytest.raises(ValueError, match=r"'probs'.*probabilities.*Bound the logits"):
+            compute_bounds(model, np.zeros((1, 3), "float32"), np.ones((1, 3), "float32"))
+
+
+def test_subclassed_models_are_refused():
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = L.Dense(2)
+
+        def call(self, x):
+            return self.d(x)
+
+    net = Net()
+    net(np.zeros((1, 3), "float32"))
+    with pytest.raises(ValueError, match="not a Keras Sequential or functional model"):
+        compute_bounds(net, np.zeros((1, 3), "float32"), np.ones((1, 3), "float32"))
+
+
+def test_bad_arguments_raise_before_any_work():
+    model = dense_model()
+    lo, hi = _box((6,), eps=0.1, batch=2)
+    with pytest.raises(ValueError, match="lower must be <= upper everywhere; 1 entries"):
+        bad = lo.copy()
+        bad[0, 0] = hi[0, 0] + 1
+        compute_bounds(model, bad, hi)
+    with pytest.raises(ValueError, match=r"method must be one of \('ibp', 'crown', 'crown-ibp'\)"):
+        compute_bounds(model, lo, hi, method="deeppoly")
+    with pytest.raises(ValueError, match=r"C must have shape \[B, S, num_outputs\] = \[2, S >= 1, 5\]"):
+        compute_bounds(model, lo, hi, C=np.ones((2, 3, 4), "float32"))
+    with pytest.raises(ValueError, match=r"C must have shape"):
+        compute_bounds(model, lo, hi, C=np.ones((3, 5), "float32"))
+    with pytest.raises(ValueError, match="same shape"):
+        compute_bounds(model, lo, hi[:1])
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        compute_bounds(model, lo * np.nan, hi)
+    with pytest.raises(ValueError, match="eps must be a number >= 0, got -0.1"):
+        compute_ball_bounds(model, lo, -0.1)
+    with pytest.raises(ValueError, match="norm must be 'linf' or 'l2'"):
+        compute_ball_bounds(model, lo, 0.1, norm="l1")
+    with pytest.raises(ValueError, match="outside"):
+        compute_ball_bounds(model, lo + 5, 0.1, clip_min=0.0, clip_max=1.0)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        compute_bounds(model, lo, hi, batch_size=0)
