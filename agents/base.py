@@ -24,7 +24,7 @@ from agents.callbacks import Callback, ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
-from agents.persistence import read_metadata, restore_weights, write_agent
+from agents.persistence import loaded_checkpoint_dir, read_metadata, restore_weights, write_agent
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
@@ -410,6 +410,9 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
 
     ``env``: the env factory, required when the agent was trained on one. ``overrides``
     replace config fields (e.g. ``num_envs``, ``checkpoint_dir``) before the agent is built.
+    A ``checkpoint_dir`` saved in ``config.json`` is relative to ``directory`` and must stay
+    inside it (``ValueError`` otherwise, unless ``checkpoint_dir=`` is passed): a loaded file
+    never chooses where the program writes.
     ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
     (resume a run on Ray workers).
     """
@@ -421,6 +424,8 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
+    if "checkpoint_dir" not in overrides:  # the file never chooses a place outside itself
+        cfg["checkpoint_dir"] = loaded_checkpoint_dir(cfg.get("checkpoint_dir"), directory)
     cfg.update(overrides)
     config = cls.config_cls.from_dict(cfg, env=env)
     agent = cls(config, rollout_workers=rollout_workers, ray_address=ray_address,

@@ -62,6 +62,21 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _read_manifest(path: str, entries: Sequence[str]) -> list[str]:
+    """The entries a manifest lists, only among ``entries``: a name read from the file never
+    chooses what is moved or deleted (``../x`` or an unknown name is ignored)."""
+    try:
+        with open(path) as f:
+            listed = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot be read as the manifest of an interrupted save "
+                         f"({exc})") from None
+    if not isinstance(listed, list):
+        raise ValueError(f"{path}: expected a JSON list of entry names, got "
+                         f"{type(listed).__name__}")
+    return [name for name in entries if name in listed]
+
+
 def recover(directory: str, entries: Sequence[str], commit: str) -> str | None:
     """Finish or roll back an interrupted :func:`write_entries` in ``directory``.
 
@@ -74,15 +89,16 @@ def recover(directory: str, entries: Sequence[str], commit: str) -> str | None:
         if name.startswith(_STAGING_PREFIX):
             _remove(os.path.join(directory, name))
     prev = os.path.join(directory, PREVIOUS)
+    if os.path.islink(prev):  # never ours: write_entries makes a real directory
+        raise ValueError(f"{prev} is a symbolic link; refusing to move or delete what it points "
+                         "to (remove it, it is not part of a saved version)")
     if not os.path.isdir(prev):
         return None
     if os.path.exists(os.path.join(directory, commit)) \
             or not os.path.exists(os.path.join(prev, _MANIFEST)):
         _remove(prev)  # the top level is complete (nothing had left it yet, or all arrived)
         return "completed"
-    manifest = os.path.join(prev, _MANIFEST)
-    with open(manifest) as f:
-        old = json.load(f)
+    old = _read_manifest(os.path.join(prev, _MANIFEST), entries)
     # roll back: the top level holds at most part of the new version. Every step can be
     # repeated, so a kill during the roll-back is rolled back again by the next call.
     for name in entries:
