@@ -150,6 +150,11 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
     return out
 
 
+def output_dir(args: argparse.Namespace) -> str:
+    """The run directory: ``--out``, default ``runs/<algo>`` (locked for the run by the CLI)."""
+    return args.out or os.path.join("runs", args.algo)
+
+
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads): ``--seeds``."""
     from robustgrad.cli import UsageError
