@@ -29,8 +29,8 @@ import tensorflow as tf
 
 from robustgrad import atomic, rundir
 
-__all__ = ["ENTRIES", "COMMIT", "loaded_checkpoint_dir", "read_metadata", "restore_weights",
-           "write_agent"]
+__all__ = ["ENTRIES", "COMMIT", "loaded_checkpoint_dir", "read_metadata", "recover_checkpoint",
+           "restore_weights", "write_agent"]
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
@@ -90,6 +90,29 @@ def loaded_checkpoint_dir(value: Any, directory: str) -> str | None:
     except ValueError as exc:
         raise ValueError(f"{exc}; pass checkpoint_dir= to agents.load to choose where the "
                          "loaded agent checkpoints") from None
+
+
+def recover_checkpoint(directory: str) -> str | None:
+    """Finish or roll back a save of ``directory`` that a crash interrupted, and say which
+    version is there now: a sentence for the user (``None`` when no save was interrupted).
+    ``train-agent --resume`` calls it before it looks for the checkpoint, so a kill at any step
+    of a save resumes from the new checkpoint or the previous one, never from step 0."""
+    outcome = atomic.recover(os.fspath(directory), ENTRIES, COMMIT)
+    if outcome is None:
+        return None
+    steps = ""
+    try:
+        with open(os.path.join(directory, COMMIT)) as f:
+            steps = f" (step {int(json.load(f)['num_timesteps'])})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if outcome == "completed":
+        return (f"a save was interrupted once the new checkpoint was complete: resuming the "
+                f"new checkpoint{steps}")
+    if not os.path.exists(os.path.join(directory, COMMIT)):
+        return "the first save was interrupted before it completed: no checkpoint was left"
+    return (f"a save was interrupted before the new checkpoint was complete: resuming the "
+            f"previous checkpoint{steps}")
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -154,3 +154,16 @@ def test_a_corrupt_manifest_is_one_clear_error(tmp_path, content, message):
     (d / atomic.PREVIOUS / ".manifest.json").write_text(content)
     with pytest.raises(ValueError, match=message):
         atomic.recover(str(d), ENTRIES, "agent.json")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_recover_says_which_version_a_kill_left(tmp_path, stage):
+    d = str(tmp_path / "ckpt")
+    assert _run(d, "v1") == 0
+    assert _run(d, "v2", kill_at=stage) == 9
+    outcome = atomic.recover(d, ENTRIES, "agent.json")
+    version = _version(d)
+    expected = {"staged": "discarded", "manifest": "discarded", "moved in agent.json": "completed",
+                "done": None}.get(stage, "rolled back")
+    assert outcome == expected
+    assert version == ("v2" if outcome in ("completed", None) else "v1")
