@@ -336,7 +336,10 @@ class Agent:
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
                 or n_episodes <= 0:
             raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
-        k = int(num_envs or min(int(n_episodes), 8))
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
+                num_envs, (int, np.integer)) or num_envs <= 0):
+            raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
+        k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
         seed = self.config.seed + 10_000 if seed is None else seed
         env = make_vec_env(self.config.env, k, seed=seed)
         targets = episodes_split_evenly(int(n_episodes), k)
@@ -404,6 +407,21 @@ class Agent:
         return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
 
 
+def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict) -> None:
+    """Refuse a ``config.json`` holding fields only another algorithm's config has (an
+    ``agent.json`` whose ``algo`` was edited): its weights may fit, its settings would not."""
+    import dataclasses
+
+    own = {f.name for f in dataclasses.fields(cls.config_cls)}
+    for algo, other in algorithms.items():
+        foreign = sorted(set(cfg) & ({f.name for f in dataclasses.fields(other.config_cls)} - own))
+        if foreign:
+            raise ValueError(
+                f"{os.path.join(directory, 'agent.json')} says {cls.algo!r} but config.json holds "
+                f"{', '.join(foreign[:4])}, fields of a {algo!r} config that {cls.algo} does not "
+                "have: the two files are from different agents (was agent.json edited?)")
+
+
 def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
          ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
     """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
@@ -424,6 +442,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
+    _check_config_matches(cls, cfg, directory, algorithms)
     if "checkpoint_dir" not in overrides:  # the file never chooses a place outside itself
         cfg["checkpoint_dir"] = loaded_checkpoint_dir(cfg.get("checkpoint_dir"), directory)
     cfg.update(overrides)
