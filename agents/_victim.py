@@ -109,10 +109,14 @@ def _victim(agent, scale) -> _Victim:
     key = None
     if scale is not None:
         scale = np.asarray(scale, np.float32)
-        if scale.shape != tuple(agent.obs_shape) or not np.all(np.isfinite(scale)) \
-                or np.any(scale <= 0):
+        if scale.shape != tuple(agent.obs_shape):
             raise ValueError(f"scale must be 'raw', None or positive finite values of shape "
                              f"{tuple(agent.obs_shape)}, got shape {scale.shape}")
+        bad = ~np.isfinite(scale) | (scale <= 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad.reshape(-1))[0])
+            raise ValueError(f"scale must hold positive finite values, got {float(scale.reshape(-1)[i])}"
+                             f" at index {i}")
         key = scale.tobytes()
     table = _VICTIMS.setdefault(agent, {})
     if key not in table:

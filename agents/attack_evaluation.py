@@ -39,6 +39,7 @@ from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episo
 from agents.observation_attacks import (
     ATTACK_NAMES,
     ObservationAttack,
+    check_agent,
     check_attack,
     check_box_observations,
     perturbation_scale,
@@ -163,6 +164,19 @@ def _stats(returns):
             "min": float(r.min()), "max": float(r.max())}
 
 
+def _json_ready(value):
+    """``value`` with every NaN or infinite float replaced by ``None`` (valid JSON)."""
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
+        return None
+    if isinstance(value, np.ndarray):
+        return _json_ready(value.tolist())
+    return value
+
+
 def _normalized(r, clean, random):
     den = clean - random
     return float((r - random) / den) if den != 0 else float("nan")
@@ -200,8 +214,9 @@ class AgentAttackReport:
         return dataclasses.asdict(self)
 
     def to_json(self, path: str | None = None) -> str:
-        """The report as JSON (written to ``path`` when given)."""
-        text = json.dumps(self.to_dict(), indent=1)
+        """The report as JSON (written to ``path`` when given). JSON has no NaN: an undefined
+        number (a normalised score of 0/0, see ``warnings``) is written as ``null``."""
+        text = json.dumps(_json_ready(self.to_dict()), indent=1, allow_nan=False)
         if path is not None:
             with open(path, "w") as f:
                 f.write(text)
@@ -330,8 +345,12 @@ def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Se
                      ) -> tuple[list, list, str]:
     """Check an evaluation request against ``agent`` (names, budgets, norm, units, a critic for
     ``critic``, Box observations); returns ``(attacks, sorted budgets, norm)``."""
+    check_agent(agent)
     if isinstance(attacks, str):
         attacks = [a.strip() for a in attacks.split(",") if a.strip()]
+    if not isinstance(attacks, (list, tuple)) or not all(isinstance(a, str) for a in attacks):
+        raise TypeError(f"attacks must be a comma-separated string or a list of attack names "
+                        f"({', '.join(ATTACK_NAMES)}), got {attacks!r}")
     attacks = list(dict.fromkeys(attacks))
     if not attacks:
         raise ValueError("attacks must name at least one attack, got []")
@@ -369,7 +388,7 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
     attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale)
     n_episodes = _checks.positive_int(n_episodes, "n_episodes")
     seed = _checks.positive_int(seed, "seed", minimum=0)
-    k = _checks.positive_int(num_envs or min(n_episodes, 8), "num_envs")
+    k = _checks.positive_int(min(n_episodes, 8) if num_envs is None else num_envs, "num_envs")
     rs_steps = _checks.positive_int(rs_steps, "rs_steps")
     attack_kwargs = dict(attack_kwargs or {})
 
@@ -412,6 +431,9 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
             trajectories[(name, e)] = run["trajectory"]
     worst = worst_cases(rows, budgets)
     warnings_ = monotonicity_warnings(rows, attacks, r_clean)
+    if r_clean == r_rand:
+        warnings_.append(f"normalized_score is undefined (0/0; null in report.json): the clean "
+                         f"return equals the random policy's ({r_clean:g})")
     strongest = worst[-1]
     traj = {"clean": trajectories["clean"],
             "attacked": trajectories[(strongest["attack"], strongest["eps"])],

@@ -24,7 +24,7 @@ from agents.callbacks import Callback, ProgressBar, as_callbacks
 from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
-from agents.persistence import read_metadata, restore_weights, write_agent
+from agents.persistence import loaded_checkpoint_dir, read_metadata, restore_weights, write_agent
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
@@ -336,7 +336,10 @@ class Agent:
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
                 or n_episodes <= 0:
             raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
-        k = int(num_envs or min(int(n_episodes), 8))
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
+                num_envs, (int, np.integer)) or num_envs <= 0):
+            raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
+        k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
         seed = self.config.seed + 10_000 if seed is None else seed
         env = make_vec_env(self.config.env, k, seed=seed)
         targets = episodes_split_evenly(int(n_episodes), k)
@@ -404,12 +407,30 @@ class Agent:
         return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
 
 
+def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict) -> None:
+    """Refuse a ``config.json`` holding fields only another algorithm's config has (an
+    ``agent.json`` whose ``algo`` was edited): its weights may fit, its settings would not."""
+    import dataclasses
+
+    own = {f.name for f in dataclasses.fields(cls.config_cls)}
+    for algo, other in algorithms.items():
+        foreign = sorted(set(cfg) & ({f.name for f in dataclasses.fields(other.config_cls)} - own))
+        if foreign:
+            raise ValueError(
+                f"{os.path.join(directory, 'agent.json')} says {cls.algo!r} but config.json holds "
+                f"{', '.join(foreign[:4])}, fields of a {algo!r} config that {cls.algo} does not "
+                "have: the two files are from different agents (was agent.json edited?)")
+
+
 def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
          ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
     """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
 
     ``env``: the env factory, required when the agent was trained on one. ``overrides``
     replace config fields (e.g. ``num_envs``, ``checkpoint_dir``) before the agent is built.
+    A ``checkpoint_dir`` saved in ``config.json`` is relative to ``directory`` and must stay
+    inside it (``ValueError`` otherwise, unless ``checkpoint_dir=`` is passed): a loaded file
+    never chooses where the program writes.
     ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
     (resume a run on Ray workers).
     """
@@ -421,6 +442,9 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
+    _check_config_matches(cls, cfg, directory, algorithms)
+    if "checkpoint_dir" not in overrides:  # the file never chooses a place outside itself
+        cfg["checkpoint_dir"] = loaded_checkpoint_dir(cfg.get("checkpoint_dir"), directory)
     cfg.update(overrides)
     config = cls.config_cls.from_dict(cfg, env=env)
     agent = cls(config, rollout_workers=rollout_workers, ray_address=ray_address,

@@ -35,6 +35,7 @@ the observation space's bounds: the perturbation is what the agent *sees*.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,10 +102,27 @@ def _has_critic(agent) -> bool:
     return hasattr(agent, "value") and getattr(agent.config, "vf_coef", 0.0) > 0
 
 
+def check_agent(agent: Any) -> None:
+    """``TypeError`` unless ``agent`` is an :class:`agents.Agent` (a path or ``None`` is named).
+
+    >>> check_agent("runs/ppo")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: agent must be an agents.Agent (...), got str (a path: load it first with ...)
+    """
+    from agents.base import Agent
+
+    if not isinstance(agent, Agent):
+        hint = (" (a path: load it first with agents.load(path))"
+                if isinstance(agent, (str, os.PathLike)) else "")
+        raise TypeError(f"agent must be an agents.Agent (PPO, A2C, REINFORCE, DQN), got "
+                        f"{type(agent).__name__}{hint}")
+
+
 def check_attack(agent: Agent, name: str, eps: float, norm: str = "linf", argument: str = "attack"
                  ) -> tuple[str, float, str]:
     """Validate an attack request against ``agent`` before any work; returns the canonical
     ``(name, eps, norm)``."""
+    check_agent(agent)
     name = check_attack_name(name, argument)
     eps = float(_checks.nonnegative(eps, "eps"))
     norm = _checks.norm_name(norm)

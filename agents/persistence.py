@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import atomic
+from robustgrad import atomic, rundir
 
-__all__ = ["ENTRIES", "COMMIT", "read_metadata", "restore_weights", "write_agent"]
+__all__ = ["ENTRIES", "COMMIT", "loaded_checkpoint_dir", "read_metadata", "recover_checkpoint",
+           "restore_weights", "write_agent"]
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
@@ -39,6 +40,8 @@ def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, m
                 normalization: dict[str, np.ndarray] | None) -> str:
     """Write one agent version to ``directory`` crash-safely; returns ``directory``."""
     directory = os.fspath(directory)
+    config = {**config, "checkpoint_dir": _portable_checkpoint_dir(config.get("checkpoint_dir"),
+                                                                   directory)}
 
     def writer(stage: str) -> None:
         checkpoint.write(os.path.join(stage, "weights", "ckpt"))
@@ -53,6 +56,63 @@ def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, m
 
     atomic.write_entries(directory, ENTRIES, writer, commit=COMMIT)
     return directory
+
+
+def _portable_checkpoint_dir(value: str | None, directory: str) -> str | None:
+    """The ``checkpoint_dir`` recorded in ``directory/config.json``: relative to ``directory``
+    when it lies inside it (``"."`` for the directory itself), else ``None`` (a saved agent
+    does not carry a place outside itself to write to)."""
+    if not value:
+        return None
+    if not rundir.is_inside(directory, value):
+        return None
+    rel = os.path.relpath(os.path.realpath(value), os.path.realpath(directory))
+    return rel.replace(os.sep, "/")
+
+
+def loaded_checkpoint_dir(value: Any, directory: str) -> str | None:
+    """Where an agent loaded from ``directory`` checkpoints, given the ``checkpoint_dir`` its
+    ``config.json`` holds: ``None`` stays ``None``; a path is resolved inside ``directory``
+    (relative to it), or refused with a ``ValueError`` naming the key and the file when it
+    points anywhere else (an absolute path elsewhere, ``../elsewhere``, a symbolic link out).
+
+    >>> loaded_checkpoint_dir(".", "runs/ppo/checkpoint")
+    'runs/ppo/checkpoint'
+    >>> loaded_checkpoint_dir("/etc", "runs/ppo")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: runs/ppo/config.json: checkpoint_dir '/etc' points outside ...; pass checkpoint_dir= ...
+    """
+    if value is None:
+        return None
+    source = os.path.join(directory, "config.json")
+    try:
+        return rundir.path_inside(directory, value, key="checkpoint_dir", source=source)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; pass checkpoint_dir= to agents.load to choose where the "
+                         "loaded agent checkpoints") from None
+
+
+def recover_checkpoint(directory: str) -> str | None:
+    """Finish or roll back a save of ``directory`` that a crash interrupted, and say which
+    version is there now: a sentence for the user (``None`` when no save was interrupted).
+    ``train-agent --resume`` calls it before it looks for the checkpoint, so a kill at any step
+    of a save resumes from the new checkpoint or the previous one, never from step 0."""
+    outcome = atomic.recover(os.fspath(directory), ENTRIES, COMMIT)
+    if outcome is None:
+        return None
+    steps = ""
+    try:
+        with open(os.path.join(directory, COMMIT)) as f:
+            steps = f" (step {int(json.load(f)['num_timesteps'])})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if outcome == "completed":
+        return (f"a save was interrupted once the new checkpoint was complete: resuming the "
+                f"new checkpoint{steps}")
+    if not os.path.exists(os.path.join(directory, COMMIT)):
+        return "the first save was interrupted before it completed: no checkpoint was left"
+    return (f"a save was interrupted before the new checkpoint was complete: resuming the "
+            f"previous checkpoint{steps}")
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -182,7 +182,17 @@ def _probe(model, x, training, loss_fn, need_gradient=True):
                     else type(out).__name__)
             raise TypeError(f"model must return a floating tensor of logits, got {kind}")
         probs = warn_if_probabilities(out)
-    if not need_gradient:
+    if not need_gradient:  # a black-box attack: the output must still move with x
+        if loss_fn is None and isinstance(out, tf.Tensor):
+            scale = tf.reduce_max(tf.abs(xp)) + 1.0
+            moved = xp + tf.random.stateless_uniform(tf.shape(xp), [3, 4], -1.0, 1.0,
+                                                     dtype=xp.dtype) * scale
+            other = check_model_output(call_model(model, moved, training))
+            if isinstance(other, tf.Tensor) and bool(tf.reduce_all(tf.equal(
+                    tf.cast(out, tf.float64), tf.cast(other, tf.float64)))):
+                raise ValueError(f"{who}: the output does not depend on the input x (the same "
+                                 "logits for every probe example moved anywhere); the model "
+                                 "ignores x, so no attack can change its prediction")
         return out
     if g is None:
         raise ValueError(f"{who}: the output does not depend on the input x (no gradient path "

@@ -62,8 +62,40 @@ def check_batch_size(batch_size: int | None) -> int:
     return DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
 
 
-def finish(p: Prepared, x_adv: tf.Tensor) -> tf.Tensor:
-    """``x_adv`` in the dtype the caller's ``x`` had."""
+def round_toward(x_adv: tf.Tensor, x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``x_adv`` (computed in float32) in a lower-precision ``dtype`` (float16, bfloat16),
+    rounded toward ``x`` wherever rounding to nearest would move it away: every coordinate of
+    the result is at most as far from ``x`` as ``x_adv`` is, so the budget and the bounds the
+    attack met in float32 still hold (rounding to nearest gave 0.1001 at eps 0.1).
+
+    >>> x = tf.constant(0.2998046875)       # a float16 value
+    >>> float(tf.cast(tf.cast(x + 0.1, tf.float16), tf.float32) - x) > 0.1   # to nearest
+    True
+    >>> float(tf.cast(round_toward(x + 0.1, x, tf.float16), tf.float32) - x) <= 0.1
+    True
+    """
+    r = tf.cast(x_adv, dtype)
+    r32 = tf.cast(r, x_adv.dtype)
+    outward = tf.abs(r32 - x) > tf.abs(x_adv - x)
+    bits = tf.bitcast(r, tf.int16)
+    # one representable step toward x: the magnitude shrinks (bits - 1) when r is on x's far
+    # side of zero's direction, grows (bits + 1) otherwise (sign-magnitude encoding)
+    shrink = tf.equal(r32 > x, r32 > 0)
+    stepped = tf.bitcast(bits + tf.where(shrink, tf.constant(-1, tf.int16),
+                                         tf.constant(1, tf.int16)), dtype)
+    # from a zero, the step is the smallest subnormal with x's sign
+    tiny = tf.bitcast(tf.where(x > 0, tf.constant(1, tf.int16), tf.constant(-32767, tf.int16)),
+                      dtype)
+    stepped = tf.where(tf.equal(r32, 0.0), tiny, stepped)
+    return tf.where(outward, stepped, r)
+
+
+def finish(p: Prepared, x_adv: tf.Tensor, x: tf.Tensor | None = None) -> tf.Tensor:
+    """``x_adv`` in the dtype the caller's ``x`` had (``x``: the computed-dtype rows of this
+    chunk, default the whole batch); lower-precision dtypes round toward ``x``
+    (:func:`round_toward`)."""
+    if p.in_dtype in (tf.float16, tf.bfloat16) and x_adv.dtype != p.in_dtype:
+        return round_toward(x_adv, tf.cast(p.x if x is None else x, x_adv.dtype), p.in_dtype)
     return tf.cast(x_adv, p.in_dtype)
 
 
@@ -105,7 +137,7 @@ def run_in_chunks(p: Prepared, call: Callable[..., Any]) -> tuple[tf.Tensor, lis
         out = call(p.x[rows], tf.nest.map_structure(lambda t, r=rows: t[r], p.y),
                    p.y_true[rows], k)
         out = out if isinstance(out, tuple) else (out,)
-        pieces.append(finish(p, out[0]))
+        pieces.append(finish(p, out[0], p.x[rows]))
         chunk_counts = [int(c) for c in out[1:]]
         counts = chunk_counts if counts is None else [a + b for a, b in zip(counts, chunk_counts)]
     return tf.concat(pieces, 0), counts

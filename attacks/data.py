@@ -10,7 +10,9 @@
   or a failed download is one line saying which file to put where. CIFAR is read from its
   *binary* version (the Python version is pickled and refused), SVHN from its ``.mat`` files
   (``train`` and ``test``; digit 0 is label 0);
-* a path: an ``.npz`` file holding ``x_train, y_train, x_test, y_test``; a directory holding the
+* a path: an ``.npz`` file holding ``x_train, y_train, x_test, y_test`` (and optionally
+  ``num_classes``: the classes are the declared ones, else the test set's; a training label
+  outside them is an error); a directory holding the
   four IDX files of MNIST / Fashion-MNIST (``train-images-idx3-ubyte.gz`` ...), the CIFAR binary
   files, or SVHN's ``train_32x32.mat`` and ``test_32x32.mat``; a CIFAR binary ``.tar.gz``; or an
   image folder (one sub-folder per class, optionally under ``train/`` and ``test/``).
@@ -107,10 +109,15 @@ class Dataset:
     clip_min: float
     clip_max: float
     class_names: tuple = ()
+    declared_classes: int | None = None
+    """The ``num_classes`` an ``.npz`` file declares (``None``: not declared)."""
 
     @property
     def num_classes(self) -> int:
-        """One more than the largest label of either split."""
+        """The declared number of classes, else one more than the largest label of either
+        split (an ``.npz`` whose ``y_train`` strays beyond its test classes is refused)."""
+        if self.declared_classes is not None:
+            return self.declared_classes
         return int(max(self.y_train.max(), self.y_test.max())) + 1
 
     @property
@@ -138,6 +145,30 @@ def _check_split(name: str, x: np.ndarray, y: np.ndarray, kx: str, ky: str) -> N
         raise ValueError(f"data {name!r}: {ky} holds negative labels")
     if not np.isfinite(x).all():
         raise ValueError(f"data {name!r}: {kx} holds NaN or infinite values")
+
+
+def _check_labels(name: str, y_train: np.ndarray, y_test: np.ndarray,
+                  declared: np.ndarray | None) -> int | None:
+    """The number of classes of an ``.npz`` dataset, by one rule: the file's ``num_classes``
+    when it declares one, else the test set's (its largest label + 1). A label outside that
+    range (a stray ``y_train`` of 12 with 10 test classes) is a ``ValueError`` naming the file,
+    the array and the label, never a silently larger model. Returns the declared count."""
+    where = "the num_classes the file declares"
+    if declared is not None:
+        if declared.size != 1 or declared.dtype.kind not in "iu" or int(declared) < 1:
+            raise ValueError(f"--data {name}: num_classes must be one integer >= 1, got "
+                             f"{declared.tolist()!r}")
+        count = int(declared)
+    else:
+        count, where = int(y_test.max()) + 1, "the classes of y_test"
+    for key, y in (("y_train", y_train), ("y_test", y_test)):
+        stray = np.unique(y[y >= count])
+        if stray.size:
+            shown = ", ".join(str(int(v)) for v in stray[:5]) + (" ..." if stray.size > 5 else "")
+            raise ValueError(f"--data {name}: {key} holds label {shown}, outside {where} "
+                             f"(labels 0-{count - 1}); fix the labels, or declare num_classes "
+                             "in the file when the test set lacks some classes")
+    return None if declared is None else count
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
@@ -311,10 +342,11 @@ def load_dataset(name: str, *, seed: int = 0, download: bool = True,
         x_tr, y_tr, x_te, y_te = (arrays[k] for k in _SPLIT_KEYS)
         _check_split(name, x_tr, y_tr, "x_train", "y_train")
         _check_split(name, x_te, y_te, "x_test", "y_test")
+        declared = _check_labels(name, y_tr, y_te, arrays.get("num_classes"))
         x_tr, x_te = _images(x_tr), _images(x_te)
         lo, hi = _value_range(x_tr, x_te)
         return Dataset(name, x_tr, y_tr.reshape(-1).astype(np.int64), x_te,
-                       y_te.reshape(-1).astype(np.int64), lo, hi)
+                       y_te.reshape(-1).astype(np.int64), lo, hi, declared_classes=declared)
     if os.path.isdir(name) or name.endswith((".tar.gz", ".tgz", ".tar")):
         if not os.path.exists(name):
             raise FileNotFoundError(f"--data {name}: no such file")

@@ -62,27 +62,54 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _read_manifest(path: str, entries: Sequence[str]) -> list[str]:
+    """The entries a manifest lists, only among ``entries``: a name read from the file never
+    chooses what is moved or deleted (``../x`` or an unknown name is ignored)."""
+    try:
+        with open(path) as f:
+            listed = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot be read as the manifest of an interrupted save "
+                         f"({exc})") from None
+    if not isinstance(listed, list):
+        raise ValueError(f"{path}: expected a JSON list of entry names, got "
+                         f"{type(listed).__name__}")
+    return [name for name in entries if name in listed]
+
+
 def recover(directory: str, entries: Sequence[str], commit: str) -> str | None:
     """Finish or roll back an interrupted :func:`write_entries` in ``directory``.
 
-    Returns ``"rolled back"``, ``"completed"`` or None (nothing to do). Staging directories left
-    by a killed writer are removed.
+    Returns what the directory now holds after an interrupted write: ``"completed"`` (the new
+    version, whose switch had finished), ``"rolled back"`` (the previous version, moved back),
+    ``"discarded"`` (the previous version, which had not moved yet: the unfinished new one was
+    removed), or None (no interrupted write). Staging directories left by a killed writer are
+    removed.
     """
     if not os.path.isdir(directory):
         return None
+    staged = False
     for name in os.listdir(directory):
-        if name.startswith(_STAGING_PREFIX):
-            _remove(os.path.join(directory, name))
+        if name.startswith(_STAGING_PREFIX):  # an unfinished version (empty: all had moved)
+            path = os.path.join(directory, name)
+            staged = staged or not os.path.isdir(path) or bool(os.listdir(path))
+            _remove(path)
     prev = os.path.join(directory, PREVIOUS)
+    if os.path.islink(prev):  # never ours: write_entries makes a real directory
+        raise ValueError(f"{prev} is a symbolic link; refusing to move or delete what it points "
+                         "to (remove it, it is not part of a saved version)")
     if not os.path.isdir(prev):
-        return None
-    if os.path.exists(os.path.join(directory, commit)) \
-            or not os.path.exists(os.path.join(prev, _MANIFEST)):
-        _remove(prev)  # the top level is complete (nothing had left it yet, or all arrived)
-        return "completed"
-    manifest = os.path.join(prev, _MANIFEST)
-    with open(manifest) as f:
-        old = json.load(f)
+        return "discarded" if staged else None
+    if not os.path.exists(os.path.join(prev, _MANIFEST)):
+        _remove(prev)  # nothing had left the top level yet: the previous version is intact
+        return "discarded"
+    old = _read_manifest(os.path.join(prev, _MANIFEST), entries)
+    if os.path.exists(os.path.join(directory, commit)):
+        # the commit entry leaves first and arrives last: if the old one had left, the one at
+        # the top is the new version, complete; if it had not, nothing had moved yet
+        arrived = commit not in old or os.path.lexists(os.path.join(prev, commit))
+        _remove(prev)
+        return "completed" if arrived else "discarded"
     # roll back: the top level holds at most part of the new version. Every step can be
     # repeated, so a kill during the roll-back is rolled back again by the next call.
     for name in entries:

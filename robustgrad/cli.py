@@ -113,7 +113,8 @@ def build_parser(load_commands: str | None = None) -> argparse.ArgumentParser:
         if name == load_commands:
             mod = _load(module)
             mod.add_arguments(p)
-            p.set_defaults(_run=mod.run, _validate=getattr(mod, "validate", None))
+            p.set_defaults(_run=mod.run, _validate=getattr(mod, "validate", None),
+                           _output_dir=getattr(mod, "output_dir", None))
     return parser
 
 
@@ -132,6 +133,31 @@ def _error(message: object) -> int:
     return EXIT_USAGE
 
 
+def _run_lock(args: argparse.Namespace):
+    """The :class:`robustgrad.rundir.RunLock` of the command's output directory (``--out``, or
+    what the command's ``output_dir(args)`` says), or None for a command that writes none."""
+    find = getattr(args, "_output_dir", None)
+    out = find(args) if find is not None else getattr(args, "out", None)
+    if not out:
+        return None
+    from robustgrad import rundir
+
+    return rundir.RunLock(out, "--out", command=f"robustgrad {args.command}")
+
+
+def _locked(step) -> None:
+    """Run a lock step; another live run, or a directory that cannot hold the lock, is a
+    :class:`UsageError` (one line)."""
+    from robustgrad import rundir
+
+    try:
+        step()
+    except (rundir.RunDirectoryLockedError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--out: cannot lock the output directory ({exc})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -144,12 +170,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.show_native_log:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
+        lock = _run_lock(args)
+        if lock is not None:  # a live run in --out: say so before any other check
+            _locked(lock.check)
         if args._validate is not None:
             args._validate(args)
-        from robustgrad.commands._startup import import_tensorflow
+        if lock is not None:
+            _locked(lock.acquire)
+            if lock.took_over:
+                print(f"robustgrad: {lock.took_over}", file=sys.stderr)
+        try:
+            from robustgrad.commands._startup import import_tensorflow
 
-        import_tensorflow(verbose=args.show_native_log)
-        return int(args._run(args) or 0)
+            import_tensorflow(verbose=args.show_native_log)
+            return int(args._run(args) or 0)
+        finally:
+            if lock is not None:
+                lock.release()
     except Exception as exc:
         if not is_user_error(exc) or os.environ.get("ROBUSTGRAD_DEBUG"):
             raise

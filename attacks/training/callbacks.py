@@ -20,6 +20,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from robustgrad import rundir
+
 from .._validate import check_eps, check_nonnegative, check_positive_int
 from ..norms import canonical_norm
 from .crafting import inference_logits, robust_correct
@@ -275,6 +277,8 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.checkpoint = tf.train.Checkpoint(model=trainer, optimizer=trainer.optimizer,
                                               epoch=self.epoch, batch=self.batch,
                                               metrics=self._metric_variables, **extra)
+        # the state file lists checkpoints the manager reads and deletes: only its own
+        rundir.check_checkpoint_state(directory)
         self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=max_to_keep)
 

@@ -66,7 +66,9 @@ def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) ->
         where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
         raise UsageError(f"{flag} {path}: not writable{where}")
     if os.path.isdir(path) and not overwrite:
-        entries = sorted(os.listdir(path))
+        from robustgrad.rundir import LOCK_FILE
+
+        entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)
         if entries:
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
             raise UsageError(f"{flag} {path}: exists and is not empty ({shown}); pass "

@@ -150,6 +150,11 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
     return out
 
 
+def output_dir(args: argparse.Namespace) -> str:
+    """The run directory: ``--out``, default ``runs/<algo>`` (locked for the run by the CLI)."""
+    return args.out or os.path.join("runs", args.algo)
+
+
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads): ``--seeds``."""
     from robustgrad.cli import UsageError
@@ -250,6 +255,12 @@ def run(args: argparse.Namespace) -> int:
         every = args.checkpoint_every if args.checkpoint_every is not None else max(
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
+        if args.resume:  # a crash inside a save: the new checkpoint or the old one, said
+            from agents.persistence import recover_checkpoint
+
+            recovered = recover_checkpoint(ckpt)
+            if recovered:
+                print(f"--resume: {ckpt}: {recovered}")
         resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
         changed, record = {}, []
         distributed = {"rollout_workers": args.rollout_workers, "ray_address": args.ray_address,

@@ -37,6 +37,7 @@ import re
 import shutil
 import time
 
+from robustgrad import rundir
 from robustgrad.cli import UsageError, user_errors
 from robustgrad.commands._classifier_history import prior_history, write_history
 from robustgrad.commands._classifier_run import final_report, mixed_precision_copy, setup_devices
@@ -298,6 +299,8 @@ def validate(args: argparse.Namespace) -> None:
         if not isinstance(saved, dict):
             raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
                              f"object), got {type(saved).__name__}")
+        with user_errors(ValueError, prefix="--resume: "):  # checkpoints/ names only its own
+            rundir.check_checkpoint_state(os.path.join(out, "checkpoints"))
         saved = _with_resolved(saved)
         _inherit_settings(args, saved)
         mine = _config_of(args)

@@ -1,5 +1,6 @@
 """Interrupting, killing and corrupting agents: nothing lost, nothing silent."""
 
+import json
 import os
 import signal
 import subprocess
@@ -154,3 +155,50 @@ def test_a_file_or_missing_directory_is_named(tmp_path):
     os.remove(os.path.join(path, "weights", "ckpt.index"))
     with pytest.raises(ValueError, match=r"has no weights \(missing weights/ckpt.index\)"):
         agents.load(path)
+
+
+# -- a loaded file never chooses where the program writes (issue 24, serious 1) ------------------
+
+
+def _plant_checkpoint_dir(path, value):
+    cfg_path = os.path.join(path, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["checkpoint_dir"] = value
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative"])
+def test_a_saved_checkpoint_dir_outside_the_agent_is_refused(tmp_path, where):
+    victim = _saved(tmp_path / "victim")  # another run, which must stay as it is
+    before = {n: os.path.getmtime(os.path.join(victim, n)) for n in os.listdir(victim)}
+    path = _saved(tmp_path)
+    _plant_checkpoint_dir(path, victim if where == "absolute" else "../victim/agent")
+    with pytest.raises(ValueError, match=r"agent/config.json: checkpoint_dir .* points outside "
+                                         r"the directory that holds it.*pass checkpoint_dir="):
+        agents.load(path)
+    # the caller may choose: then the file's value plays no part
+    agent = agents.load(path, checkpoint_dir=str(tmp_path / "mine"))
+    agent.learn(32, progress_bar=False)
+    assert os.path.exists(tmp_path / "mine" / "agent.json")
+    assert {n: os.path.getmtime(os.path.join(victim, n)) for n in os.listdir(victim)} == before
+
+
+def test_checkpoint_dir_is_saved_relative_and_follows_the_directory(tmp_path, monkeypatch):
+    ckpt = tmp_path / "run" / "checkpoint"
+    agents.PPO(checkpoint_dir=str(ckpt), **SMALL).learn(32, progress_bar=False)
+    assert json.loads((ckpt / "config.json").read_text())["checkpoint_dir"] == "."
+    agent = agents.PPO(checkpoint_dir=str(ckpt), **SMALL)
+    agent.save(tmp_path / "run")  # the final agent: its checkpoints are inside it
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["checkpoint_dir"] == \
+        "checkpoint"
+    agent.save(tmp_path / "elsewhere")  # checkpoints outside the saved directory: not recorded
+    assert json.loads((tmp_path / "elsewhere" / "config.json").read_text())[
+        "checkpoint_dir"] is None
+    # moved and loaded from another working directory, it checkpoints into its new place
+    os.rename(tmp_path / "run", tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    loaded = agents.load("checkpoint")
+    assert loaded.config.checkpoint_dir == "checkpoint"
+    assert agents.load(".").config.checkpoint_dir == "checkpoint"

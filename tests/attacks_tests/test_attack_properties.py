@@ -132,3 +132,33 @@ def test_l2_attacks_on_float64_inputs(name):
     x = np.full((2, 3), 0.5, np.float64)
     p = dict(x=x, eps=0.1, norm="l2", lo=0.0, hi=1.0, seed=0)
     _check_guarantees(p, ATTACKS[name](_model((3,)), x, np.array([0, 1]), p))
+
+
+ATTACKS_AND_SQUARE = {**ATTACKS, "square": lambda m, x, y, p: attacks.square(
+    m, x, y, eps=p["eps"], norm=p["norm"], clip_min=p["lo"], clip_max=p["hi"], steps=5,
+    seed=p["seed"])}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS_AND_SQUARE))
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_float16_outputs_stay_within_eps_of_x_exactly(name, norm):
+    """float16 rounding of the float32 result rounds toward x: no 0.1001 at eps 0.1."""
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 4, 4, 1)).astype(np.float16)
+    p = dict(eps=0.1, norm=norm, lo=-1.0, hi=2.0, seed=0)  # loose bounds: the budget binds
+    x_adv = ATTACKS_AND_SQUARE[name](_model((4, 4, 1)), x, rng.integers(0, 4, 64), p)
+    assert x_adv.dtype == np.float16
+    delta = (np.asarray(x_adv, np.float64) - x.astype(np.float64)).reshape(64, -1)
+    dist = np.abs(delta).max(1) if norm == "linf" else np.sqrt((delta ** 2).sum(1))
+    assert dist.max() <= 0.1 + 1e-6, dist.max()
+    assert dist.max() > 0.05  # the attack did move x
+
+
+def test_square_on_a_model_that_ignores_x_is_refused_like_the_others():
+    def constant(x, training=False):
+        return tf.zeros([tf.shape(x)[0], 4], tf.float32) + tf.constant([1.0, 0.0, 0.0, 0.0])
+
+    x = np.full((2, 4, 4, 1), 0.5, np.float32)
+    with pytest.raises(ValueError, match="does not depend on the input x|ignores x"):
+        attacks.square(constant, x, np.array([0, 1]), eps=0.1, clip_min=0.0, clip_max=1.0,
+                       steps=5, seed=0)

@@ -197,7 +197,7 @@ def test_cli_bad_npz_labels_and_probability_model(tmp_path, capsys, digits):
     _tiny_clf().save(m)
     rc = _cli("--data", str(npz), "--init-from", str(m), "--out", str(tmp_path / "a"),
               "--no-deterministic")
-    assert rc == 2 and "12 classes" in capsys.readouterr().err
+    assert rc == 2 and "y_train holds label 11, outside" in capsys.readouterr().err
     probs = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
                               keras.layers.Dense(10, activation="softmax")])
     pm = tmp_path / "p.keras"
@@ -208,6 +208,33 @@ def test_cli_bad_npz_labels_and_probability_model(tmp_path, capsys, digits):
     np.savez(bad, x_train=digits.x_train)
     rc = _cli("--data", str(bad), "--out", str(tmp_path / "c"), "--no-deterministic")
     assert rc == 2 and "y_train" in capsys.readouterr().err
+
+
+def test_a_stray_training_label_is_refused_not_a_bigger_model(tmp_path, capsys, digits):
+    npz = tmp_path / "d.npz"
+    y_tr = digits.y_train.copy()
+    y_tr[5] = 12  # one stray label: 10 test classes
+    arrays = dict(x_train=digits.x_train, y_train=y_tr, x_test=digits.x_test,
+                  y_test=digits.y_test)
+    np.savez(npz, **arrays)
+    message = (f"--data {npz}: y_train holds label 12, outside the classes of y_test (labels "
+               "0-9); fix the labels, or declare num_classes in the file")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_dataset(str(npz))
+    out = tmp_path / "run"
+    rc = _cli("--data", str(npz), "--out", str(out), "--epochs", "1", "--no-deterministic")
+    assert rc == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+    # the rule is the declared num_classes when the file has one
+    np.savez(npz, num_classes=13, **arrays)
+    assert load_dataset(str(npz)).num_classes == 13
+    np.savez(npz, num_classes=12, **arrays)
+    with pytest.raises(ValueError, match="y_train holds label 12, outside the num_classes the "
+                                         r"file declares \(labels 0-11\)"):
+        load_dataset(str(npz))
+    np.savez(npz, num_classes=np.array([1.5]), **arrays)
+    with pytest.raises(ValueError, match="num_classes must be one integer >= 1, got"):
+        load_dataset(str(npz))
 
 
 def test_cli_existing_output_and_resume_mismatch(tmp_path, capsys):

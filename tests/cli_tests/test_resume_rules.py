@@ -99,3 +99,53 @@ def test_train_classifier_resume_refuses_then_overrides(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main([*CLF, "--out", str(tmp_path / "new"), "--override", "epochs"]) == 2
     assert _error_line(capsys).startswith("robustgrad: error: --override: only with --resume")
+
+
+def test_train_agent_resumes_whatever_a_crash_inside_a_save_left(tmp_path, capsys):
+    """kill -9 at each step of a checkpoint switch, simulated by copying the run directory at
+    that step (what a kill leaves on disk): --resume continues from the new checkpoint or the
+    old one, and says which, never from step 0 (issue 24, serious 2)."""
+    import shutil
+
+    import agents
+    from robustgrad import atomic
+
+    out = str(tmp_path / "run")
+    assert cli.main([*AGENT, "--steps", "64", "--out", out]) == 0
+    ckpt = os.path.join(out, "checkpoint")
+    agent = agents.load(ckpt, checkpoint_dir=None)
+    agent.learn(32, progress_bar=False)  # the new checkpoint: 96 steps, the old one holds 64
+    snapshots = []
+
+    def snapshot(stage):
+        snapshots.append((stage, str(tmp_path / f"{len(snapshots)}")))
+        shutil.copytree(out, snapshots[-1][1], symlinks=True)
+
+    saved_fault_point = atomic._fault_point
+    atomic._fault_point = snapshot
+    try:
+        agent.save(ckpt)
+    finally:
+        atomic._fault_point = saved_fault_point
+    assert [s for s, _ in snapshots] == [
+        "staged", "manifest", "moved out agent.json", "moved out weights",
+        "moved out config.json", "moved in weights", "moved in config.json",
+        "moved in agent.json", "done"]
+    capsys.readouterr()
+    for stage, directory in snapshots:
+        assert cli.main([*AGENT, "--steps", "128", "--out", directory, "--resume"]) == 0, stage
+        lines = capsys.readouterr().out.splitlines()
+        new = stage in ("moved in agent.json", "done")
+        assert f"resuming PPO on CartPole-v1: {96 if new else 64} -> 128 steps" in "\n".join(
+            lines), (stage, lines)
+        said = [line for line in lines if line.startswith("--resume: ")]
+        if stage == "done":
+            assert said == []
+        elif new:
+            assert said == [f"--resume: {directory}/checkpoint: a save was interrupted once the "
+                            "new checkpoint was complete: resuming the new checkpoint (step 96)"]
+        else:
+            assert said == [f"--resume: {directory}/checkpoint: a save was interrupted before "
+                            "the new checkpoint was complete: resuming the previous checkpoint "
+                            "(step 64)"], (stage, said)
+        assert int(agents.load(directory).num_timesteps.numpy()) == 128

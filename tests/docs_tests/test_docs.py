@@ -151,3 +151,17 @@ def test_site_builds_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page = (tmp_path / "site" / "reference" / "attacks.html").read_text()
     assert "projected_gradient_descent" in page and "fonts.googleapis" not in page
+    assert not (tmp_path / "site" / "_ext").exists()  # the build's extension is not published
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="mkdocs not installed (pip install -e '.[docs]')")
+def test_site_publishes_pages_not_the_build_extension(monkeypatch):
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
+    files = {f.src_uri: f for f in get_files(load_config(str(ROOT / "mkdocs.yml")))}
+    assert files["_ext/doctest_fences.py"].inclusion.is_excluded()
+    assert not files["what-happens-when.md"].inclusion.is_excluded()

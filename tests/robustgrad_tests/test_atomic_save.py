@@ -117,3 +117,53 @@ def test_writer_without_commit_entry_changes_nothing(tmp_path):
         atomic.write_entries(d, ["a.json"], lambda s: None, commit="a.json")
     assert json.load(open(os.path.join(d, "a.json"))) == 1
     assert os.listdir(d) == ["a.json"]
+
+
+def test_a_hostile_manifest_never_moves_or_deletes_outside_the_directory(tmp_path):
+    # an interrupted save whose manifest (a file in the user's directory) names "../victim"
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    d = tmp_path / "agent"
+    (d / atomic.PREVIOUS).mkdir(parents=True)
+    (d / "victim").write_text("planted")  # what a switch would have moved "back" over it
+    (d / atomic.PREVIOUS / ".manifest.json").write_text(json.dumps(["../victim", "config.json"]))
+    (d / atomic.PREVIOUS / "config.json").write_text("old")
+    assert atomic.recover(str(d), ENTRIES, "agent.json") == "rolled back"
+    assert victim.read_text() == "precious"
+    assert sorted(os.listdir(d)) == ["config.json", "victim"]  # only an entry came back
+
+
+def test_a_previous_that_is_a_symbolic_link_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ".manifest.json").write_text(json.dumps(["config.json"]))
+    (elsewhere / "config.json").write_text("someone else's")
+    d = tmp_path / "agent"
+    d.mkdir()
+    os.symlink(elsewhere, d / atomic.PREVIOUS)
+    with pytest.raises(ValueError, match=r"\.previous is a symbolic link; refusing"):
+        atomic.recover(str(d), ENTRIES, "agent.json")
+    assert (elsewhere / "config.json").read_text() == "someone else's"
+
+
+@pytest.mark.parametrize("content,message", [("{broken", "cannot be read as the manifest"),
+                                             ('{"a": 1}', "expected a JSON list")])
+def test_a_corrupt_manifest_is_one_clear_error(tmp_path, content, message):
+    d = tmp_path / "agent"
+    (d / atomic.PREVIOUS).mkdir(parents=True)
+    (d / atomic.PREVIOUS / ".manifest.json").write_text(content)
+    with pytest.raises(ValueError, match=message):
+        atomic.recover(str(d), ENTRIES, "agent.json")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_recover_says_which_version_a_kill_left(tmp_path, stage):
+    d = str(tmp_path / "ckpt")
+    assert _run(d, "v1") == 0
+    assert _run(d, "v2", kill_at=stage) == 9
+    outcome = atomic.recover(d, ENTRIES, "agent.json")
+    version = _version(d)
+    expected = {"staged": "discarded", "manifest": "discarded", "moved in agent.json": "completed",
+                "done": None}.get(stage, "rolled back")
+    assert outcome == expected
+    assert version == ("v2" if outcome in ("completed", None) else "v1")
