@@ -7,7 +7,9 @@ Bound propagation is the core's third way through a model, beside ``grad``/``vjp
 - ``"crown"`` -- CROWN (Zhang et al. 2018, "Efficient Neural Network Robustness Certification with
   General Activation Functions"): a backward pass of linear bounds through the layers (a VJP of
   linear relaxations), with the adaptive lower slope for unstable ReLUs; the pre-activation bounds
-  of every ReLU are computed by CROWN too (the definition of auto_LiRPA's method ``"CROWN"``).
+  of every ReLU are computed by CROWN too (the definition of auto_LiRPA's method ``"CROWN"``),
+  intersected with IBP's (both are sound), and only for the neurons IBP cannot prove stable (a
+  stable ReLU's relaxation is exact whatever its bounds).
 - ``"crown-ibp"`` -- CROWN-IBP (Zhang et al. 2020, "Towards Stable and Efficient Training of
   Verifiably Robust Neural Networks"): IBP for the intermediate bounds, CROWN for the last layer.
 
