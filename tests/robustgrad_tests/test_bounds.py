@@ -492,3 +492,25 @@ def test_bounds_equal_an_independent_numpy_implementation(depth, method):
         zl, zu = _numpy_mlp_bounds(weights[:1], xl, xu, "ibp")
         unstable += int(np.sum((zl < 0) & (zu > 0)))
     assert unstable > 0  # the relaxations were exercised
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bounds_run_inside_a_tf_function_and_differentiate_to_the_weights(method):
+    # what certified training needs: the margin bounds as a loss, in graph mode, with gradients
+    model = conv_residual_model()
+    x = tf.constant(_box((6, 6, 2), eps=0.0, batch=4)[0])
+    spec = margin_spec([0, 1, 2, 3], 4)
+    bounded = BoundedModel(model)
+
+    @tf.function
+    def loss_and_grads(x):
+        with tf.GradientTape() as tape:
+            lb, _ = bounded.bounds(x - 0.05, x + 0.05, method, spec, batch_size=None)
+            loss = -tf.reduce_mean(lb)
+        return lb, tape.gradient(loss, model.trainable_variables)
+
+    lb, grads = loss_and_grads(x)
+    eager_lb, _ = compute_bounds(model, x - 0.05, x + 0.05, method=method, C=spec)
+    np.testing.assert_allclose(lb, eager_lb, rtol=1e-5, atol=1e-5)
+    assert all(g is not None for g in grads)
+    assert sum(float(tf.reduce_sum(tf.abs(g))) for g in grads) > 0
