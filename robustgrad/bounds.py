@@ -7,7 +7,9 @@ Bound propagation is the core's third way through a model, beside ``grad``/``vjp
 - ``"crown"`` -- CROWN (Zhang et al. 2018, "Efficient Neural Network Robustness Certification with
   General Activation Functions"): a backward pass of linear bounds through the layers (a VJP of
   linear relaxations), with the adaptive lower slope for unstable ReLUs; the pre-activation bounds
-  of every ReLU are computed by CROWN too (the definition of auto_LiRPA's method ``"CROWN"``).
+  of every ReLU are computed by CROWN too (the definition of auto_LiRPA's method ``"CROWN"``),
+  intersected with IBP's (both are sound), and only for the neurons IBP cannot prove stable (a
+  stable ReLU's relaxation is exact whatever its bounds).
 - ``"crown-ibp"`` -- CROWN-IBP (Zhang et al. 2020, "Towards Stable and Efficient Training of
   Verifiably Robust Neural Networks"): IBP for the intermediate bounds, CROWN for the last layer.
 
@@ -50,6 +52,9 @@ METHODS = ("ibp", "crown", "crown-ibp")
 # Largest number of elements one linear-coefficient tensor [B, S, *shape] may hold before the
 # specification rows of an intermediate layer are processed in chunks (64 MB in float32).
 _COEFFICIENT_BUDGET = 2 ** 24
+# Fewest identity rows per chunk of an intermediate layer's CROWN pass (a layer of n elements is
+# done in chunks of max(_MIN_ROWS, n / 8) rows, so that mostly-stable layers cost a fraction).
+_MIN_ROWS = 16
 
 
 # ----------------------------------------------------------------------------------------------
@@ -565,6 +570,7 @@ class BoundedModel:
         self._graph = _Graph(model)
         self.name = getattr(model, "name", "model")
         self._fn = tf.function(self._bounds, jit_compile=bool(jit_compile), autograph=False)
+        self._output_shapes: dict = {}
 
     # -- the compiled function -------------------------------------------------------------
     def _bounds(self, lower, upper, spec, ball, method):
@@ -616,34 +622,41 @@ class BoundedModel:
         return node
 
     def _node_bounds(self, node, pre, boxes, shapes, ball, dtype):
-        """CROWN bounds of every element of ``node``, the identity spec in chunks of rows."""
+        """CROWN bounds of the elements of ``node``, intersected with IBP's (both are sound).
+
+        Only the elements IBP cannot prove stable get a CROWN pass (a stable ReLU's relaxation is
+        exact whatever its bounds): per example, the unstable elements first, as identity rows
+        in chunks of ``rows`` inside one ``tf.while_loop`` that stops after the last example's
+        last unstable element; no chunk's coefficients exceed ``_COEFFICIENT_BUDGET``."""
         shape = shapes[node]
         n = math.prod(shape)
         batch = boxes[0][0].shape[0]
         widest = max(math.prod(shapes[i]) for i in range(node + 1))
-        rows = max(1, min(n, _COEFFICIENT_BUDGET // max(1, batch * widest)))
+        budget_rows = max(1, _COEFFICIENT_BUDGET // max(1, batch * widest))
+        rows = max(1, min(n, budget_rows, max(_MIN_ROWS, -(-n // 8))))
+        ibp_lo, ibp_hi = (tf.reshape(t, [batch, n]) for t in boxes[node])
+        unstable = (ibp_lo < 0) & (ibp_hi > 0)
+        order = tf.argsort(tf.cast(~unstable, tf.int32), axis=1, stable=True)  # unstable first
+        needed = tf.reduce_max(tf.reduce_sum(tf.cast(unstable, tf.int32), axis=1))
+        chunks = (needed + rows - 1) // rows
+        n_pad = -(-n // rows) * rows
+        order = tf.pad(order, [[0, 0], [0, n_pad - n]], constant_values=n)  # n: a spare column
+        rows_of = tf.broadcast_to(tf.range(batch)[:, None], [batch, rows])
 
-        def chunk_bounds(start):
-            idx = start + tf.range(rows)
-            spec = tf.one_hot(idx, n, dtype=dtype)  # rows past n are zero rows, cut below
-            spec = tf.broadcast_to(tf.reshape(spec, [1, rows, *shape]), [batch, rows, *shape])
-            return self._backward(node, spec, pre, boxes, shapes, stop=0, ball=ball, dtype=dtype)
+        def body(k, lo_acc, hi_acc):
+            idx = tf.slice(order, tf.stack([0, k * rows]), [batch, rows])
+            spec = tf.reshape(tf.one_hot(idx, n, dtype=dtype), [batch, rows, *shape])
+            lo_k, hi_k = self._backward(node, spec, pre, boxes, shapes, stop=0, ball=ball,
+                                        dtype=dtype)
+            where = tf.stack([rows_of, idx], axis=-1)
+            return (k + 1, tf.tensor_scatter_nd_update(lo_acc, where, lo_k),
+                    tf.tensor_scatter_nd_update(hi_acc, where, hi_k))
 
-        if rows >= n:
-            lo, hi = chunk_bounds(0)
-        else:
-            chunks = -(-n // rows)
-
-            def body(k, los, his):
-                lo_k, hi_k = chunk_bounds(k * rows)
-                return k + 1, los.write(k, lo_k), his.write(k, hi_k)
-
-            arrays = [tf.TensorArray(dtype, size=chunks, element_shape=[batch, rows])
-                      for _ in range(2)]
-            _, los, his = tf.while_loop(lambda k, *_: k < chunks, body,
-                                        [tf.constant(0), *arrays])
-            lo = tf.reshape(tf.transpose(los.stack(), [1, 0, 2]), [batch, -1])[:, :n]
-            hi = tf.reshape(tf.transpose(his.stack(), [1, 0, 2]), [batch, -1])[:, :n]
+        spare = tf.zeros([batch, 1], dtype)
+        init = [tf.constant(0), tf.concat([ibp_lo, spare], 1), tf.concat([ibp_hi, spare], 1)]
+        _, lo, hi = tf.while_loop(lambda k, *_: k < chunks, body, init)
+        lo = tf.maximum(lo[:, :n], ibp_lo)
+        hi = tf.minimum(hi[:, :n], ibp_hi)
         return tf.reshape(lo, [batch, *shape]), tf.reshape(hi, [batch, *shape])
 
     def _backward(self, target, spec, pre, boxes, shapes, *, stop, ball, dtype):
@@ -708,8 +721,11 @@ class BoundedModel:
     def output_shape(self, lower: Any) -> tuple:
         """The per-example output shape for inputs shaped like ``lower`` [B, ...]."""
         one = tf.convert_to_tensor(lower)[:1]
-        boxes = self._interval_pass(one, one, one.dtype)
-        return tuple(boxes[self._graph.output][0].shape[1:])
+        key = (tuple(one.shape[1:]), one.dtype)
+        if key not in self._output_shapes:
+            boxes = self._interval_pass(one, one, one.dtype)
+            self._output_shapes[key] = tuple(boxes[self._graph.output][0].shape[1:])
+        return self._output_shapes[key]
 
     def _check_spec(self, spec, lower):
         c = tf.convert_to_tensor(spec)
@@ -723,7 +739,7 @@ class BoundedModel:
                 c.shape[1] == 0:
             raise ValueError(f"C must have shape [B, S, num_outputs] = [{lower.shape[0]}, S >= 1, "
                              f"{n_out}] for this model and batch, got {list(c.shape)}")
-        if not bool(tf.reduce_all(tf.math.is_finite(c))):
+        if hasattr(c, "numpy") and not np.all(np.isfinite(c.numpy())):
             raise ValueError("C contains NaN or Inf values")
         return tf.reshape(c, [c.shape[0], c.shape[1], *out_shape])
 
@@ -740,7 +756,7 @@ def _check_box(lower, upper):
         if t.shape.rank is None or t.shape.rank < 2 or t.shape[0] == 0:
             raise ValueError(f"{name} must be a non-empty batch [B, ...] (rank >= 2), got shape "
                              f"{list(t.shape)}")
-        if not bool(tf.reduce_all(tf.math.is_finite(t))):
+        if hasattr(t, "numpy") and not np.all(np.isfinite(t.numpy())):
             raise ValueError(f"{name} contains NaN or Inf values")
         if name == "lower":
             lo = t
@@ -752,10 +768,13 @@ def _check_box(lower, upper):
     if lo.dtype != hi.dtype:
         raise ValueError(f"lower and upper must have the same dtype, got {lo.dtype.name} and "
                          f"{hi.dtype.name}")
-    bad = tf.reduce_sum(tf.cast(lo > hi, tf.int32))
-    if int(bad):
-        gap = float(tf.reduce_max(lo - hi))
-        raise ValueError(f"lower must be <= upper everywhere; {int(bad)} entries have lower > upper "
+    if not (hasattr(lo, "numpy") and hasattr(hi, "numpy")):  # symbolic: checked by the caller
+        return lo, hi
+    excess = lo.numpy() - hi.numpy()
+    bad = int(np.sum(excess > 0))
+    if bad:
+        gap = float(excess.max())
+        raise ValueError(f"lower must be <= upper everywhere; {bad} entries have lower > upper "
                          f"(largest excess {gap:.3g})")
     return lo, hi
 

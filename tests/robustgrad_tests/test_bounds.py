@@ -409,3 +409,108 @@ def test_bad_arguments_raise_before_any_work():
         compute_ball_bounds(model, lo + 5, 0.1, clip_min=0.0, clip_max=1.0)
     with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         compute_bounds(model, lo, hi, batch_size=0)
+
+
+# -- agreement with a second implementation ---------------------------------------------------
+
+def _numpy_relaxation(lo, hi):
+    unstable = (lo < 0) & (hi > 0)
+    width = np.where(unstable, hi - lo, 1.0)
+    up = np.where(unstable, hi / width, (lo >= 0).astype(float))
+    up_int = np.where(unstable, -lo * hi / width, 0.0)
+    low = np.where(unstable, (hi > -lo).astype(float), (lo >= 0).astype(float))
+    return low, up, up_int
+
+
+def _numpy_mlp_bounds(weights, xl, xu, method):
+    """IBP / CROWN / CROWN-IBP of one example through ReLU MLP layers [(W, b), ...], written
+    from the papers' matrix form (Zhang et al. 2018, Theorem 3.2) in float64, one layer's
+    pre-activation bounds after another; CROWN's hidden bounds intersected with IBP's, as the
+    engine does."""
+    def ibp_layer(lo, hi, w, b):
+        mid, rad = (lo + hi) / 2, (hi - lo) / 2
+        return mid @ w + b - rad @ np.abs(w), mid @ w + b + rad @ np.abs(w)
+
+    def crown(k, pre):  # bounds of z_k (k 0-based) from the relaxations of z_0 .. z_{k-1}
+        w, b = weights[k]
+        a_lo, a_hi = w.T.copy(), w.T.copy()            # rows: outputs; columns: a_{k-1}
+        c_lo, c_hi = b.copy(), b.copy()
+        for j in range(k - 1, -1, -1):
+            low, up, up_int = _numpy_relaxation(*pre[j])
+            pos, neg = np.maximum(a_lo, 0), np.minimum(a_lo, 0)
+            c_lo = c_lo + neg @ up_int
+            a_lo = pos * low + neg * up
+            pos, neg = np.maximum(a_hi, 0), np.minimum(a_hi, 0)
+            c_hi = c_hi + pos @ up_int
+            a_hi = pos * up + neg * low
+            wj, bj = weights[j]
+            c_lo, c_hi = c_lo + a_lo @ bj, c_hi + a_hi @ bj
+            a_lo, a_hi = a_lo @ wj.T, a_hi @ wj.T
+        lo = np.maximum(a_lo, 0) @ xl + np.minimum(a_lo, 0) @ xu + c_lo
+        hi = np.maximum(a_hi, 0) @ xu + np.minimum(a_hi, 0) @ xl + c_hi
+        return lo, hi
+
+    ibp, lo, hi = [], xl, xu
+    for w, b in weights:
+        zl, zu = ibp_layer(lo, hi, w, b)
+        ibp.append((zl, zu))
+        lo, hi = np.maximum(zl, 0), np.maximum(zu, 0)
+    if method == "ibp":
+        return ibp[-1]
+    pre = []
+    for k in range(len(weights) - 1):
+        if method == "crown-ibp" or k == 0:
+            pre.append(ibp[k])
+        else:
+            c_lo, c_hi = crown(k, pre)
+            pre.append((np.maximum(c_lo, ibp[k][0]), np.minimum(c_hi, ibp[k][1])))
+    return crown(len(weights) - 1, pre)
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+@pytest.mark.parametrize("method", METHODS)
+def test_bounds_equal_an_independent_numpy_implementation(depth, method):
+    keras.utils.set_random_seed(depth)
+    model = keras.Sequential([keras.Input((5,))]
+                             + [L.Dense(12, activation="relu") for _ in range(depth)]
+                             + [L.Dense(4)])
+    _randomize(model, seed=depth)
+    for layer in model.layers:  # non-zero biases
+        w, b = layer.get_weights()
+        layer.set_weights([w, np.random.default_rng(1).normal(0, 0.3, b.shape).astype("float32")])
+    weights = [tuple(v.astype(np.float64) for v in layer.get_weights()) for layer in model.layers]
+    lower, upper = _box((5,), eps=0.2, batch=6, seed=depth)
+    lb, ub = compute_bounds(model, lower.astype(np.float64), upper.astype(np.float64),
+                            method=method)
+    unstable = 0
+    for i in range(6):
+        ref_lo, ref_hi = _numpy_mlp_bounds(weights, lower[i].astype(np.float64),
+                                           upper[i].astype(np.float64), method)
+        np.testing.assert_allclose(lb[i], ref_lo, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(ub[i], ref_hi, rtol=1e-9, atol=1e-9)
+        xl, xu = lower[i].astype(np.float64), upper[i].astype(np.float64)
+        zl, zu = _numpy_mlp_bounds(weights[:1], xl, xu, "ibp")
+        unstable += int(np.sum((zl < 0) & (zu > 0)))
+    assert unstable > 0  # the relaxations were exercised
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bounds_run_inside_a_tf_function_and_differentiate_to_the_weights(method):
+    # what certified training needs: the margin bounds as a loss, in graph mode, with gradients
+    model = conv_residual_model()
+    x = tf.constant(_box((6, 6, 2), eps=0.0, batch=4)[0])
+    spec = margin_spec([0, 1, 2, 3], 4)
+    bounded = BoundedModel(model)
+
+    @tf.function
+    def loss_and_grads(x):
+        with tf.GradientTape() as tape:
+            lb, _ = bounded.bounds(x - 0.05, x + 0.05, method, spec, batch_size=None)
+            loss = -tf.reduce_mean(lb)
+        return lb, tape.gradient(loss, model.trainable_variables)
+
+    lb, grads = loss_and_grads(x)
+    eager_lb, _ = compute_bounds(model, x - 0.05, x + 0.05, method=method, C=spec)
+    np.testing.assert_allclose(lb, eager_lb, rtol=1e-5, atol=1e-5)
+    assert all(g is not None for g in grads)
+    assert sum(float(tf.reduce_sum(tf.abs(g))) for g in grads) > 0
