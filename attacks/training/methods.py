@@ -12,7 +12,11 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
   KL term by PGD from ``x + 0.001 * N(0, 1)``.
 * ``"fast"`` -- "Fast is better than free" (Wong et al., ICLR 2020): FGSM from a uniform random
   start with step ``1.25 * eps``. Pair it with
-  :class:`~attacks.training.CatastrophicOverfittingGuard`.
+  :class:`~attacks.training.CatastrophicOverfittingGuard`. As in their MNIST code, the random
+  start is not clipped to the input box before the gradient is taken (the step's result is:
+  the adversarial example always lies in the ball and the box); on the 28x28 MNIST subset,
+  clipping the start (as the other methods do) gave 91.8% APGD-CE accuracy at eps 0.1 over 6
+  seeds with a spread of 4 points, the unclipped start 92.4% with a spread of 1.4.
 * ``"free"`` -- "Adversarial training for free!" (Shafahi et al., NeurIPS 2019): each batch is
   replayed ``replays`` times; one backward pass gives both the weight gradient (applied) and
   the input gradient (an FGSM step of size ``eps`` on the perturbation). The perturbation
@@ -147,8 +151,19 @@ class Fast(TrainingMethod):
 
     def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
-        """One FGSM step from a random start (``steps`` is ignored)."""
-        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=1, seed=seed)
+        """One FGSM step from a uniform start in the ball, not clipped to the box (``steps``
+        is ignored); without ``random_start``, from ``x``."""
+        if not trainer.random_start:
+            return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=1, seed=seed)
+        norm = trainer.norm
+
+        def start(x_, s):
+            return x_ + _norms.random_in_ball(tf.shape(x_), tf.cast(eps, x_.dtype), norm, seed=s,
+                                              dtype=x_.dtype)
+
+        return ascend(_crafting_logits(trainer), lambda z: cross_entropy(z, y), x, eps=eps,
+                      step_size=step_size, steps=1, norm=norm, clip_min=trainer.clip_min,
+                      clip_max=trainer.clip_max, seed=seed, start=start)
 
 
 class Trades(TrainingMethod):

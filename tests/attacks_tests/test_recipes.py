@@ -422,3 +422,23 @@ def test_cli_ema_saves_the_average(tmp_path, capsys):
     assert cli_main(["train-classifier", "--out", str(tmp_path / "x"), "--ema", "0.9",
                      "--early-stop"]) == 2
     assert "--ema and --early-stop" in capsys.readouterr().err
+
+
+def test_fast_start_is_not_clipped_to_the_box_but_the_result_is():
+    """fast takes its FGSM gradient at x + U(-eps, eps) without clipping to the box (Wong et
+    al.'s MNIST code); the adversarial example it returns lies in the ball and the box."""
+    seen = []
+
+    def model(z, training=False):
+        seen.append(z)
+        return tf.concat([tf.reduce_sum(z, axis=[1, 2, 3])[:, None], tf.zeros([tf.shape(z)[0], 1])],
+                         axis=1)
+
+    clf = training.make_classifier((4, 4, 1), 2, width=1)
+    tr = training.AdversarialTrainer(clf, method="fast", eps=0.3)
+    tr.model = model  # the method calls trainer.model through _logits
+    x = tf.zeros([64, 4, 4, 1])  # every pixel on the lower bound
+    x_adv = tr.craft(x, tf.ones([64], tf.int32), seed=tf.constant([1, 2]))
+    start = seen[0]
+    assert float(tf.reduce_min(start)) < -0.2  # outside the box [0, 1]
+    assert float(tf.reduce_min(x_adv)) >= 0.0 and float(tf.reduce_max(x_adv)) <= 0.3 + 1e-6
