@@ -446,3 +446,13 @@ class APGD(Attack):
     norms = ("linf", "l2", "l1")
     supports_early_stop = True
     _run = staticmethod(_apgd_run)
+
+    def check_num_classes(self, num_classes: int) -> None:
+        """DLR needs 3 classes (4 targeted, and for APGD-T): raise before any work."""
+        targeted_dlr = self.config.get("n_target_classes") is not None or (
+            self.config.get("targeted") and self.config.get("objective") == "dlr")
+        if self.config.get("objective") == "dlr" or targeted_dlr:
+            needed = 4 if targeted_dlr else 3
+            if num_classes < needed:
+                raise ValueError(f"objective: {'targeted ' if targeted_dlr else ''}DLR needs at "
+                                 f"least {needed} classes, the model has {num_classes}")

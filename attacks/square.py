@@ -44,9 +44,17 @@ from .norms import canonical_norm, clip_to_bounds, project
 __all__ = ["square", "Square"]
 
 
-def p_schedule(p_init: float | None, it: int, n_iters: int) -> float:
-    """The fraction of pixels changed at iteration ``it`` (paper's schedule, rescaled)."""
-    it = int(it / n_iters * 10000)
+def p_schedule(p_init: float | None, it: int, n_iters: int, rescale: bool = True) -> float:
+    """The fraction of pixels changed at iteration ``it``: the paper's schedule (halvings after
+    iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000), stretched to ``n_iters`` as if
+    it were 10000 when ``rescale``, at its own iteration counts otherwise (AutoAttack's
+    ``resc_schedule=False``).
+
+    >>> p_schedule(0.8, 30, 5000), p_schedule(0.8, 30, 5000, rescale=False)
+    (0.2, 0.4)
+    """
+    if rescale:
+        it = int(it / n_iters * 10000)
     for bound, div in ((8000, 512), (6000, 256), (4000, 128), (2000, 64), (1000, 32),
                        (500, 16), (200, 8), (50, 4), (10, 2)):
         if it > bound:
@@ -95,14 +103,15 @@ def _l2_init_pattern(h, w):
     return pattern, tiles, max(n, 1)
 
 
-def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile):
+def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile,
+           rescale_schedule=True):
     model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     n_steps = int(steps)
     _, h, w, c = p.x.shape
     # per-iteration window sizes (static schedule), for L∞ and L2
     sizes = []
     for i in range(n_steps):
-        pi = p_schedule(p_init, i, n_steps)
+        pi = p_schedule(p_init, i, n_steps, rescale_schedule)
         if norm == "linf":
             s = int(round(math.sqrt(pi * h * w)))
             s = min(max(s, 1), h - 1 if h > 1 else 1)
@@ -221,7 +230,7 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
 @tf.autograph.experimental.do_not_convert
 def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
                 targeted=False, seed=None, steps=1000, p_init=None, early_stop=True,
-                training=False, jit_compile=False, batch_size=None):
+                training=False, jit_compile=False, batch_size=None, rescale_schedule=True):
     norm = canonical_norm(norm)
     if norm not in ("linf", "l2"):
         raise ValueError(f"norm: square supports 'linf' and 'l2', got {norm!r}")
@@ -234,7 +243,7 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
                           clip_max=clip_max if np.ndim(clip_max) == 0 else np.asarray(clip_max)[..., None],
                           targeted=targeted, seed=seed, steps=steps, p_init=p_init,
                           early_stop=early_stop, training=training, jit_compile=jit_compile,
-                          batch_size=batch_size)
+                          batch_size=batch_size, rescale_schedule=rescale_schedule)
         out.x_adv = out.x_adv[..., 0]
         return out
     if rank != 4:
@@ -248,11 +257,12 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
     if not p.x.shape[1:].is_fully_defined():
         raise ValueError("x: square needs a static image shape")
     cfg = ("square", norm, int(steps), float(p_init), bool(targeted), bool(early_stop),
-           bool(jit_compile))
+           bool(jit_compile), bool(rescale_schedule))
     key = p.key + cfg + spec_key((p.x, p.y)) + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,
                                              p_init=float(p_init), targeted=targeted,
-                                             early_stop=early_stop, jit_compile=jit_compile))
+                                             early_stop=early_stop, jit_compile=jit_compile,
+                                             rescale_schedule=bool(rescale_schedule)))
     eps_t, seed_t = tf.cast(eps, p.x.dtype), seed_tensor(seed)
 
     def attack_chunk(xc, yc, ytc, k):
@@ -268,18 +278,21 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
 def square(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any, clip_max: Any,
            targeted: bool = False, seed: Any = None, steps: int = 1000, p_init: float | None = None,
            early_stop: bool = True, training: Any = False, jit_compile: bool = False,
-           batch_size: int | None = None) -> tf.Tensor:
+           batch_size: int | None = None, rescale_schedule: bool = True) -> tf.Tensor:
     """Square Attack (L∞ or L2), gradient-free; returns ``x_adv``.
 
     ``steps`` is the query budget per example (one forward pass each); ``p_init`` the initial
     fraction of pixels per window (0.05 for L∞, 0.1 for L2 by default). ``batch_size`` (default
     1024) examples per compiled call; chunk ``k`` of a larger ``x`` searches with the seed
     ``stateless_fold_in(seed, k)`` (reproducible per ``(seed, batch_size)``).
+    ``rescale_schedule=False`` keeps the window schedule at the paper's iteration counts
+    whatever ``steps`` is (:func:`p_schedule`); AutoAttack runs Square with ``steps=5000``,
+    ``p_init=0.8`` and no rescaling.
     """
     return _square_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                        targeted=targeted, seed=seed, steps=steps, p_init=p_init,
                        early_stop=early_stop, training=training, jit_compile=jit_compile,
-                       batch_size=batch_size).x_adv
+                       batch_size=batch_size, rescale_schedule=rescale_schedule).x_adv
 
 
 class Square(Attack):
