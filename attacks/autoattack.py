@@ -20,10 +20,10 @@ name               norm    components, in order
                            ``p_init = 0.8``, schedule not rescaled)
 ``autoattack``     L1      ``apgd-ce`` (5 restarts), ``apgd-t`` (5 target classes), both with
                            the 3/2/1 x eps schedule (``use_largereps``), ``fab-t`` (9 target
-                           classes); the reference's L1 Square is not implemented here
+                           classes), ``square`` (L1, as above)
 ``autoattack-plus`` all    ``apgd-ce`` (5 restarts), ``apgd-dlr`` (5 restarts), ``fab``
-                           (5 restarts, from distance eps / 2), ``square`` (5000 queries;
-                           L∞/L2 only here), ``apgd-t`` (9 target classes), ``fab-t``
+                           (5 restarts, from distance eps / 2), ``square`` (5000 queries),
+                           ``apgd-t`` (9 target classes), ``fab-t``
                            (9 target classes); no eps schedule for L1 (the reference's
                            ``plus`` does not set it, and flags L1 as unchecked)
 ``autoattack-rand`` all    ``apgd-ce``, ``apgd-dlr``, 1 restart each, every gradient averaged
@@ -54,8 +54,7 @@ from .square import Square
 __all__ = ["AUTOATTACK_VERSIONS", "autoattack_attacks"]
 
 AUTOATTACK_VERSIONS: dict[str, str] = {
-    "autoattack": "AutoAttack standard: apgd-ce, apgd-t, fab-t, square5000 (L-inf, L2; L1 "
-                  "without square)",
+    "autoattack": "AutoAttack standard: apgd-ce, apgd-t, fab-t, square5000 (L-inf, L2, L1)",
     "autoattack-plus": "AutoAttack plus: apgd-ce, apgd-dlr, fab (5 restarts each), square, "
                        "apgd-t, fab-t",
     "autoattack-rand": "AutoAttack rand, for randomised models: apgd-ce, apgd-dlr with "
@@ -90,9 +89,8 @@ def autoattack_attacks(version: str = "autoattack", norm: str = "linf") -> list[
             ("apgd-ce", APGD(objective="ce", steps=_STEPS, restarts=5 if l1 else 1)),
             ("apgd-t", APGD(objective="dlr", steps=_STEPS, n_target_classes=5 if l1 else 9)),
             ("fab-t", FAB(steps=_STEPS, n_target_classes=9)),
+            ("square", Square(**_SQUARE)),
         ]
-        if not l1:
-            parts.append(("square", Square(**_SQUARE)))
         return parts
     if name == "autoattack-plus":
         no_schedule = {"eps_schedule": False} if norm == "l1" else {}
@@ -100,9 +98,8 @@ def autoattack_attacks(version: str = "autoattack", norm: str = "linf") -> list[
             ("apgd-ce", APGD(objective="ce", steps=_STEPS, restarts=5, **no_schedule)),
             ("apgd-dlr", APGD(objective="dlr", steps=_STEPS, restarts=5, **no_schedule)),
             ("fab", FAB(steps=_STEPS, restarts=5)),
+            ("square", Square(**_SQUARE)),
         ]
-        if norm != "l1":
-            parts.append(("square", Square(**_SQUARE)))
         parts += [
             ("apgd-t", APGD(objective="dlr", steps=_STEPS, n_target_classes=9, **no_schedule)),
             ("fab-t", FAB(steps=_STEPS, n_target_classes=9)),

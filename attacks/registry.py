@@ -110,7 +110,7 @@ ATTACK_TABLE: dict[str, AttackName] = {entry.name: entry for entry in (
                lambda: FAB(steps=100), takes_restarts=True),
     AttackName("fab-t", "FAB-T: FAB toward each of the top-9 other classes, 100 steps",
                lambda: FAB(steps=100, n_target_classes=9), takes_restarts=True),
-    AttackName("square", "Square attack, gradient-free, 1000 queries (L-inf, L2)",
+    AttackName("square", "Square attack, gradient-free, 1000 queries (L-inf, L2, L1)",
                lambda: Square(steps=1000)),
 )}
 
@@ -205,7 +205,7 @@ def parse_attacks(specs: AttackSpec | Iterable[AttackSpec],
     >>> [(label, attack.config["steps"]) for label, attack in parse_attacks(["pgd", "pgd40"])]
     [('pgd', 20), ('pgd40', 40)]
     >>> [label for label, _ in parse_attacks("fgsm,autoattack", norm="l1")]
-    ['fgsm', 'apgd-ce', 'apgd-t', 'fab-t']
+    ['fgsm', 'apgd-ce', 'apgd-t', 'fab-t', 'square']
     """
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]

@@ -44,13 +44,32 @@ def test_the_versions_have_the_reference_components_order_and_settings():
     l1 = autoattack_attacks("standard", "l1")
     assert _summary(l1) == [("apgd-ce", "APGD", "ce", 5, None, 1, 100),
                             ("apgd-t", "APGD", "dlr", 1, 5, 1, 100),
-                            ("fab-t", "FAB", None, 1, 9, 1, 100)]
+                            ("fab-t", "FAB", None, 1, 9, 1, 100),
+                            ("square", "Square", None, 1, None, 1, 5000)]
     assert all(a.config.get("eps_schedule", True) for _, a in l1[:2])  # use_largereps
     assert _summary(autoattack_attacks("rand", "linf")) == [
         ("apgd-ce", "APGD", "ce", 1, None, 20, 100), ("apgd-dlr", "APGD", "dlr", 1, None, 20, 100)]
     # AutoAttack's square schedule is not rescaled to its 5000 queries
     assert p_schedule(0.8, 11, 5000, rescale=False) == 0.4
     assert p_schedule(0.8, 4500, 5000, rescale=False) == 0.8 / 128
+
+
+def test_square_l1_keeps_the_budget_and_the_box_and_breaks_examples():
+    model = SmallNet()
+    x = small_batch(32)
+    y = np.argmax(model(x), 1)
+    lo = np.zeros(x.shape[1:], np.float32)
+    hi = np.ones(x.shape[1:], np.float32)
+    hi[0] = 0.9
+    x = np.minimum(x, hi)
+    run = attacks.Square(steps=200, norm="l1").run(model, x, y, eps=1.5, clip_min=lo, clip_max=hi,
+                                                   seed=0)
+    x_adv = run.x_adv.numpy()
+    assert run.gradient_passes == 0 and run.forward_passes > 0
+    assert np.all(np.abs(x_adv - x).astype(np.float64).reshape(32, -1).sum(1) <= 1.5)
+    assert np.all(x_adv >= lo) and np.all(x_adv <= hi)
+    broken = np.argmax(model(x_adv), 1) != y
+    assert 0.3 < broken.mean()
 
 
 def test_version_names_are_known_everywhere_the_registry_is():
