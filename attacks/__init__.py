@@ -17,6 +17,7 @@ from .certify import (  # noqa: F401
 from .cw import CarliniWagnerL2, carlini_wagner_l2  # noqa: F401
 from .deepfool import DeepFool, deepfool  # noqa: F401
 from .evaluate import AttackRecord, EvaluationReport, evaluate  # noqa: F401
+from .fab import FAB, fab  # noqa: F401
 from .fgsm import FGM, FGSM, fast_gradient_method  # noqa: F401
 from .pgd import (  # noqa: F401
     BIM,

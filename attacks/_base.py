@@ -347,6 +347,8 @@ class Attack:
     #: whether the run function takes ``early_stop`` (freeze examples once broken); the
     #: evaluation cascade turns it on where it is declared, never by inspecting signatures
     supports_early_stop: bool = False
+    #: whether ``targeted=True`` (``y`` holds target classes) is meaningful for the attack
+    supports_targeted: bool = True
     _run = None  # staticmethod(model, x, y, **kw) -> AttackResult
 
     def __init__(self, **config):
@@ -361,6 +363,10 @@ class Attack:
             if config["norm"] not in self.norms:
                 raise ValueError(f"norm: {type(self).__name__} supports {self.norms}, "
                                  f"got {config['norm']!r}")
+        if config.get("targeted") and not self.supports_targeted:
+            raise ValueError(f"targeted: {type(self).__name__} cannot be targeted (it only "
+                             "moves away from the label); use PGD, APGD, FAB or "
+                             "CarliniWagnerL2 for targeted attacks")
         if config.get("eps") is not None:
             _validate.check_eps(config["eps"])
         if config.get("batch_size") is not None:
@@ -371,6 +377,10 @@ class Attack:
     def norm(self) -> Any:
         """The configured norm (canonical name), or the attack's first supported one."""
         return self.config.get("norm", self.norms[0])
+
+    def check_num_classes(self, num_classes: int) -> None:
+        """Raise ``ValueError`` (before any work) when the configuration cannot run on a model
+        with ``num_classes`` outputs; nothing to check by default."""
 
     @tf.autograph.experimental.do_not_convert
     def run(self, model: Any, x: Any, y: Any = None, **overrides: Any) -> AttackResult:

@@ -146,4 +146,5 @@ class DeepFool(Attack):
 
     name = "deepfool"
     norms = ("l2", "linf")
+    supports_targeted = False
     _run = staticmethod(_deepfool_run)

@@ -18,7 +18,8 @@ to eps.
 * :mod:`attacks.registry` turns names such as ``"pgd40"`` into configured attacks;
 * :mod:`attacks.cascade` runs the attacks, budget by budget;
 * :mod:`attacks.checks` looks for signs of gradient masking (AutoAttack's lesson: an evaluation
-  should check itself): probability outputs, zero or non-finite input gradients, a gradient-free
+  should check itself): probability outputs, outputs that change between forward passes (a
+  randomised model: use ``"autoattack-rand"``), zero or non-finite input gradients, a gradient-free
   attack breaking examples the gradient attacks could not, an unbounded attack (eps = the full
   input range) failing to bring accuracy to chance, robust accuracy increasing with eps, and any
   output violating its budget or the bounds. Their warnings go into the report and out through
@@ -55,6 +56,7 @@ from .checks import (
     input_gradient_warnings,
     non_monotone_warning,
     probability_warning,
+    randomness_warning,
     unbounded_attack_check,
 )
 from .registry import ATTACK_NAMES, AttackSpec, make_attack, parse_attacks
@@ -76,8 +78,10 @@ def evaluate(model: Callable, x: Any, y: Any,
       model: callable ``model(x, training=False) -> logits``.
       x, y: float inputs ``[N, ...]`` and integer labels ``[N]``.
       attacks: names (see :data:`ATTACK_NAMES`, e.g. ``"fgsm"``, ``"pgd"``, ``"pgd40"``,
-        ``"pgd50x5"``, ``"apgd-ce"``, ``"apgd-t"``, ``"square"``; a comma-separated string works
-        too), :class:`attacks.Attack` instances or ``(label, Attack)`` pairs (their
+        ``"pgd50x5"``, ``"apgd-ce"``, ``"apgd-t"``, ``"fab-t"``, ``"square"``, or an AutoAttack
+        version, ``"autoattack"``, ``"autoattack-plus"``, ``"autoattack-rand"``, which expands
+        into its components for ``norm``; a comma-separated string works too),
+        :class:`attacks.Attack` instances or ``(label, Attack)`` pairs (their
         ``eps``/``norm``/bounds are set per run). Order matters for the cascade: cheap first.
         An attack configured with ``targeted=True`` gets random target classes (``target_seed``).
       eps: one budget or a sequence, in the units of ``x``.
@@ -120,9 +124,16 @@ def evaluate(model: Callable, x: Any, y: Any,
         raise ValueError(f"model must return logits [N, C], got shape {logits.shape}")
     num_classes = logits.shape[1]
     labels = _validate.check_labels(y, n, num_classes).numpy()
+    for label, attack in named_attacks:  # settings the model's classes rule out: before work
+        try:
+            attack.check_num_classes(num_classes)
+        except ValueError as error:
+            raise ValueError(f"attacks: {label}: {error}") from None
     clean_predictions = logits.argmax(1)
     correct = clean_predictions == labels
     _warn(found, probability_warning(logits))
+    if sanity_checks and not any(a.config.get("eot_iter", 1) > 1 for _, a in named_attacks):
+        _warn(found, randomness_warning(model, inputs, labels, batch_size))
     if sanity_checks:
         for message in input_gradient_warnings(model, inputs, labels, batch_size):
             _warn(found, message)
@@ -189,7 +200,7 @@ def _budgets(eps: Any) -> list[float]:
 def _attacks_for_norm(attacks: Any, norm: str) -> list[tuple[str, Attack]]:
     """``(label, Attack)`` pairs (:func:`attacks.registry.parse_attacks`), each supporting
     ``norm``."""
-    named_attacks = parse_attacks(attacks)
+    named_attacks = parse_attacks(attacks, norm=norm)
     for label, attack in named_attacks:
         if norm not in attack.norms:
             raise ValueError(f"attacks: {label} does not support norm {norm!r} "

@@ -21,9 +21,13 @@ Traceback (most recent call last):
 ...
 ValueError: attacks: 'fgsm10': fgsm has no step count to set
 
-The default budgets (steps, restarts) are the ones the references use: PGD-20, APGD with 100
-steps (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble of
+The default budgets (steps, restarts) are the ones the references use: PGD-20, APGD and FAB with
+100 steps (Croce & Hein 2020, "Reliable evaluation of adversarial robustness with an ensemble of
 diverse parameter-free attacks"), Square with 1000 queries (Andriushchenko et al. 2020).
+
+AutoAttack's versions (``"autoattack"``, ``"autoattack-plus"``, ``"autoattack-rand"``) name
+several attacks each, with settings that depend on the norm: :func:`parse_attacks` expands them
+(:mod:`attacks.autoattack`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from robustgrad import _checks
 
 from ._base import Attack
 from .apgd import APGD
+from .autoattack import AUTOATTACK_VERSIONS, autoattack_attacks
 from .cw import CarliniWagnerL2
 from .deepfool import DeepFool
+from .fab import FAB
 from .fgsm import FGM
 from .pgd import BIM, MIM, PGD
 from .square import Square
@@ -100,7 +106,11 @@ ATTACK_TABLE: dict[str, AttackName] = {entry.name: entry for entry in (
     AttackName("cw", "Carlini-Wagner L2, 100 steps x 5 binary-search steps (L2 only)",
                lambda: CarliniWagnerL2(steps=100, binary_search_steps=5)),
     AttackName("deepfool", "DeepFool, up to 50 steps (L2, L-inf)", lambda: DeepFool()),
-    AttackName("square", "Square attack, gradient-free, 1000 queries (L-inf, L2)",
+    AttackName("fab", "FAB, minimal-distortion boundary attack, 100 steps (L-inf, L2, L1)",
+               lambda: FAB(steps=100), takes_restarts=True),
+    AttackName("fab-t", "FAB-T: FAB toward each of the top-9 other classes, 100 steps",
+               lambda: FAB(steps=100, n_target_classes=9), takes_restarts=True),
+    AttackName("square", "Square attack, gradient-free, 1000 queries (L-inf, L2, L1)",
                lambda: Square(steps=1000)),
 )}
 
@@ -122,11 +132,13 @@ def describe_attacks() -> str:
     """The names and patterns with their help text, one per line (for a CLI to print).
 
     >>> print(describe_attacks().splitlines()[0])
-    fgsm       fast gradient sign method, one step (L-inf)
+    fgsm             fast gradient sign method, one step (L-inf)
     """
     width = max(len(k) for k in (*ATTACK_NAMES, *(p for p, _ in ATTACK_PATTERNS)))
+    width = max(width, *(len(v) for v in AUTOATTACK_VERSIONS))
     lines = [f"{e.name:<{width}}  {e.description}" for e in ATTACK_TABLE.values()]
     lines += [f"{p:<{width}}  {h}" for p, h in ATTACK_PATTERNS]
+    lines += [f"{v:<{width}}  {h}" for v, h in AUTOATTACK_VERSIONS.items()]
     return "\n".join(lines)
 
 
@@ -152,6 +164,9 @@ def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
         raise _checks.ArgumentTypeError(
             f"attacks: each entry must be a name or an attacks.Attack, got {spec!r}")
     name = spec.strip().lower()
+    if name in AUTOATTACK_VERSIONS:
+        raise ValueError(f"attacks: {spec!r} names several attacks (an AutoAttack version); "
+                         "use parse_attacks(names, norm=...)")
     if name in ATTACK_TABLE:
         return name, ATTACK_TABLE[name].build()
     match = _NUMBERED.fullmatch(name)
@@ -176,20 +191,32 @@ make_attack = parse_attack
 """The first version's name of :func:`parse_attack` (``attacks.make_attack``), kept as an alias."""
 
 
-def parse_attacks(specs: AttackSpec | Iterable[AttackSpec]) -> list[tuple[str, Attack]]:
+def parse_attacks(specs: AttackSpec | Iterable[AttackSpec],
+                  norm: str = "linf") -> list[tuple[str, Attack]]:
     """``[(label, Attack), ...]`` for a comma-separated string of names, one
     :class:`attacks.Attack`, or a sequence of specs (each as :func:`parse_attack` takes; a
     ``(label, Attack)`` pair goes inside the sequence: ``[("mine", PGD())]``). Refuses an empty
     list and duplicate labels.
 
+    An AutoAttack version name (``"autoattack"``, ``"autoattack-plus"``, ``"autoattack-rand"``,
+    :mod:`attacks.autoattack`) expands into its components for ``norm`` (the versions differ
+    between norms).
+
     >>> [(label, attack.config["steps"]) for label, attack in parse_attacks(["pgd", "pgd40"])]
     [('pgd', 20), ('pgd40', 40)]
+    >>> [label for label, _ in parse_attacks("fgsm,autoattack", norm="l1")]
+    ['fgsm', 'apgd-ce', 'apgd-t', 'fab-t', 'square']
     """
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
     elif isinstance(specs, Attack):
         specs = [specs]
-    parsed = [parse_attack(s) for s in specs]
+    parsed = []
+    for s in specs:
+        if isinstance(s, str) and s.strip().lower() in AUTOATTACK_VERSIONS:
+            parsed += autoattack_attacks(s.strip().lower(), norm)
+        else:
+            parsed.append(parse_attack(s))
     if not parsed:
         raise ValueError("attacks: give at least one attack")
     labels = [label for label, _ in parsed]

@@ -1,5 +1,6 @@
 """Square Attack, Andriushchenko, Croce, Flammarion & Hein, "Square Attack: a query-efficient
-black-box adversarial attack via random search", ECCV 2020 — L∞ and L2, gradient-free.
+black-box adversarial attack via random search", ECCV 2020 — L∞, L2 and L1 (the L1 version of
+AutoAttack's reference implementation), gradient-free.
 
 Random search on the margin loss ``z_y - max_{j!=y} z_j`` (targeted: ``max_{j!=t} z_j - z_t``):
 each iteration proposes a change confined to a random square window whose side follows the
@@ -11,6 +12,9 @@ paper's schedule (``p`` halves at iterations 10, 50, 200, 500, 1000, 2000, 4000,
 * L2: initialise with a grid of "pseudo-Gaussian" bumps of random sign scaled to norm ``eps``;
   a proposal moves the perturbation mass of a second window into the first window's new bump
   (the paper's Algorithm 3), keeping the total norm at ``eps``.
+* L1 (as the reference implementation of "Mind the box", Croce & Hein 2021): the same scheme
+  with bumps weighted ``1/(k+1)^4`` and normalised in L1, each proposal projected onto the L1
+  ball of radius ``eps (1 - 1e-6)`` and the box (:func:`attacks.norms.project_l1_box`).
 
 Only forward passes (queries): a black-box check against gradient masking. Inputs must be images
 ``[B, H, W, C]`` (or ``[B, H, W]``). The whole search runs in one compiled ``tf.while_loop``;
@@ -39,14 +43,22 @@ from ._base import (
     weak_caller,
 )
 from ._engine import expand_rows
-from .norms import canonical_norm, clip_to_bounds, project
+from .norms import canonical_norm, clip_to_bounds, project, project_l1_box
 
 __all__ = ["square", "Square"]
 
 
-def p_schedule(p_init: float | None, it: int, n_iters: int) -> float:
-    """The fraction of pixels changed at iteration ``it`` (paper's schedule, rescaled)."""
-    it = int(it / n_iters * 10000)
+def p_schedule(p_init: float | None, it: int, n_iters: int, rescale: bool = True) -> float:
+    """The fraction of pixels changed at iteration ``it``: the paper's schedule (halvings after
+    iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000), stretched to ``n_iters`` as if
+    it were 10000 when ``rescale``, at its own iteration counts otherwise (AutoAttack's
+    ``resc_schedule=False``).
+
+    >>> p_schedule(0.8, 30, 5000), p_schedule(0.8, 30, 5000, rescale=False)
+    (0.2, 0.4)
+    """
+    if rescale:
+        it = int(it / n_iters * 10000)
     for bound, div in ((8000, 512), (6000, 256), (4000, 128), (2000, 64), (1000, 32),
                        (500, 16), (200, 8), (50, 4), (10, 2)):
         if it > bound:
@@ -54,28 +66,35 @@ def p_schedule(p_init: float | None, it: int, n_iters: int) -> float:
     return p_init
 
 
-def _pseudo_gaussian_rect(x, y):
+def _pseudo_gaussian_rect(x, y, l1=False):
+    """Nested rectangles weighted ``1/(k+1)^2`` (L2; normalised in L2) or ``1/(k+1)^4`` (L1;
+    normalised in L1), the paper's "pseudo-Gaussian" bump."""
     d = np.zeros([x, y])
     xc, yc = x // 2 + 1, y // 2 + 1
     c0, c1 = xc - 1, yc - 1
     for counter in range(max(xc, yc)):
         d[max(c0, 0):min(c0 + 2 * counter + 1, x), max(0, c1):min(c1 + 2 * counter + 1, y)] += \
-            1.0 / (counter + 1) ** 2
+            1.0 / (counter + 1) ** (4 if l1 else 2)
         c0 -= 1
         c1 -= 1
-    return d / max(np.sqrt(np.sum(d ** 2)), 1e-12)
+    return d / max(_size(d, l1), 1e-12)
 
 
-def _meta_pseudo_gaussian(s):
+def _size(d, l1):
+    return np.sum(np.abs(d)) if l1 else np.sqrt(np.sum(d ** 2))
+
+
+def _meta_pseudo_gaussian(s, l1=False):
     d = np.zeros([s, s])
     if s // 2 > 0:
-        d[: s // 2] = _pseudo_gaussian_rect(s // 2, s)
-    d[s // 2:] = -_pseudo_gaussian_rect(s - s // 2, s)
-    return d / max(np.sqrt(np.sum(d ** 2)), 1e-12)
+        d[: s // 2] = _pseudo_gaussian_rect(s // 2, s, l1)
+    d[s // 2:] = -_pseudo_gaussian_rect(s - s // 2, s, l1)
+    return d / max(_size(d, l1), 1e-12)
 
 
-def _l2_init_pattern(h, w):
-    """The tile layout of the L2 initialisation: (pattern [h, w], tile id [h, w], n_tiles)."""
+def _l2_init_pattern(h, w, l1=False):
+    """The tile layout of the L2 (and L1) initialisation: (pattern [h, w], tile id [h, w],
+    n_tiles)."""
     s = max(h // 5, 1)
     sp = (h - s * 5) // 2
     pattern = np.zeros([h, w])
@@ -85,7 +104,7 @@ def _l2_init_pattern(h, w):
         cw = sp
         for _ in range(w // s):
             hs, ws = slice(ch, min(ch + s, h)), slice(cw, min(cw + s, w))
-            blk = _meta_pseudo_gaussian(s)[: hs.stop - hs.start, : ws.stop - ws.start]
+            blk = _meta_pseudo_gaussian(s, l1)[: hs.stop - hs.start, : ws.stop - ws.start]
             if blk.size:
                 pattern[hs, ws] += blk
                 tiles[hs, ws] = n
@@ -95,14 +114,15 @@ def _l2_init_pattern(h, w):
     return pattern, tiles, max(n, 1)
 
 
-def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile):
+def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit_compile,
+           rescale_schedule=True):
     model_call = weak_caller(model, training)  # weak: the cache must not keep the model
     n_steps = int(steps)
     _, h, w, c = p.x.shape
     # per-iteration window sizes (static schedule), for L∞ and L2
     sizes = []
     for i in range(n_steps):
-        pi = p_schedule(p_init, i, n_steps)
+        pi = p_schedule(p_init, i, n_steps, rescale_schedule)
         if norm == "linf":
             s = int(round(math.sqrt(pi * h * w)))
             s = min(max(s, 1), h - 1 if h > 1 else 1)
@@ -113,14 +133,15 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
             s = min(s, h, w)
         sizes.append(s)
     sizes_t = tf.constant(sizes, tf.int32)
-    if norm == "l2":
+    if norm in ("l2", "l1"):
+        l1 = norm == "l1"
         uniq = sorted(set(sizes))
         bank = np.zeros([max(uniq) + 1, 2, h, w])
         for s in uniq:
-            g = _meta_pseudo_gaussian(s)
+            g = _meta_pseudo_gaussian(s, l1)
             bank[s, 0, :s, :s] = g
             bank[s, 1, :s, :s] = g.T
-        init_pat, init_tiles, n_tiles = _l2_init_pattern(h, w)
+        init_pat, init_tiles, n_tiles = _l2_init_pattern(h, w, l1)
 
     def margin(logits, y):
         oh = tf.one_hot(tf.cast(y, tf.int32), tf.shape(logits)[-1], dtype=logits.dtype)
@@ -131,6 +152,10 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
     def loop(x, y, eps, lo, hi, seed):
         b = tf.shape(x)[0]
         dt = x.dtype
+
+        def onto_l1(delta):  # the reference's L1 Square projects onto eps (1 - 1e-6)
+            return clip_to_bounds(
+                x + project_l1_box(delta, eps * (1.0 - 1e-6), lo - x, hi - x), lo, hi)
         ii = tf.range(h)[None, :, None, None]
         jj = tf.range(w)[None, None, :, None]
 
@@ -149,8 +174,12 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
             per = tf.gather(sg, tf.reshape(tid, [-1]), axis=1)  # [B, h*w, c]
             per = tf.reshape(per, [b, h, w, c])
             d0 = tf.constant(init_pat, dt)[None, :, :, None] * per
-            n0 = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d0, [b, -1])), axis=1))
-            x0 = clip_to_bounds(x + d0 / expand_rows(tf.maximum(n0, 1e-12), x) * eps, lo, hi)
+            if norm == "l1":  # the pattern projected onto the ball and the box
+                x0 = onto_l1(d0)
+            else:
+                n0 = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d0, [b, -1])), axis=1))
+                x0 = clip_to_bounds(x + d0 / expand_rows(tf.maximum(n0, 1e-12), x) * eps, lo,
+                                    hi)
         logits = tf.cast(model_call(x0), dt)
         loss = margin(logits, y)
         fwd = tf.cast(b, tf.int64)
@@ -186,21 +215,31 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
                 pat = tf.roll(tf.constant(bank, dt)[s, tr], [r1, c1], [0, 1])[None, :, :, None]
 
                 def chan_norm(t):  # per example and channel, over space
+                    if norm == "l1":
+                        return tf.reduce_sum(tf.abs(t), axis=[1, 2], keepdims=True)
                     return tf.sqrt(tf.reduce_sum(tf.square(t), axis=[1, 2], keepdims=True))
 
-                img_norm = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(delta, [b, -1])), axis=1))
-                img_norm = expand_rows(img_norm, x)
+                flat = tf.reshape(delta, [b, -1])
+                img_norm = expand_rows(tf.reduce_sum(tf.abs(flat), axis=1) if norm == "l1" else
+                                       tf.sqrt(tf.reduce_sum(tf.square(flat), axis=1)), x)
                 win_norm = chan_norm(delta * win1f)
                 both_norm = chan_norm(delta * both)
                 new = pat * rsign([b, 1, 1, c], seeds(i, 3))
                 new = new + delta * win1f / (1e-10 + win_norm)
-                budget = tf.sqrt(tf.maximum(eps ** 2 - img_norm ** 2, 0.0) / c + both_norm ** 2)
-                new = new / tf.maximum(chan_norm(new), 1e-12) * budget
+                if norm == "l1":  # the reference's L1 budget of the new window, then projected
+                    budget = (tf.maximum(eps - img_norm, 0.0) / c + both_norm) * c
+                else:
+                    budget = tf.sqrt(tf.maximum(eps ** 2 - img_norm ** 2, 0.0) / c
+                                     + both_norm ** 2)
+                new = new / tf.maximum(chan_norm(new * win1f), 1e-12) * budget
                 d_new = tf.where(win2, tf.zeros_like(delta), delta)
                 d_new = tf.where(win1, new, d_new)
-                n_new = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d_new, [b, -1])), axis=1))
-                d_new = d_new / expand_rows(tf.maximum(n_new, 1e-12), x) * eps
-                x_new = clip_to_bounds(x + d_new, lo, hi)
+                if norm == "l1":
+                    x_new = onto_l1(d_new)
+                else:
+                    n_new = tf.sqrt(tf.reduce_sum(tf.square(tf.reshape(d_new, [b, -1])), axis=1))
+                    d_new = d_new / expand_rows(tf.maximum(n_new, 1e-12), x) * eps
+                    x_new = clip_to_bounds(x + d_new, lo, hi)
             x_new = tf.where(expand_rows(active, x), x_new, xb)
             logits = tf.cast(model_call(x_new), dt)
             l_new = margin(logits, y)
@@ -221,10 +260,10 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
 @tf.autograph.experimental.do_not_convert
 def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
                 targeted=False, seed=None, steps=1000, p_init=None, early_stop=True,
-                training=False, jit_compile=False, batch_size=None):
+                training=False, jit_compile=False, batch_size=None, rescale_schedule=True):
     norm = canonical_norm(norm)
-    if norm not in ("linf", "l2"):
-        raise ValueError(f"norm: square supports 'linf' and 'l2', got {norm!r}")
+    if norm not in ("linf", "l2", "l1"):
+        raise ValueError(f"norm: square supports 'linf', 'l2' and 'l1', got {norm!r}")
     xt = tf.convert_to_tensor(x) if not isinstance(x, np.ndarray) else x
     rank = len(np.shape(xt))
     if rank == 3:
@@ -234,7 +273,7 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
                           clip_max=clip_max if np.ndim(clip_max) == 0 else np.asarray(clip_max)[..., None],
                           targeted=targeted, seed=seed, steps=steps, p_init=p_init,
                           early_stop=early_stop, training=training, jit_compile=jit_compile,
-                          batch_size=batch_size)
+                          batch_size=batch_size, rescale_schedule=rescale_schedule)
         out.x_adv = out.x_adv[..., 0]
         return out
     if rank != 4:
@@ -248,11 +287,12 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
     if not p.x.shape[1:].is_fully_defined():
         raise ValueError("x: square needs a static image shape")
     cfg = ("square", norm, int(steps), float(p_init), bool(targeted), bool(early_stop),
-           bool(jit_compile))
+           bool(jit_compile), bool(rescale_schedule))
     key = p.key + cfg + spec_key((p.x, p.y)) + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,
                                              p_init=float(p_init), targeted=targeted,
-                                             early_stop=early_stop, jit_compile=jit_compile))
+                                             early_stop=early_stop, jit_compile=jit_compile,
+                                             rescale_schedule=bool(rescale_schedule)))
     eps_t, seed_t = tf.cast(eps, p.x.dtype), seed_tensor(seed)
 
     def attack_chunk(xc, yc, ytc, k):
@@ -268,25 +308,28 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
 def square(model: Any, x: Any, y: Any = None, *, eps: Any, norm: Any = "linf", clip_min: Any, clip_max: Any,
            targeted: bool = False, seed: Any = None, steps: int = 1000, p_init: float | None = None,
            early_stop: bool = True, training: Any = False, jit_compile: bool = False,
-           batch_size: int | None = None) -> tf.Tensor:
-    """Square Attack (L∞ or L2), gradient-free; returns ``x_adv``.
+           batch_size: int | None = None, rescale_schedule: bool = True) -> tf.Tensor:
+    """Square Attack (L∞, L2 or L1), gradient-free; returns ``x_adv``.
 
     ``steps`` is the query budget per example (one forward pass each); ``p_init`` the initial
     fraction of pixels per window (0.05 for L∞, 0.1 for L2 by default). ``batch_size`` (default
     1024) examples per compiled call; chunk ``k`` of a larger ``x`` searches with the seed
     ``stateless_fold_in(seed, k)`` (reproducible per ``(seed, batch_size)``).
+    ``rescale_schedule=False`` keeps the window schedule at the paper's iteration counts
+    whatever ``steps`` is (:func:`p_schedule`); AutoAttack runs Square with ``steps=5000``,
+    ``p_init=0.8`` and no rescaling.
     """
     return _square_run(model, x, y, eps=eps, norm=norm, clip_min=clip_min, clip_max=clip_max,
                        targeted=targeted, seed=seed, steps=steps, p_init=p_init,
                        early_stop=early_stop, training=training, jit_compile=jit_compile,
-                       batch_size=batch_size).x_adv
+                       batch_size=batch_size, rescale_schedule=rescale_schedule).x_adv
 
 
 class Square(Attack):
     """Configured :func:`square`."""
 
     name = "square"
-    norms = ("linf", "l2")
+    norms = ("linf", "l2", "l1")
     gradient_free = True
     supports_early_stop = True
     _run = staticmethod(_square_run)

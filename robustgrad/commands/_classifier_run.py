@@ -72,7 +72,8 @@ def final_report(args: argparse.Namespace, clf: Any, x_te: Any, y_te: Any, data:
         x_te, y_te = x_te[: args.eval_limit], y_te[: args.eval_limit]
     progress = EvaluationProgress(enabled=args.verbose >= 1 and not args.no_progress)
     try:
-        rep = attacks.evaluate(clf, x_te, y_te, attacks=attacks.parse_attacks(args.eval_attacks),
+        rep = attacks.evaluate(clf, x_te, y_te, attacks=attacks.parse_attacks(args.eval_attacks,
+                                                                             norm=args.norm),
                                eps=eps_list, batch_size=256, norm=args.norm,
                                clip_min=data.clip_min, clip_max=data.clip_max, progress=progress)
     finally:

@@ -31,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attacks", default="fgsm,pgd,apgd-ce,square",
                    help="comma-separated attacks, run as a cascade in this order "
                         "(default fgsm,pgd,apgd-ce,square); known: fgsm, fgm, bim, mim, pgd, "
-                        "pgd-cw, pgd-dlr, apgd-ce, apgd-dlr, apgd-t, cw, deepfool, square; a "
-                        "number sets the steps (pgd40), KxR steps and restarts (pgd50x5)")
+                        "pgd-cw, pgd-dlr, apgd-ce, apgd-dlr, apgd-t, cw, deepfool, fab, fab-t, "
+                        "square; a number sets the steps (pgd40), KxR steps and restarts "
+                        "(pgd50x5); AutoAttack's versions autoattack, autoattack-plus, "
+                        "autoattack-rand expand into their components for --norm")
     p.add_argument("--eps", default="0.05,0.1", help="comma-separated budgets (default 0.05,0.1)")
     p.add_argument("--norm", default="linf", help="linf (default), l2 or l1")
     p.add_argument("--batch-size", type=int, default=256,
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if not hasattr(args, "eps_values"):  # called without the command line's validate step
         validate(args)
     with user_errors(ValueError):
-        specs = attacks.parse_attacks(args.attack_names)
+        specs = attacks.parse_attacks(args.attack_names, norm=args.norm)
         for label, attack in specs:
             if args.norm not in attack.norms:
                 raise ValueError(f"--attacks: {label} does not support --norm {args.norm} "

@@ -194,7 +194,7 @@ def test_bad_arguments():
     x = small_batch(4)
     ok = dict(eps=0.1, clip_min=0.0, clip_max=1.0)
     with pytest.raises(ValueError, match="norm"):
-        attacks.apgd(model, x, None, norm="l1", **ok)
+        attacks.apgd(model, x, None, norm="l3", **ok)
     with pytest.raises(ValueError, match="norm"):
         attacks.carlini_wagner_l2(model, x, None, norm="linf", clip_min=0.0, clip_max=1.0)
     with pytest.raises(ValueError, match="clip_min/clip_max"):

@@ -272,10 +272,13 @@ def test_budget_warnings_name_each_sign_of_masking():
     out = budget_warnings(_outcome(outside_budget=["pgd"]), free, 100, cascade=True,
                           sanity_checks=False)
     assert out == ["pgd returned points outside the eps=0.1 ball or the bounds (bug)"]
-    # 1% of 300 examples is the threshold for the gradient-free check
-    assert budget_warnings(_outcome(broken_by_gradient_free=2), free, 300, cascade=True) == []
-    (msg,) = budget_warnings(_outcome(broken_by_gradient_free=3), free, 300, cascade=True)
+    # more than 0.2% of the examples (AutoAttack's check_square_sr) and at least one
+    assert budget_warnings(_outcome(broken_by_gradient_free=0), free, 300, cascade=True) == []
+    assert budget_warnings(_outcome(broken_by_gradient_free=2), free, 1000, cascade=True) == []
+    (msg,) = budget_warnings(_outcome(broken_by_gradient_free=3), free, 1000, cascade=True)
     assert msg.startswith("eps=0.1: a gradient-free attack broke 3 examples")
+    (msg,) = budget_warnings(_outcome(broken_by_gradient_free=1), free, 300, cascade=True)
+    assert msg.startswith("eps=0.1: a gradient-free attack broke 1 examples")
     (msg,) = budget_warnings(_outcome(regressed=2), free, 100, cascade=False)
     assert msg.startswith("eps=0.1: 2 examples broken at a smaller eps survived every attack")
     assert budget_warnings(_outcome(regressed=2), free, 100, cascade=False,
@@ -284,7 +287,7 @@ def test_budget_warnings_name_each_sign_of_masking():
     (msg,) = budget_warnings(beaten, free, 100, cascade=False)
     assert msg == ("eps=0.1: a gradient-free attack beats every gradient attack "
                    "(0.480 < 0.500): a sign of gradient masking")
-    close = _outcome(records=[_record("pgd", 0.50), _record("square", 0.495)])
+    close = _outcome(records=[_record("pgd", 0.50), _record("square", 0.499)])
     assert budget_warnings(close, free, 100, cascade=False) == []
 
 

@@ -26,6 +26,8 @@ DEFAULTS = {
     "apgd-t": (attacks.APGD, {"objective": "dlr", "steps": 100, "n_target_classes": 9}),
     "cw": (attacks.CarliniWagnerL2, {"steps": 100, "binary_search_steps": 5}),
     "deepfool": (attacks.DeepFool, {}),
+    "fab": (attacks.FAB, {"steps": 100}),
+    "fab-t": (attacks.FAB, {"steps": 100, "n_target_classes": 9}),
     "square": (attacks.Square, {"steps": 1000}),
 }
 
@@ -108,11 +110,14 @@ def test_parse_attacks_reads_the_command_line_form_and_refuses_empty_and_duplica
 
 
 def test_describe_attacks_lists_every_name_and_pattern():
+    from attacks.autoattack import AUTOATTACK_VERSIONS
+
     lines = describe_attacks().splitlines()
-    assert len(lines) == len(ATTACK_NAMES) + len(ATTACK_PATTERNS)
+    assert len(lines) == len(ATTACK_NAMES) + len(ATTACK_PATTERNS) + len(AUTOATTACK_VERSIONS)
     for name, line in zip(ATTACK_NAMES, lines):
         assert line.split()[0] == name and ATTACK_TABLE[name].description in line
-    assert "pgd50x5" in lines[-1] and "square5000" in lines[-2]
+    assert "pgd50x5" in lines[-4] and "square5000" in lines[-5]
+    assert [line.split()[0] for line in lines[-3:]] == list(AUTOATTACK_VERSIONS)
 
 
 def test_make_attack_is_the_same_parser():

@@ -424,3 +424,18 @@ def test_resume_with_a_garbage_config_is_one_line(tmp_path, capsys):
     assert cli.main(["train-classifier", "--out", str(out), "--resume"]) == 2
     assert _one_error_line(capsys.readouterr().err).endswith(
         "does not hold a configuration (a JSON object), got list")
+
+
+def test_evaluate_command_runs_autoattack_by_name(tiny_model, tmp_path, capsys):
+    from robustgrad import cli
+
+    # an untrained model and a budget that breaks every example in the first attack: the
+    # version's four rows are there, the later attacks have nothing left to attack
+    argv = ["evaluate", "--model", tiny_model, "--limit", "6", "--attacks", "autoattack",
+            "--eps", "0.5", "--norm", "l2", "--no-progress", "--no-sanity-checks",
+            "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "attacks apgd-ce,apgd-t,fab-t,square, l2 eps 0.5" in out
+    for label in ("apgd-ce", "apgd-t", "fab-t", "square"):
+        assert f"0.5  {label}" in out
