@@ -275,6 +275,10 @@ def run(args: argparse.Namespace) -> int:
                                                  override=args.override, steps=args.steps)
             record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
             overrides.update({k: new for k, (_, new) in changed.items()})
+            if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
+                raise ValueError(f"--override: the checkpoint in {ckpt} already holds the "
+                                 f"{args.steps} steps of --steps; nothing is left to train with "
+                                 "the new settings (raise --steps)")
             agent = agents.load(ckpt, **distributed, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
@@ -284,6 +288,10 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
                                  if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
+                if args.resume:
+                    raise ValueError(f"--resume: {out} holds a finished agent but no checkpoint "
+                                     f"to resume from ({ckpt} is missing); agents.load({out!r}) "
+                                     "loads it, --overwrite trains anew")
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
             if args.overwrite:
