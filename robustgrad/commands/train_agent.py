@@ -132,6 +132,13 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         return {}
     if args.algo == "reinforce":
         raise ValueError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
+    only = {"robust_method": ("sa", "the inner maximiser of the SA regulariser"),
+            "robust_kappa": ("sa", "the weight of the SA regulariser"),
+            "robust_attack": ("adv", "the attack adversarial training trains on")}
+    for flag, _field in given:  # a flag the chosen method would ignore
+        if flag in only and only[flag][0] != args.robust:
+            raise ValueError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
+                             f"({only[flag][1]}), not with --robust {args.robust}")
     out = {"robust": args.robust}
     for flag, field in given:
         name = "--" + flag.replace("_", "-")
@@ -249,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
                 agents.config.get_preset(preset, args.algo)
             except ValueError as exc:
                 raise ValueError(f"--{exc}") from None
+            tuned_for = preset.split("-", 1)[1]
+            if tuned_for != args.env:
+                print(f"robustgrad train-agent: warning: --preset {preset} was tuned for "
+                      f"{tuned_for}, not {args.env}", file=sys.stderr)
         if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
             from robustgrad.commands._train_seeds import run_seeds
             return run_seeds(args, args.seed_list, overrides, preset)
