@@ -65,3 +65,18 @@ def test_evaluate_agent_of_a_factory_trained_agent_says_what_to_do(tmp_path, cap
                           "factory (a Python function), which the command line cannot rebuild; "
                           "evaluate it from Python: agents.load(path, env=factory)")
     assert "pass env=" not in err
+
+
+def test_an_env_whose_optional_dependency_is_missing_is_one_line_with_the_install(tmp_path,
+                                                                                  capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is not None:
+        pytest.skip("Box2D is installed here")
+    assert cli.main(["train-agent", "--env", "LunarLander-v3", "--steps", "64", "--out",
+                     str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("robustgrad: error: env 'LunarLander-v3' needs an optional "
+                             "dependency that is not installed: Box2D is not installed")
+    assert 'pip install "gymnasium[box2d]"' in err[0]
