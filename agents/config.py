@@ -136,6 +136,10 @@ class AgentConfig:
             if self.env not in GRAPH_ENV_IDS:
                 raise ValueError(f"backend='graph' needs env to be one of {GRAPH_ENV_IDS} "
                                  f"(the compiled environments), got {self.env!r}")
+            if self.async_envs:
+                raise ValueError("async_envs: the graph backend steps its environments inside "
+                                 "the compiled iteration, not in subprocesses; async_envs=True "
+                                 "is for backend='gymnasium'")
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
         if self.robust is not None:

@@ -63,9 +63,13 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     num_envs = positive_int(num_envs, "num_envs")
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
     if isinstance(env, str):
-        vec = gym.make_vec(env, num_envs=num_envs,
-                           vectorization_mode="async" if async_envs else "sync",
-                           vector_kwargs=kwargs)
+        try:
+            vec = gym.make_vec(env, num_envs=num_envs,
+                               vectorization_mode="async" if async_envs else "sync",
+                               vector_kwargs=kwargs)
+        except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo, ...: say how to fix
+            raise ImportError(f"env {env!r} needs an optional dependency that is not installed: "
+                              f"{' '.join(str(exc).split())}") from None
     else:
         cls = gym.vector.AsyncVectorEnv if async_envs else gym.vector.SyncVectorEnv
         vec = cls([env] * num_envs, **kwargs)

@@ -19,10 +19,23 @@ from robustgrad._checks import looks_like_probabilities
 __all__ = ["input_gradient"]
 
 
-def _warn_if_probabilities(logits) -> None:
-    """The attacks' softmax warning, for the same model (eager values only)."""
-    if isinstance(logits, tf.Tensor) and hasattr(logits, "numpy") and \
-            looks_like_probabilities(logits.numpy()):
+def _ends_in_softmax(model) -> bool:
+    """Whether ``model``'s last layer is a softmax (an activation or a ``Softmax`` layer): what
+    can be seen of a probabilities output while tracing, when no values exist yet."""
+    layers = getattr(model, "layers", None)
+    if not layers:
+        return False
+    last = layers[-1]
+    activation = getattr(last, "activation", None)
+    return getattr(activation, "__name__", "") == "softmax" or type(last).__name__ == "Softmax"
+
+
+def _warn_if_probabilities(logits, model=None) -> None:
+    """The attacks' softmax warning, for the same model: on the values when eager, on the
+    model's last layer while tracing (inside a ``tf.function``)."""
+    eager = isinstance(logits, tf.Tensor) and hasattr(logits, "numpy")
+    if (eager and looks_like_probabilities(logits.numpy())) or \
+            (not eager and _ends_in_softmax(model)):
         warnings.warn(
             "model outputs look like probabilities (non-negative rows summing to 1). Attacks and "
             "objectives expect logits: gradients through a saturated softmax vanish and make a "
@@ -136,7 +149,7 @@ def input_gradient(
                             f"{type(logits).__name__} (pick one output of a dict/tuple model)")
         if not callable(loss):
             _check_targets(y, logits)
-        _warn_if_probabilities(logits)
+        _warn_if_probabilities(logits, model)
         value = tf.reduce_sum(_per_example_loss(loss, logits, y))
     g = tape.gradient(value, x32)
     if g is None:

@@ -103,6 +103,29 @@ def check_model_file(path: str, flag: str = "--model") -> None:
                          "truncated)")
 
 
+def _refused_object(message: str) -> str | None:
+    """Keras's refusal of a Lambda layer (safe mode) or of an unregistered custom object, said
+    in full and in our words (Keras's text runs to kilobytes of config and was cut off)."""
+    import re
+
+    if "safe_mode" in message and "Lambda" in message:
+        return ("holds a Lambda layer (Python code inside the file), which Keras refuses to load "
+                "by default because loading it could run arbitrary code; rebuild the model "
+                "without Lambda layers (a custom layer class instead), or, if you trust the "
+                "file, load it from Python with keras.models.load_model(path, safe_mode=False)")
+    if "safe_mode" in message:
+        return ("holds Python code that Keras refuses to load by default (safe mode: loading "
+                "it could run arbitrary code); if you trust the file, load it from Python with "
+                "keras.models.load_model(path, safe_mode=False)")
+    m = re.search(r"Could not locate (class|function) '([^']+)'", message)
+    if m:
+        return (f"uses a custom {m.group(1)} {m.group(2)!r} that is not registered in this "
+                "process, so Keras cannot rebuild it; the command line loads built-in Keras "
+                "layers only: load the model from Python after importing the module that "
+                "defines it (decorated with @keras.saving.register_keras_serializable())")
+    return None
+
+
 def load_keras_model(path: str, flag: str = "--model"):
     """``keras.models.load_model(path, compile=False)`` with one-line errors naming ``flag`` and
     the file: missing, a directory, not a zip archive, truncated or otherwise not loadable."""
@@ -112,6 +135,9 @@ def load_keras_model(path: str, flag: str = "--model"):
     try:
         return keras.models.load_model(path, compile=False)
     except Exception as exc:  # noqa: BLE001 - whatever the reason, the file is what is wrong
+        refused = _refused_object(str(exc))
+        if refused:
+            raise UsageError(f"{flag} {path}: {refused}") from exc
         detail = " ".join(str(exc).split())
         if len(detail) > 200:
             detail = detail[:200] + "..."

@@ -25,7 +25,8 @@ from typing import Any
 from robustgrad.cli import UsageError
 
 __all__ = ["agent_overrides", "changed_keys", "check_agent_resume", "check_resume",
-           "override_keys", "read_agent_record", "record_overrides", "write_agent_record"]
+           "override_keys", "read_agent_record", "read_checkpoint_steps", "record_overrides",
+           "write_agent_record"]
 
 
 def changed_keys(saved: Mapping[str, Any], requested: Mapping[str, Any],
@@ -110,6 +111,13 @@ def check_agent_resume(checkpoint: str, requested: Mapping[str, Any], *, overrid
     free = {"checkpoint_dir", "checkpoint_every", "overrides"}
     return check_resume(saved, requested, override=override, where=checkpoint, free=free,
                         known=set(saved) | set(requested), names=AGENT_FLAG_NAMES)
+
+
+def read_checkpoint_steps(checkpoint: str) -> int:
+    """The environment steps the agent checkpoint in ``checkpoint`` holds."""
+    from agents.persistence import read_metadata
+
+    return int(read_metadata(checkpoint)[0]["num_timesteps"])
 
 
 def agent_overrides(checkpoint: str) -> list:

@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attacks", default=None,
                    help=f"comma-separated observation attacks: {', '.join(ATTACKS)} "
                         "(default: none, a clean evaluation)")
-    p.add_argument("--eps", default="0.05,0.1,0.2",
-                   help="comma-separated budgets (default 0.05,0.1,0.2)")
+    p.add_argument("--eps", default=None,
+                   help="with --attacks: comma-separated budgets (default 0.05,0.1,0.2)")
     p.add_argument("--norm", default="linf", help="linf (default) or l2")
     p.add_argument("--scale", default="auto", choices=SCALES,
                    help="units of eps: auto (the agent's normaliser std if it has one, else "
@@ -60,6 +60,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty --out (its report files are replaced)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+
+
+DEFAULT_EPS = "0.05,0.1,0.2"
+
+
+def output_dir(args: argparse.Namespace) -> str | None:
+    """The directory this run writes (locked for the run): ``--out`` with ``--attacks``; a
+    clean evaluation writes none."""
+    return args.out if args.attacks is not None else None
+
+
+def _check_not_a_factory(directory: str) -> None:
+    """An agent trained on an env factory cannot be rebuilt from the command line: say so and
+    what to do, instead of the API's "pass env=" (the CLI has no such option)."""
+    try:
+        with open(os.path.join(directory, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return  # agents.load names what is wrong with the file
+    if isinstance(config, dict) and "env" in config and config["env"] is None:
+        raise UsageError(f"--agent {directory}: the agent was trained on an env factory (a "
+                         "Python function), which the command line cannot rebuild; evaluate it "
+                         "from Python: agents.load(path, env=factory), then agent.evaluate() or "
+                         "agents.evaluate_under_attack(agent, ...)")
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -81,8 +105,15 @@ def validate(args: argparse.Namespace) -> None:
         if not os.path.exists(os.path.join(args.agent, name)):
             raise UsageError(f"--agent {args.agent}: does not contain a saved agent (missing "
                              f"{name})")
+    _check_not_a_factory(args.agent)
     args.attack_names = None
     if args.attacks is None:
+        given = [flag for flag, on in (("--eps", args.eps is not None),
+                                       ("--norm", args.norm != "linf"),
+                                       ("--scale", args.scale != "auto")) if on]
+        if given:
+            raise UsageError(f"{given[0]}: only with --attacks (a clean evaluation has no "
+                             "budget); name the attacks, e.g. --attacks action,mad")
         return
     names = list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
     if not names:
@@ -95,7 +126,7 @@ def validate(args: argparse.Namespace) -> None:
     if args.stochastic:
         raise UsageError("--stochastic: attacks are evaluated on deterministic actions")
     args.attack_names = names
-    args.eps_values = parse_eps(args.eps)
+    args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)
 
 

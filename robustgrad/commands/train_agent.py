@@ -132,6 +132,13 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         return {}
     if args.algo == "reinforce":
         raise ValueError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
+    only = {"robust_method": ("sa", "the inner maximiser of the SA regulariser"),
+            "robust_kappa": ("sa", "the weight of the SA regulariser"),
+            "robust_attack": ("adv", "the attack adversarial training trains on")}
+    for flag, _field in given:  # a flag the chosen method would ignore
+        if flag in only and only[flag][0] != args.robust:
+            raise ValueError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
+                             f"({only[flag][1]}), not with --robust {args.robust}")
     out = {"robust": args.robust}
     for flag, field in given:
         name = "--" + flag.replace("_", "-")
@@ -249,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
                 agents.config.get_preset(preset, args.algo)
             except ValueError as exc:
                 raise ValueError(f"--{exc}") from None
+            tuned_for = preset.split("-", 1)[1]
+            if tuned_for != args.env:
+                print(f"robustgrad train-agent: warning: --preset {preset} was tuned for "
+                      f"{tuned_for}, not {args.env}", file=sys.stderr)
         if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
             from robustgrad.commands._train_seeds import run_seeds
             return run_seeds(args, args.seed_list, overrides, preset)
@@ -275,6 +286,10 @@ def run(args: argparse.Namespace) -> int:
                                                  override=args.override, steps=args.steps)
             record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
             overrides.update({k: new for k, (_, new) in changed.items()})
+            if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
+                raise ValueError(f"--override: the checkpoint in {ckpt} already holds the "
+                                 f"{args.steps} steps of --steps; nothing is left to train with "
+                                 "the new settings (raise --steps)")
             agent = agents.load(ckpt, **distributed, **overrides)
             if agent.algo != args.algo:
                 raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
@@ -284,6 +299,10 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
                                  if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
+                if args.resume:
+                    raise ValueError(f"--resume: {out} holds a finished agent but no checkpoint "
+                                     f"to resume from ({ckpt} is missing); agents.load({out!r}) "
+                                     "loads it, --overwrite trains anew")
                 raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
             if args.overwrite:

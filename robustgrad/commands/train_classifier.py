@@ -601,6 +601,7 @@ def run(args: argparse.Namespace) -> int:
                     tf.data.experimental.AutoShardPolicy.DATA
                 ds = ds.with_options(opts)
             trainer.fit(ds, epochs=epochs_to, initial_epoch=epochs_from, steps_per_epoch=steps,
+                        shuffle=False,  # epoch_dataset shuffles (Keras warned on every run)
                         validation_data=val, callbacks=callbacks,
                         verbose=2 if args.verbose == 2 else 0)
 

@@ -237,6 +237,17 @@ def test_a_stray_training_label_is_refused_not_a_bigger_model(tmp_path, capsys, 
         load_dataset(str(npz))
 
 
+def test_train_classifier_runs_without_the_keras_shuffle_warning(tmp_path):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _cli("--method", "clean", "--epochs", "1", "--limit", "64", "--no-eval",
+                    "--no-progress", "--out", str(tmp_path / "run")) == 0
+    shuffle = [str(w.message) for w in caught if "shuffle" in str(w.message)]
+    assert shuffle == []  # epoch_dataset shuffles; Keras warned on every run (issue 24)
+
+
 def test_cli_existing_output_and_resume_mismatch(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()

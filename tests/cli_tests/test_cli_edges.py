@@ -439,3 +439,36 @@ def test_evaluate_command_runs_autoattack_by_name(tiny_model, tmp_path, capsys):
     assert "attacks apgd-ce,apgd-t,fab-t,square, l2 eps 0.5" in out
     for label in ("apgd-ce", "apgd-t", "fab-t", "square"):
         assert f"0.5  {label}" in out
+
+
+def test_a_lambda_layer_refused_by_keras_safe_mode_is_said_in_full(tmp_path, capsys):
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                              keras.layers.Lambda(lambda t: t * 2.0), keras.layers.Dense(10)])
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    assert cli.main(["evaluate", "--model", str(path), "--out", str(tmp_path / "o")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (
+        f"robustgrad: error: --model {path}: holds a Lambda layer (Python code inside the file), "
+        "which Keras refuses to load by default because loading it could run arbitrary code; "
+        "rebuild the model without Lambda layers (a custom layer class instead), or, if you "
+        "trust the file, load it from Python with keras.models.load_model(path, "
+        "safe_mode=False)")
+
+
+def test_an_unregistered_custom_layer_is_named(tmp_path, capsys):
+    @keras.saving.register_keras_serializable(package="issue24")
+    class Doubling(keras.layers.Layer):
+        def call(self, x):
+            return 2.0 * x
+
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), Doubling(),
+                              keras.layers.Dense(10)])
+    path = tmp_path / "custom.keras"
+    model.save(path)
+    keras.saving.get_custom_objects().pop("issue24>Doubling")  # as in a fresh process
+    assert cli.main(["evaluate", "--model", str(path), "--out", str(tmp_path / "o")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"robustgrad: error: --model {path}: uses a custom class 'Doubling' "
+                           "that is not registered in this process"), line
+    assert line.endswith("(decorated with @keras.saving.register_keras_serializable())")

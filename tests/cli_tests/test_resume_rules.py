@@ -149,3 +149,39 @@ def test_train_agent_resumes_whatever_a_crash_inside_a_save_left(tmp_path, capsy
                             "the new checkpoint was complete: resuming the previous checkpoint "
                             "(step 64)"], (stage, said)
         assert int(agents.load(directory).num_timesteps.numpy()) == 128
+
+
+def _copy(agent_run, tmp_path):
+    import shutil
+
+    out = str(tmp_path / "copy")
+    shutil.copytree(agent_run, out)
+    return out
+
+
+def test_train_agent_override_with_no_steps_left_is_refused_not_recorded(agent_run, tmp_path,
+                                                                         capsys):
+    out = _copy(agent_run, tmp_path)
+    done = _json(out, "checkpoint", "agent.json")["num_timesteps"]
+    before = _json(out, "config.json")
+    capsys.readouterr()
+    assert cli.main([*AGENT, "--steps", str(done), "--out", out, "--resume", "--lr", "0.01",
+                     "--override", "lr"]) == 2
+    assert _error_line(capsys) == (
+        f"robustgrad: error: --override: the checkpoint in {out}/checkpoint already holds the "
+        f"{done} steps of --steps; nothing is left to train with the new settings (raise --steps)")
+    assert _json(out, "config.json") == before  # not rewritten
+
+
+def test_train_agent_resume_of_a_finished_agent_without_checkpoint_says_so(agent_run, tmp_path,
+                                                                           capsys):
+    import shutil
+
+    out = _copy(agent_run, tmp_path)
+    shutil.rmtree(os.path.join(out, "checkpoint"))
+    capsys.readouterr()
+    assert cli.main([*AGENT, "--steps", "128", "--out", out, "--resume"]) == 2
+    assert _error_line(capsys) == (
+        f"robustgrad: error: --resume: {out} holds a finished agent but no checkpoint to resume "
+        f"from ({out}/checkpoint is missing); agents.load({out!r}) loads it, --overwrite trains "
+        "anew")

@@ -49,3 +49,15 @@ def _started(out):
 
     with open(os.path.join(out, rundir.LOCK_FILE)) as f:
         return json.load(f)["started"]
+
+
+def test_train_agent_out_an_existing_file_is_one_line_before_any_work(tmp_path):
+    out = tmp_path / "file"
+    out.write_text("mine")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(cli_command("train-agent", "--steps", "64", "--out", str(out)),
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"robustgrad: error: --out {out}: exists and is not a directory"]
+    assert out.read_text() == "mine"

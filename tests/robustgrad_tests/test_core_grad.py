@@ -260,3 +260,21 @@ def test_scalar_output_is_the_one_scalar_check():
         scalar_output(tf.constant(3), "objective")
     with pytest.raises(TypeError, match="fn must return a scalar tensor, got str"):
         scalar_output("1.0")
+
+
+def test_input_gradient_warns_of_a_softmax_output_inside_tf_function_too():
+    probs = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    x, y = tf.ones([2, 4]), tf.constant([0, 2])
+    with pytest.warns(UserWarning, match="look like probabilities"):
+        rg.input_gradient(probs, x, y)  # eager: on the values
+    with pytest.warns(UserWarning, match="look like probabilities"):
+        tf.function(lambda x: rg.input_gradient(probs, x, y))(x)  # traced: on the last layer
+    layer = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Softmax()])
+    with pytest.warns(UserWarning, match="look like probabilities"):
+        tf.function(lambda x: rg.input_gradient(layer, x, y))(x)
+    logits = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tf.function(lambda x: rg.input_gradient(logits, x, y))(x)  # logits: no warning
