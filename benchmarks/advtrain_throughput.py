@@ -195,33 +195,33 @@ def _torch_arch():
 def _torch_pgd_step(torch, net, opt, x, y, steps=K):
     """The plain PGD-k training step: craft in eval mode (input gradient only), update in
     train mode."""
-    import torch.nn.functional as F
+    cross_entropy = torch.nn.functional.cross_entropy
 
     net.eval()
     x_adv = (x + torch.empty_like(x).uniform_(-EPS, EPS)).clamp_(0.0, 1.0)
     for _ in range(steps):
         x_adv.requires_grad_(True)
-        loss = F.cross_entropy(net(x_adv), y)
+        loss = cross_entropy(net(x_adv), y)
         (g,) = torch.autograd.grad(loss, x_adv)
         x_adv = torch.min(torch.max(x_adv.detach() + STEP * g.sign(), x - EPS), x + EPS)
         x_adv = x_adv.clamp_(0.0, 1.0)
     net.train()
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(net(x_adv), y)
+    loss = cross_entropy(net(x_adv), y)
     loss.backward()
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _torch_clean_step(torch, net, opt, x, y):
-    import torch.nn.functional as F
+    cross_entropy = torch.nn.functional.cross_entropy
 
     net.train()
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(net(x), y)
+    loss = cross_entropy(net(x), y)
     loss.backward()
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def worker_torch(args) -> None:
@@ -389,7 +389,7 @@ def throughput(args) -> dict:
                                               "--weights", export, *_common(args)], env)
         for name, w in sides.items():
             print(f"{name}: ready {json.dumps(w.info)}", flush=True)
-        for name, w in sides.items():  # warm-up beyond the tracing step
+        for w in sides.values():  # warm-up beyond the tracing step
             for kind in ("clean", "adv"):
                 w.time(kind, args.warmup)
         raw = {name: {"clean": ([], []), "adv": ([], [])} for name in sides}
@@ -475,6 +475,17 @@ def memory(args) -> dict:
     return out
 
 
+def _machine() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("what", choices=("throughput", "memory", "all", "worker-ours", "worker-torch",
@@ -513,9 +524,8 @@ def main(argv=None) -> int:
         return 0
     os.makedirs(args.out, exist_ok=True)
     result = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "load_average_start": os.getloadavg(), "machine": platform.processor()
-              or platform.machine(), "cpus": os.cpu_count(), "data": "random uniform pixels, "
-              "random labels"}
+              "load_average_start": os.getloadavg(), "machine": _machine(),
+              "cpus": os.cpu_count(), "data": "random uniform pixels, random labels"}
     if args.what in ("throughput", "all"):
         result["throughput"] = throughput(args)
     if args.what in ("memory", "all"):
