@@ -42,7 +42,7 @@ def test_ours_steps_run_on_a_tiny_preactresnet(bench):
 @pytest.mark.slow
 def test_driver_runs_end_to_end_without_torch(bench, tmp_path):
     """The whole driver (worker subprocess, rounds, JSON) on a width-2 model, ours only, and
-    the memory figure on a WRN-10-1 at batch 4 with one PGD step (~40 s)."""
+    the memory figure on a WRN-10-1 at batch 4 with one PGD step (~25 s)."""
     assert bench.main(["all", "--width", "2", "--batch", "4", "--rounds", "1", "--clean-steps",
                        "1", "--warmup", "0", "--threads", "1", "--mem-arch", "wrn-10-1",
                        "--mem-batch", "4", "--mem-steps", "1", "--out", str(tmp_path)]) == 0
