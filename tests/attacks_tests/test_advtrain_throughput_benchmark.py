@@ -1,0 +1,54 @@
+"""Smoke tests of ``benchmarks/advtrain_throughput.py`` (issue 26, section 4): its pieces on a
+tiny PreActResNet, so that a change of the training API breaks here and not in the benchmark.
+The PyTorch side needs a separate virtualenv and is not exercised."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
+                     "advtrain_throughput.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("advtrain_throughput", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ours_steps_run_on_a_tiny_preactresnet(bench):
+    """The trainers and the step function the benchmark times: one clean and one PGD-2 step
+    of a width-2 PreActResNet-18 move the weights; the summary has the reported fields."""
+    batches = bench._batches(2, 4)
+    assert batches[0][0].shape == (4, 32, 32, 3) and batches[0][0].dtype == np.float32
+    for method in ("clean", "madry"):
+        clf = bench._ours_model("preactresnet18", 2)
+        before = [w.copy() for w in clf.get_weights()]
+        tr = bench._ours_trainer(clf, method, jit=False, steps=2)
+        bench._ours_step_fn(tr, batches)(0)
+        assert int(tr.step_counter.numpy()) == 1
+        assert any(not np.array_equal(a, b) for a, b in zip(before, clf.get_weights()))
+    s = bench._summary([2.0, 1.0, 4.0], [1.0, 1.0, 3.0], batch=8)
+    assert s["wall_s"] == 2.0 and s["images_per_s"] == 4.0 and s["spread"] == 1.5
+
+
+@pytest.mark.slow
+def test_driver_runs_end_to_end_without_torch(bench, tmp_path):
+    """The whole driver (worker subprocess, rounds, JSON) on a width-2 model, ours only, and
+    the memory figure on a WRN-10-1 at batch 4 with one PGD step (~25 s)."""
+    assert bench.main(["all", "--width", "2", "--batch", "4", "--rounds", "1", "--clean-steps",
+                       "1", "--warmup", "0", "--threads", "1", "--mem-arch", "wrn-10-1",
+                       "--mem-batch", "4", "--mem-steps", "1", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "advtrain_throughput.json") as f:
+        result = json.load(f)
+    ours = result["throughput"]["sides"]["ours"]
+    assert ours["adv"]["wall_s"] > 0 and ours["info"]["intra_op_threads"] == 1
+    assert result["memory"]["sides"]["ours"]["peak_mib"] >= result["memory"]["sides"]["ours"][
+        "baseline_mib"]
