@@ -11,6 +11,8 @@ driven in rounds (one side at a time, so they never compete for the cores):
   ``make_model("preactresnet18", width=...)`` with SGD 0.1 momentum 0.9, stepped through the
   function Keras' ``fit`` runs (``trainer.make_train_function()``, ``jit_compile`` off, or on
   for ``ours-xla``); the clean step is the same trainer with ``method="clean"``;
+* ``ours-fusedbn`` (``--fused-bn``, an experiment): ours with the model instance's Keras
+  ``BatchNormalization`` layers computing with TensorFlow's fused kernel (same semantics);
 * ``torch``: the same network (``benchmarks/torch_architectures.py``, the Keras weights ported,
   logits checked to agree before timing) and the same step written plainly: PGD-10 on the
   cross-entropy from a uniform start with the model in eval mode (input gradient only,
@@ -125,6 +127,37 @@ def _ours_trainer(clf, method: str, jit: bool, steps: int = K):
     return tr
 
 
+def _fuse_batchnorm(model):
+    """EXPERIMENT (``--fused-bn``, not in the library): this instance's Keras
+    ``BatchNormalization`` layers compute with TensorFlow's fused kernel, with Keras' semantics
+    (moving variance from the biased batch variance). The saved model is unchanged."""
+    import keras
+    import tensorflow as tf
+
+    for layer in model.layers:
+        if not isinstance(layer, keras.layers.BatchNormalization):
+            continue
+
+        def call(inputs, training=None, mask=None, layer=layer):
+            gamma, beta = layer.gamma.value, layer.beta.value
+            if training:
+                y, mean, var = tf.compat.v1.nn.fused_batch_norm(
+                    inputs, gamma, beta, epsilon=layer.epsilon, is_training=True)
+                n = tf.cast(tf.reduce_prod(tf.shape(inputs)[:-1]), var.dtype)
+                var = var * (n - 1.0) / n  # the kernel returns the Bessel-corrected variance
+                m = layer.momentum
+                layer.moving_mean.assign(layer.moving_mean * m + mean * (1.0 - m))
+                layer.moving_variance.assign(layer.moving_variance * m + var * (1.0 - m))
+                return y
+            y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+                inputs, gamma, beta, mean=layer.moving_mean.value,
+                variance=layer.moving_variance.value, epsilon=layer.epsilon, is_training=False)
+            return y
+
+        layer.call = call
+    return model
+
+
 def _ours_step_fn(tr, batches):
     """One call of the function ``fit`` runs per step, on batch ``i % len(batches)``; waits
     for the result."""
@@ -167,6 +200,9 @@ def worker_ours(args) -> None:
     # do not move each other's weights
     clean_clf = _ours_model("preactresnet18", args.width)
     clean_clf.set_weights(clf.get_weights())
+    if args.fused_bn:
+        _fuse_batchnorm(clf)
+        _fuse_batchnorm(clean_clf)
     adv = _ours_trainer(clf, "madry", args.jit)
     clean = _ours_trainer(clean_clf, "clean", args.jit)
     steps = {"adv": _ours_step_fn(adv, batches), "clean": _ours_step_fn(clean, batches)}
@@ -176,6 +212,7 @@ def worker_ours(args) -> None:
         steps[kind](0)  # tracing (and XLA compiling)
     _emit({"ready": True, "build_s": build, "first_steps_s": time.perf_counter() - t0,
            "tensorflow": tf.__version__, "jit_compile": bool(args.jit),
+           "fused_batchnorm_experiment": bool(args.fused_bn),
            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")})
@@ -384,6 +421,9 @@ def throughput(args) -> dict:
         if args.xla:
             sides["ours-xla"] = Worker("ours-xla", [sys.executable, script, "worker-ours",
                                                     "--jit", *_common(args)], env)
+        if args.fused_bn:
+            sides["ours-fusedbn"] = Worker("ours-fusedbn", [sys.executable, script, "worker-ours",
+                                                            "--fused-bn", *_common(args)], env)
         if args.torch_python:
             sides["torch"] = Worker("torch", [args.torch_python, script, "worker-torch",
                                               "--weights", export, *_common(args)], env)
@@ -501,6 +541,9 @@ def parse(argv=None):
     p.add_argument("--clean-steps", type=int, default=3, help="clean steps per round (averaged)")
     p.add_argument("--pool", type=int, default=4, help="distinct random batches cycled through")
     p.add_argument("--xla", action="store_true", help="also time ours with jit_compile=True")
+    p.add_argument("--fused-bn", action="store_true",
+                   help="also time ours with TensorFlow's fused batch-norm kernel patched into "
+                   "the model instance (an experiment; the library's layers are unfused)")
     p.add_argument("--jit", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--export", help=argparse.SUPPRESS)
     p.add_argument("--weights", help=argparse.SUPPRESS)

@@ -39,6 +39,20 @@ def test_ours_steps_run_on_a_tiny_preactresnet(bench):
     assert s["wall_s"] == 2.0 and s["images_per_s"] == 4.0 and s["spread"] == 1.5
 
 
+def test_fused_batchnorm_experiment_keeps_keras_semantics(bench):
+    """``--fused-bn`` patches TensorFlow's fused kernel into a model instance: same logits in
+    training and inference mode and the same moving statistics as Keras' layer."""
+    x = bench._batches(1, 8)[0][0]
+    ref = bench._ours_model("preactresnet18", 2)
+    fused = bench._ours_model("preactresnet18", 2)
+    fused.set_weights(ref.get_weights())
+    bench._fuse_batchnorm(fused)
+    np.testing.assert_allclose(fused(x, training=True), ref(x, training=True), atol=1e-4)
+    for a, b in zip(fused.weights, ref.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+    np.testing.assert_allclose(fused(x, training=False), ref(x, training=False), atol=1e-5)
+
+
 @pytest.mark.slow
 def test_driver_runs_end_to_end_without_torch(bench, tmp_path):
     """The whole driver (worker subprocess, rounds, JSON) on a width-2 model, ours only, and
