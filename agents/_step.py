@@ -1,5 +1,9 @@
 """The gradient step of every agent: a ``robustgrad.transforms`` chain, then Adam.
 
+Adam is the core's transformation, ``transforms.adam(lr, eps=1e-5)`` (PyTorch-style epsilon, as
+CleanRL and Stable-Baselines3; Huang et al. 2022, detail 3), behind the guard: the step runs as
+TensorFlow's fused ``ResourceApplyAdam`` kernel, one op per variable.
+
 Default chain: ``chain(apply_if_finite(clip_by_global_norm(max_grad_norm)))``: a
 non-finite gradient (NaN observation, NaN loss) is rejected (the optimizer is not
 called, so weights and Adam moments stay as they were) and counted; finite gradients
@@ -38,9 +42,8 @@ def make_gradient_step(optimizer: Any, variables: Sequence[tf.Variable],
     ``apply_if_finite`` yourself if you still want the guard.
 
     >>> import numpy as np, tensorflow as tf
-    >>> from agents.optim import Adam
     >>> v = tf.Variable([1.0, -1.0])
-    >>> step = make_gradient_step(Adam([v], learning_rate=0.1), [v], max_grad_norm=0.5)
+    >>> step = make_gradient_step(transforms.adam(0.1, eps=1e-5), [v], max_grad_norm=0.5)
     >>> float(step.step([tf.constant([3.0, 4.0])])["grad_norm"])   # clipped to 0.5, applied
     5.0
     >>> before = v.numpy().copy()
@@ -51,3 +54,40 @@ def make_gradient_step(optimizer: Any, variables: Sequence[tf.Variable],
     if transform is None:
         transform = default_transform(max_grad_norm)
     return transforms.GradientStep(transform, optimizer, list(variables), name="gradient_step")
+
+
+class AdamSlots(tf.Module):
+    """The agents' checkpoint entry ``optimizer``: Adam's variables under the names the previous
+    version saved (``learning_rate``, ``iterations``, ``m``, ``v``), so its agents still load.
+
+    The variables are the gradient step's own (``step.optimizer_variable_state[0]``: the
+    :class:`~robustgrad.transforms.ScaleByAdamState` of ``transforms.adam``), not copies.
+    ``learning_rate`` is the ``tf.Variable`` the chain reads at every step (assign it to anneal).
+    """
+
+    def __init__(self, learning_rate: tf.Variable, step: transforms.GradientStep):
+        super().__init__(name="adam")
+        state = step.optimizer_variable_state[0]
+        self.learning_rate = learning_rate
+        self.iterations = state.count
+        self.m = list(tf.nest.flatten(state.mu))
+        self.v = list(tf.nest.flatten(state.nu))
+
+
+def make_adam_step(variables: Sequence[tf.Variable], learning_rate: float,
+                   max_grad_norm: float | None = None,
+                   transform: transforms.GradientTransformation | None = None
+                   ) -> tuple[transforms.GradientStep, AdamSlots]:
+    """``(gradient_step, optimizer)``: :func:`make_gradient_step` with
+    ``transforms.adam(lr, eps=1e-5)`` (``lr`` a ``tf.Variable`` starting at ``learning_rate``) and
+    the :class:`AdamSlots` view of its state that agents checkpoint as ``optimizer``.
+
+    >>> v = tf.Variable([1.0, -1.0])
+    >>> step, opt = make_adam_step([v], 0.1, max_grad_norm=0.5)
+    >>> _ = step.step([tf.constant([3.0, 4.0])])
+    >>> int(opt.iterations), [round(float(x), 3) for x in v.numpy()]
+    (1, [0.9, -1.1])
+    """
+    lr = tf.Variable(float(learning_rate), trainable=False, name="lr")
+    step = make_gradient_step(transforms.adam(lr, eps=1e-5), variables, max_grad_norm, transform)
+    return step, AdamSlots(lr, step)

@@ -34,8 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents import _sums, robust
-from agents._fused_adam import FusedAdam
-from agents._step import make_gradient_step
+from agents._step import make_adam_step
 from agents.base import Agent
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
@@ -93,9 +92,8 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
-        self.optimizer = FusedAdam(self.variables, cfg.learning_rate, eps=1e-5)  # optim.Adam, fused
-        self.gradient_step = make_gradient_step(self.optimizer, self.variables,
-                                                cfg.max_grad_norm, self.transform)
+        self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
                                    cfg.prioritized_replay)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")

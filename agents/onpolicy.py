@@ -22,8 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents._fused_adam import FusedAdam
-from agents._step import make_gradient_step
+from agents._step import make_adam_step
 from agents.base import Agent
 from agents.config import OnPolicyConfig
 from agents.envs import RunningMeanStd
@@ -58,9 +57,8 @@ class OnPolicyAgent(Agent):
         self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
                                  cfg.activation, cfg.normalize_obs, cfg.log_std_init, cfg.seed)
         self.variables = self.model.trainable
-        self.optimizer = FusedAdam(self.variables, cfg.learning_rate, eps=1e-5)  # optim.Adam, fused
-        self.gradient_step = make_gradient_step(self.optimizer, self.variables,
-                                                cfg.max_grad_norm, self.transform)
+        self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
         self.reward_rms = RunningMeanStd((), name="reward_rms")
         n_envs = cfg.num_envs
         self._ret_acc = tf.Variable(tf.zeros([n_envs]), trainable=False, name="return_acc")

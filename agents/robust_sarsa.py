@@ -31,9 +31,9 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
+from agents._step import make_adam_step
 from agents.envs import make_vec_env
 from agents.networks import MLP
-from agents.optim import Adam
 from robustgrad import _checks
 
 if TYPE_CHECKING:
@@ -157,7 +157,9 @@ def fit_q_pi(agent: Agent, steps: int = 20_000, *, updates: int = 3000, batch_si
     target = QPi(obs.shape[1], n_out, discrete, hidden, seed, obs.mean(0), obs.std(0) + 1e-3)
     variables = list(q_pi.net.trainable_variables)
     target_vars = list(target.net.trainable_variables)
-    optimizer = Adam(variables, learning_rate)
+    # transforms.adam behind the agents' guard: a non-finite TD gradient is skipped, not applied
+    gradient_step, _ = make_adam_step(variables, learning_rate)
+    apply = tf.autograph.experimental.do_not_convert(gradient_step.step)
     tensors = {k: tf.constant(v) for k, v in data.items()}
     n = obs.shape[0]
     rng = tf.random.Generator.from_seed(seed)
@@ -197,7 +199,7 @@ def fit_q_pi(agent: Agent, steps: int = 20_000, *, updates: int = 3000, batch_si
                     loss += robust_coef * tf.reduce_mean(
                         tf.square(q_pi.q(b["obs"], a_hat) - tf.stop_gradient(q)))
             grads = tape.gradient(loss, variables)
-            optimizer.apply_gradients(zip(grads, variables))
+            apply(grads)
         return loss
 
     sync()

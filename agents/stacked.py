@@ -379,11 +379,12 @@ class StackedPPO(tf.Module):
         """Write every seed's weights, Adam moments and step count into its agent."""
         steps = self.adam_steps.numpy()
         for s, agent in enumerate(self.agents):
-            opt = agent.optimizer
+            opt = agent.optimizer  # agents._step.AdamSlots: m, v aligned with agent.variables
+            index = {id(v): i for i, v in enumerate(agent.variables)}
             for j, getter in enumerate(self._getters):
                 var = getter(agent)
                 var.assign(self.params[j][s])
-                i = opt._index[id(var)]
+                i = index[id(var)]
                 opt.m[i].assign(self.m[j][s])
                 opt.v[i].assign(self.v[j][s])
             opt.iterations.assign(int(steps[s]))

@@ -26,13 +26,25 @@ whether the current step should reach the optimizer (``ApplyIfFiniteState.last_f
 how :class:`GradientStep` skips ``optimizer.apply_gradients`` -- so Adam's moments do not move on a
 rejected or non-emitting step. A transformation used on its own returns zero updates on such steps.
 
+The optimizer is a transformation too (optax's algebra): :func:`adam` is
+``chain(scale_by_adam(), scale_by_learning_rate(lr))``, whose updates are added to the parameters;
+``GradientStep(transform, adam(lr), variables)`` runs it with TensorFlow's fused Adam kernel.
+
 One theme per module (as optax's ``transforms/``): ``_base`` (the contract, :func:`identity`,
 :func:`chain`, :func:`global_norm`), ``_clipping``, ``_nonfinite`` (guards and their counts),
-``_accumulate``, ``_noise``, ``_masking`` and ``_step`` (:class:`GradientStep`). Import from this
+``_accumulate``, ``_noise``, ``_masking``, ``_adam`` (Adam and the learning rate) and ``_step``
+(:class:`GradientStep`). Import from this
 package; the modules are an implementation detail.
 """
 
 from robustgrad.transforms._accumulate import AccumulateState, accumulate
+from robustgrad.transforms._adam import (
+    ScaleByAdamState,
+    ScaleByScheduleState,
+    adam,
+    scale_by_adam,
+    scale_by_learning_rate,
+)
 from robustgrad.transforms._base import (
     EmptyState,
     GradientTransformation,
@@ -67,7 +79,10 @@ __all__ = [
     "GradientTransformation",
     "MaskedState",
     "NonFiniteGradientError",
+    "ScaleByAdamState",
+    "ScaleByScheduleState",
     "accumulate",
+    "adam",
     "adaptive_clip",
     "add_noise",
     "all_finite",
@@ -80,6 +95,8 @@ __all__ = [
     "identity",
     "masked",
     "nonfinite_count",
+    "scale_by_adam",
+    "scale_by_learning_rate",
     "should_apply",
     "zero_nonfinite",
 ]

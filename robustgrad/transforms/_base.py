@@ -242,4 +242,5 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
                 new_state.append(s)
         return updates, tuple(new_state)
 
+    update._rg_chain = ts  # the parts, for GradientStep's fused Adam path
     return GradientTransformation(init, update)

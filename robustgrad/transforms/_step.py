@@ -1,8 +1,10 @@
-"""A transformation and a Keras 3 optimizer in one compiled step: :class:`GradientStep`.
+"""A transformation and an optimizer in one compiled step: :class:`GradientStep`.
 
-The transformation state lives in ``tf.Variable`` s (checkpointable), and :func:`should_apply`
-reads from it whether the optimizer runs at all on this step: a step rejected by
-:func:`apply_if_finite`, or a non-emitting :func:`accumulate` step, leaves Adam's moments alone.
+The optimizer is a Keras 3 optimizer or itself a transformation (:func:`adam`, any chain ending in
+:func:`scale_by_learning_rate`), whose updates are added to the variables. Every state lives in
+``tf.Variable`` s (checkpointable), and :func:`should_apply` reads from the transformation's state
+whether the optimizer runs at all on this step: a step rejected by :func:`apply_if_finite`, or a
+non-emitting :func:`accumulate` step, leaves Adam's moments and step count alone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tensorflow as tf
 from robustgrad._checks import leaf_names
 from robustgrad.errors import NonFiniteGradientError
 from robustgrad.transforms._accumulate import AccumulateState
+from robustgrad.transforms._adam import _fused_adam_apply, _fused_adam_plan
 from robustgrad.transforms._base import (
     GradientTransformation,
     _as_tensor,
@@ -62,22 +65,27 @@ def _tf_variable(v):
 
 
 class GradientStep(tf.Module):
-    """Apply a :class:`GradientTransformation`, then a Keras 3 optimizer, in one step.
+    """Apply a :class:`GradientTransformation`, then an optimizer, in one step.
 
-    The transformation state lives in non-trainable ``tf.Variable`` s (``self.state_variables``),
-    so ``tf.train.Checkpoint(step=step)`` saves it. ``step(grads)`` works eagerly, inside
+    The transformation state lives in non-trainable ``tf.Variable`` s (``self.state_variables``;
+    an optimizer transformation's in ``self.optimizer_state_variables``), so
+    ``tf.train.Checkpoint(step=step)`` saves it. ``step(grads)`` works eagerly, inside
     ``tf.function`` and under ``jit_compile=True``::
 
         grads -> grad_norm = global_norm(grads)
               -> updates, state = transform.update(grads, state, variables)
-              -> tf.cond(should_apply(state), optimizer.apply_gradients(updates), no-op)
+              -> tf.cond(should_apply(state), apply the optimizer to updates, no-op)
 
     so on a step rejected by :func:`apply_if_finite`, or a non-emitting :func:`accumulate` step,
-    the optimizer is not called at all (Adam's moments and ``iterations`` do not move).
+    the optimizer is not called at all (Adam's moments and step count do not move).
 
     Args:
         transform: a GradientTransformation.
-        optimizer: a Keras 3 optimizer (built here for ``variables`` if it is not yet).
+        optimizer: a Keras 3 optimizer (built here for ``variables`` if it is not yet); or a
+            GradientTransformation such as :func:`adam` (``variables += optimizer.update(updates,
+            state, variables)``; ``adam(...)`` with ``eps_root == 0`` runs as TensorFlow's fused
+            ``ResourceApplyAdam``, one op per variable); or None (``variables += updates``: the
+            transform is the whole optimizer, e.g. ``apply_if_finite(chain(..., adam(lr)))``).
         variables: list of Keras 3 or ``tf.Variable`` s, e.g. ``model.trainable_variables``.
 
     Returns from ``step(grads)`` (``grads``: list aligned with ``variables``, no ``None``): a dict of
@@ -104,8 +112,10 @@ class GradientStep(tf.Module):
                  variables: Sequence[Any], name: str | None = None):
         super().__init__(name=name or "gradient_step")
         self._transform = _as_transformation(transform, "transform")
-        if not hasattr(optimizer, "apply_gradients"):
-            raise TypeError(f"optimizer must be a Keras optimizer, got {type(optimizer).__name__}")
+        if optimizer is not None and not isinstance(optimizer, GradientTransformation) \
+                and not hasattr(optimizer, "apply_gradients"):
+            raise TypeError("optimizer must be a Keras optimizer, a GradientTransformation "
+                            f"(e.g. transforms.adam(lr)) or None, got {type(optimizer).__name__}")
         variables = list(variables)
         if not variables:
             raise ValueError("variables must not be empty")
@@ -117,8 +127,15 @@ class GradientStep(tf.Module):
         self._optimizer = optimizer
         self._vars = variables
         self._names = names
-        if not getattr(optimizer, "built", True):
+        self._tf_vars = [_tf_variable(v) for v in variables]
+        self._fused = None
+        opt_state = ()
+        if isinstance(optimizer, GradientTransformation):
+            opt_state = optimizer.init(variables)
+            self._fused = _fused_adam_plan(optimizer)
+        elif optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(variables)
+        self._opt_structure = tf.nest.map_structure(lambda _: 0, opt_state)
         state = self._transform.init(variables)
         flat = tf.nest.flatten(state)
         for leaf in flat:
@@ -132,6 +149,12 @@ class GradientStep(tf.Module):
             ]
             self._nonfinite = tf.Variable(0, dtype=tf.int32, trainable=False,
                                           name="nonfinite_steps")
+            if isinstance(optimizer, GradientTransformation):
+                self.optimizer_state_variables = [
+                    tf.Variable(tf.convert_to_tensor(x), trainable=False, name=f"opt_state_{i}")
+                    for i, x in enumerate(tf.nest.flatten(opt_state))]
+            else:
+                self.optimizer_state_variables = []
 
     @property
     def transform(self) -> GradientTransformation:
@@ -140,8 +163,21 @@ class GradientStep(tf.Module):
 
     @property
     def optimizer(self) -> Any:
-        """The Keras optimizer that applies the transformed gradients."""
+        """The optimizer that applies the transformed gradients (Keras optimizer,
+        GradientTransformation or None)."""
         return self._optimizer
+
+    @property
+    def optimizer_state(self) -> Any:
+        """An optimizer transformation's current state (tensors; ``()`` for a Keras optimizer)."""
+        return tf.nest.pack_sequence_as(
+            self._opt_structure, [v.read_value() for v in self.optimizer_state_variables])
+
+    @property
+    def optimizer_variable_state(self) -> Any:
+        """An optimizer transformation's state as the nest of ``tf.Variable`` s that hold it
+        (the structure of ``optimizer.init(variables)``; e.g. ``[0].mu`` for :func:`adam`)."""
+        return tf.nest.pack_sequence_as(self._opt_structure, list(self.optimizer_state_variables))
 
     @property
     def state(self) -> Any:
@@ -185,9 +221,8 @@ class GradientStep(tf.Module):
         apply = should_apply(new_state)
 
         def do_apply():
-            self._optimizer.apply_gradients(
-                [(tf.cast(u, _leaf_dtype(v)), v) for u, v in zip(updates, self._vars)])
-            return tf.constant(True)
+            with tf.control_dependencies(self._apply_ops(updates)):
+                return tf.constant(True)
 
         with tf.control_dependencies(assigns):
             static = tf.get_static_value(apply)
@@ -207,6 +242,27 @@ class GradientStep(tf.Module):
             exceeded = tf.constant(False)
         return {"grad_norm": grad_norm, "applied": applied, "nonfinite_steps": count,
                 "nonfinite_exceeded": exceeded}
+
+    def _apply_ops(self, updates):
+        """The optimizer applied to the transformed ``updates`` (list aligned with variables)."""
+        opt = self._optimizer
+        updates = [tf.cast(u, _leaf_dtype(v)) for u, v in zip(updates, self._vars)]
+        if opt is None:
+            return [v.assign_add(u) for v, u in zip(self._tf_vars, updates)]
+        if not isinstance(opt, GradientTransformation):
+            opt.apply_gradients(list(zip(updates, self._vars)))
+            return []
+        if self._fused is not None:
+            return _fused_adam_apply(self._fused, updates, self.optimizer_variable_state,
+                                     self._tf_vars)
+        old_flat = [v.read_value() for v in self.optimizer_state_variables]
+        state = tf.nest.pack_sequence_as(self._opt_structure, old_flat)
+        steps, state = opt.update(updates, state, self._vars)
+        steps = tf.nest.flatten(steps)
+        assigns = [v.assign(tf.cast(x, v.dtype)) for v, x, old
+                   in zip(self.optimizer_state_variables, tf.nest.flatten(state), old_flat)
+                   if x is not old]
+        return assigns + [v.assign_add(tf.cast(u, v.dtype)) for v, u in zip(self._tf_vars, steps)]
 
     @property
     def nonfinite_steps(self) -> tf.Tensor:
