@@ -46,6 +46,7 @@ from agents.observation_attacks import (
     step_seed,
 )
 from robustgrad import _checks
+from robustgrad.atomic import replacing
 
 if TYPE_CHECKING:
     from agents.base import Agent
@@ -218,7 +219,7 @@ class AgentAttackReport:
         number (a normalised score of 0/0, see ``warnings``) is written as ``null``."""
         text = json.dumps(_json_ready(self.to_dict()), indent=1, allow_nan=False)
         if path is not None:
-            with open(path, "w") as f:
+            with replacing(path) as tmp, open(tmp, "w") as f:
                 f.write(text)
         return text
 
@@ -263,7 +264,8 @@ class AgentAttackReport:
         ax.set_title(f"{self.algo.upper()} {self.env} under observation attacks")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        with replacing(path) as tmp:  # a full disk leaves no truncated file
+            fig.savefig(tmp, dpi=100)
         plt.close(fig)
         return path
 
@@ -286,7 +288,8 @@ class AgentAttackReport:
         axes[0, 0].legend(fontsize=8)
         axes[-1, 0].set_xlabel("step")
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        with replacing(path) as tmp:  # a full disk leaves no truncated file
+            fig.savefig(tmp, dpi=100)
         plt.close(fig)
         return path
 
@@ -298,7 +301,7 @@ class AgentAttackReport:
         paths = {k: os.path.join(directory, k) for k in
                  ("report.json", "report.txt", "return_vs_eps.png", "trajectories.png")}
         self.to_json(paths["report.json"])
-        with open(paths["report.txt"], "w") as f:
+        with replacing(paths["report.txt"]) as tmp, open(tmp, "w") as f:
             f.write(str(self) + "\n")
         self.plot(paths["return_vs_eps.png"])
         self.plot_trajectories(paths["trajectories.png"])

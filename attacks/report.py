@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from robustgrad import _checks
+from robustgrad.atomic import replacing
 
 __all__ = ["AttackRecord", "EvaluationReport"]
 
@@ -131,7 +132,7 @@ class EvaluationReport:
 
     def to_json(self, path: str | os.PathLike) -> str | os.PathLike:
         """Write the report (without image arrays) as JSON; returns the path."""
-        with open(path, "w") as f:
+        with replacing(path) as tmp, open(tmp, "w") as f:
             json.dump(self.to_dict(), f, indent=2)
         return path
 
@@ -163,7 +164,8 @@ class EvaluationReport:
         ax.legend(fontsize=8)
         ax.set_title("robust accuracy vs eps")
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        with replacing(path) as tmp:  # a full disk leaves no truncated file
+            fig.savefig(tmp, dpi=110)
         plt.close(fig)
         if examples_path is not None:
             self.plot_examples(examples_path)
@@ -198,7 +200,8 @@ class EvaluationReport:
         fig.suptitle(f"clean / worst-case adversarial / perturbation, eps={budget:g} "
                      f"({self.norm})", fontsize=9)
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        with replacing(path) as tmp:  # a full disk leaves no truncated file
+            fig.savefig(tmp, dpi=110)
         plt.close(fig)
         return path
 
@@ -211,7 +214,7 @@ class EvaluationReport:
             "json": self.to_json(os.path.join(out_dir, "report.json")),
             "plot": self.plot(os.path.join(out_dir, "robust_accuracy.png")),
         }
-        with open(os.path.join(out_dir, "report.txt"), "w") as f:
+        with replacing(os.path.join(out_dir, "report.txt")) as tmp, open(tmp, "w") as f:
             f.write(self.table() + "\n")
         paths["txt"] = os.path.join(out_dir, "report.txt")
         if self.examples:

@@ -25,13 +25,14 @@ finishes or rolls back an interrupted switch and removes staging leftovers:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["PREVIOUS", "recover", "write_entries"]
+__all__ = ["PREVIOUS", "recover", "replacing", "write_entries"]
 
 PREVIOUS = ".previous"
 _STAGING_PREFIX = ".incoming-"
@@ -167,3 +168,29 @@ def write_entries(directory: str, entries: Sequence[str], writer: Callable[[str]
         _fault_point("done")
     finally:
         _remove(stage)
+
+
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """Write one file crash-safely: the block writes the temporary path it is given (same
+    directory, same extension, so format-by-extension writers such as ``savefig`` work), which
+    replaces ``path`` only when the block succeeds. A failure (a full disk) leaves ``path`` as
+    it was and no partial file behind.
+
+    >>> import tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "report.json")
+    >>> with replacing(target) as tmp:
+    ...     _ = open(tmp, "w").write("{}")
+    >>> open(target).read()
+    '{}'
+    """
+    path = os.fspath(path)
+    head, tail = os.path.split(path)
+    stem, ext = os.path.splitext(tail)
+    tmp = os.path.join(head, f".{stem}.partial-{uuid.uuid4().hex[:8]}{ext}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)

@@ -217,7 +217,10 @@ def plot_learning_curve(history, path, title):
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    from robustgrad.atomic import replacing
+
+    with replacing(path) as tmp:  # a full disk leaves no truncated PNG
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 

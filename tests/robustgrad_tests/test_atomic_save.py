@@ -167,3 +167,41 @@ def test_recover_says_which_version_a_kill_left(tmp_path, stage):
                 "done": None}.get(stage, "rolled back")
     assert outcome == expected
     assert version == ("v2" if outcome in ("completed", None) else "v1")
+
+
+def test_a_full_disk_while_a_plot_is_written_leaves_no_truncated_png(tmp_path, monkeypatch):
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from robustgrad.commands.train_agent import plot_learning_curve
+
+    def full_disk(self, fname, **kwargs):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG")  # the first bytes, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    history = [{"steps": 32, "episode_return": 10.0}, {"steps": 64, "episode_return": 12.0}]
+    path = tmp_path / "learning_curve.png"
+    plot_learning_curve(history, str(path), "t")
+    good = path.read_bytes()
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        plot_learning_curve(history, str(path), "t")
+    assert path.read_bytes() == good  # the previous complete file, not a truncated one
+    assert os.listdir(tmp_path) == ["learning_curve.png"]  # no partial file left
+    os.remove(path)
+    with pytest.raises(OSError, match="No space left"):
+        plot_learning_curve(history, str(path), "t")
+    assert os.listdir(tmp_path) == []
+
+
+def test_replacing_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic.replacing(str(target)) as tmp:
+            assert tmp.endswith(".json") and os.path.dirname(tmp) == str(tmp_path)
+            open(tmp, "w").write("half")
+            raise RuntimeError("disk full")
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["report.json"]
