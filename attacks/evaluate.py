@@ -27,6 +27,12 @@ to eps.
 * :mod:`attacks.report` prints the table, saves JSON and plots robust accuracy against eps and
   a grid of clean / adversarial / perturbation images (matplotlib, Agg backend, PNG).
 
+With ``certify="crown"`` (or ``"ibp"``, ``"crown-ibp"``) every budget also gets a certificate
+(:mod:`attacks.certify`): the certified accuracy, a *lower* bound on the accuracy under any
+attack, beside the attacked accuracy, an *upper* bound; the examples between the two are the ones
+neither side decides (robust to every attack tried, not verified). An example verified but broken
+by an attack would contradict the bounds: the report warns.
+
 >>> import numpy as np, tensorflow as tf
 >>> weights = tf.constant([[1.0, -1.0], [-1.0, 1.0]])
 >>> model = lambda x, training=False: tf.matmul(x, weights)  # margins 2 * (x0 - x1)
@@ -71,7 +77,7 @@ def evaluate(model: Callable, x: Any, y: Any,
              norm: str = "linf", clip_min: Any = None, clip_max: Any = None,
              cascade: bool = True, seed: int = 0, sanity_checks: bool = True,
              n_examples: int = 8, progress: Callable[[int, int, str], None] | None = None,
-             target_seed: int = 1) -> EvaluationReport:
+             target_seed: int = 1, certify: str | None = None) -> EvaluationReport:
     """Evaluate ``model``'s robustness to ``attacks`` at each budget in ``eps``.
 
     Args:
@@ -97,6 +103,10 @@ def evaluate(model: Callable, x: Any, y: Any,
       progress: optional ``progress(done, total, description)`` callback, called before each
         attack at each eps, before the unbounded check, and once with ``done == total`` at the end.
       target_seed: seed of the random target classes of targeted attacks.
+      certify: ``None`` (default), or a bound method of :mod:`robustgrad.bounds` (``"crown"``,
+        ``"ibp"``, ``"crown-ibp"``): also certify every budget (L-inf or L2) and report the
+        certified accuracy and the undecided examples (``report.certified``). The model must be
+        a Keras model of layers the bound engine supports (checked before any work).
     """
     x_tensor = _validate.check_x(x)
     inputs = x_tensor.numpy()
@@ -112,6 +122,7 @@ def evaluate(model: Callable, x: Any, y: Any,
     target_seed = _checks.positive_int(target_seed, "target_seed", minimum=0)
     n_examples = _checks.positive_int(n_examples, "n_examples", minimum=0)
     check_classification_data(model, x_tensor, y)  # shapes, labels vs outputs: before any work
+    certify = _check_certify(certify, model, norm)
     if progress is not None and not callable(progress):
         raise _checks.ArgumentTypeError(
             f"progress must be a callable progress(done, total, description) or None, "
@@ -138,7 +149,8 @@ def evaluate(model: Callable, x: Any, y: Any,
         for message in input_gradient_warnings(model, inputs, labels, batch_size):
             _warn(found, message)
 
-    total_units = len(budgets) * len(named_attacks) + (1 if sanity_checks else 0)
+    total_units = (len(budgets) * (len(named_attacks) + (1 if certify else 0))
+                   + (1 if sanity_checks else 0))
 
     def report_progress(done: int, description: str) -> None:
         if progress is not None:
@@ -155,6 +167,14 @@ def evaluate(model: Callable, x: Any, y: Any,
                                        sanity_checks=sanity_checks):
             _warn(found, message)
     worst_case = {outcome.eps: outcome.robust_accuracy for outcome in outcomes}
+    certified = {}
+    if certify:
+        for k, outcome in enumerate(outcomes):
+            report_progress(len(budgets) * len(named_attacks) + k,
+                            f"certify ({certify}) eps={outcome.eps:g}")
+            certified[outcome.eps] = _certify_budget(model, inputs, labels, outcome, certify,
+                                                     norm, clip_min, clip_max, batch_size)
+            _warn(found, certified[outcome.eps].pop("_warning"))
     gradient_passes = sum(outcome.gradient_passes for outcome in outcomes)
     forward_passes = n + sum(outcome.forward_passes for outcome in outcomes)
 
@@ -178,11 +198,54 @@ def evaluate(model: Callable, x: Any, y: Any,
         bounds=(np.asarray(clip_min, float), np.asarray(clip_max, float)), warnings=found,
         carried={outcome.eps: outcome.carried for outcome in outcomes},
         gradient_passes=int(gradient_passes), forward_passes=int(forward_passes),
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started, certify=certify, certified=certified,
         examples={} if n_examples == 0 else {
             outcome.eps: _example_grid(model, inputs, labels, clean_predictions, correct,
                                        outcome, n_examples, batch_size)
             for outcome in outcomes})
+
+
+def _check_certify(certify: Any, model: Any, norm: str) -> str | None:
+    """``certify`` validated (a bound method, a norm the bounds handle, a model they read)."""
+    if certify is None:
+        return None
+    from robustgrad import bounds
+
+    certify = _checks.choice(certify.lower() if isinstance(certify, str) else certify,
+                             "certify", bounds.METHODS)
+    if norm not in ("linf", "l2"):
+        raise ValueError(f"certify: the bounds certify linf or l2 balls, not norm {norm!r}")
+    try:
+        bounds._bounded(model)
+    except ValueError as exc:
+        raise ValueError(f"certify={certify!r}: {exc}") from None
+    return certify
+
+
+def _certify_budget(model: Any, inputs: np.ndarray, labels: np.ndarray,
+                    outcome: BudgetOutcome, method: str, norm: str, clip_min: Any,
+                    clip_max: Any, batch_size: int) -> dict[str, Any]:
+    """The certificate at one budget beside the attacks' outcome: certified accuracy, the
+    undecided examples (robust to every attack, not verified), and a warning if any verified
+    example was broken (impossible unless the bounds or the attack are wrong)."""
+    from .certify import verified_mask
+
+    started = time.perf_counter()
+    verified = verified_mask(model, inputs, labels, outcome.eps, norm, method,
+                             clip_min=clip_min, clip_max=clip_max,
+                             batch_size=batch_size).numpy()
+    robust = np.asarray(outcome.robust, bool)
+    contradicted = int(np.sum(verified & ~robust))
+    warning = None
+    if contradicted:
+        warning = (f"eps={outcome.eps:g}: {contradicted} examples verified by {method} were "
+                   f"broken by an attack: the bounds or the attack are wrong (report this)")
+    n = len(labels)
+    return {"method": method, "certified_accuracy": float(verified.mean()),
+            "attacked_accuracy": float(robust.mean()),
+            "undecided": float(np.sum(robust & ~verified) / n),
+            "undecided_count": int(np.sum(robust & ~verified)),
+            "seconds": time.perf_counter() - started, "_warning": warning}
 
 
 def _budgets(eps: Any) -> list[float]:

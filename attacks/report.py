@@ -86,6 +86,12 @@ class EvaluationReport:
     carried: dict[float, int] = dataclasses.field(default_factory=dict)  # eps -> broken earlier
     examples: dict[float, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict,
                                                                      repr=False)
+    #: the bound method of ``evaluate(certify=...)``, or None
+    certify: str | None = None
+    #: eps -> ``{"method", "certified_accuracy", "attacked_accuracy", "undecided",
+    #: "undecided_count", "seconds"}``: the certificate's lower bound beside the attacks' upper
+    #: bound, and the fraction of examples neither decides
+    certified: dict[float, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def table(self) -> str:
         """The report as text: a row per attack and eps, the worst case, the work, warnings."""
@@ -104,6 +110,10 @@ class EvaluationReport:
         for e in self.eps:
             rows.append([f"{e:g}", "WORST CASE", f"{self.worst_case[e]:.3f}", "", "", "", "", "",
                          ""])
+            if e in self.certified:
+                c = self.certified[e]
+                rows.append([f"{e:g}", f"CERTIFIED ({c['method']})",
+                             f"{c['certified_accuracy']:.3f}", "", "", "", "", "", ""])
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
         out = [head, line, "-" * len(line)]
@@ -112,6 +122,11 @@ class EvaluationReport:
             if c:
                 out.append(f"eps={e:g}: {c} examples already broken at a smaller eps count as "
                            "broken (worst case over every budget up to eps)")
+        for e, c in self.certified.items():
+            out.append(f"eps={e:g}: certified {c['certified_accuracy']:.3f} <= accuracy under "
+                       f"any attack <= attacked {c['attacked_accuracy']:.3f}; undecided "
+                       f"{c['undecided']:.3f} ({c['undecided_count']} examples robust to the "
+                       f"attacks, not verified)")
         out.append(f"gradient passes (example rows): {self.gradient_passes}; forward passes: "
                    f"{self.forward_passes}; {self.seconds:.1f} s")
         for w in self.warnings:
@@ -126,6 +141,7 @@ class EvaluationReport:
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "examples"}
         fields["worst_case"] = {str(e): acc for e, acc in self.worst_case.items()}
         fields["carried"] = {str(e): count for e, count in self.carried.items()}
+        fields["certified"] = {str(e): dict(c) for e, c in self.certified.items()}
         fields["records"] = [dataclasses.asdict(r) for r in self.records]
         fields["bounds"] = [float(np.min(self.bounds[0])), float(np.max(self.bounds[1]))]
         return _json_ready(fields)
@@ -157,6 +173,11 @@ class EvaluationReport:
                     label=name + (" (cumulative)" if self.cascade else ""))
         ax.plot(budgets, [self.clean_accuracy] + [self.worst_case[e] for e in self.eps], "k-",
                 lw=2.5, marker="s", label="worst case")
+        if self.certified:
+            method = next(iter(self.certified.values()))["method"]
+            ax.plot(budgets, [self.clean_accuracy] + [self.certified[e]["certified_accuracy"]
+                                                      for e in self.eps], "g--", lw=2,
+                    marker="^", label=f"certified ({method})")
         ax.set_xlabel(f"eps ({self.norm})")
         ax.set_ylabel("robust accuracy")
         ax.set_ylim(-0.02, 1.02)

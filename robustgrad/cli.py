@@ -44,6 +44,7 @@ COMMANDS = {
     "demo": ("demo", "run the main job on the embedded defaults (digits, CartPole)"),
     "train-classifier": ("train_classifier", "adversarially train a classifier"),
     "evaluate": ("evaluate", "evaluate a classifier's robustness under attacks"),
+    "certify": ("certify", "certified accuracy of a classifier (CROWN, IBP, smoothing)"),
     "sensitivity": ("sensitivity", "input-gradient sensitivity analysis of a classifier"),
     "train-agent": ("train_agent", "train an RL agent on a gymnasium environment"),
     "evaluate-agent": ("evaluate_agent", "evaluate an RL agent, clean and under observation attacks"),

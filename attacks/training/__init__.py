@@ -41,6 +41,7 @@ from .architectures import (
     ARCHITECTURES,
     CIFAR10_MEAN,
     CIFAR10_STD,
+    ibp_small,
     make_model,
     mlp,
     preact_resnet18,
@@ -57,7 +58,14 @@ from .callbacks import (
 )
 from .crafting import robust_accuracy, robust_correct
 from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
-from .methods import DEFAULT_STEPS, METHODS, TrainingMethod, get_method
+from .methods import (
+    CERTIFIED_METHODS,
+    DEFAULT_STEPS,
+    METHODS,
+    TrainingMethod,
+    get_method,
+    worst_case_logits,
+)
 from .models import check_classifier, freeze_layers, make_classifier
 from .recipes import find_recipe, list_recipes, resolve_settings
 from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
@@ -65,6 +73,7 @@ from .trainer import AdversarialTrainer
 
 __all__ = [
     "ARCHITECTURES",
+    "CERTIFIED_METHODS",
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "DEFAULT_STEPS",
@@ -86,6 +95,7 @@ __all__ = [
     "find_recipe",
     "freeze_layers",
     "get_method",
+    "ibp_small",
     "learning_rate_schedule",
     "list_recipes",
     "make_classifier",
@@ -99,4 +109,5 @@ __all__ = [
     "robust_correct",
     "steps_per_epoch",
     "wide_resnet",
+    "worst_case_logits",
 ]

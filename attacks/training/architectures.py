@@ -5,6 +5,9 @@ logits (no softmax), channels-last (``[N, H, W, C]`` inputs):
 
 * ``cnn`` -- :func:`~attacks.training.make_classifier`'s small CNN (option ``width``);
 * ``mlp`` -- :func:`mlp` (option ``hidden``);
+* ``ibp-small`` -- :func:`ibp_small`, the small CNN of Gowal et al. 2018 for certified training
+  (strided convolutions, no pooling: every layer is one :mod:`robustgrad.bounds` bounds; option
+  ``width``);
 * ``preactresnet18`` -- :func:`preact_resnet18`, He et al. 2016, "Identity Mappings in Deep
   Residual Networks", in the form Rice et al. 2020 and Wong et al. 2020 train on CIFAR-10
   (11,172,170 parameters for 10 classes, with the final BN-ReLU before pooling; option ``width``,
@@ -34,7 +37,7 @@ Every model:
 >>> make_model("resnet50", (32, 32, 3), 10)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-ValueError: arch must be one of cnn, mlp, preactresnet18, ... (or wrn-<depth>-<widen>); got 'resnet50'
+ValueError: arch must be one of cnn, ... (or wrn-<depth>-<widen>); got 'resnet50'
 """
 
 from __future__ import annotations
@@ -51,13 +54,15 @@ from robustgrad._checks import number, positive_int
 
 from .models import _cnn_layers
 
-__all__ = ["ARCHITECTURES", "CIFAR10_MEAN", "CIFAR10_STD", "make_model", "mlp",
+__all__ = ["ARCHITECTURES", "CIFAR10_MEAN", "CIFAR10_STD", "ibp_small", "make_model", "mlp",
            "preact_resnet18", "wide_resnet"]
 
 #: Architecture names of :func:`make_model`, each with a one-line description.
 ARCHITECTURES = {
     "cnn": "small CNN: 3 conv layers, 2 max-pools, 2 dense (option width=32)",
     "mlp": "multi-layer perceptron on the flattened image (option hidden=(256, 256))",
+    "ibp-small": "Gowal et al. 2018's small CNN for certified training: conv 4x4/2, conv 4x4/1, "
+                 "dense 100, no pooling (options width=16, hidden=100)",
     "preactresnet18": "PreActResNet-18, He et al. 2016 (11.17M parameters on CIFAR-10; option width=64)",
     "wideresnet": "WideResNet, Zagoruyko & Komodakis 2016 (options depth=28, widen_factor=10, "
                   "dropout=0)",
@@ -235,6 +240,32 @@ def mlp(input_shape: Any, num_classes: int, *, hidden: Sequence[int] = (256, 256
                                                   dtype="float32")(x), name=name)
 
 
+def ibp_small(input_shape: Any, num_classes: int, *, width: int = 16, hidden: int = 100,
+              mean: Any = None, std: Any = None, name: str = "ibp-small") -> keras.Model:
+    """The "small" CNN of Gowal et al. 2018 ("On the Effectiveness of Interval Bound
+    Propagation for Training Verifiably Robust Models", table 1): ``Conv2D(width, 4, stride
+    2)``, ``Conv2D(2 * width, 4, stride 1)``, ``Dense(hidden)``, ReLU after each, float32 logits;
+    ``padding="same"``. Only layers :mod:`robustgrad.bounds` supports, for ``"ibp"`` and
+    ``"crown-ibp"`` training.
+
+    >>> ibp_small((8, 8, 1), 10).count_params()
+    60806
+    """
+    shape = _image_shape(input_shape, "ibp-small", 1)
+    num_classes = positive_int(num_classes, "num_classes", minimum=2)
+    width = positive_int(width, "width")
+    hidden = positive_int(hidden, "hidden")
+    inputs, x = _inputs(shape, mean, std)
+    x = keras.layers.Conv2D(width, 4, strides=2, padding="same", activation="relu",
+                            name="conv1")(x)
+    x = keras.layers.Conv2D(2 * width, 4, strides=1, padding="same", activation="relu",
+                            name="conv2")(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dense(hidden, activation="relu", name="dense1")(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes, name="logits",
+                                                  dtype="float32")(x), name=name)
+
+
 def _cnn(input_shape: Any, num_classes: int, *, width: int = 32, mean: Any = None,
          std: Any = None, name: str = "cnn") -> keras.Model:
     shape = _image_shape(input_shape, "cnn", 0)
@@ -253,10 +284,11 @@ def make_model(arch: str, input_shape: Any, num_classes: int, **options: Any) ->
         arch: one of :data:`ARCHITECTURES`, or ``wrn-<depth>-<widen>``.
         input_shape: one example's shape, ``(H, W, C)`` (or ``(H, W)`` for one channel).
         num_classes: the number of logits (>= 2).
-        **options: the architecture's own options (``width`` of ``cnn`` and ``preactresnet18``;
-            ``hidden`` of ``mlp``; ``depth``, ``widen_factor``, ``dropout`` of ``wideresnet``),
-            and for every architecture ``mean``, ``std`` (normalisation inside the model, so eps
-            stays in pixel units) and ``name``.
+        **options: the architecture's own options (``width`` of ``cnn``, ``ibp-small`` and
+            ``preactresnet18``; ``hidden`` of ``mlp`` and ``ibp-small``; ``depth``,
+            ``widen_factor``, ``dropout`` of ``wideresnet``), and for every architecture
+            ``mean``, ``std`` (normalisation inside the model, so eps stays in pixel units) and
+            ``name``.
 
     Raises:
         ValueError: an unknown ``arch``, an ``input_shape`` the architecture cannot take (too
@@ -272,9 +304,9 @@ def make_model(arch: str, input_shape: Any, num_classes: int, **options: Any) ->
     if match:
         builder = wide_resnet
         fixed = {"depth": int(match.group(1)), "widen_factor": int(match.group(2))}
-    elif key in ("cnn", "mlp", "preactresnet18", "wideresnet"):
-        builder = {"cnn": _cnn, "mlp": mlp, "preactresnet18": preact_resnet18,
-                   "wideresnet": wide_resnet}[key]
+    elif key in ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet"):
+        builder = {"cnn": _cnn, "mlp": mlp, "ibp-small": ibp_small,
+                   "preactresnet18": preact_resnet18, "wideresnet": wide_resnet}[key]
         fixed = {}
     else:
         raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)} (or "

@@ -36,13 +36,28 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
   ``awp_gamma * ||w|| * g / ||g||`` along the gradient ``g`` of the adversarial loss, the
   weight gradient is taken there, the kernels move back and the optimizer applies it. One more
   forward/backward pass per step; batch-norm statistics do not move on that extra pass.
+* ``"ibp"`` -- certified training with interval bound propagation (Gowal et al., "On the
+  Effectiveness of Interval Bound Propagation for Training Verifiably Robust Models", 2018):
+  ``kappa * CE(f(x), y) + (1 - kappa) * CE(z_hat, y)``, where the worst-case logits ``z_hat``
+  are the negated lower bounds of the margins ``z_y - z_j`` over the L-inf ball (``z_hat_y =
+  0``; :func:`worst_case_logits`), computed by the core's bound engine
+  (:mod:`robustgrad.bounds`) and differentiated w.r.t. the weights. ``kappa`` follows ``eps``
+  during the warm-up: ``kappa = 1 - (1 - kappa_final) * eps_t / eps`` (1 at ``eps_t = 0``,
+  ``kappa_final = 0.5`` at full ``eps``; the schedule of Gowal et al. and of the CROWN-IBP
+  code). Pair it with ``warmup_steps`` (the eps ramp) and ``warmup_delay`` (steps at eps 0).
+* ``"crown-ibp"`` -- CROWN-IBP (Zhang et al., "Towards Stable and Efficient Training of
+  Verifiably Robust Neural Networks", ICLR 2020): as ``"ibp"`` with the margin lower bound
+  ``beta * CROWN-IBP + (1 - beta) * IBP``, ``beta = 1 - (1 - beta_final) * eps_t / eps`` (from
+  1 to ``beta_final = 0`` over the ramp; the CROWN-IBP pass is skipped once ``beta`` is 0).
+  The bounds read batch normalisation's moving statistics (inference mode); the clean term
+  runs the model in training mode.
 * ``"clean"`` -- plain training with the same machinery (the reference for cost ratios).
 
 The PGD crafting of madry, trades and fast runs through the library's one attack engine
 (:func:`attacks.training.crafting.ascend`).
 
 >>> METHODS
-('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'clean')
+('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean')
 >>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
 (10, 0.125)
 """
@@ -53,12 +68,14 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
+from robustgrad import bounds as _bounds
 from robustgrad._checks import NORMS, choice
 
 from .. import norms as _norms
 from .crafting import ascend, cross_entropy, kl_to_logits
 
-__all__ = ["DEFAULT_STEPS", "METHODS", "StepOutputs", "TrainingMethod", "get_method"]
+__all__ = ["CERTIFIED_METHODS", "DEFAULT_STEPS", "METHODS", "StepOutputs", "TrainingMethod",
+           "get_method", "worst_case_logits"]
 
 
 class StepOutputs(NamedTuple):
@@ -80,6 +97,7 @@ class TrainingMethod:
     min_steps: ClassVar[int] = 0
     norms: ClassVar[tuple] = NORMS
     adversarial: ClassVar[bool] = True  #: whether ``update`` crafts before the loss
+    certified: ClassVar[bool] = False   #: whether the loss bounds the model (ibp, crown-ibp)
 
     def default_step_size(self, eps: float, steps: int) -> float:
         """The step size when the user gives none (absolute, at full ``eps``)."""
@@ -314,8 +332,159 @@ class Clean(TrainingMethod):
         return tf.reduce_mean(trainer._training_ce(logits, y)), logits, logits
 
 
+# ----------------------------------------------------------------------------------------------
+# Certified training (IBP, CROWN-IBP)
+# ----------------------------------------------------------------------------------------------
+
+#: examples per bound computation when the batch size is not static (inside ``fit``)
+_BOUND_CHUNK = 32
+
+
+def _all_margins_spec(y, num_classes, dtype):
+    """``C`` [B, K, K]: row ``j`` is ``e_y - e_j`` (row ``y`` is zero, so its bound is 0)."""
+    onehot = tf.one_hot(y, num_classes, dtype=dtype)
+    return onehot[:, None, :] - tf.eye(num_classes, dtype=dtype)[None]
+
+
+def _margin_lower_bounds(bounded, lower, upper, spec, method):
+    """Lower bounds [B, S] of ``spec @ logits`` over the boxes, differentiable w.r.t. the
+    weights. The engine needs a static batch: an unknown one (``fit`` traces ``[None, ...]``)
+    is padded to chunks of :data:`_BOUND_CHUNK` examples, bounded chunk by chunk in a loop."""
+    if lower.shape[0] is not None:
+        return bounded._bounds(lower, upper, spec, None, method)[0]
+    n = tf.shape(lower)[0]
+    k = _BOUND_CHUNK
+    chunks = (n + k - 1) // k
+    pad = chunks * k - n
+
+    def split(t):
+        t = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
+        return tf.reshape(t, tf.concat([[chunks, k], tf.shape(t)[1:]], 0))
+
+    rows = spec.shape[1]
+    lb = tf.map_fn(lambda a: bounded._bounds(tf.ensure_shape(a[0], [k, *lower.shape[1:]]),
+                                             tf.ensure_shape(a[1], [k, *upper.shape[1:]]),
+                                             tf.ensure_shape(a[2], [k, *spec.shape[1:]]),
+                                             None, method)[0],
+                   (split(lower), split(upper), split(spec)),
+                   fn_output_signature=tf.TensorSpec([k, rows], lower.dtype))
+    return tf.reshape(lb, [-1, rows])[:n]
+
+
+def worst_case_logits(model: Any, x: Any, y: Any, eps: Any, *, method: str = "ibp",
+                      beta: Any = 1.0, clip_min: float = 0.0, clip_max: float = 1.0) -> tf.Tensor:
+    """The worst-case logits of certified training over the L-inf ball ``||x' - x|| <= eps``
+    (intersected with ``[clip_min, clip_max]``): ``z_hat_j = -lb(z_y - z_j)``, ``z_hat_y = 0``,
+    so ``CE(z_hat, y)`` bounds the cross-entropy of every ``x'`` in the ball from above, and
+    ``argmax z_hat = y`` exactly where every margin is verified positive (Gowal et al. 2018,
+    eq. 8-9; Zhang et al. 2020, eq. 5).
+
+    Args:
+      model: a Keras model the bound engine supports (:mod:`robustgrad.bounds`), logits out.
+      x: float32 ``[B, ...]``; y: int labels ``[B]``; eps: the radius (scalar, may be a tensor).
+      method: ``"ibp"``, ``"crown-ibp"`` or ``"crown"``; with ``"crown-ibp"`` the lower bound
+        is ``beta * CROWN-IBP + (1 - beta) * IBP`` (``beta`` a scalar in [0, 1]; the CROWN-IBP
+        pass is skipped when ``beta`` is 0).
+      clip_min, clip_max: the input domain.
+
+    Returns:
+      float32 ``[B, num_classes]``, differentiable w.r.t. the model's weights; runs eagerly or
+      inside ``tf.function`` (no validation here: callers validate).
+
+    >>> import keras, numpy as np
+    >>> m = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2)])
+    >>> m.layers[0].set_weights([np.array([[1.0, -1.0]], "float32"), np.zeros(2, "float32")])
+    >>> worst_case_logits(m, np.array([[0.5]], "float32"), np.array([0]), 0.1).numpy().round(3)
+    array([[ 0. , -0.8]], dtype=float32)
+    """
+    bounded = _bounds._bounded(model)
+    x = tf.convert_to_tensor(x, tf.float32)
+    y = tf.cast(tf.reshape(y, [-1]), tf.int32)
+    eps = tf.cast(eps, x.dtype)
+    lower = tf.maximum(x - eps, clip_min)
+    upper = tf.minimum(x + eps, clip_max)
+    out_shape = getattr(model, "output_shape", None)
+    num_classes = int(out_shape[-1] if out_shape else bounded.output_shape(x[:1])[-1])
+    spec = _all_margins_spec(y, num_classes, x.dtype)
+    if method != "crown-ibp":
+        return 0.0 - _margin_lower_bounds(bounded, lower, upper, spec, method)  # no -0.0
+    beta = tf.cast(beta, x.dtype)
+    ibp = _margin_lower_bounds(bounded, lower, upper, spec, "ibp")
+    mixed = tf.cond(beta > 1e-5,
+                    lambda: beta * _margin_lower_bounds(bounded, lower, upper, spec, "crown-ibp")
+                    + (1.0 - beta) * ibp,
+                    lambda: ibp)
+    return 0.0 - mixed
+
+
+class _Certified(TrainingMethod):
+    """Certified training: ``kappa * CE(clean) + (1 - kappa) * CE(worst-case logits)``."""
+
+    default_steps = 0
+    norms = ("linf",)
+    adversarial = False
+    certified = True
+    bound = "ibp"
+
+    def default_step_size(self, eps: float, steps: int) -> float:
+        return eps
+
+    @staticmethod
+    def schedule(trainer: Any, eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(kappa, beta)`` at the current ``eps`` (both 1 at eps 0, ``kappa_final`` and
+        ``beta_final`` at full eps; linear in between, so a step-counter checkpoint resumes
+        them)."""
+        frac = tf.clip_by_value(tf.cast(eps, tf.float32) / trainer.eps, 0.0, 1.0)
+        return (1.0 - (1.0 - trainer.kappa_final) * frac,
+                1.0 - (1.0 - trainer.beta_final) * frac)
+
+    def certified_loss(self, trainer: Any, x: tf.Tensor, y: tf.Tensor,
+                       eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``(loss, worst-case logits, clean logits)`` at radius ``eps``."""
+        kappa, beta = self.schedule(trainer, eps)
+        clean_logits = trainer._logits(x, True)
+        worst = worst_case_logits(trainer.model, x, y, eps, method=self.bound, beta=beta,
+                                  clip_min=trainer.clip_min, clip_max=trainer.clip_max)
+        loss = (kappa * tf.reduce_mean(trainer._training_ce(clean_logits, y))
+                + (1.0 - kappa) * tf.reduce_mean(trainer._training_ce(worst, y)))
+        return loss, worst, clean_logits
+
+    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+              step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+        """PGD on the cross-entropy (``trainer.craft`` only: training bounds, not attacks)."""
+        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=eps / 4.0, steps=max(steps, 10),
+                          seed=seed)
+
+    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+               scale: tf.Tensor) -> StepOutputs:
+        """Differentiate :meth:`certified_loss` through the bounds, apply. The reported
+        adversarial accuracy is the verified accuracy on the batch at the current eps."""
+        variables = trainer.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, worst, clean_logits = self.certified_loss(trainer, x, y, eps)
+            scaled = trainer._scaled(loss)
+        grads = tape.gradient(scaled, variables)
+        gnorm = trainer._apply_gradients(grads, variables)
+        return StepOutputs(loss, gnorm, worst, clean_logits)
+
+
+class Ibp(_Certified):
+    name = "ibp"
+    bound = "ibp"
+
+
+class CrownIbp(_Certified):
+    name = "crown-ibp"
+    bound = "crown-ibp"
+
+
 _REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
-                                                             Mart(), Awp(), Clean())}
+                                                             Mart(), Awp(), Ibp(), CrownIbp(),
+                                                             Clean())}
+
+#: the certified-training methods (their loss bounds the model; the model must be supported
+#: by :mod:`robustgrad.bounds`)
+CERTIFIED_METHODS: tuple[str, ...] = tuple(n for n, m in _REGISTRY.items() if m.certified)
 
 #: the method names, in the order the documentation and the CLI list them
 METHODS: tuple[str, ...] = tuple(_REGISTRY)

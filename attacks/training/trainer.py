@@ -42,14 +42,28 @@ from .methods import get_method
 __all__ = ["AdversarialTrainer"]
 
 
+def _check_boundable(model: Any, method: str) -> None:
+    """Certified methods bound the model: refuse one the engine cannot read, before training."""
+    if not getattr(model, "built", False):
+        return
+    from robustgrad import bounds
+
+    try:
+        bounds._bounded(model)
+    except ValueError as e:
+        raise ValueError(f"method {method!r} bounds the model with robustgrad.bounds, which "
+                         f"cannot read it: {e}. Use a model of supported layers (e.g. arch "
+                         f"'mlp', or convolutions with strides instead of max-pooling)") from None
+
+
 @keras.saving.register_keras_serializable(package="attacks")
 class AdversarialTrainer(keras.Model):
     """A ``keras.Model`` that trains the wrapped classifier adversarially (see the module doc).
 
     Args:
         model: the classifier, a Keras model ``model(x, training) -> logits``.
-        method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"clean"``
-            (:data:`attacks.training.METHODS`).
+        method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"mart"``,
+            ``"awp"``, ``"ibp"``, ``"crown-ibp"``, ``"clean"`` (:data:`attacks.training.METHODS`).
         eps: the perturbation budget, in the units of the inputs; ``0 < eps <= clip_max - clip_min``.
         norm: ``"linf"`` or ``"l2"`` (``"l1"`` too for madry/trades).
         clip_min, clip_max: input bounds (scalars).
@@ -75,6 +89,13 @@ class AdversarialTrainer(keras.Model):
             terms by this amount in [0, 1) (crafting keeps the plain cross-entropy).
         awp_gamma: the relative size of method ``"awp"``'s weight perturbation (Wu et al.
             2020 use 0.01 with PGD training, 0.005 with TRADES).
+        warmup_delay: train steps at eps 0 before the ``warmup_steps`` ramp starts (Gowal et
+            al. 2018 train 2,000 steps clean before ramping; default 0).
+        kappa_final: certified training (``"ibp"``, ``"crown-ibp"``): the weight of the clean
+            cross-entropy at full eps; it goes from 1 at eps 0 linearly in eps (0.5: Gowal et al.
+            2018 and the CROWN-IBP code).
+        beta_final: ``"crown-ibp"``: the weight of the CROWN-IBP bound (against IBP's) at full
+            eps, from 1 at eps 0 (0: Zhang et al. 2020's default schedule; 1 keeps CROWN-IBP).
     """
 
     def __init__(
@@ -99,6 +120,9 @@ class AdversarialTrainer(keras.Model):
         weight_decay: float = 0.0,
         label_smoothing: float = 0.0,
         awp_gamma: float = 0.01,
+        warmup_delay: int = 0,
+        kappa_final: float = 0.5,
+        beta_final: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -135,6 +159,11 @@ class AdversarialTrainer(keras.Model):
                                                    minimum=0)
         _checks.number(weight_decay, "weight_decay", minimum=0)
         _checks.number(awp_gamma, "awp_gamma", minimum=0)
+        warmup_delay = _checks.positive_int(warmup_delay, "warmup_delay", minimum=0)
+        _checks.probability(kappa_final, "kappa_final")
+        _checks.probability(beta_final, "beta_final")
+        if impl.certified:
+            _check_boundable(model, method)
         _checks.number(label_smoothing, "label_smoothing", minimum=0, maximum=1,
                        max_inclusive=False)
 
@@ -160,6 +189,9 @@ class AdversarialTrainer(keras.Model):
         self.weight_decay = float(weight_decay)
         self.label_smoothing = float(label_smoothing)
         self.awp_gamma = float(awp_gamma)
+        self.warmup_delay = int(warmup_delay)
+        self.kappa_final = float(kappa_final)
+        self.beta_final = float(beta_final)
         self._grad_step = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
@@ -211,6 +243,8 @@ class AdversarialTrainer(keras.Model):
             "eval_steps": self.eval_steps, "max_nonfinite_steps": self.max_nonfinite_steps,
             "seed": self.seed, "weight_decay": self.weight_decay,
             "label_smoothing": self.label_smoothing, "awp_gamma": self.awp_gamma,
+            "warmup_delay": self.warmup_delay, "kappa_final": self.kappa_final,
+            "beta_final": self.beta_final,
             "name": self.name,
         }
 
@@ -231,10 +265,12 @@ class AdversarialTrainer(keras.Model):
         return tf.random.experimental.stateless_fold_in(s, salt)
 
     def _current_eps(self):
-        if self.warmup_steps <= 0:
+        if self.warmup_steps <= 0 and self.warmup_delay <= 0:
             return tf.constant(self.eps, tf.float32)
-        frac = tf.cast(self.step_counter + 1, tf.float32) / float(self.warmup_steps)
-        return self.eps * tf.minimum(frac, 1.0)
+        done = tf.cast(self.step_counter + 1 - self.warmup_delay, tf.float32)
+        frac = done / float(max(self.warmup_steps, 1)) if self.warmup_steps > 0 else \
+            tf.cast(done > 0, tf.float32)
+        return self.eps * tf.clip_by_value(frac, 0.0, 1.0)
 
     def _logits(self, x, training):
         return tf.cast(self.model(x, training=training), tf.float32)

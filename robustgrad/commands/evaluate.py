@@ -48,6 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run every attack on every example instead of a cascade")
     p.add_argument("--no-sanity-checks", action="store_true",
                    help="skip the gradient-masking checks")
+    p.add_argument("--certify", default=None, metavar="METHOD",
+                   help="also certify every eps with the bound engine: crown, ibp or crown-ibp "
+                        "(linf/l2; the model must use supported layers); the report shows the "
+                        "certified accuracy beside the attacked one and the undecided examples")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"output directory for the report and figures (default {DEFAULT_OUT})")
@@ -84,6 +88,12 @@ def validate(args: argparse.Namespace) -> None:
         _checks.positive_int(args.batch_size, "--batch-size")
         if args.limit is not None:
             _checks.positive_int(args.limit, "--limit")
+    if args.certify is not None:
+        if args.certify not in ("crown", "ibp", "crown-ibp"):  # robustgrad.bounds.METHODS
+            raise UsageError(f"--certify: unknown method {args.certify!r}; choose one of crown, "
+                             f"ibp, crown-ibp")
+        if args.norm not in ("linf", "l2"):
+            raise UsageError(f"--certify certifies linf or l2 balls, not --norm {args.norm}")
     if args.clip_min is not None and args.clip_max is not None and args.clip_min >= args.clip_max:
         raise UsageError(f"--clip-min must be below --clip-max, got {args.clip_min} and "
                          f"{args.clip_max}")
@@ -125,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
             report = attacks.evaluate(
                 model, x, np.asarray(y), specs, args.eps_values, args.batch_size, norm=args.norm,
                 clip_min=lo, clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
-                sanity_checks=not args.no_sanity_checks, progress=progress)
+                sanity_checks=not args.no_sanity_checks, progress=progress,
+                certify=args.certify)
     finally:
         progress.close()
     print(report.table())

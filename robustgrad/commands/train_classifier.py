@@ -44,15 +44,16 @@ from robustgrad.commands._classifier_run import final_report, mixed_precision_co
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
 from robustgrad.commands._resume import check_resume, record_overrides
 
-HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp)"
+HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp, ibp, crown-ibp)"
 
-METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "clean")
+METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean")
+CERTIFIED = ("ibp", "crown-ibp")  # they bound the model: arch ibp-small or mlp
 # attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
 # attacks.data.DATASETS and attacks.training.ARCHITECTURES, likewise
 DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
-ARCH_NAMES = ("cnn", "mlp", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
+ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
 STRATEGIES = ("none", "mirrored", "multiworker")
 ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras", "report.json",
              "history.json", "report")
@@ -60,7 +61,8 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 # the flags that are settings of attacks.training.recipes (None when not given on the command line)
 _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
                   "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
-                  "augment", "awp_gamma", "ema")
+                  "augment", "awp_gamma", "ema", "warmup_epochs", "warmup_delay_epochs",
+                  "kappa_final", "beta_final")
 # what runs written before recipes used for the settings they did not record
 _LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
 
@@ -83,8 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-download", action="store_true",
                    help="never download a named dataset (say which file to put where instead)")
     g.add_argument("--arch", default=None,
-                   help="cnn (default), mlp, preactresnet18, wideresnet, wrn-DEPTH-WIDEN "
-                        "(e.g. wrn-28-10)")
+                   help="cnn (default; ibp/crown-ibp: ibp-small), mlp, ibp-small (Gowal et al.'s "
+                        "small CNN for certified training), preactresnet18, wideresnet, "
+                        "wrn-DEPTH-WIDEN (e.g. wrn-28-10)")
     g.add_argument("--augment", action="store_true", default=None,
                    help="pad-4 random crops, and horizontal flips for colour images (default: "
                         "the recipe's, else off)")
@@ -99,7 +102,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("method")
     g.add_argument("--method", default="madry",
                    help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
-                        "weight perturbation), clean")
+                        "weight perturbation), ibp, crown-ibp (certified training: Gowal et al. "
+                        "2018, Zhang et al. 2020), clean")
     g.add_argument("--recipe", default=None,
                    help="published settings to start from: auto (default: the recipe of this "
                         "method, dataset and architecture when one exists, e.g. "
@@ -118,8 +122,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="awp: relative size of the weight perturbation (default 0.01)")
     g.add_argument("--adv-ratio", type=float, default=1.0,
                    help="weight of the adversarial loss vs the clean loss (default 1)")
-    g.add_argument("--warmup-epochs", type=float, default=0.0,
-                   help="ramp eps linearly from 0 over this many epochs (default 0)")
+    g.add_argument("--warmup-epochs", type=float, default=None,
+                   help="ramp eps linearly from 0 over this many epochs (default: the recipe's, "
+                        "else 0; ibp/crown-ibp: half of --epochs)")
+    g.add_argument("--warmup-delay-epochs", type=float, default=None,
+                   help="epochs at eps 0 before the ramp starts (default: the recipe's, else 0)")
+    g.add_argument("--kappa-final", type=float, default=None,
+                   help="ibp/crown-ibp: weight of the clean loss at full eps, from 1 at eps 0 "
+                        "(default 0.5)")
+    g.add_argument("--beta-final", type=float, default=None,
+                   help="crown-ibp: weight of the CROWN-IBP bound against IBP at full eps, from 1 "
+                        "at eps 0 (default 0)")
     g.add_argument("--no-random-start", action="store_true", help="start attacks at x")
     g.add_argument("--craft-training", action="store_true",
                    help="craft attacks with the model in training mode (default: inference)")
@@ -236,7 +249,11 @@ def validate(args: argparse.Namespace) -> None:
         _checks.positive_int(args.grad_accum, "--grad-accum")
         _checks.positive_int(args.steps, "--steps", allow_none=True)
         _checks.probability(args.adv_ratio, "--adv-ratio")
-        _checks.nonnegative(args.warmup_epochs, "--warmup-epochs")
+        _checks.number(args.warmup_epochs, "--warmup-epochs", minimum=0, allow_none=True)
+        _checks.number(args.warmup_delay_epochs, "--warmup-delay-epochs", minimum=0,
+                       allow_none=True)
+        _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
+        _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
         _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
         _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
@@ -358,7 +375,8 @@ def _resolve_settings(args):
             if user[k] is None:
                 user[k] = legacy[k]
     dataset = args.data if args.data in DATA_NAMES else None
-    arch = None if args.init_from else (args.arch or "cnn")
+    arch = None if args.init_from else (
+        args.arch or ("ibp-small" if args.method in CERTIFIED else "cnn"))
     try:
         settings = resolve_settings(args.method, dataset, arch, user, recipe=recipe)
     except ValueError as exc:
@@ -366,6 +384,9 @@ def _resolve_settings(args):
     for key, value in getattr(args, "_resumed_values", {}).items():
         if settings.origin.get(key) != "user" and key in settings.values:
             settings.values[key] = value
+    if args.method in CERTIFIED and settings.origin.get("warmup_epochs") == "default":
+        # certified training needs an eps ramp: over the first half of the run by default
+        settings.values["warmup_epochs"] = settings.values["epochs"] / 2
     for key in _SETTING_FLAGS:
         setattr(args, key, settings.values[key])
     return settings
@@ -375,6 +396,9 @@ def _settings_line(args, settings) -> str:
     v, o = settings.values, settings.origin
     shown = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule", "momentum",
              "weight_decay", "steps", "step_size", "label_smoothing", "early_stop", "augment")
+    if args.method in CERTIFIED:
+        shown = (*shown[:3], "warmup_epochs", "warmup_delay_epochs", "kappa_final",
+                 "beta_final", *shown[3:])
     parts = [f"{k}={v[k]}" + ("" if o.get(k) == "user" else f" ({o.get(k)})") for k in shown
              if v.get(k) is not None and not (k == "momentum" and v["optimizer"] != "sgd")]
     head = (f"recipe {settings.recipe} ({settings.source})" if settings.recipe
@@ -464,12 +488,13 @@ def run(args: argparse.Namespace) -> int:
     if spe < 1:
         raise UsageError(f"--batch-size {batch} is larger than the training set ({len(x_tr)})")
     warmup_steps = int(round(args.warmup_epochs * spe))
+    warmup_delay = int(round(args.warmup_delay_epochs * spe))
     total_updates = args.epochs * spe * ((args.steps or 4) if args.method == "free" else 1)
 
     scope = strategy.scope() if distributed else contextlib.nullcontext()
     with scope:
         if base is None:
-            arch = args.arch or "cnn"
+            arch = args.arch or ("ibp-small" if args.method in CERTIFIED else "cnn")
             options = {"width": args.width} if arch in ("cnn", "preactresnet18") else {}
             with user_errors(ValueError, TypeError, prefix=f"--arch {arch}: "):
                 clf = advtrain.make_model(arch, data.input_shape, num_classes, **options)
@@ -480,15 +505,17 @@ def run(args: argparse.Namespace) -> int:
             frozen = advtrain.freeze_layers(clf, args.freeze) if args.freeze else []
         if not clf.trainable_variables:
             raise UsageError("--freeze froze every layer: nothing left to train")
-        trainer = advtrain.AdversarialTrainer(
-            clf, method=args.method, eps=args.eps, norm=args.norm,
-            clip_min=data.clip_min, clip_max=data.clip_max, steps=args.steps,
-            step_size=args.step_size, beta=args.beta, random_start=not args.no_random_start,
-            adv_ratio=args.adv_ratio, warmup_steps=warmup_steps,
-            craft_training=args.craft_training,
-            max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
-            eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing, awp_gamma=args.awp_gamma)
+        with user_errors(ValueError, prefix=f"--method {args.method}: "):
+            trainer = advtrain.AdversarialTrainer(
+                clf, method=args.method, eps=args.eps, norm=args.norm,
+                clip_min=data.clip_min, clip_max=data.clip_max, steps=args.steps,
+                step_size=args.step_size, beta=args.beta, random_start=not args.no_random_start,
+                adv_ratio=args.adv_ratio, warmup_steps=warmup_steps,
+                craft_training=args.craft_training,
+                max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
+                eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
+                label_smoothing=args.label_smoothing, awp_gamma=args.awp_gamma,
+                warmup_delay=warmup_delay, kappa_final=args.kappa_final, beta_final=args.beta_final)
         # Keras evaluates a schedule at the optimizer's raw iteration count, which counts every
         # micro-batch under gradient accumulation: the schedule spans every train step
         decay_steps = max(1, total_updates)

@@ -93,8 +93,8 @@ def test_mixed_precision_gives_float32_logits():
 
 
 def test_registry_and_exports():
-    assert list(ARCHITECTURES) == ["cnn", "mlp", "preactresnet18", "wideresnet", "wrn-28-10",
-                                   "wrn-34-10"]
+    assert list(ARCHITECTURES) == ["cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet",
+                                   "wrn-28-10", "wrn-34-10"]
     assert attacks.make_model is training.make_model and attacks.ARCHITECTURES is ARCHITECTURES
     # the cnn is make_classifier's network: same layers, same parameter count
     assert _trainable(make_model("cnn", (8, 8, 1), 10, width=4)) == _trainable(

@@ -112,6 +112,8 @@ USER_ERRORS = {
     "train-classifier": (["--out", "{dir}/run", "--method", "bogus"],
                          "--method: unknown method 'bogus'; choose one of madry"),
     "evaluate": (["--model", "{dir}/missing.keras"], "--model {dir}/missing.keras: no such file"),
+    "certify": (["--model", "{model}", "--out", "{dir}/c", "--method", "smoothing", "--n0", "9",
+                 "--n", "5"], "--n0 (9 selection draws) must be <= --n (5 estimation draws)"),
     "sensitivity": (["--model", "{model}", "--out", "{dir}/s", "--eps", "0"],
                     "--eps must be a number > 0, got 0"),
     "train-agent": (["--steps", "0", "--out", "{dir}/a"], "--steps"),

@@ -1,0 +1,178 @@
+"""``robustgrad certify``: certified accuracy of a classifier at several radii.
+
+Example::
+
+    robustgrad certify --model runs/ibp/model.keras --data digits --eps 0.05,0.1 --method crown
+    robustgrad certify --model m.keras --method smoothing --sigma 0.25 --eps 0.25,0.5 --n 10000
+
+``--method crown``, ``ibp`` or ``crown-ibp`` bound the model's margins over each L-inf (or L2) ball
+with :mod:`robustgrad.bounds` (:func:`attacks.certify.verified_accuracy`): a lower bound on the
+accuracy under any attack. ``--method smoothing`` certifies the Gaussian-smoothed classifier
+instead (Cohen et al. 2019, :func:`attacks.certify.smooth_certify`): an example counts at radius
+``r`` (L2) when the smoothed prediction is right and its certified radius is at least ``r``.
+Every flag is checked before TensorFlow loads; the result goes to ``report.json`` and
+``report.txt`` under ``--out`` (default ``runs/certify``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from robustgrad.cli import UsageError, user_errors
+
+HELP = "certified accuracy of a classifier (CROWN, IBP, CROWN-IBP, randomized smoothing)"
+
+DEFAULT_OUT = "runs/certify"
+METHODS = ("crown", "ibp", "crown-ibp", "smoothing")  # robustgrad.bounds.METHODS + smoothing
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="M.keras",
+                   help="a saved Keras classifier returning logits")
+    p.add_argument("--data", default="digits",
+                   help="digits (default: the embedded test split), a dataset name on disk, or a "
+                        "path.npz holding x_test, y_test (or x, y)")
+    p.add_argument("--eps", default="0.05,0.1",
+                   help="comma-separated radii (default 0.05,0.1); L2 radii for smoothing")
+    p.add_argument("--method", default="crown",
+                   help="crown (default), ibp, crown-ibp or smoothing")
+    p.add_argument("--norm", default="linf", help="linf (default) or l2 (bounds only)")
+    p.add_argument("--sigma", type=float, default=0.25,
+                   help="smoothing: the noise's standard deviation (default 0.25)")
+    p.add_argument("--n0", type=int, default=100,
+                   help="smoothing: selection draws per example (default 100)")
+    p.add_argument("--n", type=int, default=10_000,
+                   help="smoothing: estimation draws per example (default 10000)")
+    p.add_argument("--alpha", type=float, default=0.001,
+                   help="smoothing: failure probability of each certificate (default 0.001)")
+    p.add_argument("--batch-size", type=int, default=256, help="examples per call (default 256)")
+    p.add_argument("--limit", type=int, default=None, help="certify only the first N examples")
+    p.add_argument("--clip-min", type=float, default=None,
+                   help="lower input bound (default: the dataset's, else the data minimum)")
+    p.add_argument("--clip-max", type=float, default=None,
+                   help="upper input bound (default: the dataset's, else the data maximum)")
+    p.add_argument("--seed", type=int, default=0, help="smoothing: noise seed (default 0)")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help=f"output directory for report.json and report.txt (default {DEFAULT_OUT})")
+    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    p.add_argument("--no-progress", action="store_true", help="no per-radius progress lines")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every flag, before TensorFlow loads."""
+    from robustgrad import _checks
+    from robustgrad.commands._files import check_model_file, check_output_dir
+    from robustgrad.commands.evaluate import parse_eps
+
+    if args.method not in METHODS:
+        raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
+                         + ", ".join(METHODS))
+    args.eps_values = sorted(set(parse_eps(args.eps)))
+    with user_errors(ValueError):
+        args.norm = _checks.norm_name(args.norm, "--norm")
+        _checks.positive_int(args.batch_size, "--batch-size")
+        _checks.positive_int(args.limit, "--limit", allow_none=True)
+        if args.method == "smoothing":
+            _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False)
+            _checks.positive_int(args.n0, "--n0")
+            _checks.positive_int(args.n, "--n")
+            _checks.number(args.alpha, "--alpha", minimum=0, maximum=1, min_inclusive=False,
+                           max_inclusive=False)
+    if args.method == "smoothing":
+        if args.n0 > args.n:
+            raise UsageError(f"--n0 ({args.n0} selection draws) must be <= --n ({args.n} "
+                             f"estimation draws)")
+        if args.norm != "linf" and args.norm != "l2":
+            raise UsageError("--norm: smoothing certifies L2 radii")
+    elif args.norm not in ("linf", "l2"):
+        raise UsageError(f"--norm: the bounds certify linf or l2 balls, got {args.norm!r}")
+    if args.clip_min is not None and args.clip_max is not None and args.clip_min >= args.clip_max:
+        raise UsageError(f"--clip-min must be below --clip-max, got {args.clip_min} and "
+                         f"{args.clip_max}")
+    check_model_file(args.model)
+    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from attacks import certify
+    from attacks.data import load_test_set
+    from robustgrad import bounds
+    from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
+
+    if not hasattr(args, "eps_values"):
+        validate(args)
+    with user_errors(ValueError, OSError):
+        x, y, lo, hi = load_test_set(args.data)
+    if args.limit:
+        x, y = x[: args.limit], y[: args.limit]
+    lo = args.clip_min if args.clip_min is not None else (float(x.min()) if lo is None else lo)
+    hi = args.clip_max if args.clip_max is not None else (float(x.max()) if hi is None else hi)
+    model = load_keras_model(args.model)
+    y = np.asarray(y)
+    with user_errors(ValueError, prefix="--model: "):
+        from attacks._models import check_classification_data
+
+        check_classification_data(model, x, y)
+        if args.method != "smoothing":
+            bounds.BoundedModel(model)  # an unsupported layer or a softmax output, named
+    logits = np.concatenate([np.asarray(model(x[i:i + args.batch_size]))
+                             for i in range(0, len(x), args.batch_size)])
+    if args.method == "smoothing" and np.allclose(logits.sum(-1), 1.0, atol=1e-3) and \
+            logits.min() >= 0:
+        print("warning: the model outputs probabilities; smoothing only uses the predicted "
+              "class, so this is fine, but the bound methods need logits", flush=True)
+    clean = float(np.mean(logits.argmax(-1) == y))
+    eps_text = ",".join(f"{e:g}" for e in args.eps_values)
+    print(f"certifying {args.model} on {len(x)} examples of {args.data}: {args.method}, "
+          f"{'l2' if args.method == 'smoothing' else args.norm} radii {eps_text}; clean accuracy "
+          f"{clean:.3f}", flush=True)
+    results = []
+    started = time.perf_counter()
+    if args.method == "smoothing":
+        labels, radii = certify.smooth_certify(model, x, args.sigma, n0=args.n0, n=args.n,
+                                               alpha=args.alpha, batch_size=args.batch_size,
+                                               seed=args.seed)
+        labels, radii = np.asarray(labels), np.asarray(radii)
+        right = labels == y
+        for e in args.eps_values:
+            results.append({"eps": e, "certified_accuracy": float(np.mean(right & (radii >= e)))})
+        extra = {"sigma": args.sigma, "n0": args.n0, "n": args.n, "alpha": args.alpha,
+                 "abstained": float(np.mean(labels == certify.ABSTAIN)),
+                 "smoothed_accuracy": float(np.mean(right))}
+    else:
+        extra = {}
+        for e in args.eps_values:
+            t = time.perf_counter()
+            acc = certify.verified_accuracy(model, x, y, e, args.norm, args.method, clip_min=lo,
+                                            clip_max=hi, batch_size=args.batch_size)
+            results.append({"eps": e, "certified_accuracy": acc,
+                            "seconds": time.perf_counter() - t})
+            if not args.no_progress:
+                print(f"  eps={e:g}: certified {acc:.3f} ({time.perf_counter() - t:.1f} s)",
+                      flush=True)
+    report = {"model": str(args.model), "data": str(args.data), "method": args.method,
+              "norm": "l2" if args.method == "smoothing" else args.norm, "n": int(len(x)),
+              "clean_accuracy": clean, "clip_min": lo, "clip_max": hi, "results": results,
+              "seconds": time.perf_counter() - started, **extra}
+    lines = [f"certified accuracy ({args.method}, {report['norm']}) of {len(x)} examples; clean "
+             f"accuracy {clean:.3f}", "eps      certified acc"]
+    lines += [f"{r['eps']:<8g} {r['certified_accuracy']:.3f}" for r in results]
+    if extra:
+        lines.append(f"smoothed accuracy {extra['smoothed_accuracy']:.3f}, abstained "
+                     f"{extra['abstained']:.3f} (sigma {args.sigma:g}, n0 {args.n0}, n {args.n}, "
+                     f"alpha {args.alpha:g})")
+    text = "\n".join(lines)
+    print(text)
+    with removed_if_empty_on_error(args.out):
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        with open(os.path.join(args.out, "report.txt"), "w") as f:
+            f.write(text + "\n")
+    print(f"wrote {os.path.join(args.out, 'report.json')}, {os.path.join(args.out, 'report.txt')}")
+    return 0
