@@ -103,7 +103,7 @@ def test_registry_and_exports():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda: make_model("resnet50", (32, 32, 3), 10), ValueError,
-     "arch must be one of cnn, mlp, preactresnet18, wideresnet, wrn-28-10, wrn-34-10"),
+     "arch must be one of cnn, mlp, ibp-small, preactresnet18, wideresnet, wrn-28-10, wrn-34-10"),
     (lambda: make_model(None, (32, 32, 3), 10), TypeError, "arch must be a name"),
     (lambda: make_model("preactresnet18", (784,), 10), ValueError,
      r"input_shape \(784,\): preactresnet18 takes images .*arch='mlp'"),
