@@ -129,12 +129,19 @@ class TrainingMethod:
         if self.adversarial:
             x_adv = self.craft(trainer, x, y, eps=eps, step_size=trainer.step_size * scale,
                                steps=trainer.steps, seed=trainer._step_seed(1))
-        with tf.GradientTape() as tape:
-            loss, adv_logits, clean_logits = self.loss(trainer, x, x_adv, y)
-            scaled = trainer._scaled(loss)
-        grads = tape.gradient(scaled, variables)
+        (loss, adv_logits, clean_logits), grads = _loss_and_gradients(
+            trainer, lambda: self.loss(trainer, x, x_adv, y), variables)
         gnorm = trainer._apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, adv_logits, clean_logits)
+
+
+def _loss_and_gradients(trainer, loss_fn, variables):
+    """``(loss_fn(), gradients)``: ``loss_fn() -> (loss, logits, clean logits or None)``
+    differentiated w.r.t. ``variables`` through the trainer's per-replica scaling."""
+    with tf.GradientTape() as tape:
+        outputs = loss_fn()
+        scaled = trainer._scaled(outputs[0])
+    return outputs, tape.gradient(scaled, variables)
 
 
 def _crafting_logits(trainer):
@@ -307,10 +314,8 @@ class Awp(TrainingMethod):
             delta = trainer.awp_gamma * tf.norm(v) * g / (tf.norm(g) + 1e-20)
             v.assign_add(delta)
             deltas.append(delta)
-        with tf.GradientTape() as tape:
-            loss, adv_logits, clean_logits = self.loss(trainer, x, x_adv, y)
-            scaled = trainer._scaled(loss)
-        grads = tape.gradient(scaled, variables)
+        (loss, adv_logits, clean_logits), grads = _loss_and_gradients(
+            trainer, lambda: self.loss(trainer, x, x_adv, y), variables)
         for v, delta in zip(kernels, deltas):
             v.assign_sub(delta)
         gnorm = trainer._apply_gradients(grads, variables)
@@ -460,10 +465,8 @@ class _Certified(TrainingMethod):
         """Differentiate :meth:`certified_loss` through the bounds, apply. The reported
         adversarial accuracy is the verified accuracy on the batch at the current eps."""
         variables = trainer.model.trainable_variables
-        with tf.GradientTape() as tape:
-            loss, worst, clean_logits = self.certified_loss(trainer, x, y, eps)
-            scaled = trainer._scaled(loss)
-        grads = tape.gradient(scaled, variables)
+        (loss, worst, clean_logits), grads = _loss_and_gradients(
+            trainer, lambda: self.certified_loss(trainer, x, y, eps), variables)
         gnorm = trainer._apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, worst, clean_logits)
 

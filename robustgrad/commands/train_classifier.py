@@ -64,7 +64,7 @@ _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "
                   "augment", "awp_gamma", "ema", "warmup_epochs", "warmup_delay_epochs",
                   "kappa_final", "beta_final")
 # what runs written before recipes used for the settings they did not record
-_LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none", "val_size": 0}
+_LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none"}
 
 # configuration keys that may change between a run and its --resume
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",

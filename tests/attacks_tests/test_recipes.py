@@ -50,11 +50,9 @@ def test_schedule_saved_with_the_trainer(tmp_path):
     path = str(tmp_path / "t.keras")
     tr.save(path)
     loaded = keras.models.load_model(path)
-    lr = loaded.optimizer.learning_rate
     assert isinstance(loaded.optimizer, keras.optimizers.SGD)
     assert loaded.optimizer.momentum == pytest.approx(0.8)
     assert float(loaded.optimizer._learning_rate(24)) == pytest.approx(0.1)
-    del lr
 
 
 @pytest.mark.parametrize("kw, match", [
