@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 
 from robustgrad.cli import UsageError
 
-__all__ = ["check_model_file", "check_output_dir", "load_keras_model", "remove_outputs",
+__all__ = ["check_clip_flags", "check_model_file", "check_output_dir", "load_keras_model", "remove_outputs",
            "removed_if_empty_on_error"]
 
 
@@ -86,6 +86,12 @@ def removed_if_empty_on_error(path: str) -> Iterator[None]:
         if not existed and os.path.isdir(path) and not os.listdir(path):
             os.rmdir(path)
         raise
+
+
+def check_clip_flags(clip_min: float | None, clip_max: float | None) -> None:
+    """``--clip-min`` below ``--clip-max`` when both are given; ``UsageError`` otherwise."""
+    if clip_min is not None and clip_max is not None and clip_min >= clip_max:
+        raise UsageError(f"--clip-min must be below --clip-max, got {clip_min} and {clip_max}")
 
 
 def check_model_file(path: str, flag: str = "--model") -> None:

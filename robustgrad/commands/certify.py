@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Every flag, before TensorFlow loads."""
     from robustgrad import _checks
-    from robustgrad.commands._files import check_model_file, check_output_dir
+    from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 
     if args.method not in METHODS:
@@ -89,9 +89,7 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("--norm: smoothing certifies L2 radii")
     elif args.norm not in ("linf", "l2"):
         raise UsageError(f"--norm: the bounds certify linf or l2 balls, got {args.norm!r}")
-    if args.clip_min is not None and args.clip_max is not None and args.clip_min >= args.clip_max:
-        raise UsageError(f"--clip-min must be below --clip-max, got {args.clip_min} and "
-                         f"{args.clip_max}")
+    check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)
 

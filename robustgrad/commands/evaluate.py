@@ -77,7 +77,7 @@ def parse_eps(text: str, flag: str = "--eps") -> list[float]:
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
     from robustgrad import _checks
-    from robustgrad.commands._files import check_model_file, check_output_dir
+    from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
 
     args.eps_values = parse_eps(args.eps)
     args.attack_names = [a.strip() for a in args.attacks.split(",") if a.strip()]
@@ -94,9 +94,7 @@ def validate(args: argparse.Namespace) -> None:
                              f"ibp, crown-ibp")
         if args.norm not in ("linf", "l2"):
             raise UsageError(f"--certify certifies linf or l2 balls, not --norm {args.norm}")
-    if args.clip_min is not None and args.clip_max is not None and args.clip_min >= args.clip_max:
-        raise UsageError(f"--clip-min must be below --clip-max, got {args.clip_min} and "
-                         f"{args.clip_max}")
+    check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)
 
