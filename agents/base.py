@@ -25,6 +25,7 @@ from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
 from agents.persistence import loaded_checkpoint_dir, read_metadata, restore_weights, write_agent
+from agents.policy import PolicySurface
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
@@ -129,6 +130,11 @@ class Agent:
     def _obs_rms(self):
         """The observation normaliser (``None`` when disabled)."""
         return None
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as observation attacks and certification see it, an
+        :class:`agents.PolicySurface` (every algorithm declares its own)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no policy_surface()")
 
     def _model_variables(self) -> list:
         """The variables that decide how the agent acts: network weights and observation
@@ -436,7 +442,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     """
     import agents
 
-    algorithms = {c.algo: c for c in (agents.PPO, agents.A2C, agents.REINFORCE, agents.DQN)}
+    algorithms = agents.ALGORITHMS
     directory = os.fspath(directory)
     meta, cfg = read_metadata(directory)
     cls = algorithms.get(meta.get("algo"))

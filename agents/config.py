@@ -376,4 +376,3 @@ class DQNConfig(AgentConfig):
                              f"{self.batch_size}")
 
 
-CONFIGS = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig}

@@ -44,15 +44,15 @@ import numpy as np
 import tensorflow as tf
 
 from agents.callbacks import ProgressBar
-from agents.config import A2CConfig, OnPolicyConfig, PPOConfig, REINFORCEConfig
+from agents.config import OnPolicyConfig, PPOConfig
 from robustgrad._checks import ArgumentTypeError, choice, positive_int
 
 
 def _agent_class(config: OnPolicyConfig):
-    import agents
+    from agents.registry import ALGORITHMS
 
-    classes = {PPOConfig: agents.PPO, A2CConfig: agents.A2C, REINFORCEConfig: agents.REINFORCE}
-    cls = classes.get(type(config))
+    cls = next((c for c in ALGORITHMS.values() if c.config_cls is type(config)
+                and isinstance(config, OnPolicyConfig)), None)
     if cls is None:
         raise ValueError(f"config must be a PPOConfig, A2CConfig or REINFORCEConfig "
                          f"(train_many runs on-policy agents), got {type(config).__name__}")

@@ -27,6 +27,7 @@ from agents.base import Agent
 from agents.config import OnPolicyConfig
 from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic
+from agents.policy import PolicySurface
 from agents.returns import bootstrap_values, discounted_returns, gae
 from agents.schedules import linear
 
@@ -107,6 +108,20 @@ class OnPolicyAgent(Agent):
     def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as attacks and certification see it: logits or the Gaussian mean of the
+        normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
+        trained) and the action bounds (see :class:`agents.PolicySurface`)."""
+        m, cfg, space = self.model, self.config, self.env.single_action_space
+        net = m.policy_net
+        return PolicySurface(
+            "logits" if self.discrete else "gaussian_mean", net, obs_shape=self.obs_shape,
+            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
+            log_std=None if self.discrete else m.log_std,
+            action_low=None if self.discrete else space.low,
+            action_high=None if self.discrete else space.high,
+            layers=list(zip(net.weights_, net.biases)), activation=cfg.activation)
 
     def _perceived(self, obs, seed):
         """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and
