@@ -1,11 +1,9 @@
 """The graph backend of the agents, many seeds in one run, and ``train-agent --backend/--seeds``.
 
 Agents are expensive to trace on 2 shared cores, so the configs are small (few envs, short
-rollouts); learning tests are short, the statistical comparison of seeds alone and stacked is
-marked slow.
+rollouts); learning tests are short (the seed axis: test_agents_seed_axis.py).
 """
 
-import dataclasses
 import json
 import os
 
@@ -238,34 +236,6 @@ def test_graph_ppo_learns_cartpole_quickly():
 
 
 # -- many seeds ------------------------------------------------------------------------------
-
-
-def test_stacked_seeds_learn_and_come_back_as_ordinary_agents(tmp_path):
-    trained = train_many(agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1",
-                                            backend="graph"), seeds=[0, 1], steps=12_288)
-    for agent in trained:
-        assert int(agent.num_timesteps.numpy()) == 12_288 and len(agent.history) == 48
-        assert np.mean(agent.episode_returns) > 50  # random policy ~22
-    assert any(not np.array_equal(x, y)  # independent seeds, not copies
-               for x, y in zip(trained[0].get_weights(), trained[1].get_weights()))
-    trained[1].save(tmp_path / "s1")
-    loaded = agents.load(tmp_path / "s1")
-    assert loaded.evaluate(3, seed=7)["returns"] == trained[1].evaluate(3, seed=7)["returns"]
-    loaded.learn(256, progress_bar=False)  # an ordinary agent: training continues
-
-
-@pytest.mark.slow
-def test_stacked_and_alone_reach_the_same_return_statistics():
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
-    seeds = [0, 1, 2, 3]
-    stacked = [a.evaluate(10)["mean_return"] for a in train_many(cfg, seeds=seeds, steps=60_000)]
-    alone = []
-    for s in seeds:
-        agent = agents.PPO(dataclasses.replace(cfg, seed=s))
-        agent.learn(60_000, progress_bar=False)
-        alone.append(agent.evaluate(10)["mean_return"])
-    assert np.mean(stacked) > 350 and np.mean(alone) > 350
-    assert abs(np.mean(stacked) - np.mean(alone)) < 100
 
 
 # -- statistics over seeds and the CLI -------------------------------------------------------
