@@ -126,3 +126,22 @@ def test_an_env_id_naming_a_module_in_a_saved_config_is_refused_unless_passed(tm
                                          r"; a saved file does not choose code to run"):
         agents.load(path)
     assert agents.load(path, env="CartPole-v1").config.env == "CartPole-v1"
+
+
+@pytest.mark.parametrize("attack_kwargs, error, message", [
+    ({"steps": 20}, ValueError, r"^attack_kwargs: 'steps' is not one of the attacks evaluated "
+                                r"\(mad\); keywords go per attack"),
+    ({"mad": {"stepz": 3}}, ValueError, r"^attack_kwargs\['mad'\]: mad takes no keyword 'stepz' "
+                                        r"\(it takes steps, step_size"),
+    ({"mad": {"steps": -1}}, ValueError, r"attack_kwargs\['mad'\]\['steps'\] must be an int >= 1"),
+    ({"mad": 3}, TypeError, r"^attack_kwargs\['mad'\] must be a dict of keywords, got int$"),
+])
+def test_attack_kwargs_are_checked_before_any_episode(ppo, monkeypatch, attack_kwargs, error,
+                                                      message):
+    import agents.attack_evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "_run_episodes",
+                        lambda *a, **k: pytest.fail("an episode ran before the check"))
+    with pytest.raises(error, match=message):
+        evaluate_under_attack(ppo, ["mad"], eps=[0.1], n_episodes=2, progress=False,
+                              attack_kwargs=attack_kwargs)
