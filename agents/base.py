@@ -548,19 +548,16 @@ class Agent:
         return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
 
 
-def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict) -> None:
-    """Refuse a ``config.json`` holding fields only another algorithm's config has (an
-    ``agent.json`` whose ``algo`` was edited): its weights may fit, its settings would not."""
+def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict, env: Any) -> None:
+    """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
+    ``env`` is given (``agents.persistence``)."""
     import dataclasses
 
-    own = {f.name for f in dataclasses.fields(cls.config_cls)}
-    for algo, other in algorithms.items():
-        foreign = sorted(set(cfg) & ({f.name for f in dataclasses.fields(other.config_cls)} - own))
-        if foreign:
-            raise ValueError(
-                f"{os.path.join(directory, 'agent.json')} says {cls.algo!r} but config.json holds "
-                f"{', '.join(foreign[:4])}, fields of a {algo!r} config that {cls.algo} does not "
-                "have: the two files are from different agents (was agent.json edited?)")
+    from agents.persistence import check_config_matches, check_saved_env
+
+    fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
+    check_config_matches(directory, cls.algo, cfg, fields)
+    check_saved_env(cfg, directory, env)
 
 
 def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
@@ -588,7 +585,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
-    _check_config_matches(cls, cfg, directory, algorithms)
+    _check_config_matches(cls, cfg, directory, algorithms, env)
     if "checkpoint_dir" not in overrides:  # the file never chooses a place outside itself
         cfg["checkpoint_dir"] = loaded_checkpoint_dir(cfg.get("checkpoint_dir"), directory)
     cfg.update(overrides)
