@@ -15,11 +15,13 @@ Network Robustness Certification with General Activation Functions", section 3.2
 
 - ``u <= 0`` (convex on the interval): upper = the chord, lower = the tangent at ``(l + u) / 2``;
 - ``l >= 0`` (concave): lower = the chord, upper = the tangent at ``(l + u) / 2``;
-- ``l < 0 < u``: upper = the chord if its slope is ``<= sigma'(u)``, otherwise the tangent at the
-  point ``d`` in ``[0, u]`` whose tangent passes through ``(l, sigma(l))``, found by bisection
-  (the bracket's upper end is kept, so the line stays above ``(l, sigma(l))``: sound); the lower
-  line is the mirror image (chord if its slope is ``<= sigma'(l)``, else a tangent at ``d`` in
-  ``[l, 0]`` through ``(u, sigma(u))``).
+- ``l < 0 < u``: upper = the chord if its slope is ``<= sigma'(u)``, otherwise the tangent at
+  ``max(d, (l + u) / 2)``, ``d`` the point of ``[0, u]`` whose tangent passes through ``(l,
+  sigma(l))``, found by bisection (the bracket's upper end is kept, so the line stays above
+  ``(l, sigma(l))``: sound; every tangent point beyond ``d`` gives a bound too, and the midpoint's
+  is tighter on average: auto_LiRPA's choice); the lower line is the mirror image (chord if its
+  slope is ``<= sigma'(l)``, else the tangent at ``min(d, (l + u) / 2)``, ``d`` in ``[l, 0]`` with
+  its tangent through ``(u, sigma(u))``).
 
 An interval narrower than :data:`NARROW` uses the constant lines ``sigma(l)`` and ``sigma(u)``
 (sound by monotonicity). The tangent point ``d`` is differentiated implicitly (``h(d, l) = 0``
@@ -150,6 +152,9 @@ class SShaped(Activation):
                          lambda d: self.grad2(d) * (lo - d))
         d_low = _implicit(_bisect(h_low, lo_c, zero, keep_b=False), h_low,
                           lambda d: self.grad2(d) * (hi - d))
+        mid = (lo + hi) / 2  # a tangent beyond the limit point is a bound too: the midpoint's
+        d_up = tf.where(mid > d_up, mid, d_up)  # if it is (h is monotone), as auto_LiRPA does
+        d_low = tf.where(mid < d_low, mid, d_low)
         up_t = _tangent(fn, grad, d_up)
         low_t = _tangent(fn, grad, d_low)
         convex, concave = hi <= 0, lo >= 0

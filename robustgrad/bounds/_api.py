@@ -223,7 +223,8 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
     bounded = _bounded(model)
     if C is not None:
         out_shape = bounded.output_shape(lower)
-        C = tf.reshape(C, [tf.shape(C)[0], C.shape[1], *out_shape])  # noqa: N806
+        rows = C.shape[0] if C.shape[0] is not None else tf.shape(C)[0]
+        C = tf.reshape(C, [rows, C.shape[1], *out_shape])  # noqa: N806
     return _engine.propagate_any_batch(bounded._graph, lower, upper, C, None, method)
 
 

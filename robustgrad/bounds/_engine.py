@@ -38,6 +38,10 @@ CHUNK = 32
 # Largest number of elements one linear-coefficient tensor [B, S, *shape] may hold before the
 # specification rows of an intermediate layer are processed in chunks (64 MB in float32).
 COEFFICIENT_BUDGET = 2 ** 24
+# Whether CROWN's intermediate bounds are intersected with IBP's (both sound; on by default).
+# Off, they are CROWN's alone: the definition of auto_LiRPA's "CROWN" (its comparison benchmark
+# turns it off to compare like with like). Read when a computation is traced.
+INTERSECT_WITH_IBP = True
 # Fewest identity rows per chunk of an intermediate layer's CROWN pass (a layer of n elements is
 # done in chunks of max(MIN_ROWS, n / 8) rows, so that mostly-stable layers cost a fraction).
 MIN_ROWS = 16
@@ -161,8 +165,9 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
     spare = tf.zeros([batch, 1], dtype)
     init = [tf.constant(0), tf.concat([ibp_lo, spare], 1), tf.concat([ibp_hi, spare], 1)]
     _, lo, hi = tf.while_loop(lambda k, *_: k < chunks, body, init)
-    lo = tf.maximum(lo[:, :n], ibp_lo)
-    hi = tf.minimum(hi[:, :n], ibp_hi)
+    lo, hi = lo[:, :n], hi[:, :n]
+    if INTERSECT_WITH_IBP:
+        lo, hi = tf.maximum(lo, ibp_lo), tf.minimum(hi, ibp_hi)
     return tf.reshape(lo, [batch, *shape]), tf.reshape(hi, [batch, *shape])
 
 
