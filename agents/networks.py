@@ -15,6 +15,8 @@ matmuls; built with one int it is the ordinary network (no seed axis). One code 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -24,7 +26,7 @@ from agents.envs import RunningMeanStd
 tfd = tfp.distributions
 
 
-def seed_list(seed) -> list[int] | None:
+def seed_list(seed: int | Sequence[int]) -> list[int] | None:
     """``None`` for one int seed (no seed axis), else the list of seeds (the seed axis).
 
     >>> seed_list(3), seed_list([3, 4])
@@ -75,7 +77,7 @@ class MLP(tf.Module):
     """
 
     def __init__(self, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str,
-                 out_gain: float, seed, name: str | None = None):
+                 out_gain: float, seed: int | Sequence[int], name: str | None = None):
         super().__init__(name=name)
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation: expected one of {sorted(_ACTIVATIONS)}, got "
@@ -117,7 +119,7 @@ class SeedRunningMeanStd(RunningMeanStd):
 
     >>> rms = SeedRunningMeanStd((), 2)
     >>> rms.update(tf.constant([[1.0, 3.0], [10.0, 30.0]]))
-    >>> np.round(rms.mean.numpy(), 3).tolist()
+    >>> np.round(rms.mean.numpy(), 2).tolist()   # (the count starts at 1e-4, as alone)
     [2.0, 20.0]
     """
 
@@ -206,7 +208,8 @@ class ActorCritic(tf.Module):
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions_or_dim: int, discrete: bool,
                  hidden: tuple[int, ...] = (64, 64), activation: str = "tanh",
-                 normalize_obs: bool = False, log_std_init: float = 0.0, seed=0):
+                 normalize_obs: bool = False, log_std_init: float = 0.0,
+                 seed: int | Sequence[int] = 0):
         super().__init__(name="actor_critic")
         in_dim = int(np.prod(obs_shape))
         seeds = seed_list(seed)

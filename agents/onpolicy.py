@@ -170,6 +170,7 @@ class OnPolicyAgent(Agent):
 
         Eagerly, NaN or infinite observations are a ``ValueError`` (inside a ``tf.function`` the
         caller's graph is trusted: the rollout replaces them and the guard rejects the update)."""
+        self._one_seed("distribution")
         obs = tf.convert_to_tensor(obs, tf.float32)
         if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(obs))):
             rows = tf.reshape(tf.math.is_finite(obs), [tf.shape(obs)[0], -1]) \
@@ -181,6 +182,7 @@ class OnPolicyAgent(Agent):
 
     def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
+        self._one_seed("value")
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
 
     def policy_surface(self) -> PolicySurface:
@@ -224,9 +226,11 @@ class OnPolicyAgent(Agent):
         building the distribution object in the rollout's loop."""
         if self.discrete:
             logits = self.model.policy_net(self.model.obs_norm(obs))
-            flat = tf.reshape(logits, [-1, logits.shape[-1]])  # [(S *) N, actions]
+            if not self._lead:
+                return tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
+            flat = tf.reshape(logits, [-1, logits.shape[-1]])  # [S * N, actions]: one draw
             draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)[:, 0]
-            return tf.reshape(draws, tf.shape(logits)[:-1])
+            return tf.reshape(draws, self._lead + (self.config.num_envs,))
         return self.model.distribution(obs).sample(seed=seed)
 
     def _rollout_graph(self):

@@ -53,7 +53,7 @@ class SeedGraphEnv(GraphBackendEnv):
                                      name="episode_seeds")
         self._first_reset = True
 
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> np.ndarray | tf.Tensor:
         """The first reset: each seed's block as :class:`GraphBackendEnv` of that seed resets
         it; later ones (or with ``seed``): one draw for the batch."""
         if seed is not None or not self._first_reset:
@@ -68,7 +68,8 @@ class SeedGraphEnv(GraphBackendEnv):
         self.obs = self._out(self.spec.observe(state))
         return self.obs
 
-    def record_episodes(self, done, ended_return, ended_length) -> None:
+    def record_episodes(self, done: tf.Tensor, ended_return: tf.Tensor, ended_length: tf.Tensor
+                        ) -> None:
         """As :class:`GraphVecEnv`'s, also recording each episode's seed index."""
         count = self._ep_count.read_value()
         super().record_episodes(done, ended_return, ended_length)

@@ -1,6 +1,9 @@
 """Many seeds against one seed, per CPU second: ``agents.train_many`` before and after a change.
 
-PPO CartPole-v1 with the shipped ``ppo-CartPole-v1`` preset on the graph backend. Rows, each in
+PPO CartPole-v1 on the graph backend with the shipped ``ppo-CartPole-v1`` preset (``--settings
+preset``: 8 envs x 32 steps, 20 epochs of one 256-row minibatch, so the update dominates) or
+PureJaxRL's CartPole settings (``--settings purejaxrl``: ``PPOConfig()`` with 4 envs x 128 steps,
+4 epochs, 4 minibatches, lr 2.5e-4 annealed, tanh 64x64, as issue 22 quotes them). Rows, each in
 its own subprocess, this tree's and (``--compare-tree DIR``) another checkout's interleaved in one
 run so that both see the same load::
 
@@ -31,11 +34,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 
-def _child(kind: str, n_seeds: int, steps: int) -> dict:
+def _child(kind: str, n_seeds: int, steps: int, settings: str) -> dict:
     import agents
 
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", agents.config.AUTO,
-                                    env="CartPole-v1", backend="graph")
+    if settings == "preset":
+        cfg = agents.config.make_config(agents.PPOConfig, "ppo", agents.config.AUTO,
+                                        env="CartPole-v1", backend="graph")
+    else:
+        cfg = agents.config.make_config(agents.PPOConfig, "ppo", None, env="CartPole-v1",
+                                        backend="graph", num_envs=4)
     per_iteration = cfg.n_steps * cfg.num_envs
 
     def run(budget):
@@ -58,14 +65,15 @@ def _child(kind: str, n_seeds: int, steps: int) -> dict:
             "eval_returns": returns, "seeds": n_seeds}
 
 
-def _run(kind, n, steps, tree=None) -> dict:
+def _run(kind, n, steps, settings, tree=None) -> dict:
     script = os.path.abspath(__file__)
     env = dict(os.environ)
     cwd = None
     if tree is not None:
         env["PYTHONPATH"] = os.path.abspath(tree)
         cwd = os.path.abspath(tree)
-    cmd = [sys.executable, script, "--part", kind, "--n", str(n), "--steps", str(steps)]
+    cmd = [sys.executable, script, "--part", kind, "--n", str(n), "--steps", str(steps),
+           "--settings", settings]
     if tree is not None:  # the child must import that tree's packages, not this one's
         cmd += ["--root", os.path.abspath(tree)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
@@ -79,6 +87,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=50_000, help="env steps per seed")
     p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--settings", default="preset", choices=("preset", "purejaxrl"))
     p.add_argument("--compare-tree", default=None, help="also this checkout's rows (before)")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
@@ -87,7 +96,8 @@ def main(argv=None) -> None:
     if args.part is not None:
         if args.root:
             sys.path[0:1] = [args.root]
-        print("RESULT " + json.dumps(_child(args.part, args.n, args.steps)), flush=True)
+        print("RESULT " + json.dumps(_child(args.part, args.n, args.steps, args.settings)),
+              flush=True)
         return
     load = os.getloadavg()
     plan = [("ppo", 1), ("many", 1), ("many", args.seeds)]
@@ -97,7 +107,7 @@ def main(argv=None) -> None:
             if label == "compared" and tree is None:
                 continue
             name = f"{label} {kind} x{n}"
-            row = rows[name] = _run(kind, n, args.steps, tree)
+            row = rows[name] = _run(kind, n, args.steps, args.settings, tree)
             print(f"{name:>20}: {row['steps_per_cpu_second']:8.0f} steps/CPU s, "
                   f"{row['steps_per_wall_second']:8.0f} steps/wall s, compile "
                   f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall), "
@@ -119,7 +129,7 @@ def main(argv=None) -> None:
           f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
-                      "steps": args.steps}))
+                      "steps": args.steps, "settings": args.settings}))
 
 
 if __name__ == "__main__":

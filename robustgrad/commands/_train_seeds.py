@@ -1,12 +1,20 @@
 """``robustgrad train-agent --seeds 0-7``: many seeds in one run, one directory per seed.
 
-With ``--backend graph`` and an on-policy algorithm the seeds train together in one compiled
-program (``agents.train_many``); otherwise one after the other. Writes ``--out/seed_<s>/``
-(each an ordinary saved agent with its ``learning_curve.png`` and ``evaluation.json``),
-``--out/summary.json`` (mean, median and IQM over seeds of the final deterministic evaluation
-return and of the last training return, each with a 95% percentile bootstrap confidence
-interval, as rliable reports) and ``--out/learning_curves.png`` (median, interquartile and
-min-max bands over seeds).
+The on-policy algorithms train their seeds in groups of up to :data:`GROUP_SIZE` as one agent
+with a seed axis (``num_seeds``, :mod:`agents.onpolicy`: one program for the group, on either
+backend); DQN and robust training (which have no seed axis) one seed at a time. Every group
+goes through the agents' one ``learn`` driver, so:
+
+* each seed is written to ``--out/seed_<s>/`` (an ordinary saved agent, its
+  ``learning_curve.png`` and ``evaluation.json``) as soon as its group finishes: nothing is kept
+  in memory across groups, and a finished seed is never trained again;
+* the running group is checkpointed in ``--out/checkpoint/`` (one saved agent per seed) every
+  ``--checkpoint-every`` steps; Ctrl-C or SIGTERM saves it there and prints the ``--resume``
+  command, which skips the finished seeds and continues the group from its checkpoint;
+* ``--out/summary.json`` (mean, median and IQM over seeds of the final deterministic
+  evaluation return and of the last training return, each with a 95% percentile bootstrap
+  confidence interval, as rliable reports) and ``--out/learning_curves.png`` (median,
+  interquartile and min-max bands) are written at the end from the seed directories.
 
 >>> parse_seeds("0-3,8")
 [0, 1, 2, 3, 8]
@@ -21,15 +29,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import sys
 
 _SEEDS_FORMAT = "seeds >= 0 like 0-7 or 0,2,5 (ranges ascending, no repeats)"
+MAX_SEEDS = 10_000
+"""The most seeds one ``--seeds`` run accepts (larger lists: split them over several runs)."""
+GROUP_SIZE = 32
+"""The most seeds of an on-policy algorithm that train together as one agent."""
 
 
 def parse_seeds(text: str) -> list[int]:
     """``"0-7"`` -> ``[0, ..., 7]``; ``"0,2,5"``; ``"0-3,8"``. ``ValueError`` naming
-    ``--seeds`` for anything else (empty parts, descending ranges, repeats, negatives)."""
+    ``--seeds`` for anything else (empty parts, descending ranges, repeats, negatives, more than
+    :data:`MAX_SEEDS` seeds), before the list is built."""
     error = ValueError(f"--seeds must be {_SEEDS_FORMAT}, got {text!r}")
-    seeds: list[int] = []
+    ranges: list[tuple[int, int]] = []
     for part in str(text).split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if match is None:
@@ -38,69 +53,167 @@ def parse_seeds(text: str) -> list[int]:
         high = int(match.group(2)) if match.group(2) is not None else low
         if high < low:
             raise error
-        seeds.extend(range(low, high + 1))
+        ranges.append((low, high))
+    count = sum(high - low + 1 for low, high in ranges)
+    if count > MAX_SEEDS:
+        raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds in one run, got {count} "
+                         f"({text.strip()}); split the list over several runs")
+    seeds = [s for low, high in ranges for s in range(low, high + 1)]
     if not seeds or len(set(seeds)) != len(seeds):
         raise error
     return seeds
 
 
+def compact(seeds: list[int]) -> str:
+    """A seed list as ranges: ``[0, 1, 2, 5]`` -> ``"0-2,5"``.
+
+    >>> compact([0, 1, 2, 5, 7, 8])
+    '0-2,5,7-8'
+    """
+    from agents.base import _compact
+
+    return _compact(seeds)
+
+
+def _groups(seeds: list[int], size: int) -> list[list[int]]:
+    return [seeds[i:i + size] for i in range(0, len(seeds), size)]
+
+
+def _agent_seeds(agent) -> list[int]:
+    return list(agent.seeds)
+
+
 def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     """Train ``seeds`` (already parsed) with the flags of ``train-agent``; see module doc."""
-    import sys
+    import dataclasses
 
     import agents
     from agents.config import make_config
-    from agents.many import plot_seed_curves, summarize_runs, train_many
-    from robustgrad.commands.train_agent import plot_learning_curve
+    from robustgrad.cli import UsageError
 
     out = args.out or os.path.join("runs", args.algo)
+    ckpt = os.path.join(out, "checkpoint")
     cls = agents.algorithm(args.algo, "--algo")
     overrides = {k: v for k, v in overrides.items()
                  if k not in ("checkpoint_dir", "checkpoint_every")}
-    dirs = [os.path.join(out, f"seed_{s}") for s in seeds]
-    taken = [d for d in dirs if os.path.exists(os.path.join(d, "agent.json"))]
-    if taken and not args.overwrite:
-        print(f"robustgrad train-agent: --out: {taken[0]} already holds an agent; pass "
-              "--overwrite", file=sys.stderr)
-        return 2
+    every = args.checkpoint_every if args.checkpoint_every is not None else max(args.steps // 10, 1)
+    dirs = {s: os.path.join(out, f"seed_{s}") for s in seeds}
+    finished = [s for s in seeds if os.path.exists(os.path.join(dirs[s], "agent.json"))]
+    if finished and not (args.overwrite or args.resume):
+        raise UsageError(f"--out: {dirs[finished[0]]} already holds an agent; pass --overwrite "
+                         "(train anew) or --resume (skip the finished seeds)")
+    if args.overwrite:
+        for s in seeds:
+            shutil.rmtree(dirs[s], ignore_errors=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
+        finished = []
     try:
         config = make_config(cls.config_cls, args.algo, preset, env=args.env, seed=seeds[0],
-                             **overrides)
+                             checkpoint_dir=ckpt, checkpoint_every=every, **overrides)
     except ValueError as exc:
-        print(f"robustgrad train-agent: {exc}", file=sys.stderr)
-        return 2
-    together = config.backend == "graph" and args.algo != "dqn"
-    print(f"training {args.algo.upper()} on {args.env}: {len(seeds)} seeds "
-          f"({', '.join(map(str, seeds))}), {args.steps} steps each, "
-          f"{'in one compiled program' if together else 'one after the other'} "
-          f"(backend {config.backend}), output {out}")
+        raise UsageError(" ".join(str(exc).split())) from None
+    seed_axis = hasattr(config, "num_seeds") and config.robust is None
+    size = GROUP_SIZE if seed_axis else 1
+    resumed = None
+    if args.resume and os.path.exists(ckpt):
+        try:
+            resumed = agents.load(ckpt, env=None, checkpoint_dir=ckpt, checkpoint_every=every)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"--resume: {ckpt}: {' '.join(str(exc).split())}") from None
+        if resumed.algo != args.algo:
+            raise UsageError(f"--algo: the checkpoint in {ckpt} is {resumed.algo}, not {args.algo}")
+        if not set(_agent_seeds(resumed)) <= set(seeds):
+            raise UsageError(f"--resume: {ckpt} holds seeds {compact(_agent_seeds(resumed))}, "
+                             f"not all in --seeds {compact(seeds)}")
+        if set(_agent_seeds(resumed)) <= set(finished):
+            resumed = None  # its seeds were written before the checkpoint was removed
+    pending = [s for s in seeds if s not in finished]
+    groups = _groups([s for s in pending if resumed is None or s not in _agent_seeds(resumed)],
+                     size)
+    if resumed is not None:
+        groups.insert(0, _agent_seeds(resumed))
+    how = (f"in groups of up to {size} seeds with a seed axis" if size > 1
+           else "one seed at a time")
+    print(f"training {args.algo.upper()} on {args.env}: {len(seeds)} seeds ({compact(seeds)}), "
+          f"{args.steps} steps each, {how} (backend {config.backend}), output {out}"
+          + (f"; {len(finished)} already finished ({compact(finished)})" if finished else ""))
     if config.preset is not None:
         print(f"preset {config.preset} (agents/presets.json; --preset none for the defaults)")
-    if together:
-        trained = train_many(config, seeds=seeds, steps=args.steps,
-                             progress_bar=not args.no_progress)
-    else:
-        trained = []
-        for s in seeds:
-            agent = cls(make_config(cls.config_cls, args.algo, preset, env=args.env, seed=s,
-                                    **overrides))
-            agent.learn(args.steps, progress_bar=not args.no_progress)
-            trained.append(agent)
-    evaluations, last_returns = [], []
-    for s, agent, directory in zip(seeds, trained, dirs):
-        agent.save(directory)
-        plot_learning_curve(agent.history, os.path.join(directory, "learning_curve.png"),
-                            f"{agent.algo.upper()} {args.env} (seed {s})")
-        last_returns.append(agent.history[-1]["episode_return"] if agent.history
-                            else float("nan"))
-        if args.eval_episodes > 0:
-            result = agent.evaluate(args.eval_episodes)
-            with open(os.path.join(directory, "evaluation.json"), "w") as f:
-                json.dump(result, f, indent=2)
-            evaluations.append(result["mean_return"])
+    status = 0
+    for group in groups:
+        if resumed is not None and group == _agent_seeds(resumed):
+            agent, resumed = resumed, None
+        else:
+            cfg = dataclasses.replace(config, seed=group[0])
+            if seed_axis:
+                cfg = dataclasses.replace(cfg, num_seeds=len(group))
+            agent = cls(cfg, seeds=group if len(group) > 1 else None)
+        try:
+            done = int(agent.num_timesteps.numpy())
+            if args.steps > done:
+                print(f"seeds {compact(group)}: {done} -> {args.steps} steps", flush=True)
+                agent.learn(args.steps - done, progress_bar=not args.no_progress,
+                            schedule_start=done)
+            _write_group(args, agent, dirs)
+        except agents.NonFiniteTrainingError as exc:  # this group stops, the others train
+            print(f"robustgrad train-agent: seeds {compact(group)}: {exc}", file=sys.stderr)
+            status = 1
+        finally:
+            agent.close()
+        shutil.rmtree(ckpt, ignore_errors=True)  # the group is in its seed directories
+    return max(status, _summarize(args, seeds, dirs, out, config))
+
+
+def _write_group(args, agent, dirs) -> None:
+    """Each seed of ``agent`` as an ordinary agent in its directory, with its curve and
+    evaluation."""
+    from robustgrad.commands.train_agent import plot_learning_curve
+
+    for k, seed in enumerate(_agent_seeds(agent)):
+        one = agent.export(k) if agent.num_seeds > 1 else agent
+        try:
+            one.config.checkpoint_dir = None  # the run's checkpoint is not the seed's
+            one.save(dirs[seed])
+            plot_learning_curve(one.history, os.path.join(dirs[seed], "learning_curve.png"),
+                                f"{one.algo.upper()} {args.env} (seed {seed})")
+            if args.eval_episodes > 0:
+                result = one.evaluate(args.eval_episodes)
+                with open(os.path.join(dirs[seed], "evaluation.json"), "w") as f:
+                    json.dump(result, f, indent=2)
+        finally:
+            if one is not agent:
+                one.close()
+
+
+def _summarize(args, seeds, dirs, out, config) -> int:
+    """``summary.json`` and ``learning_curves.png`` from the seed directories."""
+    from agents.many import learning_curves, plot_seed_curves, summarize_runs
+
+    evaluations, last_returns, curves = [], [], []
+    written = [s for s in seeds if os.path.exists(os.path.join(dirs[s], "agent.json"))]
+    if not written:
+        print("robustgrad train-agent: no seed finished; no summary", file=sys.stderr)
+        return 1
+    if len(written) < len(seeds):
+        print(f"robustgrad train-agent: the summary covers the {len(written)} seeds that "
+              f"finished ({compact(written)})", file=sys.stderr)
+    seeds = written
+    for s in seeds:
+        with open(os.path.join(dirs[s], "agent.json")) as f:
+            history = json.load(f).get("history", [])
+        last_returns.append(history[-1]["episode_return"] if history else float("nan"))
+        grid, rows = learning_curves([history], points=100)  # a bounded copy per seed
+        curves.append([{"steps": float(x), "episode_return": float(y)}
+                       for x, y in zip(grid, rows[0]) if y == y])
+        path = os.path.join(dirs[s], "evaluation.json")
+        if args.eval_episodes > 0 and os.path.exists(path):
+            with open(path) as f:
+                evaluations.append(json.load(f)["mean_return"])
     summary = {"algo": args.algo, "env": args.env, "steps": args.steps, "seeds": seeds,
                "backend": config.backend, "preset": config.preset,
-               "design": "one compiled program" if together else "sequential",
+               "design": ("one program per group of seeds (seed axis)"
+                          if hasattr(config, "num_seeds") and config.robust is None
+                          else "sequential"),
                "train_return_last20": summarize_runs(last_returns)}
     if evaluations:
         summary["eval_return"] = summarize_runs(evaluations)
@@ -109,13 +222,14 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     summary["train_return_last20"]["per_seed"] = last_returns
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    plot_seed_curves([a.history for a in trained], os.path.join(out, "learning_curves.png"),
+    plot_seed_curves(curves, os.path.join(out, "learning_curves.png"),
                      f"{args.algo.upper()} {args.env} ({len(seeds)} seeds)")
     key = "eval_return" if evaluations else "train_return_last20"
     st = summary[key]
     print(f"{key} over {st['n']} seeds: mean {st['mean']:.1f} "
           f"[{st['mean_ci'][0]:.1f}, {st['mean_ci'][1]:.1f}], median {st['median']:.1f}, "
-          f"IQM {st['iqm']:.1f} [{st['iqm_ci'][0]:.1f}, {st['iqm_ci'][1]:.1f}] (95% bootstrap)")
+          f"IQM {st['iqm']:.1f} [{st['iqm_ci'][0]:.1f}, {st['iqm_ci'][1]:.1f}] (95% bootstrap)",
+          file=sys.stdout)
     print(f"saved to {out}/seed_<s> (agents.load), summary {os.path.join(out, 'summary.json')}, "
           f"curves {os.path.join(out, 'learning_curves.png')}")
     return 0

@@ -49,11 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default CartPole-v1)")
     p.add_argument("--steps", type=int, default=100_000,
                    help="total environment steps (default 100000)")
-    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="seed (default 0)")
     p.add_argument("--seeds", default=None, metavar="LIST",
                    help="many seeds in one run, e.g. 0-7 or 0,2,5: one directory per seed "
-                        "under --out plus summary.json and learning_curves.png (with "
-                        "--backend graph, on-policy seeds train in one compiled program)")
+                        "under --out (written as each finishes) plus summary.json and "
+                        "learning_curves.png; on-policy seeds train together with a seed axis; "
+                        "--resume skips finished seeds")
     p.add_argument("--backend", default=None, choices=("gymnasium", "graph"),
                    help="gymnasium (default: Python envs) or graph (the envs in TensorFlow "
                         "ops, compiled with the update; CartPole-v1, Acrobot-v1, "
@@ -179,9 +180,11 @@ def validate(args: argparse.Namespace) -> None:
             args.seed_list = parse_seeds(args.seeds)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        if args.resume:
-            raise UsageError("--seeds: cannot be combined with --resume (resume one seed's "
-                             "directory with --out DIR/seed_<s> --seed <s> --resume)")
+        if args.seed is not None:
+            raise UsageError(f"--seed: cannot be combined with --seeds (--seeds {args.seeds} "
+                             "lists the seeds of the run; --seed is the seed of a single run)")
+    if args.seed is None:
+        args.seed = 0
 
 
 def _parse_sets(items):

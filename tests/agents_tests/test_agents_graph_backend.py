@@ -75,7 +75,7 @@ def test_cli_parse_seeds_ranges_and_lists():
     assert parse_seeds("0-7") == list(range(8))
     assert parse_seeds("0,2,5") == [0, 2, 5]
     assert parse_seeds(" 1-2 , 9 ") == [1, 2, 9]
-    assert main(["train-agent", "--seeds", "0-1", "--resume"]) == 2
+    assert main(["train-agent", "--seeds", "0-1", "--seed", "5"]) == 2  # which seeds? refused
 
 
 # -- the compiled environment --------------------------------------------------------------
@@ -259,7 +259,8 @@ def test_cli_seeds_writes_one_directory_per_seed_and_a_summary(tmp_path, capsys)
     assert main(["train-agent", "--backend", "graph", "--seeds", "0-1", "--steps", "512",
                  "--eval-episodes", "2", "--no-progress", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["seeds"] == [0, 1] and summary["design"] == "one compiled program"
+    assert summary["seeds"] == [0, 1]
+    assert summary["design"] == "one program per group of seeds (seed axis)"
     for key in ("mean", "median", "iqm", "mean_ci", "iqm_ci"):
         assert key in summary["eval_return"]
     assert len(summary["eval_return"]["per_seed"]) == 2
@@ -271,3 +272,62 @@ def test_cli_seeds_writes_one_directory_per_seed_and_a_summary(tmp_path, capsys)
     assert "IQM" in capsys.readouterr().out
     assert main(["train-agent", "--backend", "graph", "--seeds", "0-1", "--steps", "512",
                  "--out", str(out)]) == 2  # refuses to overwrite
+
+
+CLI_SMALL = ["--backend", "graph", "--steps", "256", "--set", "n_steps=16", "--num-envs", "2",
+             "--set", "n_minibatches=1", "--preset", "none", "--eval-episodes", "0",
+             "--no-progress"]
+
+
+def test_cli_seeds_interrupted_saves_per_seed_and_the_printed_resume_works(tmp_path, capsys,
+                                                                           monkeypatch):
+    import shlex
+    import signal
+
+    from agents.base import Agent
+    from robustgrad.commands import _train_seeds
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(_train_seeds, "GROUP_SIZE", 2)  # groups 0-1 and 2
+    record, calls = Agent._record_update, []
+
+    def interrupting(self, logs, failures):
+        calls.append(1)
+        if len(calls) == 10:  # the second update of the group of seed 2
+            os.kill(os.getpid(), signal.SIGINT)
+        return record(self, logs, failures)
+
+    monkeypatch.setattr(Agent, "_record_update", interrupting)
+    argv = ["train-agent", "--seeds", "0-2", *CLI_SMALL, "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert f"checkpoint saved to {out / 'checkpoint'}" in err
+    resume = shlex.split(err.split("resume with: ")[1].strip())
+    assert resume[0] == "robustgrad" and resume[-1] == "--resume"
+    # the running group (seed 2 alone) is an ordinary checkpoint; finished seeds are not in it
+    assert os.path.exists(out / "checkpoint" / "agent.json")
+    assert not os.path.exists(out / "checkpoint" / "seeds.json")
+    for s in (0, 1):  # written when their group finished, before the interrupt
+        assert int(agents.load(out / f"seed_{s}").num_timesteps.numpy()) == 256
+    assert not os.path.exists(out / "seed_2")
+    monkeypatch.setattr(Agent, "_record_update", record)
+    assert main(resume[1:]) == 0
+    text = capsys.readouterr().out
+    assert "3 seeds (0-2)" in text and "2 already finished (0-1)" in text
+    assert "seeds 2: 64 -> 256 steps" in text  # continued from the checkpoint
+    seed2 = agents.load(out / "seed_2")
+    assert int(seed2.num_timesteps.numpy()) == 256 and len(seed2.history) == 8
+    assert not os.path.exists(out / "checkpoint")
+    assert json.loads((out / "summary.json").read_text())["seeds"] == [0, 1, 2]
+
+
+def test_cli_seeds_checks_the_output_directory_and_the_list_before_work(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # --out below a file cannot be created, even by root
+    assert main(["train-agent", "--seeds", "0-1", *CLI_SMALL, "--out",
+                 str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 'run'}: cannot be created" in err and "training" not in err
+    assert main(["train-agent", "--seeds", "0-100000", "--out", str(tmp_path / "x")]) == 2
+    assert ("--seeds: at most 10000 seeds in one run, got 100001 (0-100000); split the list "
+            "over several runs") in capsys.readouterr().err
