@@ -10,13 +10,54 @@ imported only when a function needs it, so the checks run before any heavy impor
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import types
+from collections.abc import Iterator
 
 from robustgrad._checks import positive_int
 
 INSTALL_HINT = "pip install 'robustgrad[distributed]'"
+# run in every worker before the actor's class (and TensorFlow) is imported: TensorFlow's native
+# start-up lines would otherwise reach the driver's terminal, which the main process hides
+WORKER_SETUP_HOOK = "robustgrad._native_stderr.quiet_tensorflow_startup"
+_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    """Drops Ray's notice that token authentication is on (the safe default, said on every
+    start); the warning that it is *off* is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_TOKEN_NOTICE)
+
+
+@contextlib.contextmanager
+def _without_token_notice() -> Iterator[None]:
+    """Ray's start-up inside the block does not print the "token authentication is enabled"
+    notice."""
+    log, drop = logging.getLogger(_TOKEN_NOTICE_LOGGER), _DropTokenNotice()
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
+
+
+def worker_runtime_env() -> dict:
+    """The ``runtime_env`` of the rollout workers: TensorFlow's log level and ``PYTHONPATH``
+    as in this process, and :data:`WORKER_SETUP_HOOK`.
+
+    >>> worker_runtime_env()["worker_process_setup_hook"]
+    'robustgrad._native_stderr.quiet_tensorflow_startup'
+    """
+    env_vars = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    if os.environ.get("PYTHONPATH"):
+        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return {"env_vars": env_vars, "worker_process_setup_hook": WORKER_SETUP_HOOK}
 
 
 def _import_ray():
@@ -90,16 +131,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> types.M
     if ray.is_initialized():
         return ray
     check_ray_address(address)
-    env_vars = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    if os.environ.get("PYTHONPATH"):
-        env_vars["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    kwargs = {"runtime_env": {"env_vars": env_vars}, "include_dashboard": False,
+    kwargs = {"runtime_env": worker_runtime_env(), "include_dashboard": False,
               "logging_level": "WARNING"}
     try:
-        if address is None:
-            ray.init(num_cpus=num_cpus, **kwargs)
-        else:
-            ray.init(address=address, **kwargs)
+        with _without_token_notice():
+            if address is None:
+                ray.init(num_cpus=num_cpus, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
     except ConnectionError as exc:
         raise ConnectionError(f"ray_address: cannot connect to Ray at {address!r}: {exc}") from None
     return ray

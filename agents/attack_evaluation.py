@@ -394,6 +394,40 @@ def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Se
     return attacks, budgets, _checks.norm_name(norm)
 
 
+def _check_attack_kwargs(attack_kwargs: Any, attacks: Sequence[str]) -> dict:
+    """``attack_kwargs`` checked before any episode runs: a dict keyed by names of ``attacks``,
+    each value a dict of keywords that attack takes (``steps`` an int >= 1). A key that is not
+    an attack being evaluated (``{"steps": 20}`` for ``{"mad": {"steps": 20}}``) or a keyword
+    the attack does not take would otherwise be ignored without a word."""
+    import inspect
+
+    from agents.observation_attacks import _FUNCTIONS
+
+    if attack_kwargs is None:
+        return {}
+    if not isinstance(attack_kwargs, dict):
+        raise TypeError(f"attack_kwargs must be a dict of attack name -> keywords, got "
+                        f"{type(attack_kwargs).__name__}")
+    for name, kw in attack_kwargs.items():
+        if name not in attacks:
+            raise ValueError(f"attack_kwargs: {name!r} is not one of the attacks evaluated "
+                             f"({', '.join(attacks)}); keywords go per attack, e.g. "
+                             "{'mad': {'steps': 20}}")
+        if not isinstance(kw, dict):
+            raise TypeError(f"attack_kwargs[{name!r}] must be a dict of keywords, got "
+                            f"{type(kw).__name__}")
+        params = inspect.signature(_FUNCTIONS[name]).parameters
+        taken = [p for p in params if p not in ("agent", "obs", "q_pi", "eps", "norm", "seed",
+                                                "scale")]
+        for key in kw:
+            if key not in taken:
+                raise ValueError(f"attack_kwargs[{name!r}]: {name} takes no keyword {key!r} "
+                                 f"(it takes {', '.join(taken) or 'none'})")
+        if "steps" in kw:
+            _checks.positive_int(kw["steps"], f"attack_kwargs[{name!r}]['steps']")
+    return dict(attack_kwargs)
+
+
 def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NAMES,
                           eps: float | Sequence[float] = (0.05, 0.1, 0.2), n_episodes: int = 50,
                           seed: int = 0, *, norm: str = "linf", scale: str | np.ndarray | None = None,
@@ -429,7 +463,7 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
     seed = _checks.positive_int(seed, "seed", minimum=0)
     k = _checks.positive_int(min(n_episodes, 8) if num_envs is None else num_envs, "num_envs")
     rs_steps = _checks.positive_int(rs_steps, "rs_steps")
-    attack_kwargs = dict(attack_kwargs or {})
+    attack_kwargs = _check_attack_kwargs(attack_kwargs, attacks)
 
     def say(msg):
         if progress:

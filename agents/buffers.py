@@ -25,9 +25,12 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 from robustgrad._checks import positive_int
+from robustgrad.memory import check_allocation
 
 _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")
 
@@ -49,6 +52,8 @@ class ReplayBuffer(tf.Module):
         self.prioritized = bool(prioritized)
         cap, z = self.capacity, tf.zeros
         obs_shape = tuple(obs_shape)
+        check_allocation(cap, 8 * math.prod(obs_shape) + 16, argument="buffer_size",
+                         what=f"a replay buffer of {obs_shape} float32 observations")
         self.obs = tf.Variable(z((cap,) + obs_shape), trainable=False)
         self.next_obs = tf.Variable(z((cap,) + obs_shape), trainable=False)
         self.actions = tf.Variable(z([cap], tf.int32), trainable=False)

@@ -29,8 +29,8 @@ import tensorflow as tf
 
 from robustgrad import atomic, rundir
 
-__all__ = ["ENTRIES", "COMMIT", "loaded_checkpoint_dir", "read_metadata", "recover_checkpoint",
-           "restore_weights", "write_agent"]
+__all__ = ["ENTRIES", "COMMIT", "check_config_matches", "check_saved_env", "loaded_checkpoint_dir",
+           "read_metadata", "recover_checkpoint", "restore_weights", "write_agent"]
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
@@ -156,6 +156,55 @@ def read_metadata(directory: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not os.path.exists(index):
         raise ValueError(f"directory: {directory!r} has no weights (missing weights/ckpt.index)")
     return meta, config
+
+
+def check_config_matches(directory: str, algo: str, config: dict,
+                         fields: dict[str, set[str]]) -> None:
+    """Refuse a ``config.json`` that is another algorithm's config than the ``algo`` its
+    ``agent.json`` names (an edited ``agent.json``): the actor-critics' weights have the same
+    shapes, so without this check the edit would load silently with the wrong settings.
+
+    ``fields`` maps every algorithm to its config's field names. ``config.json`` holds every
+    field of the config it was written from, so it is another algorithm's when it holds a field
+    only that one has, or lacks every field that ``algo`` has and another algorithm has not.
+
+    >>> fields = {"ppo": {"lr", "clip_coef"}, "a2c": {"lr"}}
+    >>> check_config_matches("runs/a2c", "ppo", {"lr": 1.0}, fields)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: runs/a2c/agent.json says 'ppo' but config.json lacks clip_coef, fields every ...
+    """
+    own, keys = fields[algo], set(config)
+    for other, theirs in fields.items():
+        foreign = sorted(keys & (theirs - own))
+        distinctive = sorted(own - theirs)
+        if foreign:
+            found = (f"holds {', '.join(foreign[:4])}, fields of a {other!r} config that {algo} "
+                     "does not have")
+        elif other != algo and distinctive and not keys & set(distinctive) and theirs <= keys:
+            found = (f"lacks {', '.join(distinctive[:4])}, fields every {algo!r} config has, "
+                     f"and holds the fields of the {other!r} config")
+        else:
+            continue
+        raise ValueError(f"{os.path.join(directory, COMMIT)} says {algo!r} but config.json "
+                         f"{found}: the two files are from different agents (was {COMMIT} "
+                         "edited?)")
+
+
+def check_saved_env(config: dict, directory: str, env: Any = None) -> None:
+    """Refuse a gymnasium id with ``':'`` in a saved ``config.json`` when the caller does not
+    pass ``env`` themselves: ``gym.make("module:Env")`` imports the module the id names, so a
+    file would choose code to run.
+
+    >>> check_saved_env({"env": "CartPole-v1"}, "runs/ppo")
+    >>> check_saved_env({"env": "evil:Env-v0"}, "runs/ppo")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: runs/ppo/config.json: env 'evil:Env-v0' names a module to import ('evil'); ...
+    """
+    saved = config.get("env")
+    if env is None and isinstance(saved, str) and ":" in saved:
+        raise ValueError(f"{os.path.join(directory, 'config.json')}: env {saved!r} names a module "
+                         f"to import ({saved.split(':', 1)[0]!r}); a saved file does not choose "
+                         f"code to run: pass env={saved!r} to agents.load if you trust it")
 
 
 def restore_weights(checkpoint: tf.train.Checkpoint, directory: str, described: str) -> None:

@@ -26,11 +26,14 @@ example across restarts: success first, then the higher objective).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from robustgrad.input_gradients import zero_gradient_message
 
 from ._base import relaxed_spec
 from .norms import clip_to_bounds, project, random_in_ball, steepest_ascent
@@ -74,7 +77,7 @@ def keep_best(best_x: tf.Tensor, best_obj: tf.Tensor, best_succ: tf.Tensor, x_ad
 def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 1,
                    rand_init: bool = True, init: InitFn | None = None, early_stop: bool = False,
                    momentum: float | None = None, l1_top_k: Any = None,
-                   gradient_noise: NoiseFn | None = None) -> Callable:
+                   gradient_noise: NoiseFn | None = None, count_zero: bool = False) -> Callable:
     """The PGD/BIM/MIM loop as a plain graph-building function (no validation, no tracing).
 
     Returns ``loop(x, y, y_true, eps, step_size, lo, hi, seed) -> (x_adv, grad_rows,
@@ -94,6 +97,12 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
     ``value_fn`` reports success and the loops exit once every example has succeeded. Across
     restarts (or with ``early_stop``) the final iterates are scored once each and the worst case
     per example is kept (:func:`keep_best`); otherwise the last iterate is returned as is.
+
+    A gradient the method needs and cannot have is never a silent zero: when the objective has
+    no gradient path to ``x`` at all, tracing warns (the loop then leaves ``x`` where its start
+    put it). With ``count_zero`` the loop returns a fourth output, the number of examples (int64)
+    whose gradient at the first step is identically zero (saturation, a piecewise-constant
+    layer: gradient masking whatever the output layer), for the caller to warn about.
     """
     n_steps = int(steps)
     n_restarts = int(restarts)
@@ -106,8 +115,16 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
             total = tf.reduce_sum(obj)
         g = tape.gradient(total, xa)
         if g is None:
+            warnings.warn("the attack's objective has no gradient with respect to x (no "
+                          "differentiable path from x to it): the gradient steps cannot move x",
+                          UserWarning, stacklevel=2)
             g = tf.zeros_like(xa)
         return succ, g
+
+    def zero_rows(g):  # examples whose gradient is identically zero
+        b = tf.shape(g)[0]
+        flat = tf.reshape(g, [b, -1])
+        return tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(flat, 0), axis=1), tf.int64))
 
     def loop(x, y, y_true, eps, step_size, lo, hi, seed):
         b = tf.shape(x)[0]
@@ -120,14 +137,15 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
         best_succ = tf.zeros([b], tf.bool)
         rows = tf.constant(0, tf.int64)
         frows = tf.constant(0, tf.int64)
+        zero = tf.constant(0, tf.int64)
 
-        def restart_cond(r, best_x, best_obj, best_succ, rows, frows):
+        def restart_cond(r, best_x, best_obj, best_succ, rows, frows, zero):
             c = r < n_restarts
             if early_stop:
                 c = tf.logical_and(c, tf.reduce_any(tf.logical_not(best_succ)))
             return c
 
-        def restart_body(r, best_x, best_obj, best_succ, rows, frows):
+        def restart_body(r, best_x, best_obj, best_succ, rows, frows, zero):
             s = tf.random.experimental.stateless_fold_in(seed, r)
             if init is not None:
                 xa = init(x, s)
@@ -139,15 +157,18 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
             active = tf.logical_not(best_succ) if early_stop else tf.ones([b], tf.bool)
             acc = tf.zeros_like(x)
 
-            def step_cond(i, xa, acc, active, rows):
+            def step_cond(i, xa, acc, active, rows, zero):
                 c = i < n_steps
                 if early_stop:
                     c = tf.logical_and(c, tf.reduce_any(active))
                 return c
 
-            def step_body(i, xa, acc, active, rows):
+            def step_body(i, xa, acc, active, rows, zero):
                 succ, g = grad_of(xa, y, y_true)
                 rows = rows + tf.cast(b, tf.int64)
+                if count_zero:  # at the first step of the first restart
+                    first = tf.logical_and(tf.equal(i, 0), tf.equal(r, 0))
+                    zero = tf.where(first, zero_rows(g), zero)
                 if gradient_noise is not None:
                     g = g + tf.cast(gradient_noise(i, y), g.dtype)
                 if momentum is not None:
@@ -166,22 +187,22 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
                 if early_stop:  # freeze broken examples where they broke
                     active = tf.logical_and(active, tf.logical_not(succ))
                     x_new = tf.where(expand_rows(active, x), x_new, xa)
-                return i + 1, x_new, acc, active, rows
+                return i + 1, x_new, acc, active, rows, zero
 
-            _, xa, _, _, rows = tf.while_loop(step_cond, step_body,
-                                              (tf.constant(0), xa, acc, active, rows))
+            _, xa, _, _, rows, zero = tf.while_loop(step_cond, step_body,
+                                                    (tf.constant(0), xa, acc, active, rows, zero))
             if score_final:
                 obj, succ = value_fn(xa, y, y_true)
                 frows = frows + tf.cast(b, tf.int64)
                 best_x, best_obj, best_succ = keep_best(best_x, best_obj, best_succ, xa, obj, succ)
             else:
                 best_x = xa
-            return r + 1, best_x, best_obj, best_succ, rows, frows
+            return r + 1, best_x, best_obj, best_succ, rows, frows, zero
 
-        _, best_x, _, _, rows, frows = tf.while_loop(
+        _, best_x, _, _, rows, frows, zero = tf.while_loop(
             restart_cond, restart_body,
-            (tf.constant(0), best_x, best_obj, best_succ, rows, frows))
-        return best_x, rows, frows
+            (tf.constant(0), best_x, best_obj, best_succ, rows, frows, zero))
+        return (best_x, rows, frows, zero) if count_zero else (best_x, rows, frows)
 
     return loop
 
@@ -193,16 +214,29 @@ def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init
     ``tf.function`` with a relaxed batch dimension: one trace per configuration and
     per-example shape, reused for every batch size, eps, step size, bound and seed.
 
+    Called eagerly, it warns (:func:`robustgrad.input_gradients.zero_gradient_message`) when
+    the gradient at the first step is identically zero on more than a tenth of the examples.
     The step loop does the minimum per iteration (one forward+backward pass, the step, the
     projection; plus the success mask with ``early_stop``): PGD-k costs k gradient passes and,
     only when there is a choice to make (restarts or early stop), one forward pass per restart.
     """
     loop = iterative_loop(p.value_fn, norm=norm, steps=steps, restarts=restarts,
                           rand_init=rand_init, early_stop=early_stop, momentum=momentum,
-                          l1_top_k=l1_top_k, gradient_noise=gradient_noise)
+                          l1_top_k=l1_top_k, gradient_noise=gradient_noise, count_zero=True)
     sig = [relaxed_spec(p.x), tf.nest.map_structure(relaxed_spec, p.y), relaxed_spec(p.y_true),
            tf.TensorSpec([], p.x.dtype), tf.TensorSpec([], p.x.dtype),
            tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),
            tf.TensorSpec([2], tf.int32)]
-    return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile),
-                       reduce_retracing=False)
+    compiled = tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile),
+                           reduce_retracing=False)
+
+    def call(*args):
+        x_adv, rows, frows, zero = compiled(*args)
+        if tf.executing_eagerly():
+            message = zero_gradient_message(int(zero), int(args[0].shape[0]))
+            if message:
+                warnings.warn(message, UserWarning, stacklevel=2)
+        return x_adv, rows, frows
+
+    call.compiled = compiled  # the tf.function (its traces)
+    return call

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad import _checks
+from robustgrad.input_gradients import ZERO_GRADIENT_FRACTION  # one threshold for both
 
 from ._base import call_model
 from .cascade import BudgetOutcome, predict_labels
@@ -49,8 +50,6 @@ __all__ = [
     "unbounded_attack_check",
 ]
 
-ZERO_GRADIENT_FRACTION = 0.1
-"""Warn when more than this fraction of examples has an exactly-zero input gradient."""
 
 GRADIENT_FREE_MARGIN = 0.002
 """A gradient-free attack breaking more than this fraction of the examples (and at least one)

@@ -16,7 +16,29 @@ import tensorflow as tf
 
 from robustgrad._checks import looks_like_probabilities
 
-__all__ = ["input_gradient"]
+__all__ = ["ZERO_GRADIENT_FRACTION", "input_gradient", "zero_gradient_message"]
+
+ZERO_GRADIENT_FRACTION = 0.1
+"""Warn when more than this fraction of examples has an identically zero input gradient."""
+
+
+def zero_gradient_message(zero: int, total: int) -> str | None:
+    """The warning for ``zero`` of ``total`` examples whose input gradient is identically zero
+    (``None`` at or below :data:`ZERO_GRADIENT_FRACTION` of them): whatever the model's output
+    layer -- a saturated softmax, a sigmoid, a clip, a rounding -- the gradient steps cannot move
+    those examples, and a robustness measured that way is gradient masking.
+
+    >>> zero_gradient_message(1, 100) is None
+    True
+    >>> zero_gradient_message(8, 8)[:60]
+    'the input gradient is identically zero on 8 of 8 examples (1'
+    """
+    if total <= 0 or zero <= ZERO_GRADIENT_FRACTION * total:
+        return None
+    return (f"the input gradient is identically zero on {zero} of {total} examples "
+            f"({zero / total:.0%}): gradient steps cannot move them (a saturated or "
+            "piecewise-constant output: gradient masking); robustness measured by a gradient "
+            "attack will be overestimated")
 
 
 def _ends_in_softmax(model) -> bool:
@@ -157,5 +179,11 @@ def input_gradient(
             "the model's output does not depend on x: its input gradient would be None. "
             "Check that the model uses its input through differentiable ops."
         )
+    if hasattr(g, "numpy") and g.shape.rank and g.shape[0]:  # eager: look at the values
+        rows = tf.reshape(g, [tf.shape(g)[0], -1])
+        zero = int(tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(rows, 0), axis=1), tf.int32)))
+        message = zero_gradient_message(zero, int(g.shape[0]))
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=2)
     return tf.cast(g, tf.float32)
 

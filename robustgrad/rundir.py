@@ -193,7 +193,12 @@ class RunLock:
         if os.name != "posix":  # pragma: no cover
             return self
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # a read-only directory or file system
+                self._remove_if_created()
+                raise ValueError(f"{self.flag} {self.directory}: not writable (its lock file "
+                                 f"cannot be created: {exc.strerror})") from None
             if not _try_flock(fd):
                 os.close(fd)
                 self._remove_if_created()

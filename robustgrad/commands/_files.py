@@ -18,15 +18,19 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import shutil
+import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 
 from robustgrad.cli import UsageError
 
-__all__ = ["check_clip_flags", "check_model_file", "check_output_dir", "load_keras_model", "remove_outputs",
-           "removed_if_empty_on_error"]
+__all__ = ["check_clip_flags", "check_model_file", "check_output_dir", "load_keras_model",
+           "raised_by_validation", "remove_outputs", "removed_if_empty_on_error"]
+
+_OWN_PACKAGES = ("robustgrad", "attacks", "agents")
 
 
 def remove_outputs(directory: str, names: Iterable[str]) -> None:
@@ -40,6 +44,32 @@ def remove_outputs(directory: str, names: Iterable[str]) -> None:
             os.remove(path)
 
 
+def raised_by_validation(exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``ValueError`` or ``TypeError``) was raised on purpose by the project's
+    own checks: the innermost frame of its traceback is in ``robustgrad``, ``attacks`` or
+    ``agents`` and stops on a ``raise`` statement. A ``ValueError`` from TensorFlow or NumPy, or
+    a ``TypeError`` from a call with the wrong arguments, is an internal error: a command lets it
+    keep its traceback instead of printing it as the user's mistake.
+
+    >>> import numpy as np
+    >>> try:
+    ...     np.zeros(3).reshape(2)
+    ... except ValueError as exc:
+    ...     raised_by_validation(exc)
+    False
+    """
+    if not isinstance(exc, (ValueError, TypeError)) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = str(tb.tb_frame.f_globals.get("__name__", ""))
+    if module.split(".", 1)[0] not in _OWN_PACKAGES:
+        return False
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+    return line.startswith("raise ")
+
+
 def _nearest_existing(path: str) -> str:
     path = os.path.abspath(path)
     while not os.path.exists(path):
@@ -48,6 +78,21 @@ def _nearest_existing(path: str) -> str:
             break
         path = parent
     return path
+
+
+def _can_create_in(directory: str) -> bool:
+    """Whether a file can be created in ``directory``, found by creating (and removing) one:
+    ``os.access`` answers yes to root for a ``chmod 555`` directory -- which root can indeed
+    write -- but also for a read-only file system (``/sys``), which nobody can."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".robustgrad-write-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.remove(probe)
+    return True
 
 
 def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) -> None:
@@ -62,7 +107,7 @@ def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) ->
     existing = _nearest_existing(path)
     if not os.path.isdir(existing):
         raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not _can_create_in(existing):
         where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
         raise UsageError(f"{flag} {path}: not writable{where}")
     if os.path.isdir(path) and not overwrite:

@@ -7,7 +7,8 @@ absl::InitializeLog()" warning, the oneDNN notice (``port.cc``), the CUDA stubs
 (``cudart_stub.cc``, ``cuda_platform.cc``'s failed ``cuInit`` on a machine without a GPU
 driver), the CPU feature guard. :func:`import_tensorflow` points fd 2 at a temporary file for
 exactly that span, restores it, and writes back everything it caught except those known lines,
-so a real error, a Python warning or a traceback is never hidden. ``TF_CPP_MIN_LOG_LEVEL`` (set
+so a real error, a Python warning or a traceback is never hidden (the filter lives in
+:mod:`robustgrad._native_stderr`, which Ray workers use too). ``TF_CPP_MIN_LOG_LEVEL`` (set
 to 2 unless the user set it) quiets TensorFlow's later info lines as usual.
 
 Example:
@@ -19,63 +20,15 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 import sys
-import tempfile
-from collections.abc import Iterator
 
-__all__ = ["filtered_native_stderr", "import_tensorflow", "is_startup_noise"]
-
-# glog-style lines of the native start-up ("I0000 00:00:1796.98   6593 port.cc:153] ...")
-_GLOG = re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ (?P<file>[\w.]+):\d+\] (?P<text>.*)$")
-_STARTUP_FILES = {"port.cc", "cudart_stub.cc", "cpu_feature_guard.cc", "cuda_platform.cc",
-                  "cuda_executor.cc", "cuda_dnn.cc", "cuda_fft.cc", "cuda_blas.cc",
-                  "dso_loader.cc"}
-_STARTUP_LINES = (
-    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
-    "To enable the following instructions:",  # the second line of the CPU feature guard
+from robustgrad._native_stderr import (  # noqa: F401 - re-exported for the command line
+    filtered_native_stderr,
+    is_startup_noise,
+    quiet_tensorflow_startup,
 )
 
-
-def is_startup_noise(line: str) -> bool:
-    """Whether ``line`` is one of TensorFlow's known native start-up messages."""
-    line = line.rstrip("\n")
-    if line.startswith(_STARTUP_LINES):
-        return True
-    match = _GLOG.match(line)
-    return bool(match and match.group("file") in _STARTUP_FILES)
-
-
-@contextlib.contextmanager
-def filtered_native_stderr() -> Iterator[None]:
-    """Catch what anything (native code included) writes to fd 2 inside the block; afterwards,
-    restore fd 2 and write back every line that is not :func:`is_startup_noise`."""
-    try:
-        fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
-    except (AttributeError, ValueError, OSError):  # no real stderr (embedded interpreter)
-        yield
-        return
-    for stream in (sys.stderr, sys.__stderr__):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    saved = os.dup(fd)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), fd)
-        try:
-            yield
-        finally:
-            for stream in (sys.stderr, sys.__stderr__):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os.dup2(saved, fd)
-            os.close(saved)
-            caught.seek(0)
-            text = caught.read().decode("utf-8", errors="replace")
-            kept = [ln for ln in text.splitlines(keepends=True) if not is_startup_noise(ln)]
-            if kept:
-                os.write(fd, "".join(kept).encode("utf-8", errors="replace"))
+__all__ = ["filtered_native_stderr", "import_tensorflow", "is_startup_noise"]
 
 
 def import_tensorflow(verbose: bool = False):
@@ -87,9 +40,5 @@ def import_tensorflow(verbose: bool = False):
 
         tf.config.list_physical_devices()
         return tf
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with filtered_native_stderr():
-        import tensorflow as tf
-
-        tf.config.list_physical_devices()  # the CUDA platform's first (noisy) initialisation
-    return tf
+    quiet_tensorflow_startup()
+    return sys.modules["tensorflow"]

@@ -318,9 +318,12 @@ def run(args: argparse.Namespace) -> int:
         eval_every = args.eval_every or learn_options.get("eval_every")
         keep_best = args.keep_best or (args.eval_every is None
                                        and bool(learn_options.get("keep_best")))
-    except (ValueError, ImportError, ConnectionError, TimeoutError) as exc:
+    except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
         from robustgrad.cli import UsageError
+        from robustgrad.commands._files import raised_by_validation
 
+        if isinstance(exc, (ValueError, TypeError)) and not raised_by_validation(exc):
+            raise  # an internal error keeps its traceback
         raise UsageError(" ".join(str(exc).split())) from None
 
     done = int(agent.num_timesteps.numpy())

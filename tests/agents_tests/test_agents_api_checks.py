@@ -97,3 +97,51 @@ def test_an_agent_json_edited_to_another_algorithm_is_refused(tmp_path):
                                          r"clip_vloss, n_epochs, n_minibatches, fields of a 'ppo' "
                                          "config that a2c does not have"):
         agents.load(path)
+
+
+def _edit(path, name, **changes):
+    file = os.path.join(path, name)
+    data = json.load(open(file))
+    data.update(changes)
+    json.dump(data, open(file, "w"))
+
+
+def test_an_a2c_agent_json_edited_to_ppo_is_refused(tmp_path):
+    # A2C's config fields are a subset of PPO's: without the check the A2C loaded as a PPO
+    path = str(tmp_path / "a2c")
+    agents.A2C(**SMALL).save(path)
+    _edit(path, "agent.json", algo="ppo")
+    with pytest.raises(ValueError, match=r"agent.json says 'ppo' but config.json lacks clip_coef, "
+                                         r"clip_vloss, n_epochs, n_minibatches, fields every 'ppo' "
+                                         r"config has, and holds the fields of the 'a2c' config"):
+        agents.load(path)
+
+
+def test_an_env_id_naming_a_module_in_a_saved_config_is_refused_unless_passed(tmp_path):
+    path = str(tmp_path / "ppo")
+    agents.PPO(**SMALL).save(path)
+    _edit(path, "config.json", env="robustgrad_no_such_module:Env-v0")
+    with pytest.raises(ValueError, match=r"config.json: env 'robustgrad_no_such_module:Env-v0' "
+                                         r"names a module to import \('robustgrad_no_such_module'\)"
+                                         r"; a saved file does not choose code to run"):
+        agents.load(path)
+    assert agents.load(path, env="CartPole-v1").config.env == "CartPole-v1"
+
+
+@pytest.mark.parametrize("attack_kwargs, error, message", [
+    ({"steps": 20}, ValueError, r"^attack_kwargs: 'steps' is not one of the attacks evaluated "
+                                r"\(mad\); keywords go per attack"),
+    ({"mad": {"stepz": 3}}, ValueError, r"^attack_kwargs\['mad'\]: mad takes no keyword 'stepz' "
+                                        r"\(it takes steps, step_size"),
+    ({"mad": {"steps": -1}}, ValueError, r"attack_kwargs\['mad'\]\['steps'\] must be an int >= 1"),
+    ({"mad": 3}, TypeError, r"^attack_kwargs\['mad'\] must be a dict of keywords, got int$"),
+])
+def test_attack_kwargs_are_checked_before_any_episode(ppo, monkeypatch, attack_kwargs, error,
+                                                      message):
+    import agents.attack_evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "_run_episodes",
+                        lambda *a, **k: pytest.fail("an episode ran before the check"))
+    with pytest.raises(error, match=message):
+        evaluate_under_attack(ppo, ["mad"], eps=[0.1], n_episodes=2, progress=False,
+                              attack_kwargs=attack_kwargs)

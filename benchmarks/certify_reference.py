@@ -1,0 +1,272 @@
+"""robustgrad.bounds side by side with auto_LiRPA (an independent verifier), on the same weights.
+
+auto_LiRPA (Verified-Intelligence/auto_LiRPA, PyTorch; Xu et al. 2020, "Automatic Perturbation
+Analysis for Scalable Certified Robustness and Beyond") is not a dependency: it runs in a second
+interpreter (``--torch-python``, a virtualenv with CPU ``torch`` and auto_LiRPA installed from a
+*scratch copy* of its repository, ``pip install --no-deps`` plus ``packaging appdirs tqdm pyyaml
+graphviz``: its setup pins torch < 2.9, and it runs under newer torch), never vendored here::
+
+    git clone https://github.com/Verified-Intelligence/auto_LiRPA /tmp/lirpa   # scratch copy
+    /path/to/torch-venv/bin/pip install --no-deps /tmp/lirpa
+    /path/to/torch-venv/bin/pip install packaging appdirs tqdm pyyaml graphviz
+    python benchmarks/certify_reference.py --torch-python /path/to/torch-venv/bin/python
+
+Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs' stability is
+realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
+16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh). The Keras
+weights go to a NumPy file; the torch side builds the equivalent module (NCHW convolutions,
+flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
+before anything else runs.
+
+For each network and method (IBP, CROWN, CROWN-IBP), on the first ``--n`` digits test images, the
+L-inf ball of radius ``--eps`` clipped to [0, 1] and the margin specification ``C`` (``z_y -
+z_j``, merged into the last layer by both): the lower and upper bounds of both sides, in float64.
+Ours runs twice for CROWN: as shipped (intermediate CROWN bounds intersected with IBP's) and with
+the intersection off (``robustgrad.bounds._engine.INTERSECT_WITH_IBP = False``), which is
+auto_LiRPA's definition of CROWN. Printed: the max absolute difference of the bounds, the
+entries where ours is tighter / looser (by more than 1e-7 relative), the verified fraction
+(every margin's lower bound > 0) of each, and the time per call (median over ``--rounds``
+interleaved rounds, one thread each side), wall and CPU, as a ratio ours / reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+import numpy as np  # noqa: E402
+
+METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP"}
+NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh")
+
+# The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
+# Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
+_TORCH_SCRIPT = r'''
+import json, sys, time
+import numpy as np
+import torch
+from auto_LiRPA import BoundedModule, BoundedTensor
+from auto_LiRPA.perturbations import PerturbationLpNorm
+
+data = np.load(sys.argv[1])
+torch.set_num_threads(int(sys.argv[2]))
+dtype = {"float32": torch.float32, "float64": torch.float64}[sys.argv[3]]
+torch.set_default_dtype(dtype)
+
+
+class NHWCFlatten(torch.nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
+
+
+def build(net):
+    layers = []
+    for i in range(int(data[f"{net}__n"])):
+        kind = str(data[f"{net}__kind{i}"])
+        if kind in ("dense", "conv"):
+            w = torch.tensor(data[f"{net}__w{i}"], dtype=dtype)
+            b = torch.tensor(data[f"{net}__b{i}"], dtype=dtype)
+        if kind == "dense":
+            lin = torch.nn.Linear(w.shape[0], w.shape[1])
+            lin.weight.data, lin.bias.data = w.T.contiguous(), b
+            layers.append(lin)
+        elif kind == "conv":
+            stride = int(data[f"{net}__s{i}"])
+            conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride)
+            conv.weight.data, conv.bias.data = w.permute(3, 2, 0, 1).contiguous(), b
+            layers.append(conv)
+        elif kind == "flatten":
+            layers.append(NHWCFlatten())
+        elif kind == "relu":
+            layers.append(torch.nn.ReLU())
+        elif kind == "tanh":
+            layers.append(torch.nn.Tanh())
+    return torch.nn.Sequential(*layers).to(dtype).eval()
+
+
+x = torch.tensor(data["x"], dtype=dtype).permute(0, 3, 1, 2)   # NCHW
+lower = torch.tensor(data["lower"], dtype=dtype).permute(0, 3, 1, 2)
+upper = torch.tensor(data["upper"], dtype=dtype).permute(0, 3, 1, 2)
+C = torch.tensor(data["C"], dtype=dtype)
+nets = [str(n) for n in data["nets"]]
+modules, bounded = {}, {}
+for net in nets:
+    modules[net] = build(net)
+    bounded[net] = BoundedModule(modules[net], torch.zeros_like(x[:1]), device="cpu",
+                                 verbose=False)
+print(json.dumps({net: modules[net](x).detach().numpy().tolist() for net in nets}), flush=True)
+for line in sys.stdin:
+    cmd = json.loads(line)
+    net, method, reps = cmd["net"], cmd["method"], cmd["reps"]
+    ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower, x_U=upper)
+    times, cpus = [], []
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        with torch.no_grad():
+            lb, ub = bounded[net].compute_bounds(x=(BoundedTensor(x, ptb),), method=method, C=C)
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    print(json.dumps({"lb": lb.numpy().tolist(), "ub": ub.numpy().tolist(), "times": times,
+                      "cpus": cpus}), flush=True)
+'''
+
+
+def build_nets(epochs):
+    """The Keras networks, trained on digits, and their layer descriptions for the torch side."""
+    import keras
+
+    from robustgrad.data import load_digits
+
+    (x_train, y_train), _ = load_digits()
+    L = keras.layers  # noqa: N806
+    specs = {
+        "mlp": [L.Flatten(), L.Dense(128, activation="relu"), L.Dense(128, activation="relu"),
+                L.Dense(10)],
+        "mlp-deep": [L.Flatten()] + [L.Dense(64, activation="relu") for _ in range(4)]
+                    + [L.Dense(10)],
+        "cnn": [L.Conv2D(8, 3, activation="relu"), L.Conv2D(16, 3, strides=2, activation="relu"),
+                L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
+        "mlp-tanh": [L.Flatten(), L.Dense(64, activation="tanh"), L.Dense(64, activation="tanh"),
+                     L.Dense(10)],
+    }
+    nets, arrays = {}, {}
+    for name, layers in specs.items():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8, 8, 1)), *layers])
+        model.compile(keras.optimizers.Adam(1e-3),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0)
+        nets[name] = model
+        i = 0
+        for layer in model.layers:
+            if isinstance(layer, L.Flatten):
+                arrays[f"{name}__kind{i}"] = "flatten"
+                i += 1
+                continue
+            w, b = layer.get_weights()
+            arrays[f"{name}__kind{i}"] = "dense" if isinstance(layer, L.Dense) else "conv"
+            arrays[f"{name}__w{i}"], arrays[f"{name}__b{i}"] = w, b
+            if isinstance(layer, L.Conv2D):
+                arrays[f"{name}__s{i}"] = layer.strides[0]
+            i += 1
+            act = layer.activation.__name__
+            if act != "linear":
+                arrays[f"{name}__kind{i}"] = act
+                i += 1
+        arrays[f"{name}__n"] = i
+    return nets, arrays
+
+
+def compare(ours, ref):
+    """Max |difference|, and how many entries of (lb, ub) each side has tighter."""
+    (olb, oub), (rlb, rub) = ours, ref
+    tol = 1e-7 * (1 + np.maximum(np.abs(rlb), np.abs(rub)))
+    tighter = int(np.sum(olb > rlb + tol) + np.sum(oub < rub - tol))
+    looser = int(np.sum(olb < rlb - tol) + np.sum(oub > rub + tol))
+    diff = max(float(np.max(np.abs(olb - rlb))), float(np.max(np.abs(oub - rub))))
+    return diff, tighter, looser, olb.size * 2
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--torch-python", required=True)
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--eps", type=float, default=0.02)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", default="float64", choices=("float32", "float64"))
+    parser.add_argument("--nets", default=",".join(NETS))
+    args = parser.parse_args(argv)
+
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    from robustgrad.bounds import BoundedModel, _engine, margin_spec
+    from robustgrad.data import load_digits
+
+    _, (x_test, y_test) = load_digits()
+    x, y = x_test[:args.n], y_test[:args.n]
+    lower, upper = np.clip(x - args.eps, 0, 1), np.clip(x + args.eps, 0, 1)
+    spec = margin_spec(y, 10, dtype=tf.float64).numpy()
+    nets, arrays = build_nets(args.epochs)
+    names = [n for n in args.nets.split(",")]
+    npdt = np.dtype(args.dtype)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "weights.npz")
+        np.savez(path, x=x.astype(npdt), lower=lower.astype(npdt), upper=upper.astype(npdt),
+                 C=spec.astype(npdt), nets=np.array(names), **arrays)
+        proc = subprocess.Popen([args.torch_python, "-c", _TORCH_SCRIPT, path, str(args.threads),
+                                 args.dtype], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+        logits = json.loads(proc.stdout.readline())
+        for name in names:
+            ours = nets[name](x.astype(np.float32)).numpy()
+            gap = float(np.max(np.abs(np.asarray(logits[name]) - ours)))
+            assert gap < 1e-4, f"{name}: the ported logits differ by {gap}"
+            print(f"{name}: ported logits agree (max |diff| {gap:.1e}, float32 Keras vs "
+                  f"{args.dtype} torch)")
+
+        def reference(name, method):
+            proc.stdin.write(json.dumps({"net": name, "method": METHODS[method],
+                                         "reps": 1}) + "\n")
+            proc.stdin.flush()
+            r = json.loads(proc.stdout.readline())
+            return (np.asarray(r["lb"]), np.asarray(r["ub"])), r["times"][0], r["cpus"][0]
+
+        tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
+        tspec = tf.constant(spec.astype(npdt))
+        variants = [("ibp", True), ("crown-ibp", True), ("crown", True), ("crown", False)]
+        rows = []
+        for name in names:
+            for method, intersect in variants:
+                _engine.INTERSECT_WITH_IBP = intersect
+                bm = BoundedModel(nets[name])  # a fresh trace reads the flag
+
+                def ours_call():
+                    lb, ub = bm.bounds(tlo, thi, method, tspec, batch_size=None)
+                    return lb.numpy(), ub.numpy()
+
+                ours_b = ours_call()  # warm-up: trace
+                ref_b, _, _ = reference(name, method)  # warm-up
+                times = {"ours": [], "ref": [], "ours_cpu": [], "ref_cpu": []}
+                for _ in range(args.rounds):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    ours_b = ours_call()
+                    times["ours"].append(time.perf_counter() - t0)
+                    times["ours_cpu"].append(time.process_time() - c0)
+                    ref_b, t, c = reference(name, method)
+                    times["ref"].append(t)
+                    times["ref_cpu"].append(c)
+                med = {k: statistics.median(v) for k, v in times.items()}
+                diff, tighter, looser, total = compare(ours_b, ref_b)
+                verified = (float(np.mean(np.all(ours_b[0] > 0, 1))),
+                            float(np.mean(np.all(ref_b[0] > 0, 1))))
+                label = method if method != "crown" else \
+                    ("crown (∩ IBP)" if intersect else "crown (pure)")
+                rows.append((name, label, diff, tighter, looser, total, verified, med))
+                print(f"{name:<9} {label:<14} max|diff| {diff:.2e}  ours tighter {tighter:>4}/"
+                      f"{total} looser {looser:>4}/{total}  verified {verified[0]:.2f} vs "
+                      f"{verified[1]:.2f}  wall {1e3 * med['ours']:.1f} ms vs "
+                      f"{1e3 * med['ref']:.1f} ms ({med['ours'] / med['ref']:.2f}x)  cpu "
+                      f"{med['ours_cpu'] / max(med['ref_cpu'], 1e-9):.2f}x", flush=True)
+        _engine.INTERSECT_WITH_IBP = True
+        proc.stdin.close()
+        proc.wait()
+    print(f"n {args.n}, eps {args.eps} (L-inf, clipped to [0, 1]), {args.dtype}, margin spec, "
+          f"{args.threads} thread(s) each side, median of {args.rounds} interleaved rounds; "
+          f"load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Absurd allocations refused before they are made.
+
+A configuration that asks for more memory than the machine has (a DQN replay buffer of image
+observations in float32, say) would otherwise be killed by the operating system after minutes of
+swapping, or fail deep inside TensorFlow. :func:`check_allocation` compares what is about to be
+allocated with the machine's physical memory (or the container's limit, when lower) and refuses,
+naming the argument and the largest value that fits, before anything is allocated. Only the
+standard library is imported.
+
+>>> check_allocation(1_000, 8 * 1024, argument="buffer_size", what="a replay buffer",
+...                  total=2**30)  # 8 MiB of 1 GiB: fine
+>>> check_allocation(10**6, 2 * 84 * 84 * 4 * 4, argument="buffer_size",
+...                  what="a replay buffer", total=16 * 2**30)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+ValueError: buffer_size=1000000: a replay buffer would allocate 210.3 GiB, more than half of ...
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["check_allocation", "physical_memory"]
+
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this process may use: the physical memory, or the cgroup (container)
+    limit when it is lower; ``None`` when neither can be read.
+
+    >>> physical_memory() is None or physical_memory() > 0
+    True
+    """
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < 2**62:  # "max", or v1's "unlimited" 2**63 - 4096
+            sizes.append(int(text))
+    return min(sizes) if sizes else None
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def check_allocation(count: int, bytes_each: int, *, argument: str, what: str,
+                     fraction: float = 0.5, total: int | None = None) -> None:
+    """Refuse to allocate ``count`` items of ``bytes_each`` bytes when that exceeds ``fraction``
+    of ``total`` (default :func:`physical_memory`): a ``ValueError`` naming ``argument``, the
+    size, the machine's memory and the largest ``count`` that fits. Nothing happens when the
+    memory cannot be read.
+
+    Args:
+      count: how many items (transitions, examples); an int >= 0.
+      bytes_each: bytes per item; an int >= 0.
+      argument: the name the user set ``count`` with (``"buffer_size"``).
+      what: the allocation, for the message (``"a replay buffer of ... observations"``).
+      fraction: the share of memory one allocation may take, in (0, 1].
+      total: the memory in bytes (for tests); ``None`` reads it.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    total = physical_memory() if total is None else int(total)
+    nbytes = int(count) * int(bytes_each)
+    if total is None or nbytes <= fraction * total:
+        return
+    share = "half" if fraction == 0.5 else f"{fraction:.0%}"
+    fits = int(fraction * total) // max(int(bytes_each), 1)
+    raise ValueError(f"{argument}={count}: {what} would allocate {_gib(nbytes)}, more than "
+                     f"{share} of this machine's memory ({_gib(total)}); {argument} must be at "
+                     f"most {fits} here")

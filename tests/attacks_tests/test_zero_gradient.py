@@ -1,0 +1,71 @@
+"""A gradient that is identically zero where the method needs it is a warning, whatever the
+model's output layer (issue 24)."""
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+import attacks
+from attacks.training.crafting import ascend
+from robustgrad import input_gradient
+
+W = tf.constant([[1.0], [1.0]])
+
+
+def clipped(x, training=False):
+    """Logits 10 * clip(x0 + x1, -1, 1) * (1, -1): flat (zero gradient) where |x0 + x1| > 1;
+    no softmax anywhere."""
+    z = tf.clip_by_value(x @ W, -1.0, 1.0)
+    return 10.0 * tf.concat([z, -z], axis=1)
+
+
+# four examples on the flat part (x0 + x1 = 1.6 or -1.6), four on the slope (|x0 + x1| <= 0.4)
+X = tf.constant([[0.8, 0.8], [-0.8, -0.8], [0.9, 0.7], [-0.7, -0.9],
+                 [0.1, 0.1], [-0.1, 0.2], [0.2, -0.2], [0.0, 0.1]])
+Y = tf.constant([0, 1, 0, 1, 0, 1, 0, 1])
+
+
+def _messages(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in caught]
+
+
+def test_pgd_warns_when_the_gradient_is_zero_on_many_examples():
+    got = _messages(lambda: attacks.projected_gradient_descent(
+        clipped, X, Y, eps=0.05, clip_min=-1.0, clip_max=1.0, steps=3, rand_init=False))
+    assert any(m.startswith("the input gradient is identically zero on 4 of 8 examples (50%)")
+               for m in got), got
+    # no warning where the gradient exists: the same attack on the slope examples only
+    assert not _messages(lambda: attacks.projected_gradient_descent(
+        clipped, X[4:], Y[4:], eps=0.05, clip_min=-1.0, clip_max=1.0, steps=3,
+        rand_init=False))
+
+
+def test_input_gradient_warns_on_zero_rows_without_a_softmax():
+    got = _messages(lambda: input_gradient(clipped, X, Y))
+    assert [m[:57] for m in got] == ["the input gradient is identically zero on 4 of 8 examples"]
+
+
+def test_crafting_inside_a_graph_warns_when_x_has_no_gradient_path():
+    bias = tf.Variable([[1.0, -1.0]])
+
+    @tf.function
+    def craft(x):  # the logits ignore x: the ascent cannot move it
+        return ascend(lambda z: bias + 0.0 * tf.stop_gradient(z), lambda lg: lg[:, 0], x,
+                      eps=0.1, step_size=0.05, steps=2, norm="linf", clip_min=-1.0,
+                      clip_max=1.0, seed=tf.constant([0, 0]), start="none")
+
+    got = _messages(lambda: craft(X))
+    assert any("objective has no gradient with respect to x" in m for m in got), got
+    np.testing.assert_array_equal(craft(X).numpy(), X.numpy())
+
+
+def test_one_warning_per_call_whatever_the_restarts():
+    # the count is taken once, at the first step of the first restart
+    got = _messages(lambda: attacks.projected_gradient_descent(
+        clipped, X, Y, eps=0.05, clip_min=-1.0, clip_max=1.0, steps=2, restarts=3,
+        rand_init=False))
+    assert sum("identically zero on 4 of 8" in m for m in got) == 1, got

@@ -1,0 +1,29 @@
+"""train-agent: the user's mistakes are one line, internal errors keep their traceback (issue 24)."""
+
+import numpy as np
+import pytest
+
+import agents
+from robustgrad import cli
+
+TRAIN = ["train-agent", "--algo", "ppo", "--steps", "64", "--no-progress", "--eval-episodes", "0"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--set", "n_steps=0"], "robustgrad: error: n_steps"),
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "robustgrad: error: env: DQN needs a Discrete "
+                                                "action space"),
+])
+def test_a_validation_error_of_the_library_is_one_line(tmp_path, capsys, flags, message):
+    assert cli.main([*TRAIN, "--out", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_an_internal_value_error_keeps_its_traceback(tmp_path, monkeypatch):
+    def broken_build(self):
+        np.zeros(3).reshape(2)  # NumPy's ValueError: a bug, not the user's mistake
+
+    monkeypatch.setattr(agents.PPO, "_build", broken_build)
+    with pytest.raises(ValueError, match="cannot reshape array of size 3 into shape"):
+        cli.main([*TRAIN, "--out", str(tmp_path / "run")])
