@@ -111,19 +111,20 @@ class ObservationAttackWrapper(gym.ObservationWrapper):
 
 
 # -- episodes -----------------------------------------------------------------------------------
-def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_actions=False):
+def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_actions=False,
+                  record_states=False):
     """Whole episodes split evenly over ``num_envs`` copies (as ``Agent.evaluate``).
 
     ``perturb(obs, t) -> (obs_adv, norms, actions at obs_adv, actions at obs)``. Returns a
     dict of returns, lengths, changed fraction, perturbation norms, steps per second and env
-    0's first trajectory.
+    0's first trajectory (``record_states``: also ``states``, every observation acted on).
     """
     env = make_vec_env(agent.config.env, num_envs, seed=seed)
     space = env.single_action_space
     rng = np.random.default_rng(seed)
     targets = episodes_split_evenly(n_episodes, num_envs)
     counts = np.zeros(num_envs, int)
-    returns, lengths, changed, norms, trajectory = [], [], [], [], []
+    returns, lengths, changed, norms, trajectory, states = [], [], [], [], [], []
     first_done = False
     steps = 0
     start = time.perf_counter()
@@ -144,6 +145,8 @@ def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_action
                 actions = agent.act(obs, deterministic=True)
             if not first_done:
                 trajectory.append(obs[0].tolist())
+            if record_states:
+                states.append(np.asarray(obs, np.float32)[active])
             obs, _r, term, trunc, _f = env.step(actions)
             steps += int(active.sum())
             t += 1
@@ -157,7 +160,8 @@ def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_action
     return {"returns": [float(r) for r in returns], "lengths": [int(v) for v in lengths],
             "action_changed": float(np.mean(np.concatenate(changed))) if changed else 0.0,
             "norms": norms, "steps_per_second": steps / max(seconds, 1e-9),
-            "trajectory": trajectory}
+            "trajectory": trajectory,
+            "states": np.concatenate(states) if states else np.zeros((0,) + tuple(agent.obs_shape))}
 
 
 def _stats(returns):
@@ -203,6 +207,9 @@ class AgentAttackReport:
     worst_case: list
     warnings: list
     trajectories: dict
+    certified: list = dataclasses.field(default_factory=list)
+    """``certify=``: per eps the fraction of the clean run's visited states whose greedy action is
+    certified (:func:`agents.certify.certified_rows`); empty otherwise."""
 
     def row(self, attack: str, eps: float) -> dict:
         """The row of ``attack`` at budget ``eps``."""
@@ -243,6 +250,7 @@ class AgentAttackReport:
                          f"(score {w['normalized_score']:.2f}); up to eps: "
                          f"{w['up_to_eps_mean']:.1f} ({w['up_to_eps_attack']} at "
                          f"{w['up_to_eps_eps']:.3g})")
+        lines += _certified_lines(self.certified, self.rows)
         lines += [f"warning: {m}" for m in self.warnings]
         return "\n".join(lines)
 
@@ -307,6 +315,22 @@ class AgentAttackReport:
         self.plot(paths["return_vs_eps.png"])
         self.plot_trajectories(paths["trajectories.png"])
         return paths
+
+
+def _certified_lines(certified: list, rows: list) -> list:
+    """The certified-actions table: per eps the certified fraction of the clean run's states (a
+    lower bound of the actions no attack can change) beside the most actions an attack changed
+    (on its own trajectories; an upper bound of the unchanged ones)."""
+    if not certified:
+        return []
+    lines = [f"certified actions ({certified[0]['method']}, {certified[0]['n_states']} clean "
+             "states) vs the strongest attack:", f"  {'eps':>6} {'certified':>9} "
+             f"{'unchanged under attack':>22}"]
+    for c in certified:
+        changed = [r["action_changed"] for r in rows if math.isclose(r["eps"], c["eps"])]
+        attacked = f"{1 - max(changed):>22.1%}" if changed else f"{'-':>22}"
+        lines.append(f"  {c['eps']:>6.3g} {c['certified_fraction']:>9.1%} {attacked}")
+    return lines
 
 
 def worst_cases(rows: list, budgets: list) -> list:
@@ -409,7 +433,8 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
                           seed: int = 0, *, norm: str = "linf", scale: str | np.ndarray | None = None,
                           num_envs: int | None = None,
                           rs_steps: int = 20_000, attack_kwargs: dict | None = None,
-                          progress: bool = True) -> AgentAttackReport:
+                          progress: bool = True, certify: str | None = None
+                          ) -> AgentAttackReport:
     """Episode returns of ``agent`` (deterministic actions) under each attack and budget.
 
     Args:
@@ -421,9 +446,19 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         observation std of the first clean episode) or an array ``[d]``.
       rs_steps: victim steps for Robust Sarsa's ``Q^π`` (trained once, shared over eps).
       attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``).
+      certify: a bound method (``"crown"``, ``"crown-ibp"``, ``"ibp"``): also the fraction of the
+        clean run's visited states whose greedy action is certified at every eps
+        (:mod:`agents.certify`; discrete policies and DQN, L-inf, the agent's units).
     All arguments are checked before any episode runs.
     """
     attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale)
+    if certify is not None:
+        from agents.certify import certified_rows, check_certifiable
+
+        check_certifiable(agent, certify, norm)
+        if scale is not None:
+            raise ValueError("certify: certified actions are in the agent's own units; leave "
+                             f"scale=None, got {scale!r}")
     n_episodes = _checks.positive_int(n_episodes, "n_episodes")
     seed = _checks.positive_int(seed, "seed", minimum=0)
     k = _checks.positive_int(min(n_episodes, 8) if num_envs is None else num_envs, "num_envs")
@@ -434,8 +469,12 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         if progress:
             print(f"[evaluate_under_attack] {msg}", file=sys.stderr, flush=True)
 
-    clean = _run_episodes(agent, n_episodes, k, seed)
+    clean = _run_episodes(agent, n_episodes, k, seed, record_states=certify is not None)
     say(f"clean: mean {np.mean(clean['returns']):.1f}")
+    certified = [] if certify is None else certified_rows(agent, clean["states"], budgets, certify)
+    for c in certified:
+        say(f"certified ({certify}) eps={c['eps']:g}: {c['certified_fraction']:.1%} of "
+            f"{c['n_states']} states")
     rand = _run_episodes(agent, n_episodes, k, seed, random_actions=True)
     say(f"random policy: mean {np.mean(rand['returns']):.1f}")
     units = _units(agent, scale)
@@ -481,4 +520,4 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         norm=norm, units=units, eps=budgets, attacks=attacks, n_episodes=n_episodes, seed=seed,
         clean={**_stats(clean["returns"]), "returns": clean["returns"]},
         random_policy={**_stats(rand["returns"]), "returns": rand["returns"]},
-        rows=rows, worst_case=worst, warnings=warnings_, trajectories=traj)
+        rows=rows, worst_case=worst, warnings=warnings_, trajectories=traj, certified=certified)

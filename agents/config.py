@@ -98,8 +98,10 @@ class AgentConfig:
     """Steps of the inner maximisation (step size ``robust_eps / robust_steps``)."""
     robust_method: str = "pgd"
     """Inner maximiser of SA-PPO/SA-A2C's KL (``robust="sa"``): ``"pgd"`` (the ``mad``
-    attack) or ``"sgld"`` (SA-PPO's stochastic gradient Langevin dynamics,
-    :func:`agents.observation_attacks.sgld_mad_attack`). SA-DQN's is always PGD."""
+    attack), ``"sgld"`` (SA-PPO's stochastic gradient Langevin dynamics,
+    :func:`agents.observation_attacks.sgld_mad_attack`) or ``"convex"`` (no search: CROWN-IBP
+    bounds over the ball, :func:`agents.robust.convex_policy_regularizer`). SA-DQN takes
+    ``"pgd"`` or ``"convex"``."""
     robust_eps_warmup: float = 0.75
     """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
     ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
@@ -147,7 +149,7 @@ class AgentConfig:
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
         self.robust_steps = positive_int(self.robust_steps, "robust_steps")
-        choice(self.robust_method, "robust_method", ("pgd", "sgld"))
+        choice(self.robust_method, "robust_method", ("pgd", "sgld", "convex"))
         probability(self.robust_eps_warmup, "robust_eps_warmup")
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
 
@@ -366,9 +368,10 @@ class DQNConfig(AgentConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.robust is not None and self.robust_method != "pgd":
-            raise ValueError(f"robust_method: SA-DQN's inner maximisation is PGD on the greedy "
-                             f"action's margin; only 'pgd' is supported, got {self.robust_method!r}")
+        if self.robust is not None and self.robust_method not in ("pgd", "convex"):
+            raise ValueError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
+                             f"by the convex relaxation; 'pgd' or 'convex', got "
+                             f"{self.robust_method!r}")
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps",
                      "target_update_interval"):
             setattr(self, name, positive_int(getattr(self, name), name))

@@ -281,13 +281,16 @@ class DQN(Agent):
             obs_adv, greedy = obs, tf.zeros([cfg.batch_size], tf.int32)
             if cfg.robust == "sa":
                 obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
-                                                             cfg.robust_steps, self._seed())
+                                                             cfg.robust_steps, self._seed(),
+                                                             cfg.robust_method)
             with tf.GradientTape() as tape:
                 loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
                                         batch["next_obs"], batch["terminated"], weights)
                 hinge = tf.constant(0.0)
                 if cfg.robust == "sa":  # SA-DQN (Zhang et al. 2020)
-                    hinge = robust.attacked_q_margin(self, obs_adv, greedy)
+                    hinge = robust.attacked_q_margin(self, obs_adv, greedy) \
+                        if cfg.robust_method != "convex" else robust.convex_margin_hinge(
+                            self, obs, self.robust_schedule.eps, greedy)
                     loss = loss + self.robust_schedule.kappa * hinge
             grads = tape.gradient(loss, self.variables)
             if cfg.prioritized_replay:

@@ -197,7 +197,9 @@ class OnPolicyAgent(Agent):
             log_std=None if self.discrete else m.log_std,
             action_low=None if self.discrete else space.low,
             action_high=None if self.discrete else space.high,
-            layers=list(zip(net.weights_, net.biases)), activation=cfg.activation)
+            # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
+            layers=list(zip(net.weights_, net.biases)) if net.weights_[0].shape.rank == 2
+            else None, activation=cfg.activation)
 
     def _perceived(self, obs, seed):
         """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and

@@ -10,8 +10,15 @@ adversarial perturbations on state observations", NeurIPS 2020:
   paper's SA-PPO (SGLD) rows; gradient-sign steps of ``eps / 10`` with Gaussian noise of scale
   ``sqrt(2 * step / beta) / (i + 2)``, ``1 / beta = 1e-5``, one engine call through PGD's
   ``gradient_noise`` hook); the clean distribution is under ``tf.stop_gradient``, ``s_hat`` too,
-  so the gradient reaches the policy only through ``pi(.|s_hat)`` (the paper's convex-relaxation
-  variant is not implemented).
+  so the gradient reaches the policy only through ``pi(.|s_hat)``.
+* **convex** (``robust_method="convex"``, the papers' convex-relaxation variant): no inner search;
+  the policy's outputs are bounded over the whole ball by CROWN-IBP (:mod:`agents.certify`, the
+  core's :mod:`robustgrad.bounds`), an upper bound of the inner maximum that is differentiable
+  w.r.t. the weights. DQN: :func:`convex_margin_hinge`, SA-DQN's hinge below on the *bounded*
+  margin ``max_{a != a*} ub(Q(a) - Q(a*))``; SA-PPO/SA-A2C bound the same KL the search methods
+  maximise: Gaussian policies :func:`convex_gaussian_kl`,
+  ``sum_k max(ub_k - mu_k, mu_k - lb_k)^2 / (2 sigma_k^2)`` (the mean's deviation scaled by the
+  std), categorical ones :func:`convex_categorical_kl` (from bounds of the logit differences).
 * **SA-DQN** (PGD variant): ``loss += kappa * mean_s max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -c)``
   with ``a* = argmax_a Q(s, a)`` and ``s_hat`` found by the ``action`` attack (PGD on the
   cross-entropy away from ``a*``); ``c`` is :data:`HINGE_MARGIN`.
@@ -51,16 +58,22 @@ if TYPE_CHECKING:
 
 tfd = tfp.distributions
 
-__all__ = ["HINGE_MARGIN", "INNER_METHODS", "RobustSchedule", "adversarial_observations", "attacked_q_margin",
-           "clean_distribution", "policy_kl", "q_margin_hinge", "sa_dqn_observations", "sa_observations",
-           "sa_policy_regularizer"]
+__all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "RobustSchedule",
+           "adversarial_observations", "attacked_q_margin", "clean_distribution",
+           "convex_categorical_kl", "convex_gaussian_kl", "convex_margin_hinge",
+           "convex_policy_regularizer", "policy_kl", "q_margin_hinge", "sa_dqn_observations",
+           "sa_observations", "sa_policy_regularizer"]
 
 # the attack functions hold no tensor-dependent Python control flow and call the engine
 # (itself not converted): AutoGraph need not convert them inside the compiled updates
 _plain = tf.autograph.experimental.do_not_convert
 
-INNER_METHODS = ("pgd", "sgld")
-"""Inner maximisers of the SA-PPO/SA-A2C regulariser (``robust_method``)."""
+INNER_METHODS = ("pgd", "sgld", "convex")
+"""Inner maximisers of the SA-PPO/SA-A2C regulariser (``robust_method``); SA-DQN takes ``"pgd"``
+or ``"convex"``."""
+
+CONVEX_BOUND = "crown-ibp"
+"""The bound method of the ``"convex"`` regulariser (the SA papers' CROWN-IBP)."""
 
 HINGE_MARGIN = 1.0
 """``c`` of SA-DQN's hinge ``max(margin, -c)``: margins below ``-c`` contribute no gradient."""
@@ -148,13 +161,16 @@ def q_margin_hinge(q_adv: tf.Tensor, greedy: tf.Tensor, margin: float = HINGE_MA
 
 
 def sa_dqn_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps: int,
-                        seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                        seed: tf.Tensor, method: str = "pgd") -> tuple[tf.Tensor, tf.Tensor]:
     """SA-DQN's inner max: ``(s_hat, a*)`` with ``a* = argmax_a Q(s, a)`` ``[B]`` int32 and
     ``s_hat`` ``[B, d]`` from ``steps`` PGD steps of ``eps / steps`` on the cross-entropy away
-    from ``a*`` (the ``action`` attack); both stopped."""
+    from ``a*`` (the ``action`` attack); both stopped. ``method="convex"`` searches nothing:
+    ``s_hat`` is ``obs`` (the centre of the ball :func:`convex_margin_hinge` bounds)."""
     obs = tf.stop_gradient(obs)
     greedy = tf.argmax(tf.stop_gradient(_surface(agent).outputs(obs)), axis=-1,
                        output_type=tf.int32)
+    if method == "convex":
+        return obs, greedy
     obs_adv = tf.stop_gradient(_plain(oa.action_attack)(agent, obs, eps=eps, steps=steps,
                                                 step_size=eps / float(steps), seed=seed))
     return obs_adv, greedy
@@ -165,6 +181,66 @@ def attacked_q_margin(agent: Agent, obs_adv: tf.Tensor, greedy: tf.Tensor,
     """SA-DQN's regulariser (before kappa): the mean :func:`q_margin_hinge` of the online
     network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar, differentiable."""
     return tf.reduce_mean(q_margin_hinge(_surface(agent).outputs(obs_adv), greedy, margin))
+
+
+def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
+                        greedy: tf.Tensor | None = None, margin: float = HINGE_MARGIN,
+                        method: str = CONVEX_BOUND) -> tf.Tensor:
+    """The convex SA regulariser of a discrete policy or DQN (before kappa), scalar: the batch
+    mean of ``max(max_{a != a*} ub(out(a) - out(a*)), -margin)`` over the ball of radius ``eps``
+    around each ``obs [B, d]``, ``a*`` the greedy action at ``obs`` (stopped; or ``greedy``), the
+    margin bounds by ``method`` with the margin merged into the last layer. An upper bound of
+    SA-DQN's hinge at any ``s_hat`` in the ball; differentiable w.r.t. the weights."""
+    from agents.certify import greedy_margin_lower_bounds
+
+    _, lb = greedy_margin_lower_bounds(_surface(agent), tf.stop_gradient(obs), eps, method,
+                                       greedy)
+    return tf.reduce_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
+
+
+def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
+                       method: str = CONVEX_BOUND) -> tf.Tensor:
+    """The convex SA regulariser of a Gaussian policy (before kappa), scalar: the batch mean of
+    ``sum_k max(ub_k - mu_k(s), mu_k(s) - lb_k)^2 / (2 sigma_k^2)`` with ``[lb, ub]`` the bounds of
+    the mean over the ball of radius ``eps`` around ``obs [B, d]`` and ``mu(s)`` stopped: an upper
+    bound of ``max_{s_hat} KL(pi(.|s) || pi(.|s_hat))`` (both sides share sigma). Differentiable
+    w.r.t. the policy's weights and ``log_std``."""
+    from agents.certify import output_bounds
+
+    surface = _surface(agent)
+    obs = tf.stop_gradient(obs)
+    lb, ub = output_bounds(surface, obs, eps, method)
+    mean = tf.stop_gradient(surface.outputs(obs))
+    deviation = tf.maximum(ub - mean, mean - lb)
+    w = 0.5 * tf.exp(-2.0 * tf.cast(surface.log_std, tf.float32))
+    return tf.reduce_mean(tf.reduce_sum(w * tf.square(deviation), axis=-1))
+
+
+def convex_categorical_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
+                          method: str = CONVEX_BOUND) -> tf.Tensor:
+    """The convex SA regulariser of a categorical policy (before kappa), scalar: the batch mean of
+    ``sum_a p_a (log p_a + logsumexp_j ub(z_j - z_a))``, ``p = softmax(z(s))`` stopped and
+    ``ub(z_j - z_a)`` the bounds of every logit difference over the ball of radius ``eps`` (each
+    difference merged into the last layer). Since ``log pi(a|s_hat) = -logsumexp_j (z_j - z_a)``,
+    this is an upper bound of ``max_{s_hat} KL(pi(.|s) || pi(.|s_hat))``, exact at ``eps = 0``;
+    differentiable w.r.t. the policy's weights."""
+    from agents.certify import difference_upper_bounds
+
+    surface = _surface(agent)
+    obs = tf.stop_gradient(obs)
+    logp = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
+    ub = difference_upper_bounds(surface, obs, eps, method)  # [B, A, A]: ub(z_j - z_a) at [a, j]
+    return tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * (logp + tf.reduce_logsumexp(ub, -1)), -1))
+
+
+def convex_policy_regularizer(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
+                              method: str = CONVEX_BOUND) -> tf.Tensor:
+    """The convex SA-PPO/SA-A2C regulariser: :func:`convex_categorical_kl` (discrete) or
+    :func:`convex_gaussian_kl` (Gaussian), both upper bounds of the KL the ``pgd``/``sgld``
+    methods maximise by search."""
+    if _surface(agent).discrete:
+        return convex_categorical_kl(agent, obs, eps, method)
+    return convex_gaussian_kl(agent, obs, eps, method)
 
 
 def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: float | tf.Tensor,
@@ -207,14 +283,20 @@ class RobustOnPolicy:
         computed outside the gradient tape."""
         if self.config.robust != "sa":
             return None
+        if self.config.robust_method == "convex":  # no search: the bound covers the ball
+            return tf.stop_gradient(obs)
         return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
                                self._seed(), self.config.robust_method)
 
     def _sa_term(self, obs, obs_adv):
-        """``(kappa * KL, KL)`` for the loss and the logs; zeros without ``robust="sa"``."""
+        """``(kappa * KL, KL)`` for the loss and the logs (``robust_method="convex"``: its bound
+        instead of the KL); zeros without ``robust="sa"``."""
         if obs_adv is None:
             return tf.constant(0.0), tf.constant(0.0)
-        kl = sa_policy_regularizer(self, obs, obs_adv)
+        if self.config.robust_method == "convex":
+            kl = convex_policy_regularizer(self, obs, self.robust_schedule.eps)
+        else:
+            kl = sa_policy_regularizer(self, obs, obs_adv)
         return self.robust_schedule.kappa * kl, kl
 
     def _train_iteration(self, steps_done, total):

@@ -6,6 +6,8 @@ Example::
     robustgrad evaluate-agent --agent runs/ppo --episodes 20 --stochastic --json
     robustgrad evaluate-agent --agent runs/ppo --attacks random,action,mad,critic,rs \\
         --eps 0.05,0.1,0.2 --episodes 50 --out runs/ppo-attacks
+    robustgrad evaluate-agent --agent runs/dqn --attacks action,mad --certify crown --eps 0.01,0.05
+    robustgrad evaluate-agent --agent runs/dqn --certify crown --eps 0.01,0.05
 
 Without ``--attacks``: full episodes on a fresh vector environment of the agent's env id, the
 mean and standard deviation of the episode return (deterministic actions unless
@@ -14,6 +16,10 @@ actions), the report table on stdout, progress on stderr, and under ``--out`` (d
 ``runs/evaluate-agent``; new or empty unless ``--overwrite``) ``report.json``, ``report.txt``,
 ``return_vs_eps.png`` and ``trajectories.png``. Budgets are in the agent's units: standard
 deviations of its observation normaliser when it has one, raw units otherwise (``--scale``).
+``--certify crown|crown-ibp|ibp`` (discrete policies and DQN, L-inf): the fraction of the clean
+run's visited states whose greedy action is certified not to change within each eps
+(:mod:`agents.certify`), beside the attacked figures (in the report) or alone (without
+``--attacks``: printed, nothing written).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ DEFAULT_OUT = "runs/evaluate-agent"
 # before TensorFlow loads (tests/agents_tests/test_agents_obs_attacks.py checks that both agree)
 ATTACKS = ("random", "action", "mad", "critic", "rs")
 SCALES = ("auto", "raw", "std")
+# agents.certify.CERTIFY_METHODS, repeated so that flags are checked before TensorFlow loads
+CERTIFY = ("crown", "crown-ibp", "ibp")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="units of eps: auto (the agent's normaliser std if it has one, else "
                         "raw), raw, or std (per dimension, the observation std of a clean "
                         "episode)")
+    p.add_argument("--certify", default=None, metavar="METHOD",
+                   help="also certify the greedy actions of the clean run's states at every eps: "
+                        "crown, crown-ibp or ibp (discrete policies and DQN, linf)")
     p.add_argument("--rs-steps", type=int, default=20_000,
                    help="victim steps to learn Robust Sarsa's Q^pi (default 20000)")
     p.add_argument("--num-envs", type=int, default=None,
@@ -107,7 +118,22 @@ def validate(args: argparse.Namespace) -> None:
                              f"{name})")
     _check_not_a_factory(args.agent)
     args.attack_names = None
+    if args.certify is not None:
+        with user_errors(ValueError):
+            _checks.choice(args.certify, "--certify", CERTIFY)
+        if args.stochastic:
+            raise UsageError("--stochastic: certified actions are the deterministic policy's")
+        with user_errors(ValueError):
+            norm = _checks.norm_name(args.norm, "--norm")
+        if norm != "linf":
+            raise UsageError(f"--certify certifies linf balls, not --norm {args.norm}")
+        if args.scale != "auto":
+            raise UsageError("--scale: --certify bounds the ball in the agent's own units "
+                             "(leave --scale auto)")
+        args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
     if args.attacks is None:
+        if args.certify is not None:
+            return
         given = [flag for flag, on in (("--eps", args.eps is not None),
                                        ("--norm", args.norm != "linf"),
                                        ("--scale", args.scale != "auto")) if on]
@@ -146,6 +172,24 @@ def _clean(agent, args) -> int:
     return 0
 
 
+def _certify_only(agent, args, seed) -> int:
+    from agents.certify import certify_agent, check_certifiable
+
+    with user_errors(ValueError, prefix="--agent: "):
+        check_certifiable(agent, args.certify)
+    rows = certify_agent(agent, args.eps_values, args.certify, n_episodes=args.episodes,
+                         seed=seed, num_envs=args.num_envs)
+    if args.json:
+        print(json.dumps({"algo": agent.algo, "env": agent.config.env, "certified": rows}))
+        return 0
+    print(f"{agent.algo.upper()} on {agent.config.env}: certified actions ({args.certify}, linf, "
+          f"{'normalised' if agent.policy_surface().normalized else 'raw'} units) over "
+          f"{rows[0]['n_states']} states of {args.episodes} clean episodes")
+    for r in rows:
+        print(f"  eps {r['eps']:<6g} {r['certified_fraction']:.1%} certified")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import agents
     from agents.attack_evaluation import check_evaluation
@@ -155,17 +199,21 @@ def run(args: argparse.Namespace) -> int:
         validate(args)
     with user_errors(ValueError):
         agent = agents.load(args.agent)
-    if args.attack_names is None:
-        return _clean(agent, args)
     seed = agent.config.seed + 10_000 if args.seed is None else args.seed
+    if args.attack_names is None:
+        return _clean(agent, args) if args.certify is None else _certify_only(agent, args, seed)
     # the agent-dependent checks (a critic for 'critic', Box observations) run before any episode
     scale = None if args.scale == "auto" else args.scale
     with user_errors(ValueError, prefix="--agent: "):
         check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale)
+        if args.certify is not None:
+            from agents.certify import check_certifiable
+
+            check_certifiable(agent, args.certify, args.norm)
     report = agents.evaluate_under_attack(
         agent, args.attack_names, args.eps_values, n_episodes=args.episodes, seed=seed,
         norm=args.norm, scale=scale, num_envs=args.num_envs, rs_steps=args.rs_steps,
-        progress=not args.no_progress)
+        progress=not args.no_progress, certify=args.certify)
     print(report.to_json() if args.json else report)
     with removed_if_empty_on_error(args.out):
         paths = report.save(args.out)

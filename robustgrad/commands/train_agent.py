@@ -108,8 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robust-steps", type=int, default=None,
                    help="--robust: PGD steps of the inner maximisation (default 10)")
     p.add_argument("--robust-method", default=None,
-                   help="--robust sa: inner maximiser of SA-PPO/SA-A2C, pgd (default) or sgld "
-                        "(SA-PPO's Langevin dynamics)")
+                   help="--robust sa: inner maximiser, pgd (default), sgld (SA-PPO's Langevin "
+                        "dynamics; not dqn) or convex (CROWN-IBP bounds over the ball)")
     p.add_argument("--eps-warmup", type=float, default=None,
                    help="--robust: fraction of --steps over which eps and kappa rise from 0 "
                         "(default 0.75)")

@@ -109,10 +109,12 @@ def test_sgld_bad_arguments(ppo):
 # -- config and CLI -------------------------------------------------------------------------
 def test_robust_method_config():
     assert PPOConfig().robust_method == "pgd"
-    with pytest.raises(ValueError, match=r"robust_method must be one of \('pgd', 'sgld'\), "
-                                         r"got 'fgsm'"):
+    with pytest.raises(ValueError, match=r"robust_method must be one of \('pgd', 'sgld', "
+                                         r"'convex'\), got 'fgsm'"):
         PPOConfig(robust="sa", robust_method="fgsm")
-    with pytest.raises(ValueError, match="robust_method: SA-DQN's inner maximisation is PGD"):
+    with pytest.raises(ValueError, match="^robust_method: SA-DQN bounds the greedy action's "
+                                         "margin by PGD or by the convex relaxation; 'pgd' or "
+                                         "'convex', got 'sgld'$"):
         DQNConfig(robust="sa", robust_method="sgld")
 
 
