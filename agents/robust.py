@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from agents import atla
 from agents import observation_attacks as oa
 from agents.schedules import linear
 
@@ -188,6 +189,9 @@ class RobustOnPolicy:
                                                   cfg.robust_eps_warmup)
 
     def _perceived(self, obs, seed):
+        if atla.uses_atla(self.config):
+            return atla.atla_observations(self, obs, tf.random.experimental.stateless_fold_in(
+                seed, 1))
         if self.config.robust != "adv":
             return obs
         seed = tf.random.experimental.stateless_fold_in(seed, 1)
@@ -197,7 +201,7 @@ class RobustOnPolicy:
     def _sa_observations(self, obs):
         """``s_hat`` of the SA regulariser for a minibatch (``None`` unless ``robust="sa"``);
         computed outside the gradient tape."""
-        if self.config.robust != "sa":
+        if not atla.uses_sa(self.config):
             return None
         return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
                                self._seed(), self.config.robust_method)
@@ -212,7 +216,9 @@ class RobustOnPolicy:
     def _train_iteration(self, steps_done, total):
         if self.robust_schedule is not None:
             self.robust_schedule.update(steps_done, total)
+        extra = atla.adversary_phase(self) if atla.uses_atla(self.config) else {}
         logs, n = super()._train_iteration(steps_done, total)
+        logs.update(extra)
         if self.robust_schedule is not None:
             logs["robust_eps"] = float(self.robust_schedule.eps.numpy())
             logs["robust_kappa"] = float(self.robust_schedule.kappa.numpy())

@@ -30,6 +30,7 @@ DEFAULT_OUT = "runs/evaluate-agent"
 # the names of agents.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
 # before TensorFlow loads (tests/agents_tests/test_agents_obs_attacks.py checks that both agree)
 ATTACKS = ("random", "action", "mad", "critic", "rs")
+LEARNED = ("optimal", "paad")  # agents.adversary.LEARNED_ATTACKS (trained per victim and eps)
 SCALES = ("auto", "raw", "std")
 
 
@@ -42,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sample actions instead of the mode (clean evaluation only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--attacks", default=None,
-                   help=f"comma-separated observation attacks: {', '.join(ATTACKS)} "
+                   help=f"comma-separated observation attacks: {', '.join(ATTACKS + LEARNED)} "
                         "(default: none, a clean evaluation)")
     p.add_argument("--eps", default=None,
                    help="with --attacks: comma-separated budgets (default 0.05,0.1,0.2)")
@@ -53,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "episode)")
     p.add_argument("--rs-steps", type=int, default=20_000,
                    help="victim steps to learn Robust Sarsa's Q^pi (default 20000)")
+    p.add_argument("--adversary-steps", type=int, default=100_000,
+                   help="training budget (env steps) of each learned adversary, optimal and "
+                        "paad, one per eps (default 100000)")
     p.add_argument("--num-envs", type=int, default=None,
                    help="environment copies stepping together (default min(episodes, 8))")
     p.add_argument("--out", default=DEFAULT_OUT,
@@ -95,6 +99,7 @@ def validate(args: argparse.Namespace) -> None:
     with user_errors(ValueError):
         _checks.positive_int(args.episodes, "--episodes")
         _checks.positive_int(args.rs_steps, "--rs-steps")
+        _checks.positive_int(args.adversary_steps, "--adversary-steps")
         if args.num_envs is not None:
             _checks.positive_int(args.num_envs, "--num-envs")
         if args.seed is not None:
@@ -120,7 +125,7 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
     with user_errors(ValueError):
         for name in names:
-            _checks.choice(name, "--attacks", ATTACKS)
+            _checks.choice(name, "--attacks", ATTACKS + LEARNED)
         args.norm = _checks.choice(_checks.norm_name(args.norm, "--norm"), "--norm",
                                    ("linf", "l2"))
     if args.stochastic:
@@ -161,11 +166,12 @@ def run(args: argparse.Namespace) -> int:
     # the agent-dependent checks (a critic for 'critic', Box observations) run before any episode
     scale = None if args.scale == "auto" else args.scale
     with user_errors(ValueError, prefix="--agent: "):
-        check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale)
+        check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale,
+                         args.adversary_steps)
     report = agents.evaluate_under_attack(
         agent, args.attack_names, args.eps_values, n_episodes=args.episodes, seed=seed,
         norm=args.norm, scale=scale, num_envs=args.num_envs, rs_steps=args.rs_steps,
-        progress=not args.no_progress)
+        adversary_steps=args.adversary_steps, progress=not args.no_progress)
     print(report.to_json() if args.json else report)
     with removed_if_empty_on_error(args.out):
         paths = report.save(args.out)
