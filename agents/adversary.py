@@ -116,11 +116,26 @@ def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
     return VictimSurface(agent)
 
 
+def check_inter_op_threads() -> None:
+    """``RuntimeError`` when TensorFlow runs one inter-op thread: the victim is called from
+    inside the adversary's compiled rollout (``tf.numpy_function`` around the env), and that
+    nested call would wait forever for the only thread, which the rollout holds."""
+    import tensorflow as tf
+
+    if tf.config.threading.get_inter_op_parallelism_threads() == 1:
+        raise RuntimeError("a learned adversary needs >= 2 TensorFlow inter-op threads (the "
+                           "victim acts inside the adversary's compiled rollout); "
+                           "tf.config.threading.set_inter_op_parallelism_threads(1) would "
+                           "deadlock: leave it at 0 (automatic) or set 2")
+
+
 def check_adversary_request(agent: Any, eps: float, steps: int, argument: str = "victim"
                             ) -> tuple[VictimSurface, float, int]:
     """Validate a learned-adversary request before any work: ``eps`` a finite radius > 0 that
-    the victim can see (below its observation normaliser's clip of 10 std), ``steps`` > 0."""
+    the victim can see (below its observation normaliser's clip of 10 std), ``steps`` > 0,
+    TensorFlow with >= 2 inter-op threads (:func:`check_inter_op_threads`)."""
     steps = _checks.positive_int(steps, "adversary_steps")
+    check_inter_op_threads()
     surface = victim_surface(agent, argument)
     eps = float(_checks.number(eps, "eps"))
     if not (math.isfinite(eps) and eps > 0):

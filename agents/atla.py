@@ -63,6 +63,9 @@ def _build_adversary(agent: Agent):
     from agents.adversary import DEFAULT_PPO, _factory, _Radius, victim_surface
     from agents.ppo import PPO
 
+    from agents.adversary import check_inter_op_threads
+
+    check_inter_op_threads()
     surface = victim_surface(agent, "agent")
     agent._atla_radius = _Radius(0.0)
     factory = _factory(surface, agent._atla_radius, None, None)

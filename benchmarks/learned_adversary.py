@@ -68,7 +68,7 @@ def _evaluate(agent, kind, args, seed):
     t0, c0 = time.perf_counter(), time.process_time()
     report = agents.evaluate_under_attack(
         agent, names, eps=[args.eps], n_episodes=args.episodes, seed=10_000 + seed,
-        rs_steps=args.rs_steps, adversary_steps=args.adversary_steps, 
+        rs_steps=args.rs_steps, adversary_steps=args.adversary_steps,
         progress=True)
     out = {"clean": report.clean["mean"],
            "rows": {r["attack"]: {"mean": r["mean"], "median": r["median"],
@@ -102,7 +102,8 @@ def main(argv=None):
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    # inter-op stays >= 2: the victim acts inside the adversary's compiled rollout
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
     if args.save_dir:
         os.makedirs(args.save_dir, exist_ok=True)
     results = {}
