@@ -58,7 +58,8 @@ def _train(kind, args, seed):
 def _evaluate(agent, kind, args, seed):
     import agents
 
-    path = os.path.join(args.save_dir, f"{kind}-seed{seed}", "eval.json") if args.save_dir \
+    key = f"eval-{args.eps:g}-{args.attacks}-{args.learned}-{args.adversary_steps}".replace(",", "+")
+    path = os.path.join(args.save_dir, f"{kind}-seed{seed}", key + ".json") if args.save_dir \
         else None
     if path and os.path.exists(path):
         with open(path) as f:
