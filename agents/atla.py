@@ -60,10 +60,14 @@ def uses_sa(config) -> bool:
 
 
 def _build_adversary(agent: Agent):
-    from agents.adversary import DEFAULT_PPO, _factory, _Radius, victim_surface
+    from agents.adversary import (
+        DEFAULT_PPO,
+        _factory,
+        _Radius,
+        check_inter_op_threads,
+        victim_surface,
+    )
     from agents.ppo import PPO
-
-    from agents.adversary import check_inter_op_threads
 
     check_inter_op_threads()
     surface = victim_surface(agent, "agent")
