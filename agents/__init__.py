@@ -19,6 +19,8 @@ from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
 from agents.many import summarize_runs, train_many  # noqa: F401
 from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
+from agents.policy import PolicySurface  # noqa: F401
 from agents.ppo import PPO  # noqa: F401
+from agents.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
 from agents.robust_sarsa import fit_q_pi  # noqa: F401

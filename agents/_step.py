@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np  # noqa: F401 - used by the doctests
 import tensorflow as tf
 
 from robustgrad import transforms
@@ -91,3 +92,74 @@ def make_adam_step(variables: Sequence[tf.Variable], learning_rate: float,
     lr = tf.Variable(float(learning_rate), trainable=False, name="lr")
     step = make_gradient_step(transforms.adam(lr, eps=1e-5), variables, max_grad_norm, transform)
     return step, AdamSlots(lr, step)
+
+
+class SeedAxisAdamStep(tf.Module):
+    """The default gradient step of :func:`make_adam_step` for ``S`` seeds at once: every
+    variable ``[S, ...]``, seed ``s`` clipped to ``max_grad_norm`` in its own global norm,
+    guarded on its own (a non-finite gradient of one seed leaves that seed's weights and Adam
+    moments untouched, the others step) and stepped by its own Adam (PyTorch-style ``eps``,
+    bias corrections from its own count of applied steps) — what ``S`` separate
+    :func:`make_adam_step` steps do, with one op per variable for all seeds (optax's per-example
+    clipping, applied to seeds). ``step(grads, active=None)``: ``active [S]`` bool freezes the
+    seeds that are off (PPO's ``target_kl``); returns ``grad_norm [S]`` and ``applied [S]`` bool.
+
+    Its attributes are :class:`AdamSlots`' (``learning_rate``, ``iterations [S]`` int64, ``m``,
+    ``v``): it is both the ``gradient_step`` and the ``optimizer`` of a seed-axis agent.
+
+    >>> v = tf.Variable([[1.0, -1.0], [1.0, -1.0]])
+    >>> step = SeedAxisAdamStep([v], 0.1, max_grad_norm=0.5)
+    >>> out = step.step([tf.constant([[3.0, 4.0], [float("nan"), 0.0]])])
+    >>> out["grad_norm"].numpy()[0], out["applied"].numpy().tolist(), step.iterations.numpy().tolist()
+    (5.0, [True, False], [1, 0])
+    >>> np.round(v.numpy(), 3).tolist()        # seed 0 as make_adam_step's doctest, seed 1 kept
+    [[0.9, -1.1], [1.0, -1.0]]
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float,
+                 max_grad_norm: float | None = None, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-5):
+        super().__init__(name="adam")
+        self.params = list(variables)
+        self.num_seeds = int(self.params[0].shape[0])
+        self.learning_rate = tf.Variable(float(learning_rate), trainable=False, name="lr")
+        self.iterations = tf.Variable(tf.zeros([self.num_seeds], tf.int64), trainable=False,
+                                      name="iterations")
+        self.m = [tf.Variable(tf.zeros_like(v), trainable=False, name="m") for v in self.params]
+        self.v = [tf.Variable(tf.zeros_like(v), trainable=False, name="v") for v in self.params]
+        self.max_grad_norm = max_grad_norm
+        self.b1, self.b2, self.eps = b1, b2, eps
+
+    def _per_seed(self, x, rank):
+        return tf.reshape(x, (self.num_seeds,) + (1,) * (rank - 1))
+
+    def step(self, grads: Sequence[tf.Tensor], active: tf.Tensor | None = None
+             ) -> dict[str, tf.Tensor]:
+        """Clip, guard and Adam per seed (class doc); ``grads`` as the variables."""
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(g), axis=list(range(1, g.shape.rank)))
+                                 for g in grads]))
+        ok = tf.math.is_finite(norm)
+        if active is not None:
+            ok = ok & active
+        if self.max_grad_norm:
+            scale = tf.where(norm > self.max_grad_norm,
+                             self.max_grad_norm / tf.maximum(norm, 1e-30), 1.0)
+        else:
+            scale = tf.ones_like(norm)
+        count = self.iterations + tf.cast(ok, tf.int64)
+        self.iterations.assign(count)
+        t = tf.cast(count, tf.float32)
+        c1, c2 = 1.0 - tf.pow(self.b1, t), 1.0 - tf.pow(self.b2, t)
+        for p, m, v, g in zip(self.params, self.m, self.v, grads):
+            rank = g.shape.rank
+            keep = self._per_seed(ok, rank)
+            g = tf.where(keep, g * self._per_seed(scale, rank), 0.0)
+            m_new = self.b1 * m + (1.0 - self.b1) * g
+            v_new = self.b2 * v + (1.0 - self.b2) * tf.square(g)
+            update = self.learning_rate * (m_new / self._per_seed(c1, rank)) / (
+                tf.sqrt(v_new / self._per_seed(c2, rank)) + self.eps)
+            m.assign(tf.where(keep, m_new, m))
+            v.assign(tf.where(keep, v_new, v))
+            p.assign(tf.where(keep, p - update, p))
+        return {"grad_norm": norm, "applied": ok}

@@ -20,14 +20,17 @@ from collections.abc import Iterable
 import tensorflow as tf
 
 
-def zeros(names: Iterable[str]) -> dict:
-    """``{name: 0.0}`` as float32 scalar tensors."""
-    return {name: tf.constant(0.0) for name in names}
+def zeros(names: Iterable[str], shape: tuple = ()) -> dict:
+    """``{name: 0.0}`` as float32 tensors of ``shape`` (scalars; ``(S,)``: one per seed)."""
+    return {name: tf.zeros(shape) for name in names}
 
 
-def add(sums: dict, values: dict) -> dict:
-    """``sums[k] + values[k]`` for every key of ``sums`` (``values`` must have them all)."""
-    return {k: s + values[k] for k, s in sums.items()}
+def add(sums: dict, values: dict, weight=None) -> dict:
+    """``sums[k] + values[k]`` (times ``weight``, e.g. a per-seed 0/1 mask, if given) for every
+    key of ``sums`` (``values`` must have them all)."""
+    if weight is None:
+        return {k: s + values[k] for k, s in sums.items()}
+    return {k: s + values[k] * weight for k, s in sums.items()}
 
 
 def means(sums: dict, n) -> dict:

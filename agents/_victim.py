@@ -1,9 +1,11 @@
 """The victim of an observation attack seen through the attack's coordinates.
 
-An observation attack perturbs ``u = s / scale``, where ``scale [d]`` is the unit of eps: the
-normaliser's std when the agent normalises observations (eps in standard deviations, as Zhang
-et al., NeurIPS 2020), ones otherwise, or what ``scale=`` gives (``"raw"`` or an array ``[d]``).
-:class:`_Victim` holds the agent's policy, value and greedy actions as callables of ``u``
+The victim is the agent's declared :class:`agents.PolicySurface` (``agent.policy_surface()``,
+read once per agent); nothing else of the agent is read. An observation attack perturbs
+``u = s / scale``, where ``scale [d]`` is the unit of eps: the normaliser's std when the agent
+normalises observations (eps in standard deviations, as Zhang et al., NeurIPS 2020), ones
+otherwise, or what ``scale=`` gives (``"raw"`` or an array ``[d]``).
+:class:`_Victim` holds the surface's policy, value and greedy actions as callables of ``u``
 (cached per agent and scale, so the compiled attack loops keyed on them trace once), and
 :func:`_in_scaled_space` maps a batch in and out: ``ŝ = s + δ · scale`` with ``‖δ‖ ≤ eps``.
 Public names are re-exported by :mod:`agents.observation_attacks`.
@@ -23,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
+from agents.policy import surface_of
 from robustgrad import _checks
 
 if TYPE_CHECKING:
@@ -32,60 +35,43 @@ __all__ = ["perturbation_norms", "perturbation_scale"]
 
 
 class _Victim:
-    """Callables over *scaled* observations ``u = s / scale`` of one agent (cached per agent,
-    so the compiled attack loops keyed on them trace once)."""
+    """Callables over *scaled* observations ``u = s / scale`` of one agent's
+    :class:`agents.PolicySurface` (cached per agent, so the compiled attack loops keyed on them
+    trace once)."""
 
-    def __init__(self, agent, scale):
-        self._agent = weakref.ref(agent)
-        self.discrete = bool(agent.discrete)
-        self.is_dqn = hasattr(agent, "q_values")
+    def __init__(self, surface, scale):
+        self.surface = surface
+        self.discrete = surface.discrete
+        self.is_dqn = surface.kind == "q_values"
         self.fixed_scale = None if scale is None else tf.constant(scale, tf.float32)
         self.policy = _Bound(self, "policy_outputs")
         self.neg_value = _Bound(self, "negative_value")
 
-    @property
-    def agent(self):
-        a = self._agent()
-        if a is None:  # pragma: no cover
-            raise RuntimeError("the agent of this attack was garbage-collected")
-        return a
-
     def scale(self):
-        """Per-dimension scale ``[d]``: the given one, else the normaliser's std, else ones."""
+        """Per-dimension scale ``[d]``: the given one, else the surface's (the normaliser's std,
+        or ones)."""
         if self.fixed_scale is not None:
             return self.fixed_scale
-        rms = self.agent._obs_rms()
-        if rms is None:
-            return tf.ones(self.agent.obs_shape, tf.float32)
-        return tf.cast(tf.sqrt(rms.var + rms.epsilon), tf.float32)
+        return self.surface.obs_scale()
 
     def outputs(self, obs):
         """Logits (discrete on-policy), Q-values (DQN) or the Gaussian mean, of raw ``obs``."""
-        agent = self.agent
-        if self.is_dqn:
-            return agent.q(obs)
-        return agent.model.policy_net(agent.model.obs_norm(obs))
+        return self.surface.outputs(obs)
 
     def policy_outputs(self, u):
         return self.outputs(u * self.scale())
 
     def negative_value(self, u):
-        return -self.agent.model.value(u * self.scale())
+        return -self.surface.value(u * self.scale())
 
     def deterministic_actions(self, obs):
         """What ``agent.act(obs, deterministic=True)`` returns: the greedy action (int32) or
         the Gaussian mean clipped to the action bounds."""
-        out = self.outputs(obs)
-        if self.discrete:
-            return tf.argmax(out, axis=-1, output_type=tf.int32)
-        env = self.agent.env
-        return tf.clip_by_value(out, env.action_low, env.action_high)
+        return self.surface.deterministic_actions(obs)
 
     def inverse_two_variance(self, batch):
         """``1 / (2σ²)`` of the Gaussian policy, broadcast to ``[batch, action_dim]``."""
-        log_std = self.agent.model.log_std
-        w = 0.5 * tf.exp(-2.0 * tf.cast(log_std, tf.float32))
-        return tf.broadcast_to(w[None], [batch, tf.shape(log_std)[0]])
+        return self.surface.inverse_two_variance(batch)
 
 
 class _Bound:
@@ -100,18 +86,28 @@ class _Bound:
 
 
 _VICTIMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SURFACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _surface(agent):
+    """``agent.policy_surface()``, read once per agent (a clear error without one)."""
+    surface = _SURFACES.get(agent)
+    if surface is None:
+        surface = _SURFACES[agent] = surface_of(agent)
+    return surface
 
 
 def _victim(agent, scale) -> _Victim:
+    surface = _surface(agent)
     if isinstance(scale, str):
         _checks.choice(scale, "scale", ("raw",))
-        scale = np.ones(agent.obs_shape, np.float32)
+        scale = np.ones(surface.obs_shape, np.float32)
     key = None
     if scale is not None:
         scale = np.asarray(scale, np.float32)
-        if scale.shape != tuple(agent.obs_shape):
+        if scale.shape != surface.obs_shape:
             raise ValueError(f"scale must be 'raw', None or positive finite values of shape "
-                             f"{tuple(agent.obs_shape)}, got shape {scale.shape}")
+                             f"{surface.obs_shape}, got shape {scale.shape}")
         bad = ~np.isfinite(scale) | (scale <= 0)
         if bad.any():
             i = int(np.flatnonzero(bad.reshape(-1))[0])
@@ -120,7 +116,7 @@ def _victim(agent, scale) -> _Victim:
         key = scale.tobytes()
     table = _VICTIMS.setdefault(agent, {})
     if key not in table:
-        table[key] = _Victim(agent, scale)
+        table[key] = _Victim(surface, scale)
     return table[key]
 
 

@@ -73,47 +73,51 @@ DEFAULT_PPO = {"num_envs": 8, "n_steps": 128, "n_minibatches": 4, "n_epochs": 10
 
 # -- the victim, through one adapter ------------------------------------------------------------
 class VictimSurface:
-    """What a learned adversary needs of its victim: ``act(obs [B, d]) -> actions`` (the
-    deterministic action, as the evaluation uses), ``scale [d]`` (the unit of eps), the env id,
-    the observation shape and whether actions are discrete. Built by :func:`victim_surface`."""
+    """What a learned adversary needs of its victim, read from its declared
+    :class:`agents.PolicySurface`: ``act(obs [B, d]) -> actions`` (the deterministic action, as
+    the evaluation uses; one compiled call), ``scale [d]`` (the unit of eps, read live: a
+    normalising victim's std moves while it trains), ``clip`` (its normaliser's clip in std, or
+    ``None``), the env id, the observation shape and whether actions are discrete. Built by
+    :func:`victim_surface`."""
 
-    def __init__(self, agent: Agent):
-        from agents.observation_attacks import perturbation_scale
+    def __init__(self, agent: Agent, policy):
+        import tensorflow as tf
 
-        self.agent = agent
+        self.agent, self.policy = agent, policy
         self.env_id = agent.config.env
-        self.obs_shape = tuple(agent.obs_shape)
-        self.discrete = bool(agent.discrete)
-        self.scale = np.asarray(perturbation_scale(agent), np.float32)
+        self.obs_shape = tuple(policy.obs_shape)
+        self.discrete = bool(policy.discrete)
+        stats = policy.obs_statistics()
+        self.clip = None if stats is None else float(stats[2])
+        self._act = tf.function(policy.deterministic_actions, reduce_retracing=True)
+
+    @property
+    def scale(self) -> np.ndarray:
+        """The unit of eps ``[d]`` float32 (the normaliser's std, or ones)."""
+        return self.policy.obs_scale().numpy()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic actions of the victim for raw observations ``[B, d]``."""
-        return self.agent.act(np.asarray(obs, np.float32), deterministic=True)
+        return self._act(np.asarray(obs, np.float32)).numpy()
 
 
 def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
-    """The adapter to ``agent``; ``TypeError`` naming what is missing when it is not an agent
-    with a policy surface (``act``, an observation scale, a 1-D Box observation space, a
-    gymnasium env id)."""
+    """The adapter to ``agent`` (its ``policy_surface()``); ``TypeError`` naming what is
+    missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
+    Box observation space and a gymnasium env id."""
     from agents.base import Agent
+    from agents.observation_attacks import check_box_observations
+    from agents.policy import surface_of
 
     if not isinstance(agent, Agent):
-        raise TypeError(f"{argument} must be an agents.Agent with a policy surface (act, "
-                        f"distribution or q_values, an observation scale), got "
-                        f"{type(agent).__name__}")
-    missing = [m for m in ("act", "_obs_rms") if not hasattr(agent, m)]
-    if not (hasattr(agent, "distribution") or hasattr(agent, "q_values")):
-        missing.append("distribution or q_values")
-    if missing:
-        raise TypeError(f"{argument}: {type(agent).__name__} has no policy surface for a "
-                        f"learned adversary (missing {', '.join(missing)})")
-    from agents.observation_attacks import check_box_observations
-
+        raise TypeError(f"{argument} must be an agents.Agent with a policy surface "
+                        f"(policy_surface()), got {type(agent).__name__}")
+    policy = surface_of(agent, argument)
     check_box_observations(agent.env.single_observation_space, argument)
     if not isinstance(agent.config.env, str):
         raise ValueError(f"{argument}: a learned adversary needs a victim trained on a "
                          "gymnasium env id (an env factory cannot be named in adversary.json)")
-    return VictimSurface(agent)
+    return VictimSurface(agent, policy)
 
 
 def check_inter_op_threads() -> None:
@@ -141,10 +145,10 @@ def check_adversary_request(agent: Any, eps: float, steps: int, argument: str = 
     if not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps: a learned adversary needs a finite radius > 0 (eps 0 leaves it "
                          f"no action), got {eps}")
-    rms = agent._obs_rms()
-    if rms is not None and eps >= rms.clip:
+    if surface.clip is not None and eps >= surface.clip:
         raise ValueError(f"eps: {eps} std is beyond what the victim sees (its observation "
-                         f"normaliser clips at {rms.clip:g} std); use 0 < eps < {rms.clip:g}")
+                         f"normaliser clips at {surface.clip:g} std); use 0 < eps < "
+                         f"{surface.clip:g}")
     return surface, eps, steps
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from agents._victim import _surface
 from agents.adversary import LEARNED_ATTACKS, check_adversary_request
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
 from agents.observation_attacks import (
@@ -346,7 +347,7 @@ def monotonicity_warnings(rows: list, attacks: list, clean_return: float) -> lis
 # -- the evaluation -----------------------------------------------------------------------------
 def _units(agent, scale) -> str:
     if scale is None:
-        return "normalised" if agent._obs_rms() is not None else "raw"
+        return "normalised" if _surface(agent).normalized else "raw"
     return "raw" if isinstance(scale, str) and scale == "raw" else "per-dimension std"
 
 

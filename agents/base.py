@@ -25,11 +25,40 @@ from agents.config import AUTO, AgentConfig, make_config
 from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
 from agents.graph_backend import make_training_env
 from agents.persistence import loaded_checkpoint_dir, read_metadata, restore_weights, write_agent
+from agents.policy import PolicySurface
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
 
 FORMAT_VERSION = 1
+SEEDS_FILE = "seeds.json"  # a saved agent of several seeds: one ordinary agent per seed beside it
+
+
+def _compact(seeds: Sequence[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"`` (how seed lists are printed).
+
+    >>> _compact([0, 1, 2, 5, 7, 8])
+    '0-2,5,7-8'
+    """
+    parts: list[str] = []
+    seeds = list(seeds)
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        parts.append(str(seeds[i]) if i == j else f"{seeds[i]}-{seeds[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def own_function(method: Callable) -> Callable:
+    """``method`` behind a function of its own, to give to ``tf.function``: TensorFlow counts
+    traces per underlying Python function, so the methods of many agents in one process (one
+    trace each) would otherwise read as retracing and print its warning."""
+    def call(*args):
+        return method(*args)
+    return call
 
 
 class NonFiniteTrainingError(NonFiniteError, RuntimeError):
@@ -51,7 +80,8 @@ class Agent:
     def __init__(self, config: AgentConfig | None = None, *,
                  transform: GradientTransformation | None = None,
                  preset: str | None = AUTO, rollout_workers: int | None = None,
-                 ray_address: str | None = None, num_cpus: int | None = None, **overrides):
+                 ray_address: str | None = None, num_cpus: int | None = None,
+                 seeds: Sequence[int] | None = None, **overrides):
         # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
         # rollout_workers: collect on that many Ray actors (agents/distributed.py), on the
         # cluster at ray_address ("auto" or HOST:PORT) or a local Ray with num_cpus CPUs
@@ -74,24 +104,68 @@ class Agent:
         if rollout_workers is not None and config.backend == "graph":
             raise ValueError("rollout_workers: the graph backend steps its environments inside "
                              "the compiled iteration; use backend='gymnasium' with Ray workers")
-        self.env = make_training_env(config)  # backend="graph": agents.graph_backend
+        self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
+        self.num_seeds = len(self.seeds)
+        self.env = self._make_env(config)  # backend="graph": agents.graph_backend
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape
         self.discrete = self.env.discrete
         self.num_timesteps = tf.Variable(0, dtype=tf.int64, trainable=False, name="timesteps")
         self.num_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-        self.rng = tf.random.Generator.from_seed(config.seed)
+        self.rng = tf.random.Generator.from_seed(
+            config.seed if self.num_seeds == 1
+            else int(np.random.SeedSequence(self.seeds).generate_state(1)[0]))
         self._act_rng = tf.random.Generator.from_seed(config.seed + 7919)
         self.rejected_steps = 0  # gradient steps rejected by the non-finite guard
         self.training_failed = False  # set while learn() runs; stays True if it raised
         self.history: list[dict] = []  # one entry per update: steps, episode_return, ...
         self.episode_returns = collections.deque(maxlen=20)
+        # the seed axis (num_seeds > 1): the same bookkeeping for each seed
+        self.seed_histories: list[list[dict]] = [[] for _ in self.seeds]
+        self.seed_episode_returns = [collections.deque(maxlen=20) for _ in self.seeds]
+        self.seed_rejected_steps = [0] * self.num_seeds
         self._env_ready = False
         self._build()
-        self._act_fn = tf.function(self._act_graph, reduce_retracing=True)
+        self._act_fn = tf.function(own_function(self._act_graph), reduce_retracing=True)
         if rollout_workers is not None:
             from agents.distributed import RolloutWorkers
             self.rollout_workers = RolloutWorkers(self, rollout_workers, ray_address, num_cpus)
+
+    @staticmethod
+    def _seed_list(config, seeds, transform, rollout_workers) -> list[int]:
+        """The seeds of the agent: ``[config.seed]``, or with ``num_seeds = S > 1`` (on-policy
+        configs) ``seeds`` or ``config.seed, config.seed + 1, ...``; what ``S > 1`` cannot do is
+        refused here, before any work."""
+        n = getattr(config, "num_seeds", 1)
+        if seeds is None:
+            seeds = [config.seed + i for i in range(n)]
+        else:
+            from agents.many import check_seeds
+            seeds = check_seeds(seeds)
+            if len(seeds) != n or seeds[0] != config.seed:
+                raise ValueError(f"seeds: must hold config.num_seeds = {n} seeds starting with "
+                                 f"config.seed = {config.seed}, got {seeds}")
+        if len(seeds) > 1 and transform is not None:
+            raise ValueError("transform: a custom gradient transformation acts on one seed's "
+                             "gradients; with num_seeds > 1 each seed is clipped, guarded and "
+                             "stepped by the built-in per-seed Adam (use num_seeds=1)")
+        if len(seeds) > 1 and rollout_workers is not None:
+            raise ValueError("rollout_workers: Ray workers collect for one seed; use "
+                             "num_seeds=1 with rollout_workers")
+        return list(seeds)
+
+    def _make_env(self, config):
+        if self.num_seeds > 1:
+            from agents.seed_axis import make_seed_env
+            return make_seed_env(config, self.seeds)
+        return make_training_env(config)
+
+    def _one_seed(self, what: str) -> None:
+        """Refuse ``what`` on an agent of several seeds (it acts for one policy)."""
+        if self.num_seeds > 1:
+            raise ValueError(f"{what}: this agent holds {self.num_seeds} seeds "
+                             f"({_compact(self.seeds)}); agent.export(s) gives seed s as an "
+                             "ordinary agent")
 
     def _seed(self, rng=None):
         """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
@@ -103,12 +177,14 @@ class Agent:
         otherwise. Returns ``obs, reward, terminated, truncated, final_obs``."""
         if self.config.backend == "graph":
             return self.env.step_graph(actions)
-        return graph_env_step(self._env_step_np, actions, self.config.num_envs, self.obs_shape)
+        return graph_env_step(self._env_step_np, actions, self.env.num_envs, self.obs_shape)
 
-    def _apply_gradients(self, grads):
+    def _apply_gradients(self, grads, active=None):
         """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
-        written with explicit ``tf.cond``; converting it inside our loops is unneeded)."""
-        return tf.autograph.experimental.do_not_convert(self.gradient_step.step)(grads)
+        written with explicit ``tf.cond``; converting it inside our loops is unneeded).
+        ``active [S]``: the seeds that may step (the seed axis only)."""
+        step = tf.autograph.experimental.do_not_convert(self.gradient_step.step)
+        return step(grads) if active is None else step(grads, active)
 
     # -- hooks -------------------------------------------------------------------------------
     def _check_spaces(self, env):
@@ -129,6 +205,11 @@ class Agent:
     def _obs_rms(self):
         """The observation normaliser (``None`` when disabled)."""
         return None
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as observation attacks and certification see it, an
+        :class:`agents.PolicySurface` (every algorithm declares its own)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no policy_surface()")
 
     def _model_variables(self) -> list:
         """The variables that decide how the agent acts: network weights and observation
@@ -228,7 +309,7 @@ class Agent:
 
     def _learn_loop(self, total_steps, schedule_start, cbs, bar, interrupt):
         done = 0
-        failures = 0
+        failures = [0] * self.num_seeds
         start = time.perf_counter()
         cfg = self.config
         next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
@@ -246,29 +327,13 @@ class Agent:
                     self._save_crash_checkpoint(err)
                     raise err from None
                 done += steps
-                for ret, _length in (self.rollout_workers or self.env).drain_episodes():
-                    self.episode_returns.append(ret)
                 elapsed = time.perf_counter() - start
                 logs["steps"] = int(self.num_timesteps.numpy())
                 logs["steps_per_second"] = done / max(elapsed, 1e-9)
-                logs["episode_return"] = (float(np.mean(self.episode_returns))
-                                          if self.episode_returns else float("nan"))
-                self.history.append({k: logs[k] for k in ("steps", "episode_return")})
-                tried, applied = logs.get("updates_tried", 0.0), logs.get("updates_applied", 0.0)
-                self.rejected_steps += int(round(tried - applied))
-                logs["rejected_gradient_steps"] = self.rejected_steps
-                if tried > 0 and applied == 0:
-                    failures += 1
-                    if failures >= cfg.max_nonfinite_updates:
-                        raise NonFiniteTrainingError(
-                            f"training stopped after {failures} consecutive updates with "
-                            "non-finite gradients (NaN/inf in observations, rewards or the "
-                            f"loss); {self.rejected_steps} gradient steps were rejected in "
-                            "total and none of them was applied to the weights")
-                else:
-                    failures = 0
+                failures = self._record_update(logs, failures)
                 bar.update(done, logs["steps_per_second"],
-                           logs["episode_return"] if self.episode_returns else None)
+                           logs["episode_return"] if logs["episode_return"] == logs["episode_return"]
+                           else None)
                 stop = any(cb.on_update(self, logs) is False for cb in cbs)
                 if next_ckpt is not None and done >= next_ckpt and cfg.checkpoint_dir:
                     self.save(cfg.checkpoint_dir)
@@ -281,12 +346,58 @@ class Agent:
             # (EvalCallback's keep_best leaves the current weights for the resume)
             self.training_failed = bool(interrupt is not None and interrupt.requested)
         finally:
+            last = self.history[-1]["episode_return"] if self.history else float("nan")
             bar.update(done, done / max(time.perf_counter() - start, 1e-9),
-                       float(np.mean(self.episode_returns)) if self.episode_returns else None,
-                       force=True)
+                       last if last == last else None, force=True)
             bar.close()
             for cb in cbs:
                 cb.on_training_end(self)
+
+    def _record_update(self, logs: dict, failures: list[int]) -> list[int]:
+        """The bookkeeping of one update, for each seed: finished episodes, ``history``,
+        rejected gradient steps and the non-finite stop (``failures``: consecutive fully
+        rejected updates per seed). Fills ``logs["episode_return"]`` and
+        ``logs["rejected_gradient_steps"]`` (with several seeds: their mean and sum, and each
+        seed's under ``"episode_return_per_seed"``); returns the new ``failures``."""
+        many = self.num_seeds > 1
+        source = self.rollout_workers or self.env
+        drained = (source.drain_seed_episodes() if many
+                   else [(0, r, n) for r, n in source.drain_episodes()])
+        returns = self.seed_episode_returns if many else [self.episode_returns]
+        histories = self.seed_histories if many else [self.history]
+        for k, ret, _length in drained:
+            returns[k].append(ret)
+        per_seed = logs.get("per_seed", {})
+        failures = list(failures)
+        for k in range(self.num_seeds):
+            value = float(np.mean(returns[k])) if returns[k] else float("nan")
+            histories[k].append({"steps": logs["steps"], "episode_return": value})
+            tried = per_seed["updates_tried"][k] if many else logs.get("updates_tried", 0.0)
+            applied = per_seed["updates_applied"][k] if many else logs.get("updates_applied", 0.0)
+            rejected = int(round(tried - applied))
+            if many:
+                self.seed_rejected_steps[k] += rejected
+            self.rejected_steps += rejected
+            failures[k] = failures[k] + 1 if tried > 0 and applied == 0 else 0
+            if failures[k] >= self.config.max_nonfinite_updates:
+                which = f"seed {self.seeds[k]}: " if many else ""
+                count = self.seed_rejected_steps[k] if many else self.rejected_steps
+                raise NonFiniteTrainingError(
+                    f"{which}training stopped after {failures[k]} consecutive updates with "
+                    "non-finite gradients (NaN/inf in observations, rewards or the "
+                    f"loss); {count} gradient steps were rejected in "
+                    "total and none of them was applied to the weights")
+        logs["rejected_gradient_steps"] = self.rejected_steps
+        if many:
+            values = [h[-1]["episode_return"] for h in histories]
+            finite = [v for v in values if v == v]
+            logs["episode_return"] = float(np.mean(finite)) if finite else float("nan")
+            logs["episode_return_per_seed"] = values
+            self.history.append({"steps": logs["steps"], "episode_return": logs["episode_return"],
+                                 "episode_return_per_seed": values})
+        else:
+            logs["episode_return"] = histories[0][-1]["episode_return"]
+        return failures
 
     def _save_crash_checkpoint(self, exc):
         path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
@@ -321,6 +432,7 @@ class Agent:
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """Actions for a batch of raw observations (or a single one), ready for ``env.step``."""
+        self._one_seed("act")
         obs, single = self._as_batch(obs)
         a = self._act_fn(tf.constant(obs), bool(deterministic)).numpy()
         return a[0] if single else a
@@ -333,6 +445,7 @@ class Agent:
         so that short episodes are not over-represented. Returns ``mean_return``,
         ``std_return``, ``returns`` and ``lengths``.
         """
+        self._one_seed("evaluate")
         if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
                 or n_episodes <= 0:
             raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
@@ -367,8 +480,13 @@ class Agent:
         steps, learning curve), ``weights/`` (a TF checkpoint of every variable: networks,
         optimiser, guard, normalisation, RNG) and ``normalization.npz`` (the observation
         statistics as plain arrays). No pickle. Crash-safe: a kill at any moment leaves the
-        previous or the new version complete (see :mod:`agents.persistence`)."""
+        previous or the new version complete (see :mod:`agents.persistence`).
+
+        An agent of several seeds writes ``seed_<s>/`` (each an ordinary saved agent, written
+        as it is exported) and ``seeds.json`` naming them; :func:`load` brings it back whole."""
         directory = os.fspath(directory)
+        if self.num_seeds > 1:
+            return self._save_seeds(directory)
         meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
                 "num_timesteps": int(self.num_timesteps.numpy()),
                 "env_id": self.config.env if isinstance(self.config.env, str) else None,
@@ -376,6 +494,29 @@ class Agent:
         rms = self._obs_rms()
         write_agent(directory, self._checkpoint(), self.config.to_dict(), meta,
                     rms.numpy_state() if rms is not None else None)
+        return directory
+
+    def export(self, index: int) -> Agent:
+        """Seed ``self.seeds[index]`` of an agent of several seeds as an ordinary agent (its
+        weights, optimiser state, statistics, step counts and history)."""
+        raise ValueError(f"export: {self.algo} has no seed axis")
+
+    def _save_seeds(self, directory: str) -> str:
+        import json
+
+        from robustgrad.atomic import replacing
+
+        os.makedirs(directory, exist_ok=True)
+        for k, seed in enumerate(self.seeds):
+            one = self.export(k)
+            try:
+                one.save(os.path.join(directory, f"seed_{seed}"))
+            finally:
+                one.close()
+        with replacing(os.path.join(directory, SEEDS_FILE)) as tmp, open(tmp, "w") as f:
+            json.dump({"algo": self.algo, "seeds": self.seeds,
+                       "num_timesteps": int(self.num_timesteps.numpy()),
+                       "history": self.history}, f)
         return directory
 
     def _restore(self, directory: str):
@@ -436,8 +577,13 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     """
     import agents
 
-    algorithms = {c.algo: c for c in (agents.PPO, agents.A2C, agents.REINFORCE, agents.DQN)}
+    algorithms = agents.ALGORITHMS
     directory = os.fspath(directory)
+    if os.path.exists(os.path.join(directory, SEEDS_FILE)):
+        if rollout_workers is not None:
+            raise ValueError("rollout_workers: Ray workers collect for one seed; "
+                             f"{directory} holds an agent of several seeds")
+        return _load_seeds(directory, env, algorithms, overrides)
     meta, cfg = read_metadata(directory)
     cls = algorithms.get(meta.get("algo"))
     if cls is None:
@@ -451,3 +597,30 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
                 num_cpus=num_cpus)
     agent._restore(directory)
     return agent
+
+
+def _load_seeds(directory: str, env: Any, algorithms: dict, overrides: dict) -> Agent:
+    """An agent of several seeds saved by :meth:`Agent.save` (``seeds.json`` + ``seed_<s>/``)."""
+    import dataclasses
+    import json
+
+    from agents.persistence import _read_json
+
+    info = _read_json(os.path.join(directory, SEEDS_FILE))
+    seeds = info.get("seeds")
+    cls = algorithms.get(info.get("algo"))
+    if cls is None or not isinstance(seeds, list) or len(seeds) < 2:
+        raise ValueError(f"directory: {os.path.join(directory, SEEDS_FILE)} must name an "
+                         f"algorithm and at least two seeds, got {json.dumps(info)[:200]}")
+    ones = [load(os.path.join(directory, f"seed_{int(s)}"), env, **overrides) for s in seeds]
+    try:
+        config = dataclasses.replace(ones[0].config, num_seeds=len(seeds))
+        many = cls(config, seeds=[int(s) for s in seeds])
+        from agents.seed_axis import import_seed
+        for k, one in enumerate(ones):
+            import_seed(many, k, one)
+    finally:
+        for one in ones:
+            one.close()
+    many.history = list(info.get("history", []))
+    return many

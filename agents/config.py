@@ -194,9 +194,19 @@ class OnPolicyConfig(AgentConfig):
     """Value loss coefficient."""
     log_std_init: float = 0.0
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    num_seeds: int = 1
+    """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
+    leading seed axis (:mod:`agents.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
+    ordinary agent. Not with ``robust`` (its attacks act on one policy) or a custom ``transform``."""
 
     def __post_init__(self):
         super().__post_init__()
+        self.num_seeds = positive_int(self.num_seeds, "num_seeds")
+        if self.num_seeds > 1 and self.robust is not None:
+            raise ValueError(
+                f"robust: robust training ({self.robust!r}) runs observation attacks against one "
+                f"policy and is not implemented with num_seeds > 1 (got num_seeds="
+                f"{self.num_seeds}); train the seeds one by one (num_seeds=1)")
         self.n_steps = positive_int(self.n_steps, "n_steps")
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")
@@ -381,4 +391,3 @@ class DQNConfig(AgentConfig):
                              f"{self.batch_size}")
 
 
-CONFIGS = {"ppo": PPOConfig, "a2c": A2CConfig, "reinforce": REINFORCEConfig, "dqn": DQNConfig}

@@ -39,6 +39,7 @@ from agents.base import Agent
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
 from agents.networks import QNetwork
+from agents.policy import PolicySurface
 from agents.returns import td_target
 from agents.schedules import linear
 
@@ -128,6 +129,14 @@ class DQN(Agent):
     def q_values(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
         return self.q(tf.convert_to_tensor(obs, tf.float32))
+
+    def policy_surface(self) -> PolicySurface:
+        """The greedy policy as attacks and certification see it: the online network's
+        Q-values of the normalised observation (see :class:`agents.PolicySurface`)."""
+        net = self.q.net
+        return PolicySurface("q_values", net, obs_shape=self.obs_shape, normalizer=self._obs_rms(),
+                             layers=list(zip(net.weights_, net.biases)),
+                             activation=self.config.activation)
 
     def _act_graph(self, obs, deterministic):
         greedy = tf.argmax(self.q(obs), axis=-1, output_type=tf.int32)

@@ -1,24 +1,17 @@
 """Many seeds in one run: ``train_many(config, seeds, steps)``, and the statistics over seeds.
 
-Two designs, both one compiled call per iteration for all seeds on the graph backend
-(``backend="graph"``: the environments are TensorFlow ops, :mod:`agents.graph_backend`):
-
-* ``design="stacked"`` (PPO; the default when the config allows it):
-  :class:`agents.stacked.StackedPPO`, a leading seed axis on every variable, batched matmuls,
-  per-seed environments, permutations, clipping, guard and Adam. The per-op cost of TensorFlow
-  is paid once for all seeds, which is where the speed-up comes from (measured in
-  ``benchmarks/agents_speed.py``). The same PPO update, tested loss by loss against
-  :class:`agents.PPO`; the random numbers differ from a seed trained alone, so the two agree in
-  distribution.
-* ``design="group"`` (PPO, A2C, REINFORCE, any config): a *batch of agents*, one ordinary agent
-  per seed, every agent's ``_iteration_graph`` traced into one ``tf.function``. Each seed
-  follows exactly the computation it would follow alone (tested: equal weights), but the
-  per-op cost is paid once per seed, so it is barely faster than training the seeds one after
-  the other (measured: slower on a loaded 2-core machine).
-
-Either way ``train_many`` returns ordinary agents (their weights, Adam moments, step counts,
-``history`` and ``episode_returns`` filled in) that save, load and evaluate like any other.
-Not supported: DQN, rollout workers, callbacks.
+``train_many`` is the on-policy agent with a seed axis (``num_seeds = len(seeds)``,
+:mod:`agents.onpolicy`): one program for all seeds, batched matmuls, per-seed environments,
+losses, clipping, guard, Adam, normalisation and ``target_kl`` masks, on either backend (the
+graph backend compiles the whole iteration of every seed into one call). It trains through the
+one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every`` (one ordinary saved
+agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
+:class:`robustgrad.interrupts.TrainingInterrupted`) and the non-finite stop work as for one
+agent. It returns ordinary one-seed agents (``agent.export(s)``) that save, load, evaluate and
+are attacked like any other. The random numbers of a seed in a group are not those it draws
+alone (one draw per step covers every seed, and the environments' resets after the first
+come from one key): the two agree in distribution (tested), with equal initial weights and
+first environment states.
 
 Statistics over seeds follow rliable (Agarwal et al. 2021): mean, median and the interquartile
 mean (IQM: the mean of the middle 50% of the runs), each with a percentile bootstrap
@@ -35,24 +28,21 @@ True
 from __future__ import annotations
 
 import dataclasses
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
-from agents.callbacks import ProgressBar
-from agents.config import A2CConfig, OnPolicyConfig, PPOConfig, REINFORCEConfig
+from agents.config import OnPolicyConfig
 from robustgrad._checks import ArgumentTypeError, choice, positive_int
 
 
 def _agent_class(config: OnPolicyConfig):
-    import agents
+    from agents.registry import ALGORITHMS
 
-    classes = {PPOConfig: agents.PPO, A2CConfig: agents.A2C, REINFORCEConfig: agents.REINFORCE}
-    cls = classes.get(type(config))
+    cls = next((c for c in ALGORITHMS.values() if c.config_cls is type(config)
+                and isinstance(config, OnPolicyConfig)), None)
     if cls is None:
         raise ValueError(f"config must be a PPOConfig, A2CConfig or REINFORCEConfig "
                          f"(train_many runs on-policy agents), got {type(config).__name__}")
@@ -87,92 +77,47 @@ def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None
 
 
 def train_many(config: OnPolicyConfig, seeds: Sequence[int] | None = None,
-               steps: int = 100_000, *, num_seeds: int | None = None, design: str = "auto",
-               progress_bar: bool = False) -> list:
-    """Train one agent per seed, all seeds in one compiled call per iteration (module doc).
+               steps: int = 100_000, *, num_seeds: int | None = None, design: str | None = None,
+               progress_bar: bool = False, callbacks: Any = None,
+               handle_interrupts: bool = True) -> list:
+    """Train one agent per seed, all seeds in one program with a seed axis (module doc).
 
-    ``config``: a PPO/A2C/REINFORCE config with ``backend="graph"`` (its ``seed`` is replaced
-    by each seed; ``jit_compile`` compiles the whole iteration with XLA). ``seeds``: distinct
-    ints >= 0, or ``num_seeds`` (seeds ``config.seed, config.seed + 1, ...``). ``steps``:
-    environment steps per seed (rounded up to whole iterations). ``design``: ``"stacked"``,
-    ``"group"`` or ``"auto"`` (stacked for a PPO config it supports, group otherwise).
-    Returns the trained agents in the order of the seeds. Raises
-    :class:`agents.NonFiniteTrainingError` when a seed has ``max_nonfinite_updates``
-    consecutive fully rejected updates.
+    ``config``: a PPO/A2C/REINFORCE config (its ``seed`` and ``num_seeds`` are replaced by the
+    seeds'; any backend; ``jit_compile`` compiles the whole graph-backend iteration with XLA).
+    ``seeds``: distinct ints >= 0, or ``num_seeds`` (seeds ``config.seed, config.seed + 1,
+    ...``). ``steps``: environment steps per seed (rounded up to whole iterations).
+    ``callbacks``, ``progress_bar``, ``handle_interrupts``: as :meth:`agents.Agent.learn` (a
+    callback sees the agent of all seeds and logs averaged over seeds, each seed's under
+    ``"per_seed"``). ``config.checkpoint_dir`` receives ``seed_<s>/`` checkpoints every
+    ``checkpoint_every`` steps and at the end (``agents.load(checkpoint_dir)`` resumes all seeds).
+    ``design`` is deprecated (one code path serves every seed count). Returns the trained
+    agents in the order of the seeds. Raises :class:`agents.NonFiniteTrainingError` when a seed
+    has ``max_nonfinite_updates`` consecutive fully rejected updates.
+
+    >>> import agents
+    >>> cfg = agents.PPOConfig(backend="graph", n_steps=16, num_envs=2, n_minibatches=1)
+    >>> trained = train_many(cfg, seeds=[3, 8], steps=32)
+    >>> [a.config.seed for a in trained], [int(a.num_timesteps.numpy()) for a in trained]
+    ([3, 8], [32, 32])
     """
-    from agents.stacked import StackedPPO, unsupported_fields
-
     cls = _agent_class(config)
     seed_list = check_seeds(seeds, num_seeds, config.seed)
     steps = positive_int(steps, "steps")
-    choice(design, "design", ("auto", "stacked", "group"))
-    if config.backend != "graph":
-        raise ValueError("train_many needs config.backend='graph' (the environments must be "
-                         f"TensorFlow ops to run in one compiled call), got {config.backend!r}")
-    stackable = isinstance(config, PPOConfig) and not unsupported_fields(config)
-    if design == "stacked" and not stackable:
-        raise ValueError("design='stacked' needs a PPO config without "
-                         f"{', '.join(unsupported_fields(config)) or 'another algorithm'}; "
-                         "use design='group'")
-    group = [cls(dataclasses.replace(config, seed=s)) for s in seed_list]
-    if design == "group" or not stackable:
-        return train_group(group, steps, progress_bar=progress_bar)
-    return StackedPPO(group).train(steps)
-
-
-def train_group(group: list, steps: int, *, progress_bar: bool = False) -> list:
-    """Train the graph-backend on-policy agents of ``group`` for ``steps`` more steps each,
-    all of them in one compiled call per iteration. Returns ``group``."""
-    from agents.base import NonFiniteTrainingError
-
-    steps = positive_int(steps, "steps")
-    jit = any(a.config.jit_compile for a in group)
-    for agent in group:
-        if agent.config.backend != "graph" or not hasattr(agent, "_iteration_graph"):
-            raise ValueError(f"group: every agent must be an on-policy agent with "
-                             f"backend='graph', got {agent!r}")
-        if not agent._env_ready:
-            agent._reset_env()
-    if not hasattr(group[0], "_group_iteration") or group[0]._group_members != tuple(group):
-        # one trace for the whole group (kept on the first agent for repeated calls)
-        group[0]._group_iteration = tf.function(
-            lambda: [agent._iteration_graph() for agent in group], jit_compile=jit)
-        group[0]._group_members = tuple(group)
-    iteration = group[0]._group_iteration
-    per_iteration = group[0].config.n_steps * group[0].config.num_envs
-    bar = ProgressBar(steps * len(group), enabled=progress_bar)
-    failures = [0] * len(group)
-    done = 0
-    start = time.perf_counter()
-    for agent in group:
-        agent.training_failed = True
+    if design is not None:
+        choice(design, "design", ("auto", "stacked", "group"))
+        warnings.warn("train_many: design= is deprecated and ignored: every number of seeds runs "
+                      "on the agents' one seed-axis code path", DeprecationWarning, stacklevel=2)
+    config = dataclasses.replace(config, seed=seed_list[0], num_seeds=len(seed_list))
+    agent = cls(config, seeds=seed_list)
+    if len(seed_list) == 1:
+        return [agent.learn(steps, callbacks, progress_bar=progress_bar,
+                            handle_interrupts=handle_interrupts)]
     try:
-        while done < steps:
-            lrs = [agent._start_iteration(done, steps) for agent in group]
-            all_stats = iteration()
-            done += per_iteration
-            elapsed = time.perf_counter() - start
-            for k, (agent, stats, lr) in enumerate(zip(group, all_stats, lrs)):
-                logs, _ = agent._finish_iteration(stats, lr)
-                for ret, _length in agent.env.drain_episodes():
-                    agent.episode_returns.append(ret)
-                episode_return = (float(np.mean(agent.episode_returns))
-                                  if agent.episode_returns else float("nan"))
-                agent.history.append({"steps": int(agent.num_timesteps.numpy()),
-                                      "episode_return": episode_return})
-                tried, applied = logs.get("updates_tried", 0.0), logs.get("updates_applied", 0.0)
-                agent.rejected_steps += int(round(tried - applied))
-                failures[k] = failures[k] + 1 if tried > 0 and applied == 0 else 0
-                if failures[k] >= agent.config.max_nonfinite_updates:
-                    raise NonFiniteTrainingError(
-                        f"seed {agent.config.seed}: training stopped after {failures[k]} "
-                        "consecutive updates with non-finite gradients")
-            bar.update(done * len(group), done * len(group) / max(elapsed, 1e-9))
-        for agent in group:
-            agent.training_failed = False
+        agent.learn(steps, callbacks, progress_bar=progress_bar,
+                    handle_interrupts=handle_interrupts)
+        return [agent.export(k) for k in range(len(seed_list))]
     finally:
-        bar.close()
-    return group
+        agent.close()
 
 
 # -- statistics over seeds ---------------------------------------------------------------------
@@ -272,4 +217,4 @@ def plot_seed_curves(histories: Sequence[list[dict]], path: str, title: str) -> 
 
 
 __all__ = ["bootstrap_ci", "check_seeds", "iqm", "learning_curves", "plot_seed_curves",
-           "summarize_runs", "train_group", "train_many"]
+           "summarize_runs", "train_many"]

@@ -44,6 +44,7 @@ import tensorflow as tf
 import attacks
 from agents._victim import (  # noqa: F401  (perturbation_* re-exported: public names of this module)
     _in_scaled_space,
+    _surface,
     _victim,
     perturbation_norms,
     perturbation_scale,
@@ -96,10 +97,9 @@ def check_box_observations(space: gym.spaces.Space, argument: str = "env") -> No
 
 
 def _has_critic(agent) -> bool:
-    if hasattr(agent, "q_values"):
-        return True
-    # an actor-critic whose value loss has weight 0 never trains its value network
-    return hasattr(agent, "value") and getattr(agent.config, "vf_coef", 0.0) > 0
+    # an actor-critic whose value loss has weight 0 never trains its value network: its
+    # surface declares no critic
+    return _surface(agent).has_critic
 
 
 def check_agent(agent: Any) -> None:
@@ -177,6 +177,7 @@ def _langevin_noise(step, y):
 
 # -- the attacks --------------------------------------------------------------------------------
 def _prepare(agent, obs, eps, norm, scale):
+    _surface(agent)  # first: a victim without a policy surface is named before anything else
     eps = _checks.nonnegative(eps, "eps") if not isinstance(eps, (tf.Tensor, tf.Variable)) \
         else eps
     norm = _checks.choice(_checks.norm_name(norm), "norm", NORMS)

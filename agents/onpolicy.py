@@ -11,6 +11,17 @@ Two compiled functions per iteration, each traced once (one, ``_iteration()``, w
 
 Observation statistics are frozen during a rollout and its update (so PPO's ratio starts
 at exactly 1) and updated afterwards, skipping non-finite rows.
+
+The seed axis (``num_seeds=S > 1``, DESIGN.md section 8, PureJaxRL's ``vmap`` over seeds written
+as batched ops): the same functions with a leading ``[S, ...]`` on every tensor. Networks are
+stacked (:class:`agents.networks.ActorCritic` with a list of seeds), the environments are
+``S * num_envs`` (:mod:`agents.seed_axis`), losses are reduced per seed and summed (seed ``s``'s
+loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
+gradients), clipping, the non-finite guard and Adam act per seed
+(:class:`agents._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
+PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
+examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
+``S = 1`` the axis is absent and every op is the ordinary agent's.
 """
 
 from __future__ import annotations
@@ -22,11 +33,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents._step import make_adam_step
-from agents.base import Agent
+from agents._step import SeedAxisAdamStep, make_adam_step
+from agents.base import Agent, own_function
 from agents.config import OnPolicyConfig
 from agents.envs import RunningMeanStd
-from agents.networks import ActorCritic
+from agents.networks import ActorCritic, SeedRunningMeanStd
+from agents.policy import PolicySurface
 from agents.returns import bootstrap_values, discounted_returns, gae
 from agents.schedules import linear
 
@@ -35,8 +47,14 @@ if TYPE_CHECKING:
 
 
 def _normalize(x):
-    mean, var = tf.nn.moments(x, axes=[0])
+    """Standardise ``x [..., B]`` along its last axis (per seed with the seed axis)."""
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=x.shape.rank > 1)
     return (x - mean) / (tf.sqrt(var) + 1e-8)
+
+
+def _mean(x):
+    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
+    return tf.reduce_mean(x, axis=-1)
 
 
 class OnPolicyAgent(Agent):
@@ -54,29 +72,86 @@ class OnPolicyAgent(Agent):
             if len(space.shape) != 1:
                 raise ValueError(f"env: Box action spaces must be 1-D, got shape {space.shape}")
             n_out = int(space.shape[0])
+        many = self.num_seeds > 1
+        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
         self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
-                                 cfg.activation, cfg.normalize_obs, cfg.log_std_init, cfg.seed)
+                                 cfg.activation, cfg.normalize_obs, cfg.log_std_init,
+                                 self.seeds if many else cfg.seed)
         self.variables = self.model.trainable
-        self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
-            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
-        self.reward_rms = RunningMeanStd((), name="reward_rms")
-        n_envs = cfg.num_envs
-        self._ret_acc = tf.Variable(tf.zeros([n_envs]), trainable=False, name="return_acc")
-        self._last_end = tf.Variable(tf.zeros([n_envs], tf.bool), trainable=False, name="last_end")
-        self._obs = tf.Variable(tf.zeros((n_envs,) + self.obs_shape), trainable=False, name="obs")
+        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
+            self.gradient_step = self.optimizer = SeedAxisAdamStep(
+                self.variables, cfg.learning_rate, cfg.max_grad_norm)
+            self.reward_rms = SeedRunningMeanStd((), self.num_seeds, name="reward_rms")
+        else:
+            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
+            self.reward_rms = RunningMeanStd((), name="reward_rms")
+        envs = self._lead + (cfg.num_envs,)
+        self._ret_acc = tf.Variable(tf.zeros(envs), trainable=False, name="return_acc")
+        self._last_end = tf.Variable(tf.zeros(envs, tf.bool), trainable=False, name="last_end")
+        self._obs = tf.Variable(tf.zeros(envs + self.obs_shape), trainable=False, name="obs")
         if not self.discrete:
             self._low = tf.constant(self.env.action_low)
             self._high = tf.constant(self.env.action_high)
         self.trace_counts = collections.Counter()
-        self._rollout = tf.function(self._rollout_graph)
-        self._train = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
+        self._rollout = tf.function(own_function(self._rollout_graph))
+        self._train = tf.function(own_function(self._train_graph), jit_compile=cfg.jit_compile)
         # backend="graph": rollout + targets + update of an iteration in one compiled call
-        self._iteration = tf.function(self._iteration_graph, jit_compile=cfg.jit_compile)
+        self._iteration = tf.function(own_function(self._iteration_graph),
+                                      jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,
                 "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
                 "return_acc": self._ret_acc}
+
+    # -- the seed axis: layouts --------------------------------------------------------------
+    def _split_envs(self, x):
+        """``[S * N, ...]`` (the env's batch) -> ``[S, N, ...]``; unchanged without the axis."""
+        if not self._lead:
+            return x
+        return tf.reshape(x, self._lead + (self.config.num_envs,) + tuple(x.shape[1:]))
+
+    def _join_envs(self, x):
+        """``[S, N, ...]`` -> ``[S * N, ...]`` (actions for the env); unchanged without it."""
+        if not self._lead:
+            return x
+        return tf.reshape(x, (-1,) + tuple(x.shape[2:]))
+
+    def _seed_major(self, x):
+        """A rollout tensor ``[T, (S,) N, ...]`` -> the update's ``[(S,) T * N, ...]``."""
+        rest = tuple(x.shape[2 + len(self._lead):])
+        if self._lead:
+            x = tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
+        return tf.reshape(x, self._lead + (-1,) + rest)
+
+    def _time_major(self, x):
+        """``[(S,) T * N]`` -> ``[T, (S,) N]`` (the layout of the returns' scans)."""
+        cfg = self.config
+        if not self._lead:
+            return tf.reshape(x, [cfg.n_steps, cfg.num_envs])
+        return tf.transpose(tf.reshape(x, self._lead + (cfg.n_steps, cfg.num_envs)), [1, 0, 2])
+
+    def _take(self, x, idx):
+        """Rows ``idx [(S,) mb]`` of ``x [(S,) B, ...]`` (each seed its own rows)."""
+        k = len(self._lead)
+        return tf.gather(x, idx, axis=k, batch_dims=k)
+
+    def export(self, index: int) -> OnPolicyAgent:
+        """Seed ``self.seeds[index]`` as an ordinary (one-seed) agent of the same class: its
+        weights, Adam moments and count, observation and reward statistics, step counts,
+        ``history`` and recent returns (:func:`agents.seed_axis.export_seed`). It saves, loads,
+        evaluates and is attacked like any other.
+
+        >>> import agents
+        >>> many = agents.PPO(env="CartPole-v1", num_seeds=2, seed=5, n_steps=8, num_envs=2,
+        ...                   n_minibatches=1, n_epochs=1, preset=None)
+        >>> one = many.export(1)
+        >>> one.config.seed, one.num_seeds, one.model.policy_net.weights_[0].shape.as_list()
+        (6, 1, [4, 64])
+        """
+        from agents.seed_axis import export_seed
+        return export_seed(self, index)
 
     def _obs_rms(self):
         return self.model.obs_norm.rms if self.config.normalize_obs else None
@@ -85,7 +160,7 @@ class OnPolicyAgent(Agent):
         return list(self.model.variables)
 
     def _on_env_reset(self, obs):
-        self._obs.assign(obs)
+        self._obs.assign(self._split_envs(tf.convert_to_tensor(obs, tf.float32)))
         self._ret_acc.assign(tf.zeros_like(self._ret_acc))
         self._last_end.assign(tf.zeros_like(self._last_end))
 
@@ -107,6 +182,20 @@ class OnPolicyAgent(Agent):
     def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
         return self.model.value(tf.convert_to_tensor(obs, tf.float32))
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as attacks and certification see it: logits or the Gaussian mean of the
+        normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
+        trained) and the action bounds (see :class:`agents.PolicySurface`)."""
+        m, cfg, space = self.model, self.config, self.env.single_action_space
+        net = m.policy_net
+        return PolicySurface(
+            "logits" if self.discrete else "gaussian_mean", net, obs_shape=self.obs_shape,
+            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
+            log_std=None if self.discrete else m.log_std,
+            action_low=None if self.discrete else space.low,
+            action_high=None if self.discrete else space.high,
+            layers=list(zip(net.weights_, net.biases)), activation=cfg.activation)
 
     def _perceived(self, obs, seed):
         """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and
@@ -135,21 +224,25 @@ class OnPolicyAgent(Agent):
         building the distribution object in the rollout's loop."""
         if self.discrete:
             logits = self.model.policy_net(self.model.obs_norm(obs))
-            return tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
+            flat = tf.reshape(logits, [-1, logits.shape[-1]])  # [(S *) N, actions]
+            draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)[:, 0]
+            return tf.reshape(draws, tf.shape(logits)[:-1])
         return self.model.distribution(obs).sample(seed=seed)
 
     def _rollout_graph(self):
         self.trace_counts["rollout"] += 1
         horizon, n_envs = self.config.n_steps, self.config.num_envs
         graph_env = self.config.backend == "graph"
-        obs_shape = (n_envs,) + self.obs_shape
+        envs = self._lead + (n_envs,)  # [(S,) N]
+        obs_shape = envs + self.obs_shape
+        all_envs = self.env.num_envs  # S * N
         a_dtype = tf.int32 if self.discrete else tf.float32
         tas = {
             "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
             "actions": tf.TensorArray(a_dtype, size=horizon),
-            "rewards": tf.TensorArray(tf.float32, size=horizon, element_shape=(n_envs,)),
-            "terminated": tf.TensorArray(tf.bool, size=horizon, element_shape=(n_envs,)),
-            "truncated": tf.TensorArray(tf.bool, size=horizon, element_shape=(n_envs,)),
+            "rewards": tf.TensorArray(tf.float32, size=horizon, element_shape=envs),
+            "terminated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
+            "truncated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
             "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
         }
         obs = self._obs.read_value()
@@ -158,8 +251,8 @@ class OnPolicyAgent(Agent):
         env_state, ended = tf.constant(0), tf.constant(0)
         if graph_env:
             env_state = self.env.state
-            ended = (tf.TensorArray(self.env.spec.dtype, size=horizon, element_shape=(n_envs,)),
-                     tf.TensorArray(tf.int32, size=horizon, element_shape=(n_envs,)))
+            ended = (tf.TensorArray(self.env.spec.dtype, size=horizon, element_shape=(all_envs,)),
+                     tf.TensorArray(tf.int32, size=horizon, element_shape=(all_envs,)))
         seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
         for t in tf.range(horizon):
             obs = self._perceived(obs, seeds[:, t])
@@ -168,12 +261,14 @@ class OnPolicyAgent(Agent):
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             a = self._sample_actions(safe, seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
+            a_env = self._join_envs(a_env)
             if graph_env:
-                env_state, (nobs, r, term, trunc, fin), (ended_return, ended_length) = \
+                env_state, out, (ended_return, ended_length) = \
                     self.env.step_state(env_state, a_env)
                 ended = (ended[0].write(t, ended_return), ended[1].write(t, ended_length))
             else:
-                nobs, r, term, trunc, fin = self._env_step_in_graph(a_env)
+                out = self._env_step_in_graph(a_env)
+            nobs, r, term, trunc, fin = (self._split_envs(x) for x in out)
             tas["obs"] = tas["obs"].write(t, obs)
             tas["actions"] = tas["actions"].write(t, a)
             tas["rewards"] = tas["rewards"].write(t, r)
@@ -185,8 +280,8 @@ class OnPolicyAgent(Agent):
         batch = {k: v.stack() for k, v in tas.items()}
         if graph_env:
             self.env.write_state(env_state)
-            self.env.record_episodes(batch["terminated"] | batch["truncated"],
-                                     ended[0].stack(), ended[1].stack())
+            done = tf.reshape(batch["terminated"] | batch["truncated"], [horizon, all_envs])
+            self.env.record_episodes(done, ended[0].stack(), ended[1].stack())
         return batch
 
     def _iteration_graph(self):
@@ -211,24 +306,22 @@ class OnPolicyAgent(Agent):
                                               self._last_end.read_value()))
         self._ret_acc.assign(rets[-1])
         self._last_end.assign(ends_seq[-1])
-        self.reward_rms.update(tf.reshape(rets, [-1]))
+        self.reward_rms.update(self._seed_major(rets))  # [(S,) T * N]: per seed
         return self.reward_rms.scale(rewards)
 
     def _train_graph(self, batch):
         self.trace_counts["train"] += 1
         cfg = self.config
-        horizon, n_envs = cfg.n_steps, cfg.num_envs
-        batch_size = horizon * n_envs
-        obs = tf.reshape(batch["obs"], (batch_size,) + self.obs_shape)
-        fin = tf.reshape(batch["final_obs"], (batch_size,) + self.obs_shape)
-        actions = tf.reshape(batch["actions"], (batch_size,) + tuple(batch["actions"].shape[2:]))
-        term, trunc = batch["terminated"], batch["truncated"]
+        obs = self._seed_major(batch["obs"])  # [(S,) T * N, ...]
+        fin = self._seed_major(batch["final_obs"])
+        actions = self._seed_major(batch["actions"])
+        term, trunc = batch["terminated"], batch["truncated"]  # [T, (S,) N]
         ends = tf.logical_or(term, trunc)
         rewards = batch["rewards"]
         if cfg.normalize_reward:
             rewards = self._scale_rewards(rewards, ends)
-        values = tf.reshape(self.model.value(obs), [horizon, n_envs])
-        next_values = bootstrap_values(tf.reshape(self.model.value(fin), [horizon, n_envs]), term)
+        values = self._time_major(self.model.value(obs))
+        next_values = bootstrap_values(self._time_major(self.model.value(fin)), term)
         if self.monte_carlo:
             returns = discounted_returns(rewards, next_values, ends, cfg.gamma)
             advantages = tf.stop_gradient(returns - values)
@@ -236,25 +329,25 @@ class OnPolicyAgent(Agent):
             advantages, returns = gae(rewards, values, next_values, ends, cfg.gamma,
                                       cfg.gae_lambda)
         logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
-        values = tf.stop_gradient(tf.reshape(values, [batch_size]))
-        returns = tf.reshape(returns, [batch_size])
-        stats = self._update(obs, actions, logp_old, tf.reshape(advantages, [batch_size]), returns,
+        values = tf.stop_gradient(self._seed_major(values))
+        returns = self._seed_major(returns)
+        stats = self._update(obs, actions, logp_old, self._seed_major(advantages), returns,
                              values)
-        var_y = tf.math.reduce_variance(returns)
+        var_y = tf.math.reduce_variance(returns, axis=-1)
         stats["explained_variance"] = tf.where(
-            var_y > 0, 1.0 - tf.math.reduce_variance(returns - values) / var_y, np.nan)
+            var_y > 0, 1.0 - tf.math.reduce_variance(returns - values, axis=-1) / var_y, np.nan)
         self.model.obs_norm.update(obs)
         return stats
 
     def _losses(self, obs, actions, advantages, returns):
-        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch."""
+        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch (per seed: ``[S]`` terms)."""
         cfg = self.config
         dist = self.model.distribution(obs)
         logp = dist.log_prob(actions)
-        entropy = tf.reduce_mean(dist.entropy())
+        entropy = _mean(dist.entropy())
         adv = _normalize(advantages) if cfg.normalize_advantages else advantages
-        pg_loss = -tf.reduce_mean(logp * tf.stop_gradient(adv))
-        v_loss = 0.5 * tf.reduce_mean(tf.square(self.model.value(obs) - returns))
+        pg_loss = -_mean(logp * tf.stop_gradient(adv))
+        v_loss = 0.5 * _mean(tf.square(self.model.value(obs) - returns))
         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
         return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
 
@@ -262,14 +355,18 @@ class OnPolicyAgent(Agent):
         """One gradient step on the whole batch (REINFORCE, A2C)."""
         with tf.GradientTape() as tape:
             loss, stats = self._losses(obs, actions, advantages, returns)
-        grads = tape.gradient(loss, self.variables)
-        step = self._apply_gradients(grads)
+        step = self._apply_gradients(self._gradients(tape, loss))
         stats = dict(stats)
         stats["loss"] = loss
         stats["grad_norm"] = step["grad_norm"]
         stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
-        stats["updates_tried"] = tf.constant(1.0)
+        stats["updates_tried"] = tf.ones(self._lead)
         return stats
+
+    def _gradients(self, tape, loss):
+        """Gradients of ``loss`` (a scalar, or ``[S]`` per seed: the tape differentiates the
+        sum, whose gradient is the stack of each seed's gradient)."""
+        return tape.gradient(loss, self.variables)
 
     def _start_iteration(self, steps_done, total) -> float:
         """Set this iteration's learning rate (linear annealing); returns it."""
@@ -286,7 +383,12 @@ class OnPolicyAgent(Agent):
         n = cfg.n_steps * cfg.num_envs
         self.num_timesteps.assign_add(n)
         self.num_updates.assign_add(1)
-        logs = {k: float(v) for k, v in stats.items()}
+        if self._lead:  # the mean over seeds, and each seed's value under "per_seed"
+            per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+            logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+            logs["per_seed"] = per_seed
+        else:
+            logs = {k: float(v) for k, v in stats.items()}
         logs["learning_rate"] = lr
         return logs, n
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from agents import _sums
 from agents.config import PPOConfig
-from agents.onpolicy import OnPolicyAgent, _normalize
+from agents.onpolicy import OnPolicyAgent, _mean, _normalize
 from agents.robust import RobustOnPolicy
 
 
@@ -32,25 +32,28 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
         cfg = self.config
+        lead = self._lead  # (S,) with the seed axis: every statistic below is per seed
         batch = cfg.n_steps * cfg.num_envs
         mb = batch // cfg.n_minibatches
         c = cfg.clip_coef
         sums = _sums.zeros(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                            "sa_kl", "grad_norm", "updates_applied"))
-        n = tf.constant(0.0)
-        epochs = tf.constant(0.0)
-        last_kl = tf.constant(0.0)
+                            "sa_kl", "grad_norm", "updates_applied"), lead)
+        n = tf.zeros(lead)  # gradient steps tried (a seed stopped by target_kl tries no more)
+        epochs = tf.zeros(lead)
+        active = tf.ones(lead, tf.bool)
         for _epoch in tf.range(cfg.n_epochs):
-            perm = tf.argsort(tf.random.stateless_uniform([batch], seed=self._seed()))
-            kl_sum = tf.constant(0.0)
+            perm = tf.argsort(tf.random.stateless_uniform(lead + (batch,), seed=self._seed()),
+                              axis=-1)
+            kl_sum = tf.zeros(lead)
+            on = tf.cast(active, tf.float32)
             for k in tf.range(cfg.n_minibatches):
-                idx = perm[k * mb:(k + 1) * mb]
-                mb_obs = tf.gather(obs, idx)
-                mb_act = tf.gather(actions, idx)
-                mb_logp_old = tf.gather(logp_old, idx)
-                mb_adv = tf.gather(advantages, idx)
-                mb_ret = tf.gather(returns, idx)
-                mb_val = tf.gather(values, idx)
+                idx = perm[..., k * mb:(k + 1) * mb]
+                mb_obs = self._take(obs, idx)
+                mb_act = self._take(actions, idx)
+                mb_logp_old = self._take(logp_old, idx)
+                mb_adv = self._take(advantages, idx)
+                mb_ret = self._take(returns, idx)
+                mb_val = self._take(values, idx)
                 if cfg.normalize_advantages:
                     mb_adv = _normalize(mb_adv)
                 mb_obs_adv = self._sa_observations(mb_obs)
@@ -58,33 +61,33 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
                     dist = self.model.distribution(mb_obs)
                     logratio = dist.log_prob(mb_act) - mb_logp_old
                     ratio = tf.exp(logratio)
-                    entropy = tf.reduce_mean(dist.entropy())
-                    pg_loss = tf.reduce_mean(tf.maximum(
+                    entropy = _mean(dist.entropy())
+                    pg_loss = _mean(tf.maximum(
                         -mb_adv * ratio, -mb_adv * tf.clip_by_value(ratio, 1 - c, 1 + c)))
                     new_v = self.model.value(mb_obs)
                     if cfg.clip_vloss:
                         v_clipped = mb_val + tf.clip_by_value(new_v - mb_val, -c, c)
-                        v_loss = 0.5 * tf.reduce_mean(tf.maximum(
+                        v_loss = 0.5 * _mean(tf.maximum(
                             tf.square(new_v - mb_ret), tf.square(v_clipped - mb_ret)))
                     else:
-                        v_loss = 0.5 * tf.reduce_mean(tf.square(new_v - mb_ret))
+                        v_loss = 0.5 * _mean(tf.square(new_v - mb_ret))
                     sa_loss, sa_kl = self._sa_term(mb_obs, mb_obs_adv)
                     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss + sa_loss
-                grads = tape.gradient(loss, self.variables)
-                step = self._apply_gradients(grads)
-                approx_kl = tf.reduce_mean((ratio - 1.0) - logratio)
-                clipfrac = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > c, tf.float32))
+                step = self._apply_gradients(self._gradients(tape, loss),
+                                             active if lead else None)
+                approx_kl = _mean((ratio - 1.0) - logratio)
+                clipfrac = _mean(tf.cast(tf.abs(ratio - 1.0) > c, tf.float32))
                 kl_sum += approx_kl
                 sums = _sums.add(sums, {
                     "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
                     "approx_kl": approx_kl, "clip_fraction": clipfrac, "sa_kl": sa_kl,
                     "grad_norm": step["grad_norm"],
-                    "updates_applied": tf.cast(step["applied"], tf.float32)})
-                n += 1.0
-            epochs += 1.0
-            last_kl = kl_sum / float(cfg.n_minibatches)
-            if cfg.target_kl is not None:
-                if last_kl > cfg.target_kl:
+                    "updates_applied": tf.cast(step["applied"], tf.float32)}, on if lead else None)
+                n += on
+            epochs += on
+            if cfg.target_kl is not None:  # a seed past the target is frozen (a mask)
+                active = active & (kl_sum / float(cfg.n_minibatches) <= cfg.target_kl)
+                if not tf.reduce_any(active):
                     break
         stats = _sums.means(sums, n)
         stats.update(updates_applied=sums["updates_applied"], updates_tried=n, epochs=epochs)

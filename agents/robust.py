@@ -42,11 +42,13 @@ import tensorflow_probability as tfp
 
 from agents import atla
 from agents import observation_attacks as oa
+from agents._victim import _surface
 from agents.schedules import linear
 
 if TYPE_CHECKING:
     from agents.base import Agent
     from agents.networks import ActorCritic
+    from agents.policy import PolicySurface
 
 tfd = tfp.distributions
 
@@ -94,20 +96,25 @@ class RobustSchedule(tf.Module):
         self.kappa.assign(self.target_kappa * frac)
 
 
-def clean_distribution(model: ActorCritic, obs: tf.Tensor) -> tfd.Distribution:
-    """``pi(.|obs)`` of an :class:`agents.networks.ActorCritic` with every parameter under
-    ``tf.stop_gradient`` (the fixed side of the KL)."""
-    out = tf.stop_gradient(model.policy_net(model.obs_norm(obs)))
-    if model.discrete:
-        return tfd.Categorical(logits=out)
-    std = tf.stop_gradient(tf.exp(model.log_std) * tf.ones_like(out))
-    return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
+def clean_distribution(policy: ActorCritic | PolicySurface, obs: tf.Tensor) -> tfd.Distribution:
+    """``pi(.|obs)`` of ``policy`` (an :class:`agents.PolicySurface` or an
+    :class:`agents.networks.ActorCritic`: anything with ``distribution(obs)``) with every
+    parameter under ``tf.stop_gradient`` (the fixed side of the KL)."""
+    d = policy.distribution(obs)
+    if isinstance(d, tfd.Categorical):
+        return tfd.Categorical(logits=tf.stop_gradient(d.logits))
+    normal = d.distribution
+    return tfd.Independent(tfd.Normal(tf.stop_gradient(normal.loc),
+                                      tf.stop_gradient(normal.scale)),
+                           reinterpreted_batch_ndims=1)
 
 
-def policy_kl(model: ActorCritic, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
+def policy_kl(policy: ActorCritic | PolicySurface, obs: tf.Tensor, obs_adv: tf.Tensor
+              ) -> tf.Tensor:
     """``KL(pi(.|obs) || pi(.|obs_adv))`` per row ``[B]``, the clean side stopped, the
-    perturbed side differentiable w.r.t. the model's variables."""
-    return tfd.kl_divergence(clean_distribution(model, obs), model.distribution(obs_adv))
+    perturbed side differentiable w.r.t. the policy's variables (``policy`` as in
+    :func:`clean_distribution`)."""
+    return tfd.kl_divergence(clean_distribution(policy, obs), policy.distribution(obs_adv))
 
 
 def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps: int,
@@ -124,7 +131,7 @@ def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps:
 def sa_policy_regularizer(agent: Agent, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
     """The SA-PPO/SA-A2C regulariser (before kappa): mean over the batch of
     :func:`policy_kl` at the attack's ``obs_adv``; scalar."""
-    return tf.reduce_mean(policy_kl(agent.model, obs, obs_adv))
+    return tf.reduce_mean(policy_kl(_surface(agent), obs, obs_adv))
 
 
 def q_margin_hinge(q_adv: tf.Tensor, greedy: tf.Tensor, margin: float = HINGE_MARGIN
@@ -147,7 +154,8 @@ def sa_dqn_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, st
     ``s_hat`` ``[B, d]`` from ``steps`` PGD steps of ``eps / steps`` on the cross-entropy away
     from ``a*`` (the ``action`` attack); both stopped."""
     obs = tf.stop_gradient(obs)
-    greedy = tf.argmax(tf.stop_gradient(agent.q(obs)), axis=-1, output_type=tf.int32)
+    greedy = tf.argmax(tf.stop_gradient(_surface(agent).outputs(obs)), axis=-1,
+                       output_type=tf.int32)
     obs_adv = tf.stop_gradient(_plain(oa.action_attack)(agent, obs, eps=eps, steps=steps,
                                                 step_size=eps / float(steps), seed=seed))
     return obs_adv, greedy
@@ -157,7 +165,7 @@ def attacked_q_margin(agent: Agent, obs_adv: tf.Tensor, greedy: tf.Tensor,
                       margin: float = HINGE_MARGIN) -> tf.Tensor:
     """SA-DQN's regulariser (before kappa): the mean :func:`q_margin_hinge` of the online
     network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar, differentiable."""
-    return tf.reduce_mean(q_margin_hinge(agent.q(obs_adv), greedy, margin))
+    return tf.reduce_mean(q_margin_hinge(_surface(agent).outputs(obs_adv), greedy, margin))
 
 
 def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: float | tf.Tensor,

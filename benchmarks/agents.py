@@ -78,8 +78,7 @@ ROWS = {
 def _cls(algo):
     import agents
 
-    return {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
-            "dqn": agents.DQN}[algo]
+    return agents.algorithm(algo)
 
 
 def returns_row(name, seeds, steps=None, episodes=20, verbose=False):

@@ -15,8 +15,8 @@ Rows:
   ``tf.numpy_function`` (Python per step).
 * ``graph``: ``agents.PPO(backend="graph")``, one seed; rollout + targets + update in one
   compiled call.
-* ``stacked xS``: ``agents.train_many(config, seeds=range(S))`` (the stacked design), S = 1 and
-  ``--seeds``; aggregate env steps per second over all seeds.
+* ``stacked xS``: ``agents.PPO(config, num_seeds=S)`` (the seed axis ``agents.train_many`` runs),
+  S = 1 and ``--seeds``; aggregate env steps per second over all seeds.
 * ``dqn gymnasium`` / ``dqn graph`` (with ``--dqn-steps N``): ``agents.DQN`` with the
   ``dqn-CartPole-v1`` preset's hyper-parameters (no periodic evaluation) for ``N`` steps; the
   graph backend collects and trains in one compiled call per iteration.
@@ -164,26 +164,30 @@ def _measure_dqn(backend, steps, xla) -> dict:
 
 
 def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
+    """``n_seeds`` seeds as one agent with a seed axis (``agents.PPO(num_seeds=n_seeds)``, what
+    ``agents.train_many`` runs); aggregate env steps per second over the seeds."""
     import agents
-    from agents.stacked import StackedPPO
 
-    cfg = _config(settings, "graph", xla)
-    group = [agents.PPO(dataclasses.replace(cfg, seed=s)) for s in range(n_seeds)]
-    stacked = StackedPPO(group)
-    per_iteration = cfg.n_steps * cfg.num_envs
+    cfg = dataclasses.replace(_config(settings, "graph", xla), num_seeds=n_seeds)
+    agent = agents.PPO(cfg)
+    marks = {}
     start = time.perf_counter()
-    stacked.train(per_iteration, total=steps)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    stacked.train(steps - per_iteration, total=steps)
-    seconds = time.perf_counter() - start
-    out = {"steps_per_second": n_seeds * (steps - per_iteration) / seconds,
-           "first_iteration_s": first, "seeds": n_seeds}
+
+    def mark(a, logs):
+        if "t0" not in marks:
+            marks["t0"], marks["steps0"] = time.perf_counter(), logs["steps"]
+
+    agent.learn(steps, callbacks=[mark], progress_bar=False)
+    seconds = time.perf_counter() - marks["t0"]
+    done = int(agent.num_timesteps.numpy()) - marks["steps0"]
+    out = {"steps_per_second": n_seeds * done / seconds,
+           "first_iteration_s": marks["t0"] - start, "seeds": n_seeds}
     target = agents.config.get_preset("ppo-CartPole-v1")["target"]
-    out.update(_evaluate(group, target))
+    trained = [agent.export(k) for k in range(n_seeds)] if n_seeds > 1 else [agent]
+    out.update(_evaluate(trained, target))
     import tensorflow as tf
-    rollout_ms = _timed(tf.function(stacked._rollout, jit_compile=cfg.jit_compile), 5)
-    iteration_ms = _timed(stacked.iteration, 5)
+    rollout_ms = _timed(tf.function(agent._rollout_graph, jit_compile=cfg.jit_compile), 5)
+    iteration_ms = _timed(agent._iteration, 5)
     out["breakdown"] = {"rollout_ms (env + policy)": round(rollout_ms, 2),
                         "update_ms": round(iteration_ms - rollout_ms, 2),
                         "iteration_ms": round(iteration_ms, 2)}

@@ -242,8 +242,7 @@ def train(args, kind: str, seed: int, robust_eps: float | None):
     from agents.config import get_preset
 
     overrides = _overrides(args, kind, robust_eps)
-    cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
-           "dqn": agents.DQN}[args.algo]
+    cls = agents.algorithm(args.algo, "--algo")
     agent = cls(env=args.env, seed=seed, **overrides)
     steps = _budget(args)
     learn = get_preset(agent.config.preset).get("learn", {}) if agent.config.preset else {}
@@ -459,7 +458,7 @@ def training_cost(args) -> int:
     import agents
 
     eps = 0.05 if args.robust_eps == "auto" else float(args.robust_eps)
-    cls = {"ppo": agents.PPO, "a2c": agents.A2C, "dqn": agents.DQN}[args.algo]
+    cls = agents.algorithm(args.algo, "--algo")
     times = {"vanilla": [], args.robust: []}
     for seed in args.seeds:
         for kind in times:

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     import agents
 
     overrides = _overrides(args, "vanilla", None)  # "vanilla": only the --set overrides
-    cls = {"ppo": agents.PPO, "a2c": agents.A2C, "dqn": agents.DQN}[args.algo]
+    cls = agents.algorithm(args.algo, "--algo")
     steps = _budget(args)
     grid = [float(e) for e in args.eps.split(",")]
     for seed in args.seeds:

@@ -341,39 +341,16 @@ class Clean(TrainingMethod):
 # Certified training (IBP, CROWN-IBP)
 # ----------------------------------------------------------------------------------------------
 
-#: examples per bound computation when the batch size is not static (inside ``fit``)
-_BOUND_CHUNK = 32
-
-
 def _all_margins_spec(y, num_classes, dtype):
     """``C`` [B, K, K]: row ``j`` is ``e_y - e_j`` (row ``y`` is zero, so its bound is 0)."""
     onehot = tf.one_hot(y, num_classes, dtype=dtype)
     return onehot[:, None, :] - tf.eye(num_classes, dtype=dtype)[None]
 
 
-def _margin_lower_bounds(bounded, lower, upper, spec, method):
+def _margin_lower_bounds(model, lower, upper, spec, method):
     """Lower bounds [B, S] of ``spec @ logits`` over the boxes, differentiable w.r.t. the
-    weights. The engine needs a static batch: an unknown one (``fit`` traces ``[None, ...]``)
-    is padded to chunks of :data:`_BOUND_CHUNK` examples, bounded chunk by chunk in a loop."""
-    if lower.shape[0] is not None:
-        return bounded._bounds(lower, upper, spec, None, method)[0]
-    n = tf.shape(lower)[0]
-    k = _BOUND_CHUNK
-    chunks = (n + k - 1) // k
-    pad = chunks * k - n
-
-    def split(t):
-        t = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
-        return tf.reshape(t, tf.concat([[chunks, k], tf.shape(t)[1:]], 0))
-
-    rows = spec.shape[1]
-    lb = tf.map_fn(lambda a: bounded._bounds(tf.ensure_shape(a[0], [k, *lower.shape[1:]]),
-                                             tf.ensure_shape(a[1], [k, *upper.shape[1:]]),
-                                             tf.ensure_shape(a[2], [k, *spec.shape[1:]]),
-                                             None, method)[0],
-                   (split(lower), split(upper), split(spec)),
-                   fn_output_signature=tf.TensorSpec([k, rows], lower.dtype))
-    return tf.reshape(lb, [-1, rows])[:n]
+    weights (the engine's unchecked entry: traced inside the training step, any batch size)."""
+    return _bounds.compute_bounds_unchecked(model, lower, upper, method, spec)[0]
 
 
 def worst_case_logits(model: Any, x: Any, y: Any, eps: Any, *, method: str = "ibp",
@@ -402,21 +379,21 @@ def worst_case_logits(model: Any, x: Any, y: Any, eps: Any, *, method: str = "ib
     >>> worst_case_logits(m, np.array([[0.5]], "float32"), np.array([0]), 0.1).numpy().round(3)
     array([[ 0. , -0.8]], dtype=float32)
     """
-    bounded = _bounds._bounded(model)
     x = tf.convert_to_tensor(x, tf.float32)
     y = tf.cast(tf.reshape(y, [-1]), tf.int32)
     eps = tf.cast(eps, x.dtype)
     lower = tf.maximum(x - eps, clip_min)
     upper = tf.minimum(x + eps, clip_max)
     out_shape = getattr(model, "output_shape", None)
-    num_classes = int(out_shape[-1] if out_shape else bounded.output_shape(x[:1])[-1])
+    num_classes = int(out_shape[-1] if out_shape else _bounds.BoundedModel(model).output_shape(
+        x[:1])[-1])
     spec = _all_margins_spec(y, num_classes, x.dtype)
     if method != "crown-ibp":
-        return 0.0 - _margin_lower_bounds(bounded, lower, upper, spec, method)  # no -0.0
+        return 0.0 - _margin_lower_bounds(model, lower, upper, spec, method)  # no -0.0
     beta = tf.cast(beta, x.dtype)
-    ibp = _margin_lower_bounds(bounded, lower, upper, spec, "ibp")
+    ibp = _margin_lower_bounds(model, lower, upper, spec, "ibp")
     mixed = tf.cond(beta > 1e-5,
-                    lambda: beta * _margin_lower_bounds(bounded, lower, upper, spec, "crown-ibp")
+                    lambda: beta * _margin_lower_bounds(model, lower, upper, spec, "crown-ibp")
                     + (1.0 - beta) * ibp,
                     lambda: ibp)
     return 0.0 - mixed

@@ -54,9 +54,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     from robustgrad.commands.train_agent import plot_learning_curve
 
     out = args.out or os.path.join("runs", args.algo)
-    classes = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
-               "dqn": agents.DQN}
-    cls = classes[args.algo]
+    cls = agents.algorithm(args.algo, "--algo")
     overrides = {k: v for k, v in overrides.items()
                  if k not in ("checkpoint_dir", "checkpoint_every")}
     dirs = [os.path.join(out, f"seed_{s}") for s in seeds]

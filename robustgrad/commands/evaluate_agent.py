@@ -6,6 +6,11 @@ Example::
     robustgrad evaluate-agent --agent runs/ppo --episodes 20 --stochastic --json
     robustgrad evaluate-agent --agent runs/ppo --attacks random,action,mad,critic,rs \\
         --eps 0.05,0.1,0.2 --episodes 50 --out runs/ppo-attacks
+    robustgrad evaluate-agent --agent runs/ppo --attacks rs,optimal --eps 0.05 \\
+        --adversary-steps 200000 --out runs/ppo-learned
+
+``optimal`` and ``paad`` are learned adversaries (``agents.adversary``, ``agents.paad``): one is
+trained per eps for ``--adversary-steps`` env steps, and the report gives each one's cost.
 
 Without ``--attacks``: full episodes on a fresh vector environment of the agent's env id, the
 mean and standard deviation of the episode return (deterministic actions unless

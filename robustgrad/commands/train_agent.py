@@ -312,8 +312,7 @@ def run(args: argparse.Namespace) -> int:
                                  "--resume")
             if args.overwrite:
                 remove_outputs(out, _AGENT_FILES)
-            cls = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE,
-                   "dqn": agents.DQN}[args.algo]
+            cls = agents.algorithm(args.algo, "--algo")
             agent = cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
         learn_options = {}
         if agent.config.preset is not None:

@@ -109,6 +109,10 @@ def test_bad_requests_fail_before_any_work(untrained):
         train_adversary(untrained, eps=0.0, steps=10)
     with pytest.raises(TypeError, match="must be an agents.Agent with a policy surface"):
         train_adversary("runs/ppo", eps=0.1, steps=10)
+    with pytest.raises(TypeError, match="victim: PPO has no policy_surface\\(\\) method"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(type(untrained), "policy_surface", None)
+            train_adversary(untrained, eps=0.1, steps=10)
     with pytest.raises(ValueError, match="start_radius must be >= eps"):
         train_adversary(untrained, eps=0.1, steps=10, start_radius=0.05)
     norm = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32, normalize_obs=True)

@@ -1,11 +1,9 @@
 """The graph backend of the agents, many seeds in one run, and ``train-agent --backend/--seeds``.
 
 Agents are expensive to trace on 2 shared cores, so the configs are small (few envs, short
-rollouts); learning tests are short, the statistical comparison of seeds alone and stacked is
-marked slow.
+rollouts); learning tests are short (the seed axis: test_agents_seed_axis.py).
 """
 
-import dataclasses
 import json
 import os
 
@@ -15,8 +13,7 @@ import tensorflow as tf
 
 import agents
 from agents.graph_backend import GraphBackendEnv
-from agents.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_group, train_many
-from agents.stacked import StackedPPO, unsupported_fields
+from agents.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_many
 from robustgrad.cli import main
 from robustgrad.commands._train_seeds import parse_seeds
 
@@ -58,13 +55,10 @@ def test_seed_lists_and_num_seeds_are_checked():
     cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"})
     with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
         train_many(cfg, num_seeds=0, steps=32)
-    with pytest.raises(ValueError, match="train_many needs config.backend='graph'"):
-        train_many(dataclasses.replace(cfg, backend="gymnasium"), seeds=[0], steps=32)
     with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig or REINFORCEConfig"):
         train_many(agents.DQNConfig(backend="graph"), seeds=[0], steps=32)
-    with pytest.raises(ValueError, match="design='stacked' needs a PPO config without normalize_obs"):
-        train_many(dataclasses.replace(cfg, normalize_obs=True), seeds=[0], steps=32,
-                   design="stacked")
+    with pytest.raises(ValueError, match="design must be one of"):
+        train_many(cfg, seeds=[0], steps=32, design="fast")
 
 
 @pytest.mark.parametrize("text", ["", "a", "3-1", "0-2,2", "-1", "1,,2", "0-"])
@@ -242,74 +236,6 @@ def test_graph_ppo_learns_cartpole_quickly():
 
 
 # -- many seeds ------------------------------------------------------------------------------
-
-
-def test_group_design_seed_equals_the_same_seed_alone_exactly():
-    cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"}, seed=1)
-    alone = agents.PPO(cfg)
-    alone.learn(96, progress_bar=False)
-    group = train_many(cfg, seeds=[0, 1], steps=96, design="group")
-    for x, y in zip(alone.get_weights(), group[1].get_weights()):
-        np.testing.assert_array_equal(x, y)
-    assert alone.history == group[1].history
-    assert train_group(group, 32) is group
-
-
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
-def test_stacked_update_equals_ppo_update_of_each_seed(env):
-    # n_minibatches=1: every epoch sees the whole batch, so the permutation does not matter and
-    # the stacked update must equal each seed's own PPO update on its slice of the batch
-    cfg = agents.PPOConfig(env=env, backend="graph", num_envs=2, n_steps=8, n_minibatches=1,
-                           n_epochs=3, max_grad_norm=0.5, ent_coef=0.01)
-    group = [agents.PPO(dataclasses.replace(cfg, seed=s)) for s in (0, 1)]
-    stacked = StackedPPO(group)
-    batch = tf.function(stacked._rollout)()
-    stats = tf.function(stacked.train_on)(batch)
-    for s, agent in enumerate(group):
-        own = {k: batch[k][:, s] for k in ("obs", "actions", "rewards", "terminated", "truncated",
-                                           "final_obs")}
-        agent_stats = agent._train(own)
-        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
-            np.testing.assert_allclose(stats[key][s].numpy(), agent_stats[key].numpy(),
-                                       rtol=2e-3, atol=1e-6, err_msg=key)
-        for j, getter in enumerate(stacked._getters):
-            np.testing.assert_allclose(stacked.params[j][s].numpy(), getter(agent).numpy(),
-                                       rtol=1e-4, atol=1e-6)
-        assert int(stacked.adam_steps[s].numpy()) == int(agent.optimizer.iterations.numpy()) == 3
-
-
-def test_the_ppo_cartpole_preset_runs_on_the_stacked_engine():
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
-    assert cfg.robust is None and unsupported_fields(cfg) == []  # robust_* unread: not a reason
-    assert unsupported_fields(dataclasses.replace(cfg, robust="sa")) == ["robust", "robust_kappa"]
-
-
-def test_stacked_seeds_learn_and_come_back_as_ordinary_agents(tmp_path):
-    trained = train_many(agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1",
-                                            backend="graph"), seeds=[0, 1], steps=12_288)
-    for agent in trained:
-        assert int(agent.num_timesteps.numpy()) == 12_288 and len(agent.history) == 48
-        assert np.mean(agent.episode_returns) > 50  # random policy ~22
-    assert any(not np.array_equal(x, y)  # independent seeds, not copies
-               for x, y in zip(trained[0].get_weights(), trained[1].get_weights()))
-    trained[1].save(tmp_path / "s1")
-    loaded = agents.load(tmp_path / "s1")
-    assert loaded.evaluate(3, seed=7)["returns"] == trained[1].evaluate(3, seed=7)["returns"]
-    loaded.learn(256, progress_bar=False)  # an ordinary agent: training continues
-
-
-@pytest.mark.slow
-def test_stacked_and_alone_reach_the_same_return_statistics():
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
-    seeds = [0, 1, 2, 3]
-    stacked = [a.evaluate(10)["mean_return"] for a in train_many(cfg, seeds=seeds, steps=60_000)]
-    alone = []
-    for s in seeds:
-        agent = agents.PPO(dataclasses.replace(cfg, seed=s))
-        agent.learn(60_000, progress_bar=False)
-        alone.append(agent.evaluate(10)["mean_return"])
-    assert np.mean(stacked) > 350 and np.mean(alone) > 350
-    assert abs(np.mean(stacked) - np.mean(alone)) < 100
 
 
 # -- statistics over seeds and the CLI -------------------------------------------------------

@@ -14,7 +14,7 @@ from agents.buffers import ReplayBuffer
 from agents.schedules import linear
 from robustgrad.cli import main as cli_main
 
-ALGOS = {"ppo": agents.PPO, "a2c": agents.A2C, "reinforce": agents.REINFORCE, "dqn": agents.DQN}
+ALGOS = agents.ALGORITHMS
 ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
 
 
@@ -26,7 +26,7 @@ def test_presets_cover_the_five_envs_and_are_valid_configs():
     for name, entry in presets.items():
         algo, env = name.split("-", 1)
         # make_config validates every value
-        cfg = agent_config.make_config(agent_config.CONFIGS[algo], algo, name, env=env)
+        cfg = agent_config.make_config(agents.algorithm(algo).config_cls, algo, name, env=env)
         assert cfg.preset == name and cfg.env == env
         for key, value in entry["config"].items():
             got = getattr(cfg, key)

@@ -120,14 +120,8 @@ class _LinearQAgent:
         self.env = type("E", (), {"single_observation_space": gym.spaces.Box(
             -np.inf, np.inf, (3,), np.float32)})()
 
-    def q(self, obs):
-        return tf.convert_to_tensor(obs, tf.float32) @ self.w
-
-    def q_values(self, obs):
-        return self.q(obs)
-
-    def _obs_rms(self):
-        return None
+    def policy_surface(self):
+        return agents.PolicySurface("q_values", lambda x: x @ self.w, obs_shape=self.obs_shape)
 
 
 def test_sa_dqn_hinge_on_a_linear_q():

@@ -128,7 +128,7 @@ def test_trainer_and_check_classifier_check_the_data():
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_act_refuses_non_finite_observations(algo):
-    cls = {"ppo": agents.PPO, "dqn": agents.DQN}[algo]
+    cls = agents.algorithm(algo)
     agent = cls(env="CartPole-v1", hidden_sizes=(8,), seed=0, preset=None)
     for bad in (np.array([0.0, np.nan, 0.0, 0.0]), np.array([0.0, 0.0, np.inf, 0.0])):
         with pytest.raises(ValueError, match=r"^obs: must be finite; observation\(s\) \[0\] of 1 "

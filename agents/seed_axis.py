@@ -1,0 +1,201 @@
+"""The seed axis of the on-policy agents: ``S`` seeds' environments as one vector env, and the
+moves between an ``S``-seed agent and ``S`` ordinary agents.
+
+An on-policy agent built with ``num_seeds=S > 1`` (:class:`agents.PPO`, :class:`agents.A2C`,
+:class:`agents.REINFORCE`) is the same code as the one-seed agent with a leading seed axis on
+every tensor (:mod:`agents.onpolicy`); it steps the ``S * num_envs`` environments of this module,
+seed ``s``'s block of ``num_envs`` first reset from seed ``s`` as it would be alone:
+
+* :class:`SeedGraphEnv` (``backend="graph"``): one compiled batch of ``S * num_envs``
+  environments (one op per step for all seeds). Its later resets draw from one key for the
+  batch, so after the first episodes a seed's environments differ from its own run's: a seed
+  inside a group and the same seed alone agree in distribution, not bit for bit.
+* :class:`SeedVecEnv` (``backend="gymnasium"``): ``S`` ordinary vector envs, each seeded as
+  alone, stepped in turn from one ``tf.numpy_function``.
+
+Both report finished episodes with their seed (``drain_seed_episodes``). :func:`export_seed`
+writes slice ``s`` of an ``S``-seed agent into an ordinary agent (weights, Adam moments and
+count, normalisation statistics, step counts, history), which then saves, loads, evaluates and
+is attacked like any other; :func:`import_seed` is the inverse (resume).
+
+>>> env = SeedGraphEnv("CartPole-v1", 2, seeds=[3, 4])
+>>> obs = env.reset()
+>>> from agents.graph_backend import GraphBackendEnv
+>>> bool((obs[2:] == GraphBackendEnv("CartPole-v1", 2, seed=4).reset()).all())
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from agents.envs import make_vec_env
+from agents.graph_backend import GraphBackendEnv
+from agents.graph_envs import GraphEnvState
+
+
+class SeedGraphEnv(GraphBackendEnv):
+    """``len(seeds) * num_envs`` compiled environments; block ``s`` first reset from ``seeds[s]``
+    (module doc). ``num_envs`` is per seed; :attr:`num_envs` is the total."""
+
+    def __init__(self, env_id: str, num_envs: int, seeds: Sequence[int],
+                 episode_capacity: int | None = None):
+        self.seeds = [int(s) for s in seeds]
+        self.envs_per_seed = int(num_envs)
+        super().__init__(env_id, self.envs_per_seed * len(self.seeds), seed=self.seeds[0],
+                         episode_capacity=episode_capacity)
+        self._ep_seeds = tf.Variable(tf.zeros([self.capacity + 1], tf.int32), trainable=False,
+                                     name="episode_seeds")
+        self._first_reset = True
+
+    def reset(self, seed: int | None = None):
+        """The first reset: each seed's block as :class:`GraphBackendEnv` of that seed resets
+        it; later ones (or with ``seed``): one draw for the batch."""
+        if seed is not None or not self._first_reset:
+            return super().reset(seed)
+        self._first_reset = False
+        resets = [self.spec.reset(s, self.envs_per_seed) for s in self.seeds]
+        key = tf.constant([self.seeds[0], 1 + len(self.seeds)], tf.int64)
+        state = GraphEnvState(*(tf.concat([r[i] for r in resets], 0) for i in range(3)), key)
+        self.write_state(state)
+        self._ep_count.assign(0)
+        self._seed, self._was_reset = None, True
+        self.obs = self._out(self.spec.observe(state))
+        return self.obs
+
+    def record_episodes(self, done, ended_return, ended_length) -> None:
+        """As :class:`GraphVecEnv`'s, also recording each episode's seed index."""
+        count = self._ep_count.read_value()
+        super().record_episodes(done, ended_return, ended_length)
+        which = tf.broadcast_to(tf.range(self.num_envs) // self.envs_per_seed, tf.shape(done))
+        done, which = tf.reshape(done, [-1]), tf.reshape(which, [-1])
+        finished = tf.cast(done, tf.int64)
+        total = tf.reduce_sum(finished)
+        rank = tf.cumsum(finished) - 1
+        keep = done & (rank >= total - self.capacity)
+        slots = tf.where(keep, (count + rank) % self.capacity, self.capacity)[:, None]
+        self._ep_seeds.scatter_nd_update(slots, tf.cast(which, tf.int32))
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        count = int(self._ep_count.numpy())
+        kept = min(count, self.capacity)
+        seeds = self._ep_seeds.numpy()
+        order = [(count - kept + i) % self.capacity for i in range(kept)]
+        return [(int(seeds[i]), r, n) for i, (r, n) in zip(order, self.drain_episodes())]
+
+
+class SeedVecEnv:
+    """``S`` :class:`agents.envs.VecEnv` side by side, seen as one of ``S * num_envs`` envs
+    (``step`` splits the actions by seed and concatenates the results)."""
+
+    def __init__(self, envs: Sequence[Any]):
+        self.envs = list(envs)
+        first = self.envs[0]
+        for name in ("single_observation_space", "single_action_space", "obs_shape", "discrete",
+                     "action_low", "action_high"):
+            setattr(self, name, getattr(first, name))
+        self.envs_per_seed = first.num_envs
+        self.num_envs = first.num_envs * len(self.envs)
+        self.error: BaseException | None = None
+        self.obs: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every seed's env (the first time from its own seed)."""
+        self.obs = np.concatenate([e.reset(None if seed is None else seed + k)
+                                   for k, e in enumerate(self.envs)])
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``obs, reward, terminated, truncated, final_obs`` of all ``S * num_envs`` envs."""
+        parts = np.split(np.asarray(actions), len(self.envs))
+        outs = []
+        for env, a in zip(self.envs, parts):
+            try:
+                outs.append(env.step(a))
+            except BaseException as exc:  # noqa: BLE001 - stored (crash checkpoint), re-raised
+                self.error = env.error or exc
+                raise
+        out = tuple(np.concatenate(x) for x in zip(*outs))
+        self.obs = out[0]
+        return out
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        return [(k, r, n) for k, e in enumerate(self.envs) for r, n in e.drain_episodes()]
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """``(return, length)`` of every seed's finished episodes."""
+        return [(r, n) for _k, r, n in self.drain_seed_episodes()]
+
+    def close(self) -> None:
+        """Close every seed's env."""
+        for env in self.envs:
+            env.close()
+
+
+def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
+    """The training env of an ``S``-seed on-policy agent (``S = len(seeds)``)."""
+    if config.backend == "graph":
+        return SeedGraphEnv(config.env, config.num_envs, seeds)
+    return SeedVecEnv([make_vec_env(config.env, config.num_envs, seed=s,
+                                    async_envs=config.async_envs) for s in seeds])
+
+
+# -- an S-seed agent <-> S ordinary agents --------------------------------------------------------
+def _paired_variables(many, one) -> list[tuple[tf.Variable, tf.Variable]]:
+    """``(variable [S, ...], variable [...])`` of everything that is per seed: networks and
+    observation statistics, Adam's moments and count, reward statistics and return accumulator."""
+    pairs = list(zip(many.model.variables, one.model.variables))
+    pairs += list(zip(many.optimizer.m, one.optimizer.m)) + list(zip(many.optimizer.v,
+                                                                     one.optimizer.v))
+    pairs.append((many.optimizer.iterations, one.optimizer.iterations))
+    pairs += list(zip(many.reward_rms.variables, one.reward_rms.variables))
+    pairs += [(many._ret_acc, one._ret_acc), (many._last_end, one._last_end)]
+    for a, b in pairs:
+        if tuple(a.shape[1:]) != tuple(b.shape):
+            raise ValueError(f"agent: variable {b.name} has shape {tuple(b.shape)}, the seed axis "
+                             f"holds {tuple(a.shape[1:])}: the two agents' networks differ")
+    return pairs
+
+
+def export_seed(agent: Any, index: int) -> Any:
+    """Seed ``agent.seeds[index]`` of an ``S``-seed ``agent`` as an ordinary agent (module doc).
+
+    Its own environment was not stepped: it resets before its next ``learn``.
+    """
+    if not 0 <= index < agent.num_seeds:
+        raise ValueError(f"index: must be in [0, {agent.num_seeds}), got {index}")
+    cfg = dataclasses.replace(agent.config, seed=agent.seeds[index], num_seeds=1)
+    one = type(agent)(cfg)
+    for a, b in _paired_variables(agent, one):
+        b.assign(a[index])
+    one.optimizer.learning_rate.assign(agent.optimizer.learning_rate)
+    one.num_timesteps.assign(agent.num_timesteps)
+    one.num_updates.assign(agent.num_updates)
+    one.history = list(agent.seed_histories[index])
+    one.episode_returns.extend(agent.seed_episode_returns[index])
+    one.rejected_steps = agent.seed_rejected_steps[index]
+    one.training_failed = agent.training_failed
+    return one
+
+
+def import_seed(agent: Any, index: int, one: Any) -> None:
+    """Write the ordinary agent ``one`` into slice ``index`` of the ``S``-seed ``agent``
+    (the inverse of :func:`export_seed`; step counts must agree across seeds)."""
+    for a, b in _paired_variables(agent, one):
+        a.assign(tf.tensor_scatter_nd_update(a, [[index]], b.read_value()[None]))
+    agent.optimizer.learning_rate.assign(one.optimizer.learning_rate)
+    agent.num_timesteps.assign(one.num_timesteps)
+    agent.num_updates.assign(one.num_updates)
+    agent.seed_histories[index] = list(one.history)
+    agent.seed_episode_returns[index].extend(one.episode_returns)
+    agent.seed_rejected_steps[index] = one.rejected_steps
+
+
+__all__ = ["SeedGraphEnv", "SeedVecEnv", "export_seed", "import_seed", "make_seed_env"]

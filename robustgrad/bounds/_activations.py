@@ -1,0 +1,194 @@
+"""The activation rules of the bound engine: ReLU, tanh and sigmoid.
+
+Each activation ``sigma`` is bounded from its input's bounds ``l <= z <= u`` (element-wise):
+
+- IBP: ``[sigma(l), sigma(u)]`` (the three are monotone).
+- CROWN: two lines ``a_L z + b_L <= sigma(z) <= a_U z + b_U`` on ``[l, u]`` (:meth:`relaxation`),
+  which the backward pass substitutes by the sign of each coefficient
+  (:meth:`Activation.backward_relaxed`).
+
+ReLU: the upper line through ``(l, 0)`` and ``(u, u)``; the lower line ``alpha z`` with CROWN's
+adaptive slope ``alpha = 1 if u > -l else 0``; exact where the neuron is stable.
+
+tanh and sigmoid (S-shaped: convex below 0, concave above; Zhang et al. 2018, "Efficient Neural
+Network Robustness Certification with General Activation Functions", section 3.2):
+
+- ``u <= 0`` (convex on the interval): upper = the chord, lower = the tangent at ``(l + u) / 2``;
+- ``l >= 0`` (concave): lower = the chord, upper = the tangent at ``(l + u) / 2``;
+- ``l < 0 < u``: upper = the chord if its slope is ``<= sigma'(u)``, otherwise the tangent at the
+  point ``d`` in ``[0, u]`` whose tangent passes through ``(l, sigma(l))``, found by bisection
+  (the bracket's upper end is kept, so the line stays above ``(l, sigma(l))``: sound); the lower
+  line is the mirror image (chord if its slope is ``<= sigma'(l)``, else a tangent at ``d`` in
+  ``[l, 0]`` through ``(u, sigma(u))``).
+
+An interval narrower than :data:`NARROW` uses the constant lines ``sigma(l)`` and ``sigma(u)``
+(sound by monotonicity). The tangent point ``d`` is differentiated implicitly (``h(d, l) = 0``
+gives ``dd/dl = -h_l / h_d``), not through the bisection, so the lines' gradients w.r.t. ``l``
+and ``u`` are those of the exact tangent point.
+
+>>> import tensorflow as tf
+>>> lo, hi = tf.constant([-1.0]), tf.constant([2.0])
+>>> ls, li, us, ui = Tanh("t").relaxation(lo, hi)
+>>> bool(tf.reduce_all(ls * -1.0 + li <= tf.tanh(-1.0) + 1e-6))
+True
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ._rules import Rule, sum_trailing
+
+__all__ = ["ACTIVATIONS", "NARROW", "Activation", "ReLU", "Sigmoid", "Tanh"]
+
+#: intervals narrower than this get constant lines (tanh, sigmoid)
+NARROW = 1e-6
+#: bisection steps for the tangent points of a crossing interval, per dtype (tanh, sigmoid)
+_BISECTION_STEPS = {tf.float16: 12, tf.bfloat16: 10, tf.float32: 26, tf.float64: 54}
+
+
+class Activation(Rule):
+    """An element-wise monotone activation. Subclasses give ``fn`` and ``relaxation``."""
+
+    linear = False
+
+    def interval(self, bounds, dtype):
+        (lo, hi), = bounds
+        return self.fn(lo), self.fn(hi)
+
+    def relaxation(self, lo, hi):
+        """``(lower slope, lower intercept, upper slope, upper intercept)``, each like ``lo``."""
+        raise NotImplementedError
+
+    def refine(self, lo, hi):
+        """Which elements gain from tighter input bounds (all, unless overridden)."""
+        return hi > lo
+
+    def backward_relaxed(self, a_lo, a_hi, pre_bounds):
+        """Substitute the lines into the coefficients ``a_lo``/``a_hi`` [B, S, *shape] ->
+        ``(new a_lo, new a_hi, bias_lo [B, S], bias_hi [B, S])``."""
+        ls, li, us, ui = (tf.expand_dims(t, 1) for t in self.relaxation(*pre_bounds))
+        pos_lo, neg_lo = tf.nn.relu(a_lo), tf.minimum(a_lo, 0)
+        pos_hi, neg_hi = tf.nn.relu(a_hi), tf.minimum(a_hi, 0)
+        new_lo = pos_lo * ls + neg_lo * us
+        new_hi = pos_hi * us + neg_hi * ls
+        return (new_lo, new_hi, sum_trailing(pos_lo * li + neg_lo * ui),
+                sum_trailing(pos_hi * ui + neg_hi * li))
+
+
+class ReLU(Activation):
+    """The ReLU; the relaxation of CROWN with its adaptive lower slope."""
+
+    fn = staticmethod(tf.nn.relu)
+
+    def relaxation(self, lo, hi):
+        unstable = (lo < 0) & (hi > 0)
+        active = lo >= 0
+        one, zero = tf.ones_like(lo), tf.zeros_like(lo)
+        width = tf.where(unstable, hi - lo, one)
+        up_slope = tf.where(unstable, hi / width, tf.where(active, one, zero))
+        up_intercept = tf.where(unstable, -lo * hi / width, zero)
+        low_slope = tf.where(unstable, tf.where(hi > -lo, one, zero), tf.where(active, one, zero))
+        return low_slope, zero, up_slope, up_intercept
+
+    def refine(self, lo, hi):
+        return (lo < 0) & (hi > 0)  # a stable ReLU's relaxation is exact whatever its bounds
+
+
+def _tangent(fn, grad, d):
+    """Slope and intercept of the tangent of ``fn`` at ``d``."""
+    slope = grad(d)
+    return slope, fn(d) - slope * d
+
+
+def _bisect(h, a, b, keep_b):
+    """Halvings of ``[a, b]`` (element-wise, :data:`_BISECTION_STEPS` of the dtype) for the sign
+    change of the increasing ``h``: keeps ``b`` with ``h(b) >= 0`` if ``keep_b``, else ``a`` with
+    ``h(a) <= 0``. Not differentiated."""
+    a, b = tf.stop_gradient(a), tf.stop_gradient(b)
+    for _ in range(_BISECTION_STEPS.get(a.dtype, 26)):
+        m = (a + b) / 2
+        right = tf.stop_gradient(h(m)) >= 0
+        a, b = tf.where(right, a, m), tf.where(right, m, b)
+    return b if keep_b else a
+
+
+def _implicit(d, h, h_d):
+    """``d`` (a root of ``h(., params)``, not differentiated) with the implicit-function gradient
+    ``dd/dparams = -h_params / h_d``; none where ``h_d`` vanishes."""
+    slope = tf.stop_gradient(h_d(d))
+    safe = tf.abs(slope) > 1e-12
+    hd = h(d)
+    return d - tf.where(safe, (hd - tf.stop_gradient(hd)) / tf.where(safe, slope, 1.0), 0.0)
+
+
+class SShaped(Activation):
+    """An activation convex on ``(-inf, 0]`` and concave on ``[0, inf)`` (tanh, sigmoid)."""
+
+    @staticmethod
+    def grad(z):
+        raise NotImplementedError
+
+    @staticmethod
+    def grad2(z):
+        raise NotImplementedError
+
+    def relaxation(self, lo, hi):
+        fn, grad = self.fn, self.grad
+        f_lo, f_hi = fn(lo), fn(hi)
+        narrow = hi - lo < NARROW
+        width = tf.where(narrow, tf.ones_like(lo), hi - lo)
+        chord = (f_hi - f_lo) / width
+        chord_b = f_lo - chord * lo
+        mid_s, mid_b = _tangent(fn, grad, (lo + hi) / 2)
+        zero = tf.zeros_like(lo)
+        # crossing intervals: tangents through the far end, when the chord is not a bound
+        hi_c, lo_c = tf.maximum(hi, zero), tf.minimum(lo, zero)
+        h_up = lambda d: fn(d) + grad(d) * (lo - d) - f_lo  # increasing on [0, u]  # noqa: E731
+        h_low = lambda d: fn(d) + grad(d) * (hi - d) - f_hi  # increasing on [l, 0]  # noqa: E731
+        d_up = _implicit(_bisect(h_up, zero, hi_c, keep_b=True), h_up,
+                         lambda d: self.grad2(d) * (lo - d))
+        d_low = _implicit(_bisect(h_low, lo_c, zero, keep_b=False), h_low,
+                          lambda d: self.grad2(d) * (hi - d))
+        up_t = _tangent(fn, grad, d_up)
+        low_t = _tangent(fn, grad, d_low)
+        convex, concave = hi <= 0, lo >= 0
+        up_chord = convex | (~concave & (chord <= grad(hi)))
+        low_chord = concave | (~convex & (chord <= grad(lo)))
+        us = tf.where(up_chord, chord, tf.where(concave, mid_s, up_t[0]))
+        ui = tf.where(up_chord, chord_b, tf.where(concave, mid_b, up_t[1]))
+        ls = tf.where(low_chord, chord, tf.where(convex, mid_s, low_t[0]))
+        li = tf.where(low_chord, chord_b, tf.where(convex, mid_b, low_t[1]))
+        return (tf.where(narrow, zero, ls), tf.where(narrow, f_lo, li),
+                tf.where(narrow, zero, us), tf.where(narrow, f_hi, ui))
+
+
+class Tanh(SShaped):
+    fn = staticmethod(tf.tanh)
+
+    @staticmethod
+    def grad(z):
+        return 1 - tf.square(tf.tanh(z))
+
+    @staticmethod
+    def grad2(z):
+        t = tf.tanh(z)
+        return -2 * t * (1 - tf.square(t))
+
+
+class Sigmoid(SShaped):
+    fn = staticmethod(tf.sigmoid)
+
+    @staticmethod
+    def grad(z):
+        s = tf.sigmoid(z)
+        return s * (1 - s)
+
+    @staticmethod
+    def grad2(z):
+        s = tf.sigmoid(z)
+        return s * (1 - s) * (1 - 2 * s)
+
+
+#: activation name -> rule class
+ACTIVATIONS = {"relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid}

@@ -1,0 +1,313 @@
+"""The public, validated entries of the bound engine over Keras models.
+
+:func:`compute_bounds` and :func:`compute_ball_bounds` check their arguments (eagerly) and run
+the compiled propagation of a :class:`BoundedModel` (one per model, cached); :func:`margin_spec`
+builds the usual specification. :func:`compute_bounds_unchecked` is the same computation without
+validation, for a compiled training step (certified training, agents' regularisers).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from robustgrad._checks import ArgumentTypeError, choice, nonnegative, norm_name, positive_int
+
+from . import _engine as _engine
+from ._keras_graph import Graph
+
+METHODS = ("ibp", "crown", "crown-ibp")
+
+
+class BoundedModel:
+    """A Keras model read as a bound graph; :meth:`bounds` runs compiled.
+
+    The model is never modified, and its weights are read at every call (a model that trains
+    between calls is bounded with its current weights). :func:`compute_bounds` keeps one per model.
+
+    Args:
+      model: a Keras Sequential or functional model with one input and one output, outputting
+        logits (a softmax output is refused).
+      jit_compile: compile with XLA (off by default: on CPU plain graph mode is usually faster).
+
+    Raises:
+      ValueError: a layer the bounds do not support (named), a softmax output.
+    """
+
+    def __init__(self, model: Any, jit_compile: bool = False) -> None:
+        self._graph = Graph(model)
+        self.name = getattr(model, "name", "model")
+        self._fn = tf.function(self._bounds, jit_compile=bool(jit_compile), autograph=False)
+        self._output_shapes: dict = {}
+
+    def _bounds(self, lower, upper, spec, ball, method):
+        """The uncompiled, unchecked propagation (static batch)."""
+        return _engine.propagate(self._graph, lower, upper, spec, ball, method)
+
+    # -- the public, validated call --------------------------------------------------------
+    def bounds(self, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
+               batch_size: int | None = 256, _ball: tuple | None = None):
+        """Element-wise bounds of the outputs over ``lower <= x <= upper``; see
+        :func:`compute_bounds`."""
+        method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+        lower, upper = _check_box(lower, upper)
+        batch_size = positive_int(batch_size, "batch_size", allow_none=True)
+        n = int(lower.shape[0])
+        spec = None if C is None else self._check_spec(C, lower)
+        chunk = n if batch_size is None else min(batch_size, n)
+        los, his = [], []
+        for start in range(0, n, chunk):
+            sl = slice(start, start + chunk)
+            ball = None if _ball is None else (_ball[0][sl], _ball[1])
+            lo, hi = self._fn(lower[sl], upper[sl], None if spec is None else spec[sl], ball,
+                              method)
+            los.append(lo)
+            his.append(hi)
+        if len(los) == 1:
+            return los[0], his[0]
+        return tf.concat(los, 0), tf.concat(his, 0)
+
+    def output_shape(self, lower: Any) -> tuple:
+        """The per-example output shape for inputs shaped like ``lower`` [B, ...]."""
+        one = tf.convert_to_tensor(lower)[:1]
+        key = (tuple(one.shape[1:]), one.dtype)
+        if key not in self._output_shapes:
+            self._output_shapes[key] = _engine.output_shape(self._graph, key[0], one.dtype)
+        return self._output_shapes[key]
+
+    def _check_spec(self, spec, lower):
+        c = tf.convert_to_tensor(spec)
+        if not (c.dtype.is_floating or c.dtype.is_integer):
+            raise ArgumentTypeError(f"C must be a float tensor [B, S, num_outputs], got dtype "
+                                    f"{c.dtype.name}")
+        c = tf.cast(c, lower.dtype)
+        out_shape = self.output_shape(lower)
+        n_out = math.prod(out_shape)
+        if c.shape.rank != 3 or c.shape[0] != lower.shape[0] or c.shape[2] != n_out or \
+                c.shape[1] == 0:
+            raise ValueError(f"C must have shape [B, S, num_outputs] = [{lower.shape[0]}, S >= 1, "
+                             f"{n_out}] for this model and batch, got {list(c.shape)}")
+        if hasattr(c, "numpy") and not np.all(np.isfinite(c.numpy())):
+            raise ValueError("C contains NaN or Inf values")
+        return tf.reshape(c, [c.shape[0], c.shape[1], *out_shape])
+
+
+def _check_box(lower, upper):
+    lo, hi = tf.convert_to_tensor(lower), tf.convert_to_tensor(upper)
+    for name, t in (("lower", lo), ("upper", hi)):
+        if t.dtype not in (tf.float32, tf.float64):
+            if t.dtype.is_floating or t.dtype.is_integer:
+                t = tf.cast(t, tf.float32)
+            else:
+                raise ArgumentTypeError(f"{name} must be a float32 or float64 tensor [B, ...], "
+                                        f"got dtype {t.dtype.name}")
+        if t.shape.rank is None or t.shape.rank < 2 or t.shape[0] == 0:
+            raise ValueError(f"{name} must be a non-empty batch [B, ...] (rank >= 2), got shape "
+                             f"{list(t.shape)}")
+        if hasattr(t, "numpy") and not np.all(np.isfinite(t.numpy())):
+            raise ValueError(f"{name} contains NaN or Inf values")
+        if name == "lower":
+            lo = t
+        else:
+            hi = t
+    if lo.shape != hi.shape:
+        raise ValueError(f"lower and upper must have the same shape, got {list(lo.shape)} and "
+                         f"{list(hi.shape)}")
+    if lo.dtype != hi.dtype:
+        raise ValueError(f"lower and upper must have the same dtype, got {lo.dtype.name} and "
+                         f"{hi.dtype.name}")
+    if not (hasattr(lo, "numpy") and hasattr(hi, "numpy")):  # symbolic: checked by the caller
+        return lo, hi
+    excess = lo.numpy() - hi.numpy()
+    bad = int(np.sum(excess > 0))
+    if bad:
+        gap = float(excess.max())
+        raise ValueError(f"lower must be <= upper everywhere; {bad} entries have lower > upper "
+                         f"(largest excess {gap:.3g})")
+    return lo, hi
+
+
+_BOUNDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _bounded(model) -> BoundedModel:
+    if isinstance(model, BoundedModel):
+        return model
+    try:
+        cached = _BOUNDED.get(model)
+    except TypeError:
+        cached = None
+    if cached is None:
+        cached = BoundedModel(model)
+        try:
+            _BOUNDED[model] = cached
+        except TypeError:
+            pass
+    return cached
+
+
+def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
+                   batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
+    """Bounds of a model's outputs over the box ``lower <= x <= upper``.
+
+    Guaranteed for every ``x`` in the box (up to floating-point rounding): ``lb <= model(x) <= ub``
+    element-wise, or ``lb <= C @ model(x) <= ub`` with a specification ``C``.
+
+    Args:
+      model: a Keras Sequential or functional model (or a :class:`BoundedModel`) that outputs
+        logits; see the module docstring for the supported layers. Never modified.
+      lower, upper: the box, float32 or float64 ``[B, *input_shape]``, ``lower <= upper``.
+      method: ``"crown"`` (Zhang et al. 2018; the tightest, the slowest), ``"ibp"`` (Gowal et al.
+        2018; one forward pass over boxes) or ``"crown-ibp"`` (Zhang et al. 2020).
+      C: optional specification ``[B, S, num_outputs]`` (outputs flattened): bound ``C @
+        outputs``, ``C`` merged into the last linear layers. :func:`margin_spec` builds margins.
+      batch_size: examples per compiled call (``None``: all at once). CROWN's intermediate bounds
+        also split their rows so that no coefficient tensor exceeds ~64 MB.
+
+    Returns:
+      ``(lb, ub)`` in the dtype of ``lower``: shape ``[B, *output_shape]``, or ``[B, S]`` with ``C``.
+
+    Raises:
+      ValueError: an unsupported layer (named) or softmax output, ``lower > upper`` anywhere,
+        mismatched shapes, an unknown method, ``C`` of the wrong shape.
+
+    Example:
+      >>> import keras, numpy as np
+      >>> model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="relu"),
+      ...                           keras.layers.Dense(1)])
+      >>> model.layers[0].set_weights([np.array([[1.0, 1.0]], "float32"), np.zeros(2, "float32")])
+      >>> model.layers[1].set_weights([np.array([[1.0], [-1.0]], "float32"), np.zeros(1, "float32")])
+      >>> lb, ub = compute_bounds(model, [[1.0]], [[2.0]], method="ibp")  # relu(x) - relu(x)
+      >>> lb.numpy().tolist(), ub.numpy().tolist()
+      ([[-1.0]], [[1.0]])
+      >>> lb, ub = compute_bounds(model, [[1.0]], [[2.0]], method="crown")  # exact here
+      >>> lb.numpy().tolist(), ub.numpy().tolist()
+      ([[0.0]], [[0.0]])
+    """
+    method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size)
+
+
+def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
+                             method: str = "crown", C: tf.Tensor | None = None) -> tuple:  # noqa: N803
+    """:func:`compute_bounds` without validation, for a compiled training step.
+
+    Nothing reads a tensor's values (no ``lower <= upper`` check, no finiteness check, no Python
+    branch on a tensor), so it traces inside ``tf.function``; an unknown batch size (``fit``
+    traces ``[None, ...]``) is bounded in padded chunks of 32 examples. Not compiled itself: the
+    caller's ``tf.function`` compiles it. Gradients reach the model's weights (certified
+    training differentiates the bounds).
+
+    Args:
+      model: a Keras model the engine supports, or a :class:`BoundedModel`.
+      lower, upper: float32/float64 tensors ``[B, *input_shape]``, ``lower <= upper`` (the
+        caller's promise).
+      method: ``"crown"``, ``"ibp"`` or ``"crown-ibp"`` (a Python string).
+      C: ``None`` or a float tensor ``[B, S, num_outputs]`` of ``lower``'s dtype.
+
+    Returns:
+      ``(lb, ub)``: ``[B, *output_shape]``, or ``[B, S]`` with ``C``.
+
+    >>> import keras, numpy as np, tensorflow as tf
+    >>> model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+    >>> model.layers[0].set_weights([np.array([[-2.0]], "float32")])
+    >>> step = tf.function(lambda x: compute_bounds_unchecked(model, x - 0.5, x + 0.5, "ibp"))
+    >>> [t.numpy().tolist() for t in step(tf.constant([[1.0]]))]
+    [[[-3.0]], [[-1.0]]]
+    """
+    method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+    bounded = _bounded(model)
+    if C is not None:
+        out_shape = bounded.output_shape(lower)
+        C = tf.reshape(C, [tf.shape(C)[0], C.shape[1], *out_shape])  # noqa: N806
+    return _engine.propagate_any_batch(bounded._graph, lower, upper, C, None, method)
+
+
+def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", method: str = "crown",
+                        C: Any = None, *, clip_min: Any = None, clip_max: Any = None,  # noqa: N803
+                        batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`compute_bounds` over the ball ``||x' - x|| <= eps`` intersected with
+    ``[clip_min, clip_max]``.
+
+    For ``norm="linf"`` the set is a box. For ``norm="l2"`` IBP bounds the ball's bounding box;
+    CROWN's linear bounds are concretised over the ball with the dual norm (``a.x - eps ||a||_2``)
+    and over the clipped box, and the tighter of the two is kept (both are sound).
+
+    Args:
+      x: centres ``[B, *input_shape]``, float32/float64, inside ``[clip_min, clip_max]``.
+      eps: radius >= 0, in the units of ``x``.
+      norm: ``"linf"`` or ``"l2"``.
+      clip_min, clip_max: the input domain (scalars or per-feature; ``None`` unbounded).
+      model, method, C, batch_size: as in :func:`compute_bounds`.
+
+    Example:
+      >>> import keras, numpy as np
+      >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+      >>> model.layers[0].set_weights([np.array([[3.0], [4.0]], "float32")])
+      >>> lb, ub = compute_ball_bounds(model, [[0.0, 0.0]], 1.0, norm="l2")  # +-||w||_2
+      >>> lb.numpy().tolist(), ub.numpy().tolist()
+      ([[-5.0]], [[5.0]])
+    """
+    eps = nonnegative(eps, "eps")
+    norm = norm_name(norm)
+    if norm not in ("linf", "l2"):
+        raise ValueError(f"norm must be 'linf' or 'l2' for bounds, got {norm!r}")
+    method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+    xt = tf.convert_to_tensor(x)
+    if not xt.dtype.is_floating:
+        xt = tf.cast(xt, tf.float32)
+    if xt.dtype not in (tf.float32, tf.float64):
+        raise ArgumentTypeError(f"x must be float32 or float64, got {xt.dtype.name}")
+    lo_clip = _clip_tensor(clip_min, xt, "clip_min", -np.inf)
+    hi_clip = _clip_tensor(clip_max, xt, "clip_max", np.inf)
+    if not bool(tf.reduce_all(lo_clip <= hi_clip)):
+        raise ValueError("clip_min must be <= clip_max everywhere")
+    if not bool(tf.reduce_all((xt >= lo_clip) & (xt <= hi_clip))):
+        raise ValueError("x has values outside [clip_min, clip_max]; pass the bounds of your input "
+                         "domain (e.g. clip_min=0.0, clip_max=1.0 for images in [0, 1])")
+    e = tf.constant(eps, xt.dtype)
+    lower = tf.maximum(xt - e, lo_clip)
+    upper = tf.minimum(xt + e, hi_clip)
+    ball = (xt, e) if norm == "l2" else None
+    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size, _ball=ball)
+
+
+def _clip_tensor(v, x, name, fill):
+    if v is None:
+        return tf.fill(tf.shape(x), tf.constant(fill, x.dtype))
+    a = np.asarray(v, dtype=x.dtype.as_numpy_dtype)
+    if np.isnan(a).any():
+        raise ValueError(f"{name} contains NaN")
+    try:
+        return tf.broadcast_to(tf.constant(a), tf.shape(x))
+    except (ValueError, tf.errors.InvalidArgumentError):
+        raise ValueError(f"{name} must be a scalar or broadcast to x's shape {list(x.shape)}, got "
+                         f"shape {a.shape}") from None
+
+
+def margin_spec(labels: Any, num_classes: int, dtype: Any = tf.float32) -> tf.Tensor:
+    """The margin specification ``C`` [B, num_classes - 1, num_classes]: row ``k`` of example ``b``
+    is ``e_y - e_j`` for the ``k``-th class ``j != y`` (ascending), so ``C @ logits`` holds the
+    margins ``z_y - z_j``. An example is verified when every lower bound of ``C @ logits`` is > 0.
+
+    >>> margin_spec([1], 3).numpy().tolist()
+    [[[-1.0, 1.0, 0.0], [0.0, 1.0, -1.0]]]
+    """
+    num_classes = positive_int(num_classes, "num_classes", minimum=2)
+    y = tf.convert_to_tensor(labels)
+    if not y.dtype.is_integer or y.shape.rank != 1:
+        raise ValueError(f"labels must be int class indices of shape [B], got dtype "
+                         f"{y.dtype.name} and shape {list(y.shape)}")
+    if hasattr(y, "numpy") and y.shape[0] and (int(tf.reduce_min(y)) < 0 or
+                                               int(tf.reduce_max(y)) >= num_classes):
+        raise ValueError(f"labels must be in [0, {num_classes}), got min {int(tf.reduce_min(y))} "
+                         f"and max {int(tf.reduce_max(y))}")
+    y = tf.cast(y, tf.int32)
+    ks = tf.range(num_classes - 1)[None, :]
+    others = ks + tf.cast(ks >= y[:, None], tf.int32)  # skip the true class
+    return (tf.one_hot(y, num_classes, dtype=dtype)[:, None, :]
+            - tf.one_hot(others, num_classes, dtype=dtype))

@@ -1,0 +1,240 @@
+"""Propagation: IBP forward over boxes, CROWN backward over linear bounds, on a bound graph.
+
+A bound graph is any object with ``rules`` (node 0 is the input, ``None``), ``inputs`` (the
+input node indices of every node) and ``output`` (the index of the output node); the Keras
+walker (:mod:`robustgrad.bounds._keras_graph`) and the plain stack
+(:mod:`robustgrad.bounds._stack`) build one. :func:`propagate` is the whole computation for one
+static batch, traceable (no Python branch on tensor values) and differentiable w.r.t. the weights
+the rules read; :func:`propagate_any_batch` also takes an unknown batch size (``fit`` traces
+``[None, ...]``), in padded chunks of :data:`CHUNK` examples.
+
+- ``"ibp"``: the interval pass; with a specification ``C`` the last linear layers are merged with
+  ``C`` by a backward pass over them (tighter than bounding the logits and subtracting).
+- ``"crown"``: the pre-activation bounds of every activation by CROWN (a backward pass from that
+  node to the input), intersected with IBP's (both are sound) and computed only for the elements
+  the activation gains from (an unstable ReLU, any tanh/sigmoid element); then the output's.
+- ``"crown-ibp"``: IBP's pre-activation bounds, CROWN for the output.
+
+>>> import numpy as np, tensorflow as tf
+>>> from robustgrad.bounds._stack import StackGraph
+>>> g = StackGraph([np.array([[1.0, -1.0]], "float32")], [None], [])
+>>> lo, hi = propagate(g, tf.constant([[0.0]]), tf.constant([[1.0]]), None, None, "crown")
+>>> lo.numpy().tolist(), hi.numpy().tolist()
+([[0.0, -1.0]], [[1.0, 0.0]])
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from ._rules import sum_trailing
+
+__all__ = ["CHUNK", "concretize", "output_shape", "propagate", "propagate_any_batch"]
+
+#: examples per chunk when the batch size is not static
+CHUNK = 32
+# Largest number of elements one linear-coefficient tensor [B, S, *shape] may hold before the
+# specification rows of an intermediate layer are processed in chunks (64 MB in float32).
+COEFFICIENT_BUDGET = 2 ** 24
+# Fewest identity rows per chunk of an intermediate layer's CROWN pass (a layer of n elements is
+# done in chunks of max(MIN_ROWS, n / 8) rows, so that mostly-stable layers cost a fraction).
+MIN_ROWS = 16
+
+
+def concretize(a_lo, a_hi, lo, hi, ball=None):
+    """Bounds over ``lo <= x <= hi`` (``x`` [B, *shape]) of the linear forms with coefficients
+    ``a_lo``/``a_hi`` ([B, S, *shape]), without the biases -> ([B, S], [B, S]). With ``ball =
+    (centre, radius)`` also over the L2 ball (dual norm), keeping the tighter of the two."""
+    lo, hi = tf.expand_dims(lo, 1), tf.expand_dims(hi, 1)
+    low = sum_trailing(tf.nn.relu(a_lo) * lo + tf.minimum(a_lo, 0) * hi)
+    high = sum_trailing(tf.nn.relu(a_hi) * hi + tf.minimum(a_hi, 0) * lo)
+    if ball is not None:
+        centre, radius = ball
+        centre = tf.expand_dims(centre, 1)
+        flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
+        low = tf.maximum(low, sum_trailing(a_lo * centre)
+                         - radius * tf.norm(tf.reshape(a_lo, flat), axis=-1))
+        high = tf.minimum(high, sum_trailing(a_hi * centre)
+                          + radius * tf.norm(tf.reshape(a_hi, flat), axis=-1))
+    return low, high
+
+
+def interval_pass(graph, lower, upper, dtype):
+    """IBP: the box of every node, ``[(lo, hi)]`` in node order."""
+    boxes = [(lower, upper)]
+    for rule, ins in zip(graph.rules[1:], graph.inputs[1:]):
+        boxes.append(rule.interval([boxes[j] for j in ins], dtype))
+    return boxes
+
+
+def output_shape(graph, example_shape, dtype=tf.float32):
+    """The per-example output shape for inputs of per-example shape ``example_shape``."""
+    one = tf.zeros([1, *example_shape], dtype)
+    return tuple(interval_pass(graph, one, one, dtype)[graph.output][0].shape[1:])
+
+
+def _linear_tail_start(graph, node):
+    """The first node of the chain of single-input linear nodes that ends at ``node``: IBP merges
+    the spec into that tail (the model's last linear layers)."""
+    while node != 0 and graph.rules[node].linear and graph.rules[node].num_inputs == 1:
+        node = graph.inputs[node][0]
+    return node
+
+
+def propagate(graph, lower, upper, spec, ball, method):
+    """Bounds of the graph's output over the box (static batch ``B``) -> ``(lb, ub)``:
+    ``[B, *out]``, or ``[B, S]`` with ``spec`` [B, S, *out]. ``ball``: ``(centre, radius)`` of an
+    L2 ball (CROWN concretises over it as well) or None. No validation."""
+    dtype = lower.dtype
+    boxes = interval_pass(graph, lower, upper, dtype)
+    shapes = [tuple(lo.shape[1:]) for lo, _ in boxes]
+    out_shape = shapes[graph.output]
+    n_out = math.prod(out_shape)
+    batch = lower.shape[0]
+    if method == "ibp":
+        if spec is None:
+            return boxes[graph.output]
+        stop = _linear_tail_start(graph, graph.output)
+        return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype)
+    pre: dict[int, tuple] = {}
+    for i, rule in enumerate(graph.rules):
+        if rule is None or rule.linear:
+            continue
+        p = graph.inputs[i][0]
+        if p in pre:
+            continue
+        if method == "crown-ibp" or p == 0:
+            pre[p] = boxes[p]
+        else:
+            pre[p] = _node_bounds(graph, p, pre, boxes, shapes, ball, dtype)
+    if spec is None:
+        eye = tf.eye(n_out, dtype=dtype)
+        spec_full = tf.broadcast_to(tf.reshape(eye, [1, n_out, *out_shape]),
+                                    [batch, n_out, *out_shape])
+        lo, hi = _backward(graph, graph.output, spec_full, pre, boxes, shapes, 0, ball, dtype)
+        return tf.reshape(lo, [batch, *out_shape]), tf.reshape(hi, [batch, *out_shape])
+    return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype)
+
+
+def _refine_mask(graph, node, boxes):
+    """Elements of ``node`` whose tighter bounds help an activation that reads it."""
+    lo, hi = boxes[node]
+    masks = [rule.refine(lo, hi) for i, rule in enumerate(graph.rules)
+             if rule is not None and not rule.linear and graph.inputs[i][0] == node]
+    mask = masks[0]
+    for m in masks[1:]:
+        mask = mask | m
+    return mask
+
+
+def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
+    """CROWN bounds of the elements of ``node``, intersected with IBP's.
+
+    Only the elements an activation gains from get a CROWN pass: per example, those first, as
+    identity rows in chunks of ``rows`` inside one ``tf.while_loop`` that stops after the last
+    example's last such element; no chunk's coefficients exceed ``COEFFICIENT_BUDGET``."""
+    shape = shapes[node]
+    n = math.prod(shape)
+    batch = boxes[0][0].shape[0]
+    widest = max(math.prod(shapes[i]) for i in range(node + 1))
+    budget_rows = max(1, COEFFICIENT_BUDGET // max(1, batch * widest))
+    rows = max(1, min(n, budget_rows, max(MIN_ROWS, -(-n // 8))))
+    ibp_lo, ibp_hi = (tf.reshape(t, [batch, n]) for t in boxes[node])
+    wanted = tf.reshape(_refine_mask(graph, node, boxes), [batch, n])
+    order = tf.argsort(tf.cast(~wanted, tf.int32), axis=1, stable=True)  # wanted first
+    needed = tf.reduce_max(tf.reduce_sum(tf.cast(wanted, tf.int32), axis=1))
+    chunks = (needed + rows - 1) // rows
+    n_pad = -(-n // rows) * rows
+    order = tf.pad(order, [[0, 0], [0, n_pad - n]], constant_values=n)  # n: a spare column
+    rows_of = tf.broadcast_to(tf.range(batch)[:, None], [batch, rows])
+
+    def body(k, lo_acc, hi_acc):
+        idx = tf.slice(order, tf.stack([0, k * rows]), [batch, rows])
+        spec = tf.reshape(tf.one_hot(idx, n, dtype=dtype), [batch, rows, *shape])
+        lo_k, hi_k = _backward(graph, node, spec, pre, boxes, shapes, 0, ball, dtype)
+        where = tf.stack([rows_of, idx], axis=-1)
+        return (k + 1, tf.tensor_scatter_nd_update(lo_acc, where, lo_k),
+                tf.tensor_scatter_nd_update(hi_acc, where, hi_k))
+
+    spare = tf.zeros([batch, 1], dtype)
+    init = [tf.constant(0), tf.concat([ibp_lo, spare], 1), tf.concat([ibp_hi, spare], 1)]
+    _, lo, hi = tf.while_loop(lambda k, *_: k < chunks, body, init)
+    lo = tf.maximum(lo[:, :n], ibp_lo)
+    hi = tf.minimum(hi[:, :n], ibp_hi)
+    return tf.reshape(lo, [batch, *shape]), tf.reshape(hi, [batch, *shape])
+
+
+def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype):
+    """Bounds of ``spec @ value(target)`` (spec [B, S, *shape(target)]) -> ([B, S], [B, S]):
+    linear bounds propagated back to node ``stop`` and concretised over its box (the input set
+    when ``stop`` is 0)."""
+    coeffs = {target: (spec, spec)}
+    rows = spec.shape[1]
+    bias_lo = tf.zeros(tf.shape(spec)[:2], dtype)
+    bias_hi = tf.zeros(tf.shape(spec)[:2], dtype)
+    for i in range(target, stop, -1):
+        if i not in coeffs:
+            continue
+        a_lo, a_hi = coeffs.pop(i)
+        rule, ins = graph.rules[i], graph.inputs[i]
+        if not rule.linear:
+            a_lo, a_hi, d_lo, d_hi = rule.backward_relaxed(a_lo, a_hi, pre[ins[0]])
+            new = [(a_lo, a_hi)]
+        else:
+            both = tf.concat([a_lo, a_hi], axis=1)
+            outs, bias = rule.backward(both, [shapes[j] for j in ins], dtype)
+            new = [(o[:, :rows], o[:, rows:]) for o in outs]
+            d_lo, d_hi = (None, None) if bias is None else (bias[:, :rows], bias[:, rows:])
+        if d_lo is not None:
+            bias_lo, bias_hi = bias_lo + d_lo, bias_hi + d_hi
+        for j, (n_lo, n_hi) in zip(ins, new):
+            if j in coeffs:
+                o_lo, o_hi = coeffs[j]
+                n_lo, n_hi = o_lo + n_lo, o_hi + n_hi
+            coeffs[j] = (n_lo, n_hi)
+    if stop not in coeffs:  # the target does not depend on the input
+        return bias_lo, bias_hi
+    a_lo, a_hi = coeffs[stop]
+    lo, hi = boxes[stop]
+    low, high = concretize(a_lo, a_hi, lo, hi, ball if stop == 0 else None)
+    return low + bias_lo, high + bias_hi
+
+
+def propagate_any_batch(graph, lower, upper, spec, ball, method):
+    """:func:`propagate` for a static or an unknown batch size: an unknown one is padded to
+    chunks of :data:`CHUNK` examples, bounded chunk by chunk in one ``tf.map_fn``."""
+    if lower.shape[0] is not None:
+        return propagate(graph, lower, upper, spec, ball, method)
+    n = tf.shape(lower)[0]
+    k = CHUNK
+    chunks = (n + k - 1) // k
+    pad = chunks * k - n
+
+    def split(t):
+        t = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
+        return tf.reshape(t, tf.concat([[chunks, k], tf.shape(t)[1:]], 0))
+
+    def fix(t, like):
+        return tf.ensure_shape(t, [k, *like.shape[1:]])
+
+    if spec is not None:
+        out = [k, spec.shape[1]]
+    else:
+        out = [k, *output_shape(graph, lower.shape[1:], lower.dtype)]
+    parts = [split(lower), split(upper)]
+    if spec is not None:
+        parts.append(split(spec))
+    if ball is not None:
+        parts.append(split(ball[0]))
+
+    def one(a):
+        lo, hi = fix(a[0], lower), fix(a[1], upper)
+        s = fix(a[2], spec) if spec is not None else None
+        b = (fix(a[-1], ball[0]), ball[1]) if ball is not None else None
+        return propagate(graph, lo, hi, s, b, method)
+
+    sig = tf.TensorSpec(out, lower.dtype)
+    lb, ub = tf.map_fn(one, tuple(parts), fn_output_signature=(sig, sig))
+    return (tf.reshape(lb, [-1, *out[1:]])[:n], tf.reshape(ub, [-1, *out[1:]])[:n])

@@ -1,0 +1,237 @@
+"""The linear rules of the bound engine: one class per kind of affine map.
+
+A rule is one node of a bound graph. A *linear* rule is an affine map ``f(x) = L x + c``: its
+interval rule is the centre/radius form (``L mid + c`` plus or minus ``|L| rad``, exact for a box
+through an affine map), its CROWN rule the transposed map ``L^T a`` plus the bias ``a . c``
+(:meth:`_Affine.backward`). The activations (ReLU, tanh, sigmoid) are in
+:mod:`robustgrad.bounds._activations`.
+
+Weights are read at call time from the variables or tensors a rule holds, so a rule built once
+bounds a model that trains between calls, and gradients reach the weights.
+
+Shapes: ``x``/``lo``/``hi`` are ``[B, *shape]``; the linear coefficients of CROWN are
+``[B, S, *shape]`` (``S`` specification rows).
+
+>>> import numpy as np, tensorflow as tf
+>>> rule = Dense("d", lambda: np.array([[1.0], [-2.0]], "float32"), lambda: None)
+>>> lo, hi = rule.interval([(tf.zeros([1, 2]), tf.ones([1, 2]))], tf.float32)
+>>> lo.numpy().tolist(), hi.numpy().tolist()
+([[-2.0]], [[1.0]])
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["Add", "Affine", "AveragePooling2D", "Conv2D", "Dense", "Elementwise",
+           "GlobalAveragePooling2D", "Identity", "Reshape", "Rule"]
+
+
+def cast(v, dtype):
+    """A variable or array as a tensor of ``dtype`` (differentiable)."""
+    return tf.cast(tf.convert_to_tensor(v), dtype)
+
+
+def sum_trailing(t):
+    """Sum of ``t`` [B, S, ...] over every axis after the first two -> [B, S]."""
+    return tf.reduce_sum(t, axis=list(range(2, t.shape.rank))) if t.shape.rank > 2 else t
+
+
+def _merge_batch_spec(a):
+    """[B, S, *shape] -> [B*S, *shape]."""
+    return tf.reshape(a, [-1, *a.shape[2:]])
+
+
+class Rule:
+    """A node of the bound graph. ``linear`` rules are affine; the others are activations."""
+
+    linear = True
+    num_inputs = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class Affine(Rule):
+    """A single-input affine map ``f(x) = L x + c``. Subclasses give ``apply`` (L x),
+    ``apply_abs`` (|L| r), ``transpose`` (L^T a, a: [N, *out] -> [N, *in]) and ``offset`` (c,
+    broadcastable to [B, *out], or None)."""
+
+    def offset(self, dtype):
+        return None
+
+    def interval(self, bounds, dtype):
+        (lo, hi), = bounds
+        mid, rad = (hi + lo) / 2, (hi - lo) / 2
+        out_mid = self.apply(mid, dtype)
+        c = self.offset(dtype)
+        if c is not None:
+            out_mid = out_mid + c
+        out_rad = self.apply_abs(rad, dtype)
+        return out_mid - out_rad, out_mid + out_rad
+
+    def backward(self, a, in_shapes, dtype):
+        at = self.transpose(_merge_batch_spec(a), in_shapes[0], dtype)
+        at = tf.reshape(at, [tf.shape(a)[0], a.shape[1], *in_shapes[0]])
+        c = self.offset(dtype)
+        bias = None if c is None else sum_trailing(a * c)  # c broadcasts over *out
+        return [at], bias
+
+
+class Dense(Affine):
+    """``x @ kernel + bias``; ``kernel()`` -> [in, out], ``bias()`` -> [out] or None."""
+
+    def __init__(self, name, kernel, bias):
+        super().__init__(name)
+        self.kernel, self.bias = kernel, bias
+
+    def apply(self, x, dtype):
+        return tf.tensordot(x, cast(self.kernel(), dtype), [[x.shape.rank - 1], [0]])
+
+    def apply_abs(self, r, dtype):
+        return tf.tensordot(r, tf.abs(cast(self.kernel(), dtype)), [[r.shape.rank - 1], [0]])
+
+    def transpose(self, a, in_shape, dtype):
+        return tf.tensordot(a, cast(self.kernel(), dtype), [[a.shape.rank - 1], [1]])
+
+    def offset(self, dtype):
+        b = self.bias()
+        return None if b is None else cast(b, dtype)
+
+
+class Conv2D(Affine):
+    """A 2-D convolution (NHWC, dilation 1) of a Keras ``Conv2D`` layer."""
+
+    def __init__(self, layer):
+        super().__init__(layer.name)
+        self.layer = layer
+        self.strides = [1, *layer.strides, 1]
+        self.padding = layer.padding.upper()
+
+    def _conv(self, x, kernel):
+        return tf.nn.conv2d(x, kernel, self.strides, self.padding)
+
+    def apply(self, x, dtype):
+        return self._conv(x, cast(self.layer.kernel, dtype))
+
+    def apply_abs(self, r, dtype):
+        return self._conv(r, tf.abs(cast(self.layer.kernel, dtype)))
+
+    def transpose(self, a, in_shape, dtype):
+        out_shape = tf.stack([tf.shape(a)[0], *in_shape])
+        return tf.nn.conv2d_transpose(a, cast(self.layer.kernel, dtype), out_shape, self.strides,
+                                      self.padding)
+
+    def offset(self, dtype):
+        return cast(self.layer.bias, dtype) if self.layer.use_bias else None
+
+
+class AveragePooling2D(Affine):
+    def __init__(self, layer):
+        super().__init__(layer.name)
+        self.ksize = [1, *layer.pool_size, 1]
+        self.strides = [1, *layer.strides, 1]
+        self.padding = layer.padding.upper()
+
+    def apply(self, x, dtype):
+        return tf.nn.avg_pool2d(x, self.ksize, self.strides, self.padding)
+
+    apply_abs = apply  # non-negative weights
+
+    def transpose(self, a, in_shape, dtype):
+        return tf.raw_ops.AvgPoolGrad(orig_input_shape=tf.stack([tf.shape(a)[0], *in_shape]),
+                                      grad=a, ksize=self.ksize, strides=self.strides,
+                                      padding=self.padding)
+
+
+class GlobalAveragePooling2D(Affine):
+    def __init__(self, layer):
+        super().__init__(layer.name)
+        self.keepdims = bool(layer.keepdims)
+
+    def apply(self, x, dtype):
+        return tf.reduce_mean(x, axis=[1, 2], keepdims=self.keepdims)
+
+    apply_abs = apply
+
+    def transpose(self, a, in_shape, dtype):
+        h, w = in_shape[0], in_shape[1]
+        a = a if self.keepdims else a[:, None, None, :]
+        return tf.broadcast_to(a / (h * w), [tf.shape(a)[0], *in_shape])
+
+
+class Elementwise(Affine):
+    """``f(x) = s * x + t`` with ``s``, ``t`` broadcastable to one example (BatchNormalization at
+    inference, Rescaling, Normalization). ``coefficients(dtype, rank) -> (s, t)``, ``rank`` the
+    rank of one example."""
+
+    def __init__(self, name, coefficients):
+        super().__init__(name)
+        self.coefficients = coefficients
+
+    def apply(self, x, dtype):
+        return x * self.coefficients(dtype, x.shape.rank - 1)[0]
+
+    def apply_abs(self, r, dtype):
+        return r * tf.abs(self.coefficients(dtype, r.shape.rank - 1)[0])
+
+    def interval(self, bounds, dtype):
+        (lo, hi), = bounds
+        s, t = self.coefficients(dtype, lo.shape.rank - 1)
+        mid, rad = (hi + lo) / 2, (hi - lo) / 2
+        out_mid, out_rad = mid * s + t, rad * tf.abs(s)
+        return out_mid - out_rad, out_mid + out_rad
+
+    def backward(self, a, in_shapes, dtype):
+        s, t = self.coefficients(dtype, len(in_shapes[0]))
+        s = tf.broadcast_to(s, in_shapes[0])  # example-shaped, then broadcast over [B, S]
+        t = tf.broadcast_to(t, in_shapes[0])
+        return [a * s], sum_trailing(a * t)
+
+
+class Reshape(Affine):
+    """Flatten / Reshape: exact on intervals; the transpose reshapes back."""
+
+    def __init__(self, name, target):
+        super().__init__(name)
+        self.target = list(target)
+
+    def interval(self, bounds, dtype):
+        (lo, hi), = bounds
+        shape = [tf.shape(lo)[0], *self.target]
+        return tf.reshape(lo, shape), tf.reshape(hi, shape)
+
+    def apply(self, x, dtype):
+        return tf.reshape(x, [tf.shape(x)[0], *self.target])
+
+    def transpose(self, a, in_shape, dtype):
+        return tf.reshape(a, [tf.shape(a)[0], *in_shape])
+
+
+class Identity(Affine):
+    def interval(self, bounds, dtype):
+        return bounds[0]
+
+    def apply(self, x, dtype):
+        return x
+
+    def backward(self, a, in_shapes, dtype):
+        return [a], None
+
+
+class Add(Rule):
+    """The sum of several inputs of one shape (a residual connection)."""
+
+    def __init__(self, name, num_inputs):
+        super().__init__(name)
+        self.num_inputs = num_inputs
+
+    def interval(self, bounds, dtype):
+        shapes = {tuple(lo.shape[1:]) for lo, _ in bounds}
+        if len(shapes) != 1:
+            raise ValueError(f"layer {self.name!r} (Add) adds tensors of different shapes "
+                             f"{sorted(shapes)}; broadcasting adds are not supported by the bounds")
+        return tf.add_n([lo for lo, _ in bounds]), tf.add_n([hi for _, hi in bounds])
+
+    def backward(self, a, in_shapes, dtype):
+        return [a] * self.num_inputs, None

@@ -1,0 +1,213 @@
+"""The seed axis of the on-policy agents (``num_seeds=S``): one code path for any S.
+
+Each seed's slice of an S-seed agent must do what the same seed does alone: the same initial
+weights and first environment states, and, fed the same batch, the same update (losses,
+gradient norms, weights, Adam count, per-seed target_kl stop, normalisation statistics). The
+random draws after that differ (one draw covers every seed), so learning is compared in
+distribution (a slow test). Configs are small: traces are expensive on 2 shared cores.
+"""
+
+import io
+import json
+import logging
+import os
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import agents
+from agents.base import own_function
+from robustgrad.interrupts import TrainingInterrupted
+
+SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=None)
+
+
+def _seed_slices(many, batch, s):
+    return {k: batch[k][:, s] for k in ("obs", "actions", "rewards", "terminated", "truncated",
+                                         "final_obs")}
+
+
+@pytest.mark.parametrize("cls,overrides", [
+    (agents.PPO, dict(n_minibatches=1, n_epochs=3, normalize_obs=True, normalize_reward=True)),
+    (agents.PPO, dict(env="Pendulum-v1", n_minibatches=1, n_epochs=2, clip_vloss=False)),
+    (agents.PPO, dict(n_minibatches=1, n_epochs=4, target_kl=1e-7)),
+    (agents.A2C, dict(normalize_advantages=True, normalize_obs=True)),
+    (agents.REINFORCE, dict()),
+])
+def test_each_seeds_slice_updates_as_that_seed_alone(cls, overrides):
+    # n_minibatches=1: every epoch sees the whole batch, so the per-seed permutation only
+    # reorders a sum; the S-seed update must equal each seed's own update on its slice
+    kw = {**SMALL, **overrides}
+    many = cls(num_seeds=2, seed=4, **kw)
+    alone = [cls(seed=s, **kw) for s in (4, 5)]
+    for s, one in enumerate(alone):  # initial weights: slice s is seed s's network
+        for x, y in zip(many.get_weights(), one.get_weights()):
+            np.testing.assert_array_equal(x[s], y)
+    many._reset_env()
+    batch = tf.function(many._rollout_graph)()
+    stats = many._train(batch)
+    for s, one in enumerate(alone):
+        one._reset_env()
+        own = one._train(_seed_slices(many, batch, s))
+        for key in ("policy_loss", "value_loss", "entropy", "grad_norm", "explained_variance",
+                    "updates_applied", "updates_tried") + (("approx_kl", "epochs")
+                                                           if cls is agents.PPO else ()):
+            np.testing.assert_allclose(stats[key][s].numpy(), own[key].numpy(), rtol=2e-3,
+                                       atol=1e-6, err_msg=key)
+        for x, y in zip(many.get_weights(), one.get_weights()):  # weights and obs statistics
+            np.testing.assert_allclose(x[s], y, rtol=1e-4, atol=1e-6)
+        assert int(many.optimizer.iterations[s]) == int(one.optimizer.iterations.numpy())
+        np.testing.assert_allclose(many.reward_rms.var.numpy()[s], one.reward_rms.var.numpy(),
+                                   rtol=1e-6)
+    if overrides.get("target_kl"):  # the KL of epoch 1 is 0 (ratio 1 before the first step),
+        # epoch 2's exceeds 1e-7: the mask froze both seeds after epoch 2 of 4, as alone
+        assert stats["epochs"].numpy().tolist() == [2.0, 2.0]
+        assert stats["updates_tried"].numpy().tolist() == [2.0, 2.0]
+
+
+def test_a_nonfinite_seed_is_rejected_alone_and_the_other_steps():
+    many = agents.PPO(num_seeds=2, seed=0, n_minibatches=1, n_epochs=1, **SMALL)
+    many._reset_env()
+    batch = dict(tf.function(many._rollout_graph)())
+    before = many.get_weights()
+    obs = batch["obs"].numpy()
+    obs[0, 1, 0, 0] = np.nan  # step 0, seed 1, env 0
+    batch["obs"] = tf.constant(obs)
+    stats = many._train(batch)
+    assert stats["updates_applied"].numpy().tolist() == [1.0, 0.0]
+    after = many.get_weights()
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(before, after))  # seed 1 untouched
+    assert any(not np.array_equal(a[0], b[0]) for a, b in zip(before, after))  # seed 0 stepped
+
+
+def test_the_gymnasium_backend_steps_each_seed_as_alone():
+    many = agents.PPO(num_seeds=2, seed=7, **dict(SMALL, backend="gymnasium"))
+    obs = many.env.reset()
+    for s, seed in enumerate((7, 8)):
+        one = agents.PPO(seed=seed, **dict(SMALL, backend="gymnasium"))
+        np.testing.assert_array_equal(obs[2 * s:2 * s + 2], one.env.reset())
+    many.learn(32, progress_bar=False)
+    assert len(many.seed_histories[0]) == len(many.seed_histories[1]) == 2
+
+
+def test_train_many_learns_and_returns_ordinary_agents(tmp_path):
+    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    trained = agents.train_many(cfg, seeds=[0, 3], steps=12_288)
+    for seed, agent in zip((0, 3), trained):
+        assert agent.num_seeds == 1 and agent.config.seed == seed
+        assert int(agent.num_timesteps.numpy()) == 12_288 and len(agent.history) == 48
+        assert np.mean(agent.episode_returns) > 50  # random policy ~22
+    assert any(not np.array_equal(x, y) for x, y in zip(trained[0].get_weights(),
+                                                        trained[1].get_weights()))
+    trained[1].save(tmp_path / "s3")
+    loaded = agents.load(tmp_path / "s3")
+    assert loaded.evaluate(3, seed=7)["returns"] == trained[1].evaluate(3, seed=7)["returns"]
+    loaded.learn(256, progress_bar=False)  # an ordinary agent: training continues
+
+
+def test_checkpoints_are_per_seed_and_load_back_as_one_agent(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"},
+                           n_minibatches=1, checkpoint_dir=ckpt, checkpoint_every=32)
+    seen = []
+    trained = agents.train_many(cfg, seeds=[2, 5], steps=48,
+                                callbacks=[lambda a, logs: seen.append(logs["per_seed"])])
+    assert len(seen) == 3 and len(seen[0]["policy_loss"]) == 2
+    assert sorted(os.listdir(ckpt)) == ["seed_2", "seed_5", "seeds.json"]
+    assert json.load(open(os.path.join(ckpt, "seeds.json")))["seeds"] == [2, 5]
+    one = agents.load(os.path.join(ckpt, "seed_5"))
+    for x, y in zip(one.get_weights(), trained[1].get_weights()):
+        np.testing.assert_array_equal(x, y)
+    many = agents.load(ckpt)  # resume: the two seeds as one agent again
+    assert many.seeds == [2, 5] and int(many.num_timesteps.numpy()) == 48
+    for s, agent in enumerate(trained):
+        for x, y in zip(many.get_weights(), agent.get_weights()):
+            np.testing.assert_array_equal(x[s], y)
+        assert json.dumps(many.seed_histories[s]) == json.dumps(agent.history)  # NaN too
+    many.learn(16, progress_bar=False)
+    assert int(many.num_timesteps.numpy()) == 64
+
+
+def test_an_interrupt_saves_every_seed_and_raises(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"},
+                           n_minibatches=1, checkpoint_dir=ckpt)
+
+    def interrupt(agent, logs):
+        if logs["steps"] == 32:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted, match="stopped by SIGINT at step 32; checkpoint "
+                                                  f"saved to {ckpt}"):
+        agents.train_many(cfg, seeds=[0, 1], steps=160, callbacks=[interrupt])
+    resumed = agents.load(ckpt)
+    assert resumed.seeds == [0, 1] and int(resumed.num_timesteps.numpy()) == 32
+
+
+def test_seed_axis_bad_input_is_refused_before_work():
+    with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
+        agents.PPO(num_seeds=0, **SMALL)
+    with pytest.raises(ValueError, match=r"robust: robust training \('sa'\) runs observation "
+                                         "attacks against one policy and is not implemented "
+                                         "with num_seeds > 1"):
+        agents.PPO(num_seeds=2, robust="sa", **SMALL)
+    with pytest.raises(ValueError, match="transform: a custom gradient transformation acts on "
+                                         "one seed's gradients"):
+        from robustgrad import transforms
+        agents.PPO(num_seeds=2, transform=transforms.identity(), **SMALL)
+    with pytest.raises(ValueError, match="rollout_workers: Ray workers collect for one seed"):
+        agents.PPO(num_seeds=2, rollout_workers=2, **dict(SMALL, backend="gymnasium"))
+    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig or "
+                                         "REINFORCEConfig"):
+        agents.train_many(agents.DQNConfig(), seeds=[0, 1], steps=32)
+    many = agents.PPO(num_seeds=3, seed=4, **SMALL)
+    for call in (lambda: many.evaluate(1), lambda: many.act(np.zeros(4))):
+        with pytest.raises(ValueError, match=r"this agent holds 3 seeds \(4-6\); "
+                                             r"agent.export\(s\) gives seed s"):
+            call()
+    with pytest.raises(ValueError, match=r"index: must be in \[0, 3\), got 3"):
+        many.export(3)
+    with pytest.warns(DeprecationWarning, match="design= is deprecated"):
+        agents.train_many(agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"},
+                                           n_minibatches=1), seeds=[0], steps=16, design="group")
+
+
+def test_many_agents_in_one_process_print_no_retracing_warning():
+    class Thing:
+        def __init__(self, k, own):
+            self.k = k
+            self.fn = tf.function(own_function(self.method) if own else self.method)
+
+        def method(self, x):
+            return x * self.k
+
+    def log_of(own):
+        buffer = io.StringIO()
+        handler = logging.StreamHandler(buffer)
+        logging.getLogger("tensorflow").addHandler(handler)
+        try:
+            for k in range(8):  # one trace per object
+                Thing(k, own).fn(tf.constant(1.0))
+        finally:
+            logging.getLogger("tensorflow").removeHandler(handler)
+        return buffer.getvalue()
+
+    assert "retracing" in log_of(own=False)  # the methods themselves: TensorFlow warns
+    assert "retracing" not in log_of(own=True)  # as the agents wrap them: it does not
+
+
+@pytest.mark.slow
+def test_seeds_in_a_group_and_alone_reach_the_same_return_statistics():
+    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    seeds = [0, 1, 2, 3]
+    grouped = [a.evaluate(10)["mean_return"]
+               for a in agents.train_many(cfg, seeds=seeds, steps=60_000)]
+    alone = []
+    for s in seeds:
+        agent = agents.PPO(cfg, seed=s)
+        agent.learn(60_000, progress_bar=False)
+        alone.append(agent.evaluate(10)["mean_return"])
+    assert np.mean(grouped) > 350 and np.mean(alone) > 350
+    assert abs(np.mean(grouped) - np.mean(alone)) < 100
