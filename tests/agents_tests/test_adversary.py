@@ -178,3 +178,23 @@ def test_atla_sa_agent_resists_a_learned_adversary():
         adv = train_adversary(agent, eps=0.1, steps=30_000, progress=False)
         means[robust] = adv.victim_return(8, seed=77)
     assert means["atla-sa"] > means[None] + 50
+
+
+def test_cli_flags_of_learned_adversaries(tmp_path, capsys):
+    import json
+
+    from robustgrad import cli
+
+    d = tmp_path / "agent"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    (d / "agent.json").write_text(json.dumps({"algo": "ppo", "num_timesteps": 0}))
+    assert cli.main(["evaluate-agent", "--agent", str(d), "--attacks", "optimal",
+                     "--adversary-steps", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--adversary-steps" in capsys.readouterr().err
+    train = ["train-agent", "--env", "CartPole-v1", "--steps", "64", "--no-progress",
+             "--eval-episodes", "0", "--out", str(tmp_path / "run")]
+    assert cli.main([*train, "--algo", "dqn", "--robust", "atla"]) == 2
+    assert "ATLA trains an actor-critic" in capsys.readouterr().err
+    assert cli.main([*train, "--algo", "ppo", "--robust", "atla", "--robust-kappa", "1"]) == 2
+    assert "--robust-kappa: only with --robust sa" in capsys.readouterr().err
