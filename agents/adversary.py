@@ -56,8 +56,8 @@ if TYPE_CHECKING:
     from agents.base import Agent
 
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "LearnedAdversary",
-           "VictimSurface", "check_adversary_request", "load_adversary", "train_adversary",
-           "victim_surface"]
+           "VictimSurface", "adversary_for", "check_adversary_request", "check_inter_op_threads",
+           "load_adversary", "train_adversary", "victim_surface"]
 
 LEARNED_ATTACKS = ("optimal", "paad")
 """Names of the learned attacks (trained per victim and eps, see ``adversary_steps``)."""
@@ -347,6 +347,20 @@ def train_adversary(victim: Agent, eps: float, steps: int = 100_000, *, seed: in
                       "start_radius": start, "curriculum": curriculum,
                       "held_out_return": best["return"], "best_step": best["step"]}
     return adversary
+
+
+def adversary_for(victim: Agent, kind: str, eps: float, adversaries: Any, steps: int,
+                  seed: int = 0, progress: bool = True, **kwargs: Any) -> LearnedAdversary:
+    """The adversary of ``kind`` at ``eps`` among ``adversaries`` (trained against ``victim``),
+    else one trained now by :func:`train_adversary` (``steps``, ``seed``, ``kwargs``)."""
+    for adv in adversaries or ():
+        if adv.kind == kind and math.isclose(adv.eps, eps, rel_tol=1e-6):
+            if adv.surface.agent is not victim:
+                raise ValueError(f"adversaries: the {kind} adversary at eps={eps} was trained "
+                                 "against another agent")
+            return adv
+    return train_adversary(victim, eps, steps, seed=seed, kind=kind, progress=progress,
+                           **kwargs)
 
 
 def _keep_best(adversary, best, done, episodes, seed, progress):

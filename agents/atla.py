@@ -70,6 +70,9 @@ def _build_adversary(agent: Agent):
     from agents.ppo import PPO
 
     check_inter_op_threads()
+    if agent.rollout_workers is not None:
+        raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
+                         "Ray rollout workers do not carry it (train robust='atla' locally)")
     surface = victim_surface(agent, "agent")
     agent._atla_radius = _Radius(0.0)
     factory = _factory(surface, agent._atla_radius, None, None)

@@ -36,7 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents._victim import _surface
-from agents.adversary import LEARNED_ATTACKS, check_adversary_request
+from agents.adversary import LEARNED_ATTACKS, adversary_for, check_adversary_request
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
 from agents.observation_attacks import (
     ATTACK_NAMES,
@@ -385,20 +385,6 @@ def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Se
     return attacks, budgets, _checks.norm_name(norm)
 
 
-def _learned_adversary(agent, name, eps, adversaries, steps, seed, kwargs, progress):
-    """A given adversary of kind ``name`` at ``eps``, else one trained now."""
-    for adv in adversaries or ():
-        if adv.kind == name and math.isclose(adv.eps, eps, rel_tol=1e-6):
-            if adv.surface.agent is not agent:
-                raise ValueError(f"adversaries: the {name} adversary at eps={eps} was trained "
-                                 "against another agent")
-            return adv
-    from agents.adversary import train_adversary
-
-    return train_adversary(agent, eps, steps, seed=seed, kind=name,
-                           progress=progress, **kwargs)
-
-
 def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NAMES,
                           eps: float | Sequence[float] = (0.05, 0.1, 0.2), n_episodes: int = 50,
                           seed: int = 0, *, norm: str = "linf", scale: str | np.ndarray | None = None,
@@ -459,8 +445,8 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         for e in budgets:
             cost = None
             if name in LEARNED_ATTACKS:
-                learned = _learned_adversary(agent, name, e, adversaries, adversary_steps, seed,
-                                             kw, progress)
+                learned = adversary_for(agent, name, e, adversaries, adversary_steps, seed,
+                                        progress, **kw)
                 cost = dict(learned.cost)
                 say(f"{name} eps={e:g}: adversary trained for {cost.get('adversary_steps')} "
                     f"steps ({cost.get('cpu_seconds', float('nan')):.0f} s CPU)")
