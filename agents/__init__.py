@@ -5,6 +5,7 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 
 # public re-exports (ruff: F401 is expected here)
 from agents.a2c import A2C  # noqa: F401
+from agents.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
 from agents.attack_evaluation import (  # noqa: F401
     AgentAttackReport,
     ObservationAttackWrapper,

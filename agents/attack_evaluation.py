@@ -36,6 +36,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents._victim import _surface
+from agents.adversary import LEARNED_ATTACKS, adversary_for, check_adversary_request
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
 from agents.observation_attacks import (
     ATTACK_NAMES,
@@ -244,6 +245,12 @@ class AgentAttackReport:
                          f"{r['median']:>8.1f} {r['std']:>7.1f} {r['min']:>7.1f} "
                          f"{r['action_changed']:>8.1%} {r['mean_perturbation']:>7.4f} "
                          f"{r['normalized_score']:>6.2f} {r['steps_per_second']:>8.0f}")
+        for r in self.rows:
+            if r.get("cost"):
+                c = r["cost"]
+                lines.append(f"{r['attack']} eps {r['eps']:g}: learned adversary trained for "
+                             f"{c['adversary_steps']} steps, {c['wall_seconds']:.0f} s wall, "
+                             f"{c['cpu_seconds']:.0f} s CPU")
         lines.append("worst case over attacks (and over every budget up to eps):")
         for w in self.worst_case:
             lines.append(f"  eps {w['eps']:<6.3g} {w['attack']:<7} mean {w['mean']:.1f} "
@@ -369,16 +376,17 @@ def _units(agent, scale) -> str:
 
 
 def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Sequence[float],
-                     norm: str = "linf", scale: str | np.ndarray | None = None
-                     ) -> tuple[list, list, str]:
+                     norm: str = "linf", scale: str | np.ndarray | None = None,
+                     adversary_steps: int = 100_000) -> tuple[list, list, str]:
     """Check an evaluation request against ``agent`` (names, budgets, norm, units, a critic for
-    ``critic``, Box observations); returns ``(attacks, sorted budgets, norm)``."""
+    ``critic``, Box observations, a learned adversary's budget and radii); returns
+    ``(attacks, sorted budgets, norm)``."""
     check_agent(agent)
     if isinstance(attacks, str):
         attacks = [a.strip() for a in attacks.split(",") if a.strip()]
     if not isinstance(attacks, (list, tuple)) or not all(isinstance(a, str) for a in attacks):
         raise TypeError(f"attacks must be a comma-separated string or a list of attack names "
-                        f"({', '.join(ATTACK_NAMES)}), got {attacks!r}")
+                        f"({', '.join(ATTACK_NAMES + LEARNED_ATTACKS)}), got {attacks!r}")
     attacks = list(dict.fromkeys(attacks))
     if not attacks:
         raise ValueError("attacks must name at least one attack, got []")
@@ -386,6 +394,13 @@ def check_evaluation(agent: Agent, attacks: str | Sequence[str], eps: float | Se
     if not budgets:
         raise ValueError("eps must hold at least one budget, got []")
     for name in attacks:
+        if name in LEARNED_ATTACKS:
+            if _checks.norm_name(norm) != "linf":
+                raise ValueError(f"norm: the learned attack {name!r} perturbs in the L-inf ball "
+                                 f"only, got {norm!r}")
+            for e in budgets:
+                check_adversary_request(agent, e, adversary_steps, argument="agent")
+            continue
         check_attack(agent, name, budgets[0], norm, argument="attacks")
     if isinstance(scale, str):
         _checks.choice(scale, "scale", ("raw", "std"))
@@ -416,9 +431,17 @@ def _check_attack_kwargs(attack_kwargs: Any, attacks: Sequence[str]) -> dict:
         if not isinstance(kw, dict):
             raise TypeError(f"attack_kwargs[{name!r}] must be a dict of keywords, got "
                             f"{type(kw).__name__}")
-        params = inspect.signature(_FUNCTIONS[name]).parameters
-        taken = [p for p in params if p not in ("agent", "obs", "q_pi", "eps", "norm", "seed",
-                                                "scale")]
+        if name in LEARNED_ATTACKS:  # keywords of train_adversary (and PA-AD's actor)
+            from agents.adversary import train_adversary
+
+            params = inspect.signature(train_adversary).parameters
+            taken = [p for p in params if p not in ("victim", "eps", "steps", "seed", "kind",
+                                                    "progress", "kind_kwargs")]
+            taken += ["pgd_steps"] if name == "paad" else []
+        else:
+            params = inspect.signature(_FUNCTIONS[name]).parameters
+            taken = [p for p in params if p not in ("agent", "obs", "q_pi", "eps", "norm",
+                                                    "seed", "scale")]
         for key in kw:
             if key not in taken:
                 raise ValueError(f"attack_kwargs[{name!r}]: {name} takes no keyword {key!r} "
@@ -433,6 +456,7 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
                           seed: int = 0, *, norm: str = "linf", scale: str | np.ndarray | None = None,
                           num_envs: int | None = None,
                           rs_steps: int = 20_000, attack_kwargs: dict | None = None,
+                          adversary_steps: int = 100_000, adversaries: Sequence | None = None,
                           progress: bool = True, certify: str | None = None
                           ) -> AgentAttackReport:
     """Episode returns of ``agent`` (deterministic actions) under each attack and budget.
@@ -445,13 +469,19 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
       scale: ``None`` (the agent's units), ``"raw"``, ``"std"`` (eps per dimension times the
         observation std of the first clean episode) or an array ``[d]``.
       rs_steps: victim steps for Robust Sarsa's ``Q^π`` (trained once, shared over eps).
-      attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``).
+      attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``; for a learned
+        attack, keywords of :func:`agents.adversary.train_adversary`).
+      adversary_steps: training budget (env steps) of each learned adversary (``optimal``,
+        ``paad``): one is trained per budget eps with :func:`agents.adversary.train_adversary`;
+        its row holds its ``cost`` (steps, wall and CPU seconds).
+      adversaries: already trained :class:`agents.adversary.LearnedAdversary` objects, used
+        instead of training one where their kind and eps match.
       certify: a bound method (``"crown"``, ``"crown-ibp"``, ``"ibp"``): also the fraction of the
         clean run's visited states whose greedy action is certified at every eps
         (:mod:`agents.certify`; discrete policies and DQN, L-inf, the agent's units).
     All arguments are checked before any episode runs.
     """
-    attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale)
+    attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale, adversary_steps)
     if certify is not None:
         from agents.certify import certified_rows, check_certifiable
 
@@ -485,13 +515,28 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
     rows, trajectories = [], {"clean": clean["trajectory"]}
     for name in attacks:
         kw = dict(attack_kwargs.get(name, {}))
-        attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale,
-                                   rs_steps=rs_steps, **kw)
-        # trace (and for rs learn Q^pi) before the timed episodes: steps/s is the steady rate
-        attack.step(np.zeros((k,) + tuple(agent.obs_shape), np.float32), seed=step_seed(seed, 0))
+        if name in LEARNED_ATTACKS:
+            attack = None
+        else:
+            attack = ObservationAttack(agent, name, budgets[0], norm, scale=scale,
+                                       rs_steps=rs_steps, **kw)
+            # trace (and for rs learn Q^pi) before the timed episodes: steps/s is the steady rate
+            attack.step(np.zeros((k,) + tuple(agent.obs_shape), np.float32),
+                        seed=step_seed(seed, 0))
         for e in budgets:
-            def perturb(obs, t, attack=attack, e=e):
-                return attack.step(obs, seed=step_seed(seed, t), eps=e)
+            cost = None
+            if name in LEARNED_ATTACKS:
+                learned = adversary_for(agent, name, e, adversaries, adversary_steps, seed,
+                                        progress, **kw)
+                cost = dict(learned.cost)
+                say(f"{name} eps={e:g}: adversary trained for {cost.get('adversary_steps')} "
+                    f"steps ({cost.get('cpu_seconds', float('nan')):.0f} s CPU)")
+
+                def perturb(obs, t, learned=learned, e=e):
+                    return learned.step(obs, seed=step_seed(seed, t), eps=e)
+            else:
+                def perturb(obs, t, attack=attack, e=e):
+                    return attack.step(obs, seed=step_seed(seed, t), eps=e)
 
             run = _run_episodes(agent, n_episodes, k, seed, perturb=perturb)
             _check_budget(run["norms"], e, f"attack {name!r}")
@@ -500,6 +545,8 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
                    "mean_perturbation": float(run["norms"].mean()) if run["norms"].size else 0.0,
                    "max_perturbation": float(run["norms"].max()) if run["norms"].size else 0.0,
                    "steps_per_second": run["steps_per_second"]}
+            if cost is not None:
+                row["cost"] = cost
             row["normalized_score"] = _normalized(row["mean"], r_clean, r_rand)
             rows.append(row)
             say(f"{name} eps={e:g}: mean {row['mean']:.1f}, median {row['median']:.1f}, "

@@ -82,8 +82,10 @@ class AgentConfig:
     """Robust training against observation perturbations (:mod:`agents.robust`): ``None``
     (plain training), ``"sa"`` (state-adversarial regulariser: SA-PPO/SA-A2C's
     ``kappa * max KL(pi(.|s) || pi(.|s_hat))``, SA-DQN's hinge on the greedy action's Q-margin;
-    Zhang et al., NeurIPS 2020) or ``"adv"`` (train on observations attacked by
-    ``robust_attack``). REINFORCE has no robust variant."""
+    Zhang et al., NeurIPS 2020), ``"adv"`` (train on observations attacked by
+    ``robust_attack``) or ``"atla"`` / ``"atla-sa"`` (PPO, A2C: alternate with a learned
+    adversary, plus SA's regulariser for ``"atla-sa"``; :mod:`agents.atla`). REINFORCE has no
+    robust variant."""
     robust_eps: float = 0.1
     """L-inf radius of the observation ball, in standard deviations when ``normalize_obs``
     (inside the normaliser, as the papers) and in raw units otherwise."""
@@ -145,7 +147,7 @@ class AgentConfig:
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
         if self.robust is not None:
-            choice(self.robust, "robust", ("sa", "adv"))
+            choice(self.robust, "robust", ("sa", "adv", "atla", "atla-sa"))
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
         self.robust_steps = positive_int(self.robust_steps, "robust_steps")
@@ -368,6 +370,9 @@ class DQNConfig(AgentConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.robust in ("atla", "atla-sa"):
+            raise ValueError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
+                             f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
         if self.robust is not None and self.robust_method not in ("pgd", "convex"):
             raise ValueError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "

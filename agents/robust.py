@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from agents import atla
 from agents import observation_attacks as oa
 from agents._victim import _surface
 from agents.schedules import linear
@@ -272,6 +273,9 @@ class RobustOnPolicy:
                                                   cfg.robust_eps_warmup)
 
     def _perceived(self, obs, seed):
+        if atla.uses_atla(self.config):
+            return atla.atla_observations(self, obs, tf.random.experimental.stateless_fold_in(
+                seed, 1))
         if self.config.robust != "adv":
             return obs
         seed = tf.random.experimental.stateless_fold_in(seed, 1)
@@ -281,7 +285,7 @@ class RobustOnPolicy:
     def _sa_observations(self, obs):
         """``s_hat`` of the SA regulariser for a minibatch (``None`` unless ``robust="sa"``);
         computed outside the gradient tape."""
-        if self.config.robust != "sa":
+        if not atla.uses_sa(self.config):
             return None
         if self.config.robust_method == "convex":  # no search: the bound covers the ball
             return tf.stop_gradient(obs)
@@ -302,7 +306,9 @@ class RobustOnPolicy:
     def _train_iteration(self, steps_done, total):
         if self.robust_schedule is not None:
             self.robust_schedule.update(steps_done, total)
+        extra = atla.adversary_phase(self) if atla.uses_atla(self.config) else {}
         logs, n = super()._train_iteration(steps_done, total)
+        logs.update(extra)
         if self.robust_schedule is not None:
             logs["robust_eps"] = float(self.robust_schedule.eps.numpy())
             logs["robust_kappa"] = float(self.robust_schedule.kappa.numpy())

@@ -8,6 +8,11 @@ Example::
         --eps 0.05,0.1,0.2 --episodes 50 --out runs/ppo-attacks
     robustgrad evaluate-agent --agent runs/dqn --attacks action,mad --certify crown --eps 0.01,0.05
     robustgrad evaluate-agent --agent runs/dqn --certify crown --eps 0.01,0.05
+    robustgrad evaluate-agent --agent runs/ppo --attacks rs,optimal --eps 0.05 \\
+        --adversary-steps 200000 --out runs/ppo-learned
+
+``optimal`` and ``paad`` are learned adversaries (``agents.adversary``, ``agents.paad``): one is
+trained per eps for ``--adversary-steps`` env steps, and the report gives each one's cost.
 
 Without ``--attacks``: full episodes on a fresh vector environment of the agent's env id, the
 mean and standard deviation of the episode return (deterministic actions unless
@@ -36,6 +41,7 @@ DEFAULT_OUT = "runs/evaluate-agent"
 # the names of agents.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
 # before TensorFlow loads (tests/agents_tests/test_agents_obs_attacks.py checks that both agree)
 ATTACKS = ("random", "action", "mad", "critic", "rs")
+LEARNED = ("optimal", "paad")  # agents.adversary.LEARNED_ATTACKS (trained per victim and eps)
 SCALES = ("auto", "raw", "std")
 # agents.certify.CERTIFY_METHODS, repeated so that flags are checked before TensorFlow loads
 CERTIFY = ("crown", "crown-ibp", "ibp")
@@ -50,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sample actions instead of the mode (clean evaluation only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--attacks", default=None,
-                   help=f"comma-separated observation attacks: {', '.join(ATTACKS)} "
+                   help=f"comma-separated observation attacks: {', '.join(ATTACKS + LEARNED)} "
                         "(default: none, a clean evaluation)")
     p.add_argument("--eps", default=None,
                    help="with --attacks: comma-separated budgets (default 0.05,0.1,0.2)")
@@ -64,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "crown, crown-ibp or ibp (discrete policies and DQN, linf)")
     p.add_argument("--rs-steps", type=int, default=20_000,
                    help="victim steps to learn Robust Sarsa's Q^pi (default 20000)")
+    p.add_argument("--adversary-steps", type=int, default=100_000,
+                   help="training budget (env steps) of each learned adversary, optimal and "
+                        "paad, one per eps (default 100000)")
     p.add_argument("--num-envs", type=int, default=None,
                    help="environment copies stepping together (default min(episodes, 8))")
     p.add_argument("--out", default=DEFAULT_OUT,
@@ -106,6 +115,7 @@ def validate(args: argparse.Namespace) -> None:
     with user_errors(ValueError):
         _checks.positive_int(args.episodes, "--episodes")
         _checks.positive_int(args.rs_steps, "--rs-steps")
+        _checks.positive_int(args.adversary_steps, "--adversary-steps")
         if args.num_envs is not None:
             _checks.positive_int(args.num_envs, "--num-envs")
         if args.seed is not None:
@@ -146,7 +156,7 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
     with user_errors(ValueError):
         for name in names:
-            _checks.choice(name, "--attacks", ATTACKS)
+            _checks.choice(name, "--attacks", ATTACKS + LEARNED)
         args.norm = _checks.choice(_checks.norm_name(args.norm, "--norm"), "--norm",
                                    ("linf", "l2"))
     if args.stochastic:
@@ -205,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
     # the agent-dependent checks (a critic for 'critic', Box observations) run before any episode
     scale = None if args.scale == "auto" else args.scale
     with user_errors(ValueError, prefix="--agent: "):
-        check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale)
+        check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale,
+                         args.adversary_steps)
         if args.certify is not None:
             from agents.certify import check_certifiable
 
@@ -213,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     report = agents.evaluate_under_attack(
         agent, args.attack_names, args.eps_values, n_episodes=args.episodes, seed=seed,
         norm=args.norm, scale=scale, num_envs=args.num_envs, rs_steps=args.rs_steps,
-        progress=not args.no_progress, certify=args.certify)
+        adversary_steps=args.adversary_steps, progress=not args.no_progress,
+        certify=args.certify)
     print(report.to_json() if args.json else report)
     with removed_if_empty_on_error(args.out):
         paths = report.save(args.out)

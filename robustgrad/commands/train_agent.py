@@ -11,7 +11,8 @@ Example::
     robustgrad train-agent --algo ppo --env CartPole-v1 --robust sa --eps 0.2 --out runs/sappo
 
 ``--robust sa`` trains SA-PPO / SA-A2C / SA-DQN (Zhang et al. 2020), ``--robust adv`` on
-attacked observations (``agents.robust``); ``--eps`` is the training radius (standard
+attacked observations (``agents.robust``), ``--robust atla`` / ``atla-sa`` alternates PPO / A2C
+with a learned adversary (``agents.atla``); ``--eps`` is the training radius (standard
 deviations with ``--normalize-obs``, raw units otherwise), reached after ``--eps-warmup`` of
 the budget; REINFORCE has no robust variant.
 
@@ -97,9 +98,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Ray cluster for --rollout-workers (default: a local Ray instance)")
     p.add_argument("--num-cpus", type=int, default=None,
                    help="CPUs of the local Ray instance (default: --rollout-workers)")
-    p.add_argument("--robust", default=None, choices=("sa", "adv"),
-                   help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser) or adv "
-                        "(train on attacked observations)")
+    p.add_argument("--robust", default=None, choices=("sa", "adv", "atla", "atla-sa"),
+                   help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser), adv "
+                        "(train on attacked observations), atla (ppo, a2c: alternate with a "
+                        "learned adversary) or atla-sa (atla plus the SA regulariser)")
     p.add_argument("--eps", type=float, default=None,
                    help="--robust: L-inf training radius (default 0.1)")
     p.add_argument("--robust-kappa", type=float, default=None,
@@ -137,7 +139,7 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
             "robust_kappa": ("sa", "the weight of the SA regulariser"),
             "robust_attack": ("adv", "the attack adversarial training trains on")}
     for flag, _field in given:  # a flag the chosen method would ignore
-        if flag in only and only[flag][0] != args.robust:
+        if flag in only and only[flag][0] != args.robust.replace("atla-sa", "sa"):
             raise ValueError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
                              f"({only[flag][1]}), not with --robust {args.robust}")
     out = {"robust": args.robust}

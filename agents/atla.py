@@ -1,0 +1,113 @@
+"""ATLA: alternating training of an agent and its learned adversary (``robust="atla"``).
+
+Zhang, Chen, Boning, Hsieh, "Robust reinforcement learning on state observations with learned
+optimal adversary", ICLR 2021. The agent (PPO or A2C) lives in the perturbed MDP of its
+current adversary, and the adversary (a PPO in the adversary MDP of :mod:`agents.adversary`)
+is trained against the current agent; the two alternate, one iteration each (the paper's
+ATLA-PPO schedule alternates the two learners with equal budgets; here every agent
+iteration of ``n_steps · num_envs`` env steps is preceded by as many adversary steps):
+
+1. adversary phase: the adversary's PPO learns for one agent batch of steps at the current
+   radius, against the agent's deterministic actions;
+2. agent phase: the agent's rollout sees ``ŝ = s + r · tanh(a) · scale`` with ``a`` sampled
+   from the adversary's policy (in the compiled rollout: the adversary's network is called
+   in the agent's graph), stores and learns from ``ŝ`` as ``robust="adv"`` does.
+
+The radius ``r`` is the robust schedule's eps (rising from 0 to ``robust_eps`` over
+``robust_eps_warmup`` of the budget, :class:`agents.robust.RobustSchedule`): the adversary's
+curriculum grows with the agent's. ``robust="atla-sa"`` adds the SA regulariser
+(``robust_kappa``, the paper's best "ATLA + SA-Reg"). Policies are MLPs: the paper's best
+ATLA agents are LSTMs; recurrent policies are not implemented here. The adversary's weights
+are not part of the agent's checkpoint: a loaded ``robust="atla"`` agent that learns again
+starts a fresh adversary. Costs about twice a plain update per env step in env steps (the
+adversary's rollouts), more in time: each adversary step calls the agent once.
+
+>>> import agents
+>>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
+...                    robust_eps=0.1, robust_eps_warmup=0.0)
+>>> _ = agent.learn(32, progress_bar=False)
+>>> int(agent.atla_adversary.num_timesteps.numpy()) >= 32
+True
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+
+if TYPE_CHECKING:
+    from agents.base import Agent
+
+__all__ = ["ATLA_MODES", "adversary_phase", "atla_observations", "uses_atla", "uses_sa"]
+
+ATLA_MODES = ("atla", "atla-sa")
+"""The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
+
+ADVERSARY_PPO = {"anneal_lr": False}
+"""Overrides of :data:`agents.adversary.DEFAULT_PPO` for the ATLA adversary (its ``learn`` is
+called once per agent iteration: a learning rate annealed per call would restart each time)."""
+
+
+def uses_atla(config) -> bool:
+    """``robust`` is ``"atla"`` or ``"atla-sa"``."""
+    return config.robust in ATLA_MODES
+
+
+def uses_sa(config) -> bool:
+    """The SA regulariser is on (``robust="sa"`` or ``"atla-sa"``)."""
+    return config.robust in ("sa", "atla-sa")
+
+
+def _build_adversary(agent: Agent):
+    from agents.adversary import (
+        DEFAULT_PPO,
+        _factory,
+        _Radius,
+        check_inter_op_threads,
+        victim_surface,
+    )
+    from agents.ppo import PPO
+
+    check_inter_op_threads()
+    if agent.rollout_workers is not None:
+        raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
+                         "Ray rollout workers do not carry it (train robust='atla' locally)")
+    surface = victim_surface(agent, "agent")
+    agent._atla_radius = _Radius(0.0)
+    factory = _factory(surface, agent._atla_radius, None, None)
+    cfg = agent.config  # one adversary iteration per agent iteration, of the same size
+    agent.atla_adversary = PPO(env=factory, seed=cfg.seed + 104_729, preset=None,
+                               **{**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
+                                  "n_steps": cfg.n_steps, "n_minibatches": 1})
+
+
+def adversary_phase(agent: Agent) -> dict:
+    """Train ``agent``'s adversary for one agent batch of steps at the current radius (built
+    on first use); returns logs (``atla_adversary_return``: the adversary's mean episode
+    return, minus the agent's)."""
+    if getattr(agent, "atla_adversary", None) is None:
+        _build_adversary(agent)
+    eps = float(agent.robust_schedule.eps.numpy())
+    agent._atla_radius.value = eps
+    adv = agent.atla_adversary
+    if eps > 0:
+        adv.learn(agent.config.n_steps * agent.config.num_envs, progress_bar=False,
+                  handle_interrupts=False)
+    ret = list(adv.episode_returns)
+    return {"atla_adversary_return": sum(ret) / len(ret) if ret else float("nan")}
+
+
+def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]``, ``a`` sampled with the
+    stateless ``seed`` from the adversary's policy, ``r`` the schedule's eps, ``scale`` the
+    agent's unit of eps; non-finite rows pass through. Stopped. Runs inside the rollout."""
+    from agents._victim import _victim
+
+    adv = agent.atla_adversary
+    finite = tf.math.is_finite(obs)
+    safe = tf.where(finite, obs, tf.zeros_like(obs))
+    a = adv.model.distribution(safe).sample(seed=seed)
+    scale = _victim(agent, None).scale()
+    seen = safe + agent.robust_schedule.eps * tf.tanh(a) * scale
+    return tf.stop_gradient(tf.where(finite, seen, obs))

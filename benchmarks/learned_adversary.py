@@ -1,0 +1,138 @@
+"""Learned adversaries (issue 25) against vanilla, SA, ATLA and ATLA+SA agents at one eps.
+
+Per seed and kind of agent (``--victims vanilla,sa,atla,atla-sa``: the env's PPO preset, plain;
+with ``robust="sa"``, ``"atla"`` or ``"atla-sa"`` trained at ``--eps``), the agent is trained for
+``--steps`` and evaluated with :func:`agents.evaluate_under_attack` at ``--eps`` under the greedy
+attacks (``--attacks``, default ``random,action,mad,critic,rs``) and the learned ones
+(``--learned``, default ``optimal``; ``paad`` is ~10x slower per adversary step: its actor runs
+PGD every step), each learned adversary trained for ``--adversary-steps`` with the radius
+curriculum from 4 eps and the best snapshot on held-out seeds. Printed per agent: clean mean,
+mean under each attack, the worst case, ``optimal / rs`` (< 1: the learned adversary is the
+stronger), each adversary's cost (steps, wall and CPU seconds), the agent's training wall and
+CPU seconds, and the load average. ``--save-dir`` keeps agents and results (a rerun reuses
+them; ``--json`` writes every row).
+
+    python benchmarks/learned_adversary.py --env CartPole-v1 --eps 0.05 --seeds 0 \
+        --victims vanilla,sa,atla,atla-sa --adversary-steps 100000 --episodes 8 \
+        --rs-steps 10000 --save-dir runs/learned_adv --json learned_adv.json
+
+Measured figures: docs/benchmarks/robust-rl.md ("Learned adversaries").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+KINDS = {"vanilla": None, "sa": "sa", "atla": "atla", "atla-sa": "atla-sa"}
+
+
+def _train(kind, args, seed):
+    import agents
+
+    path = os.path.join(args.save_dir, f"{kind}-seed{seed}") if args.save_dir else None
+    info = os.path.join(path, "train.json") if path else None
+    if path and os.path.exists(info):
+        with open(info) as f:
+            return agents.load(path), json.load(f)
+    over = {} if KINDS[kind] is None else {"robust": KINDS[kind], "robust_eps": args.eps}
+    if KINDS[kind] in ("sa", "atla-sa") and args.kappa is not None:
+        over["robust_kappa"] = args.kappa
+    agent = agents.PPO(env=args.env, seed=seed, **over)
+    t0, c0 = time.perf_counter(), time.process_time()
+    agent.learn(args.steps, progress_bar=False)
+    cost = {"train_wall_seconds": time.perf_counter() - t0,
+            "train_cpu_seconds": time.process_time() - c0, "steps": args.steps}
+    if path:
+        agent.save(path)
+        with open(info, "w") as f:
+            json.dump(cost, f)
+    return agent, cost
+
+
+def _evaluate(agent, kind, args, seed):
+    import agents
+
+    key = f"eval-{args.eps:g}-{args.attacks}-{args.learned}-{args.adversary_steps}".replace(",", "+")
+    path = os.path.join(args.save_dir, f"{kind}-seed{seed}", key + ".json") if args.save_dir \
+        else None
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    names = [a for a in (args.attacks + "," + args.learned).split(",") if a]
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = agents.evaluate_under_attack(
+        agent, names, eps=[args.eps], n_episodes=args.episodes, seed=10_000 + seed,
+        rs_steps=args.rs_steps, adversary_steps=args.adversary_steps,
+        progress=True)
+    out = {"clean": report.clean["mean"],
+           "rows": {r["attack"]: {"mean": r["mean"], "median": r["median"],
+                                  "cost": r.get("cost")} for r in report.rows},
+           "worst": report.worst_case[0], "eval_wall_seconds": time.perf_counter() - t0,
+           "eval_cpu_seconds": time.process_time() - c0, "load_start": load,
+           "load_end": os.getloadavg()[0]}
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--eps", type=float, default=0.05)
+    p.add_argument("--steps", type=int, default=100_000, help="agent training steps")
+    p.add_argument("--kappa", type=float, default=None, help="SA kappa (default: the preset's)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--victims", default="vanilla,sa,atla,atla-sa")
+    p.add_argument("--attacks", default="random,action,mad,critic,rs")
+    p.add_argument("--learned", default="optimal")
+    p.add_argument("--adversary-steps", type=int, default=100_000)
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--rs-steps", type=int, default=10_000)
+    p.add_argument("--save-dir", default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    # inter-op stays >= 2: the victim acts inside the adversary's compiled rollout
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
+    if args.save_dir:
+        os.makedirs(args.save_dir, exist_ok=True)
+    results = {}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} {args.env} eps {args.eps}, "
+          f"adversary {args.adversary_steps} steps, load {os.getloadavg()}", flush=True)
+    for seed in args.seeds:
+        for kind in args.victims.split(","):
+            agent, cost = _train(kind, args, seed)
+            ev = _evaluate(agent, kind, args, seed)
+            results[f"{kind}-seed{seed}"] = {**ev, **cost}
+            rows = ev["rows"]
+            ratio = (rows["optimal"]["mean"] / rows["rs"]["mean"]
+                     if "optimal" in rows and "rs" in rows and rows["rs"]["mean"] else float("nan"))
+            cells = " ".join(f"{a} {r['mean']:.1f}" for a, r in rows.items())
+            print(f"{kind} seed {seed}: clean {ev['clean']:.1f}; {cells}; worst "
+                  f"{ev['worst']['mean']:.1f} ({ev['worst']['attack']}); optimal/rs {ratio:.2f}; "
+                  f"train {cost['train_wall_seconds']:.0f} s wall {cost['train_cpu_seconds']:.0f}"
+                  f" s CPU; load {ev['load_start']:.1f}-{ev['load_end']:.1f}", flush=True)
+            for a, r in rows.items():
+                if r.get("cost"):
+                    c = r["cost"]
+                    print(f"  {a}: {c['adversary_steps']} steps, {c['wall_seconds']:.0f} s wall,"
+                          f" {c['cpu_seconds']:.0f} s CPU, held-out {c['held_out_return']:.1f} "
+                          f"(step {c['best_step']})", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
