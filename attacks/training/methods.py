@@ -352,7 +352,8 @@ def _all_margins_spec(y, num_classes, dtype):
 def _margin_lower_bounds(model, lower, upper, spec, method):
     """Lower bounds [B, S] of ``spec @ logits`` over the boxes, differentiable w.r.t. the
     weights (the engine's unchecked entry: traced inside the training step, any batch size)."""
-    return _bounds.compute_bounds_unchecked(model, lower, upper, method, spec)[0]
+    return _bounds.compute_bounds_unchecked(model, lower, upper, method, spec,
+                                            bound_upper=False)[0]
 
 
 def worst_case_logits(model: Any, x: Any, y: Any, eps: Any, *, method: str = "ibp",
