@@ -52,12 +52,14 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
   The bounds read batch normalisation's moving statistics (inference mode); the clean term
   runs the model in training mode.
 * ``"clean"`` -- plain training with the same machinery (the reference for cost ratios).
+* ``"gaussian"`` -- Gaussian data augmentation with standard deviation ``eps``, the base
+  classifier of randomized smoothing (Cohen et al. 2019; :mod:`attacks.training.noise`).
 
 The PGD crafting of madry, trades and fast runs through the library's one attack engine
 (:func:`attacks.training.crafting.ascend`).
 
 >>> METHODS
-('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean')
+('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian')
 >>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
 (10, 0.125)
 """
@@ -350,7 +352,8 @@ def _all_margins_spec(y, num_classes, dtype):
 def _margin_lower_bounds(model, lower, upper, spec, method):
     """Lower bounds [B, S] of ``spec @ logits`` over the boxes, differentiable w.r.t. the
     weights (the engine's unchecked entry: traced inside the training step, any batch size)."""
-    return _bounds.compute_bounds_unchecked(model, lower, upper, method, spec)[0]
+    return _bounds.compute_bounds_unchecked(model, lower, upper, method, spec,
+                                            bound_upper=False)[0]
 
 
 def worst_case_logits(model: Any, x: Any, y: Any, eps: Any, *, method: str = "ibp",
@@ -458,9 +461,11 @@ class CrownIbp(_Certified):
     bound = "crown-ibp"
 
 
+from .noise import Gaussian  # noqa: E402  (it subclasses TrainingMethod, defined above)
+
 _REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
                                                              Mart(), Awp(), Ibp(), CrownIbp(),
-                                                             Clean())}
+                                                             Clean(), Gaussian())}
 
 #: the certified-training methods (their loss bounds the model; the model must be supported
 #: by :mod:`robustgrad.bounds`)

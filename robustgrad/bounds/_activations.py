@@ -68,9 +68,13 @@ class Activation(Rule):
 
     def backward_relaxed(self, a_lo, a_hi, pre_bounds):
         """Substitute the lines into the coefficients ``a_lo``/``a_hi`` [B, S, *shape] ->
-        ``(new a_lo, new a_hi, bias_lo [B, S], bias_hi [B, S])``."""
+        ``(new a_lo, new a_hi, bias_lo [B, S], bias_hi [B, S])``; ``a_hi`` None: the lower side
+        only (``None`` for the upper ones)."""
         ls, li, us, ui = (tf.expand_dims(t, 1) for t in self.relaxation(*pre_bounds))
         pos_lo, neg_lo = tf.nn.relu(a_lo), tf.minimum(a_lo, 0)
+        if a_hi is None:
+            return (pos_lo * ls + neg_lo * us, None, sum_trailing(pos_lo * li + neg_lo * ui),
+                    None)
         pos_hi, neg_hi = tf.nn.relu(a_hi), tf.minimum(a_hi, 0)
         new_lo = pos_lo * ls + neg_lo * us
         new_hi = pos_hi * us + neg_hi * ls

@@ -193,7 +193,8 @@ def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C:
 
 
 def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
-                             method: str = "crown", C: tf.Tensor | None = None) -> tuple:  # noqa: N803
+                             method: str = "crown", C: tf.Tensor | None = None, *,  # noqa: N803
+                             bound_upper: bool = True) -> tuple:
     """:func:`compute_bounds` without validation, for a compiled training step.
 
     Nothing reads a tensor's values (no ``lower <= upper`` check, no finiteness check, no Python
@@ -208,6 +209,9 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
         caller's promise).
       method: ``"crown"``, ``"ibp"`` or ``"crown-ibp"`` (a Python string).
       C: ``None`` or a float tensor ``[B, S, num_outputs]`` of ``lower``'s dtype.
+      bound_upper: with ``C``, ``False`` skips the upper bound's coefficients in the last
+        backward pass (about half of CROWN-IBP's work; certified training needs the lower bound
+        only); ``ub`` is then None.
 
     Returns:
       ``(lb, ub)``: ``[B, *output_shape]``, or ``[B, S]`` with ``C``.
@@ -225,7 +229,8 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
         out_shape = bounded.output_shape(lower)
         rows = C.shape[0] if C.shape[0] is not None else tf.shape(C)[0]
         C = tf.reshape(C, [rows, C.shape[1], *out_shape])  # noqa: N806
-    return _engine.propagate_any_batch(bounded._graph, lower, upper, C, None, method)
+    return _engine.propagate_any_batch(bounded._graph, lower, upper, C, None, method,
+                                       lower_only=not bound_upper)
 
 
 def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", method: str = "crown",

@@ -49,19 +49,21 @@ MIN_ROWS = 16
 
 def concretize(a_lo, a_hi, lo, hi, ball=None):
     """Bounds over ``lo <= x <= hi`` (``x`` [B, *shape]) of the linear forms with coefficients
-    ``a_lo``/``a_hi`` ([B, S, *shape]), without the biases -> ([B, S], [B, S]). With ``ball =
+    ``a_lo``/``a_hi`` ([B, S, *shape]; ``a_hi`` may be None: no upper bound), without the biases
+    -> ([B, S], [B, S]). With ``ball =
     (centre, radius)`` also over the L2 ball (dual norm), keeping the tighter of the two."""
     lo, hi = tf.expand_dims(lo, 1), tf.expand_dims(hi, 1)
     low = sum_trailing(tf.nn.relu(a_lo) * lo + tf.minimum(a_lo, 0) * hi)
-    high = sum_trailing(tf.nn.relu(a_hi) * hi + tf.minimum(a_hi, 0) * lo)
+    high = None if a_hi is None else sum_trailing(tf.nn.relu(a_hi) * hi + tf.minimum(a_hi, 0) * lo)
     if ball is not None:
         centre, radius = ball
         centre = tf.expand_dims(centre, 1)
         flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
         low = tf.maximum(low, sum_trailing(a_lo * centre)
                          - radius * tf.norm(tf.reshape(a_lo, flat), axis=-1))
-        high = tf.minimum(high, sum_trailing(a_hi * centre)
-                          + radius * tf.norm(tf.reshape(a_hi, flat), axis=-1))
+        if a_hi is not None:
+            high = tf.minimum(high, sum_trailing(a_hi * centre)
+                              + radius * tf.norm(tf.reshape(a_hi, flat), axis=-1))
     return low, high
 
 
@@ -87,10 +89,12 @@ def _linear_tail_start(graph, node):
     return node
 
 
-def propagate(graph, lower, upper, spec, ball, method):
+def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
     """Bounds of the graph's output over the box (static batch ``B``) -> ``(lb, ub)``:
     ``[B, *out]``, or ``[B, S]`` with ``spec`` [B, S, *out]. ``ball``: ``(centre, radius)`` of an
-    L2 ball (CROWN concretises over it as well) or None. No validation."""
+    L2 ball (CROWN concretises over it as well) or None. ``lower_only``: the last backward pass
+    (with ``spec``) carries the lower bound's coefficients only (half the work; certified
+    training needs no more) and ``ub`` is None. No validation."""
     dtype = lower.dtype
     boxes = interval_pass(graph, lower, upper, dtype)
     shapes = [tuple(lo.shape[1:]) for lo, _ in boxes]
@@ -101,7 +105,8 @@ def propagate(graph, lower, upper, spec, ball, method):
         if spec is None:
             return boxes[graph.output]
         stop = _linear_tail_start(graph, graph.output)
-        return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype)
+        return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype,
+                         lower_only)
     pre: dict[int, tuple] = {}
     for i, rule in enumerate(graph.rules):
         if rule is None or rule.linear:
@@ -119,7 +124,7 @@ def propagate(graph, lower, upper, spec, ball, method):
                                     [batch, n_out, *out_shape])
         lo, hi = _backward(graph, graph.output, spec_full, pre, boxes, shapes, 0, ball, dtype)
         return tf.reshape(lo, [batch, *out_shape]), tf.reshape(hi, [batch, *out_shape])
-    return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype)
+    return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype, lower_only)
 
 
 def _refine_mask(graph, node, boxes):
@@ -171,14 +176,15 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
     return tf.reshape(lo, [batch, *shape]), tf.reshape(hi, [batch, *shape])
 
 
-def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype):
+def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_only=False):
     """Bounds of ``spec @ value(target)`` (spec [B, S, *shape(target)]) -> ([B, S], [B, S]):
     linear bounds propagated back to node ``stop`` and concretised over its box (the input set
-    when ``stop`` is 0)."""
-    coeffs = {target: (spec, spec)}
+    when ``stop`` is 0). ``lower_only``: the upper bound's coefficients are not carried, and the
+    upper bound returned is None."""
+    coeffs = {target: (spec, None if lower_only else spec)}
     rows = spec.shape[1]
     bias_lo = tf.zeros(tf.shape(spec)[:2], dtype)
-    bias_hi = tf.zeros(tf.shape(spec)[:2], dtype)
+    bias_hi = None if lower_only else tf.zeros(tf.shape(spec)[:2], dtype)
     for i in range(target, stop, -1):
         if i not in coeffs:
             continue
@@ -188,30 +194,35 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype):
             a_lo, a_hi, d_lo, d_hi = rule.backward_relaxed(a_lo, a_hi, pre[ins[0]])
             new = [(a_lo, a_hi)]
         else:
-            both = tf.concat([a_lo, a_hi], axis=1)
+            both = a_lo if lower_only else tf.concat([a_lo, a_hi], axis=1)
             outs, bias = rule.backward(both, [shapes[j] for j in ins], dtype)
-            new = [(o[:, :rows], o[:, rows:]) for o in outs]
-            d_lo, d_hi = (None, None) if bias is None else (bias[:, :rows], bias[:, rows:])
+            new = [(o[:, :rows], None if lower_only else o[:, rows:]) for o in outs]
+            d_lo = None if bias is None else bias[:, :rows]
+            d_hi = None if bias is None or lower_only else bias[:, rows:]
         if d_lo is not None:
-            bias_lo, bias_hi = bias_lo + d_lo, bias_hi + d_hi
+            bias_lo = bias_lo + d_lo
+        if d_hi is not None:
+            bias_hi = bias_hi + d_hi
         for j, (n_lo, n_hi) in zip(ins, new):
             if j in coeffs:
                 o_lo, o_hi = coeffs[j]
-                n_lo, n_hi = o_lo + n_lo, o_hi + n_hi
+                n_lo = o_lo + n_lo
+                n_hi = None if lower_only else o_hi + n_hi
             coeffs[j] = (n_lo, n_hi)
     if stop not in coeffs:  # the target does not depend on the input
         return bias_lo, bias_hi
     a_lo, a_hi = coeffs[stop]
     lo, hi = boxes[stop]
     low, high = concretize(a_lo, a_hi, lo, hi, ball if stop == 0 else None)
-    return low + bias_lo, high + bias_hi
+    return low + bias_lo, None if lower_only else high + bias_hi
 
 
-def propagate_any_batch(graph, lower, upper, spec, ball, method):
+def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=False):
     """:func:`propagate` for a static or an unknown batch size: an unknown one is padded to
     chunks of :data:`CHUNK` examples, bounded chunk by chunk in one ``tf.map_fn``."""
+    lower_only = bool(lower_only and spec is not None)
     if lower.shape[0] is not None:
-        return propagate(graph, lower, upper, spec, ball, method)
+        return propagate(graph, lower, upper, spec, ball, method, lower_only)
     n = tf.shape(lower)[0]
     k = CHUNK
     chunks = (n + k - 1) // k
@@ -238,8 +249,13 @@ def propagate_any_batch(graph, lower, upper, spec, ball, method):
         lo, hi = fix(a[0], lower), fix(a[1], upper)
         s = fix(a[2], spec) if spec is not None else None
         b = (fix(a[-1], ball[0]), ball[1]) if ball is not None else None
+        if lower_only:
+            return propagate(graph, lo, hi, s, b, method, True)[0]
         return propagate(graph, lo, hi, s, b, method)
 
     sig = tf.TensorSpec(out, lower.dtype)
+    if lower_only:
+        lb = tf.map_fn(one, tuple(parts), fn_output_signature=sig)
+        return tf.reshape(lb, [-1, *out[1:]])[:n], None
     lb, ub = tf.map_fn(one, tuple(parts), fn_output_signature=(sig, sig))
     return (tf.reshape(lb, [-1, *out[1:]])[:n], tf.reshape(ub, [-1, *out[1:]])[:n])

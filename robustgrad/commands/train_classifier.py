@@ -46,7 +46,8 @@ from robustgrad.commands._resume import check_resume, record_overrides
 
 HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp, ibp, crown-ibp)"
 
-METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean")
+METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean",
+           "gaussian")
 CERTIFIED = ("ibp", "crown-ibp")  # they bound the model: arch ibp-small or mlp
 # attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
 OPTIMIZERS = ("adam", "sgd")
@@ -103,7 +104,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--method", default="madry",
                    help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
                         "weight perturbation), ibp, crown-ibp (certified training: Gowal et al. "
-                        "2018, Zhang et al. 2020), clean")
+                        "2018, Zhang et al. 2020), clean, gaussian (noise of std --eps, for "
+                        "randomized smoothing: Cohen et al. 2019)")
     g.add_argument("--recipe", default=None,
                    help="published settings to start from: auto (default: the recipe of this "
                         "method, dataset and architecture when one exists, e.g. "

@@ -233,3 +233,17 @@ def test_unchecked_entry_equals_the_checked_one_inside_a_compiled_step():
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_lower_only_bounds_equal_the_lower_half_of_the_full_ones(method):
+    model = keras.Sequential([keras.Input((6, 6, 1)), L.Conv2D(3, 3, activation="relu"),
+                              L.Flatten(), L.Dense(8, activation="tanh"), L.Dense(3)])
+    lower = np.random.default_rng(0).uniform(0, 1, (4, 6, 6, 1)).astype(np.float32)
+    upper = lower + 0.1
+    spec = rb.margin_spec([0, 1, 2, 0], 3)
+    full = rb.compute_bounds(model, lower, upper, method=method, C=spec)
+    lb, ub = rb.compute_bounds_unchecked(model, tf.constant(lower), tf.constant(upper), method,
+                                         spec, bound_upper=False)
+    assert ub is None
+    np.testing.assert_allclose(lb, full[0], rtol=1e-6, atol=1e-6)
