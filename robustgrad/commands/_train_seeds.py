@@ -102,6 +102,9 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     if finished and not (args.overwrite or args.resume):
         raise UsageError(f"--out: {dirs[finished[0]]} already holds an agent; pass --overwrite "
                          "(train anew) or --resume (skip the finished seeds)")
+    if os.path.exists(ckpt) and not (args.overwrite or args.resume):
+        raise UsageError(f"--out: {ckpt} holds the checkpoint of an interrupted run; pass "
+                         "--resume (continue it) or --overwrite (train anew)")
     if args.overwrite:
         for s in seeds:
             shutil.rmtree(dirs[s], ignore_errors=True)

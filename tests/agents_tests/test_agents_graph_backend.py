@@ -311,6 +311,9 @@ def test_cli_seeds_interrupted_saves_per_seed_and_the_printed_resume_works(tmp_p
         assert int(agents.load(out / f"seed_{s}").num_timesteps.numpy()) == 256
     assert not os.path.exists(out / "seed_2")
     monkeypatch.setattr(Agent, "_record_update", record)
+    assert main(argv) == 2  # without --resume nothing is silently trained over
+    assert ("seed_0 already holds an agent; pass --overwrite (train anew) or --resume (skip the "
+            "finished seeds)") in capsys.readouterr().err
     assert main(resume[1:]) == 0
     text = capsys.readouterr().out
     assert "3 seeds (0-2)" in text and "2 already finished (0-1)" in text
