@@ -21,7 +21,8 @@
 y_test`` or ``x, y``).
 
 Images come back as float32 NHWC (``[N, H, W, C]``; a channel axis is added to ``[N, H, W]``
-arrays) in ``[0, 1]`` (8-bit pixels divided by 255); ``.npz`` files keep their own value range, reported as
+arrays) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz`` files too: a ``uint8`` array is
+8-bit pixels); ``.npz`` files of floats keep their own value range, reported as
 ``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem with a file
 (not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that are not
 class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the file and
@@ -191,6 +192,13 @@ def _images(x: np.ndarray) -> np.ndarray:
     return x[..., None] if x.ndim == 3 else x
 
 
+def _npz_images(x: np.ndarray) -> np.ndarray:
+    """An ``.npz`` array as float32 NHWC: 8-bit (uint8) pixels divided by 255, as every other
+    8-bit source (an eps of 0.3 meant for [0, 1] must not silently become 0.3/255); float arrays
+    keep their values."""
+    return _pixels(x) if np.asarray(x).dtype == np.uint8 else _images(x)
+
+
 def _value_range(*arrays: np.ndarray) -> tuple[float, float]:
     lo = float(min(a.min() for a in arrays))
     hi = float(max(a.max() for a in arrays))
@@ -343,7 +351,7 @@ def load_dataset(name: str, *, seed: int = 0, download: bool = True,
         _check_split(name, x_tr, y_tr, "x_train", "y_train")
         _check_split(name, x_te, y_te, "x_test", "y_test")
         declared = _check_labels(name, y_tr, y_te, arrays.get("num_classes"))
-        x_tr, x_te = _images(x_tr), _images(x_te)
+        x_tr, x_te = _npz_images(x_tr), _npz_images(x_te)
         lo, hi = _value_range(x_tr, x_te)
         return Dataset(name, x_tr, y_tr.reshape(-1).astype(np.int64), x_te,
                        y_te.reshape(-1).astype(np.int64), lo, hi, declared_classes=declared)
@@ -375,7 +383,7 @@ def load_test_set(name: str, *, seed: int = 0
                 if kx in arrays and ky in arrays:
                     x, y = arrays[kx], arrays[ky]
                     _check_split(name, x, y, kx, ky)
-                    return _images(x), y.reshape(-1).astype(np.int64), None, None
+                    return _npz_images(x), y.reshape(-1).astype(np.int64), None, None
     ds = load_dataset(name, seed=seed)
     return ds.x_test, ds.y_test, ds.clip_min, ds.clip_max
 

@@ -370,3 +370,27 @@ def test_published_files_are_complete():
         for f in files:
             assert len(f.digest) == {"md5": 32, "sha256": 64}[f.algorithm], f
             assert f.url.startswith(("https://", "http://ufldl.stanford.edu/"))
+
+
+def test_uint8_npz_pixels_are_scaled_to_the_unit_box_and_float_npz_keep_their_range(tmp_path):
+    """An .npz of 8-bit pixels (as the shared MNIST subset is stored) comes back in [0, 1] like
+    every other 8-bit source, so that eps 0.3 means 0.3 of the pixel range, not 0.3/255."""
+    from attacks.data import load_dataset, load_test_set
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (6, 4, 4), dtype=np.uint8)
+    x[0, 0, 0], x[1, 0, 0] = 0, 255
+    y = np.arange(6) % 3
+    np.savez(tmp_path / "u8.npz", x_train=x, y_train=y, x_test=x[:3], y_test=y[:3])
+    ds = load_dataset(str(tmp_path / "u8.npz"))
+    assert (ds.clip_min, ds.clip_max) == (0.0, 1.0)
+    np.testing.assert_allclose(ds.x_train[..., 0], x / 255.0, atol=1e-7)
+    xt, _, _, _ = load_test_set(str(tmp_path / "u8.npz"))
+    np.testing.assert_allclose(xt[..., 0], x[:3] / 255.0, atol=1e-7)
+    np.savez(tmp_path / "bare.npz", x=x, y=y)
+    xb, _, lo, hi = load_test_set(str(tmp_path / "bare.npz"))
+    assert xb.max() == 1.0 and (lo, hi) == (None, None)
+    xf = x.astype(np.float32)  # floats keep their values and report their own range
+    np.savez(tmp_path / "f.npz", x_train=xf, y_train=y, x_test=xf[:3], y_test=y[:3])
+    ds = load_dataset(str(tmp_path / "f.npz"))
+    assert (ds.clip_min, ds.clip_max) == (0.0, 255.0)
