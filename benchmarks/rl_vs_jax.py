@@ -2,7 +2,8 @@
 
 PureJaxRL (github.com/luchris429/purejaxrl: the whole training in one ``jax.jit``, gymnax envs,
 seeds by ``vmap``) runs from a read-only scratch copy of its ``ppo.py``/``wrappers.py`` in its own
-virtualenv (``jax[cpu]``, gymnax, flax, optax, distrax), started as a subprocess through
+virtualenv (``jax[cpu]``, ``gymnax<1``: 1.x changed ``step``'s outputs; flax, optax, distrax),
+started as a subprocess through
 ``benchmarks/_purejaxrl_runner.py``; nothing of it is vendored or a dependency. Ours runs in
 subprocesses of this interpreter from this script's own tree (run it from a snapshot of the
 committed tree: AutoGraph re-reads source files)::
