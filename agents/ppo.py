@@ -47,7 +47,9 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
             kl_sum = tf.zeros(lead)
             on = tf.cast(active, tf.float32)
             for k in tf.range(cfg.n_minibatches):
-                idx = perm[..., k * mb:(k + 1) * mb]
+                # a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
+                # length and pads every minibatch to the whole batch (4x the work)
+                idx = tf.slice(perm, [0] * len(lead) + [k * mb], [*lead, mb])
                 mb_obs = self._take(obs, idx)
                 mb_act = self._take(actions, idx)
                 mb_logp_old = self._take(logp_old, idx)
