@@ -40,7 +40,8 @@ from robustgrad._checks import positive_int
 if TYPE_CHECKING:  # the prepared call is built in attacks._base, which imports this module
     from ._base import Prepared
 
-__all__ = ["DEFAULT_BATCH_SIZE", "check_batch_size", "chunk_seed", "finish", "run_in_chunks"]
+__all__ = ["DEFAULT_BATCH_SIZE", "check_batch_size", "chunk_seed", "finish", "per_class_chunk",
+           "run_in_chunks"]
 
 #: examples per compiled call when an attack is given more (``batch_size=None``): enough to keep
 #: a CPU busy, small enough that a chunk's activations and gradients stay a few hundred MiB for
@@ -60,6 +61,21 @@ def check_batch_size(batch_size: int | None) -> int:
     ValueError: batch_size must be an int >= 1, got 0
     """
     return DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
+
+
+def per_class_chunk(batch_size: int | None, classes: int | None) -> int:
+    """The chunk of an attack that differentiates ``classes`` logits of each example (DeepFool,
+    FAB: a Jacobian, one backward pass per class): ``batch_size`` when the caller set it, else
+    :data:`DEFAULT_BATCH_SIZE` divided by ``classes`` (at least 1), so that a chunk takes about
+    the memory of a gradient attack's (with 1,024 examples of 10 classes, DeepFool and FAB took
+    4-5 GiB: ``benchmarks/attack_memory.py``).
+
+    >>> per_class_chunk(None, 10), per_class_chunk(64, 10), per_class_chunk(None, None)
+    (102, 64, 1024)
+    """
+    if batch_size is not None:
+        return check_batch_size(batch_size)
+    return max(1, DEFAULT_BATCH_SIZE // max(int(classes or 1), 1))
 
 
 def round_toward(x_adv: tf.Tensor, x: tf.Tensor, dtype: tf.DType) -> tf.Tensor:

@@ -29,6 +29,7 @@ from ._base import (
     spec_key,
     weak_caller,
 )
+from ._chunks import per_class_chunk
 from ._engine import expand_rows
 from .norms import canonical_norm, clip_to_bounds, project
 
@@ -110,6 +111,7 @@ def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_
     n_cand = int(candidates)
     if p.num_classes is not None:
         n_cand = min(n_cand, p.num_classes)
+    p.batch_size = per_class_chunk(batch_size, n_cand)  # a Jacobian of n_cand logits per row
     cfg = ("deepfool", norm, int(steps), n_cand, bool(jit_compile))
     key = p.key + cfg + spec_key((p.x, p.y)) + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(p, model, training, norm=norm, steps=steps,

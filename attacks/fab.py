@@ -80,6 +80,7 @@ from ._base import (
     spec_key,
     weak_caller,
 )
+from ._chunks import per_class_chunk
 from ._engine import expand_rows
 from .norms import canonical_norm, clip_to_bounds
 
@@ -343,6 +344,7 @@ def _fab_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max
         raise ValueError("early_stop: stops once an example is broken within eps; pass eps")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, allow_none_eps=True, batch_size=batch_size)
+    p.batch_size = per_class_chunk(batch_size, p.num_classes)  # a Jacobian of every class
     if p.num_classes is not None:
         if p.num_classes < 2:
             raise ValueError("model: FAB needs at least 2 classes")

@@ -8,6 +8,13 @@ Both trainers (``train-classifier``, ``train-agent``) and the loaders use these 
   A loaded file never chooses where the program writes or deletes.
 * :func:`check_checkpoint_state`: the ``checkpoint`` state file of a ``tf.train.CheckpointManager``
   names only checkpoints inside its directory (the manager deletes the old ones it lists).
+* :func:`check_output_dir`: an output directory is writable (found by creating a probe file:
+  ``os.access`` says yes to root on a read-only file system) and holds no earlier run's
+  outputs unless they may be overwritten.
+* :func:`read_config` / :func:`write_config`: the run's configuration record (``config.json``),
+  read back for ``--resume`` with one error per kind of bad file, written atomically;
+  :func:`check_resume`: a resumed run keeps its configuration unless ``--override`` names the
+  keys it changes, and :func:`record_overrides` keeps the record of those changes.
 * :class:`RunLock`: an exclusive lock on an output directory for the life of a run, so a
   second run on the same ``--out`` is refused with one line; a lock left by a dead process is
   detected and taken over.
@@ -34,10 +41,16 @@ import os
 import re
 import socket
 import sys
+import tempfile
 import time
+from typing import Any
 
-__all__ = ["LOCK_FILE", "RunDirectoryLockedError", "RunLock", "check_checkpoint_state",
-           "is_inside", "path_inside"]
+__all__ = ["CONFIG", "LOCK_FILE", "RunDirectoryLockedError", "RunLock", "changed_keys",
+           "check_checkpoint_state", "check_output_dir", "check_resume", "is_inside",
+           "override_keys", "path_inside", "read_config", "record_overrides", "write_config"]
+
+CONFIG = "config.json"
+"""The run's configuration record in its directory."""
 
 
 def is_inside(directory: str, path: str) -> bool:
@@ -90,6 +103,151 @@ def check_checkpoint_state(directory: str) -> None:
         if m:
             value = m.group(2).encode("utf-8").decode("unicode_escape")
             path_inside(directory, value, key=m.group(1), source=state)
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _can_create_in(directory: str) -> bool:
+    """Whether a file can be created in ``directory``, found by creating (and removing) one:
+    ``os.access`` answers yes to root for a ``chmod 555`` directory -- which root can indeed
+    write -- but also for a read-only file system (``/sys``), which nobody can."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".robustgrad-write-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.remove(probe)
+    return True
+
+
+def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) -> None:
+    """Refuse an output directory the command could not or should not write, before any work.
+
+    Refused: ``path`` exists and is not a directory; it (or, when it does not exist yet, its
+    nearest existing parent) is not writable; it is not empty and ``overwrite`` is false.
+    Nothing is created: commands create the directory when they write their results.
+    ``ValueError`` naming ``flag`` and the path.
+
+    >>> import tempfile
+    >>> check_output_dir(os.path.join(tempfile.mkdtemp(), "new"))  # fine: created later
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{flag} {path}: {existing} is a file, not a directory")
+    if not _can_create_in(existing):
+        where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
+        raise ValueError(f"{flag} {path}: not writable{where}")
+    if os.path.isdir(path) and not overwrite:
+        entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)
+        if entries:
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise ValueError(f"{flag} {path}: exists and is not empty ({shown}); pass "
+                             "--overwrite to replace its outputs")
+
+
+def read_config(directory: str) -> dict:
+    """The configuration record of the run in ``directory``, for ``--resume``: ``ValueError``
+    when there is none, when it is not a JSON object, or when the run's ``checkpoints/`` state
+    file names a checkpoint outside it (:func:`check_checkpoint_state`)."""
+    path = os.path.join(directory, CONFIG)
+    if not os.path.isfile(path):
+        raise ValueError(f"--resume: {directory} holds no run (no {CONFIG})")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--resume: {path} is not readable JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--resume: {path} does not hold a configuration (a JSON object), got "
+                         f"{type(config).__name__}")
+    try:
+        check_checkpoint_state(os.path.join(directory, "checkpoints"))
+    except ValueError as exc:
+        raise ValueError(f"--resume: {exc}") from None
+    return config
+
+
+def write_config(directory: str, config: dict) -> None:
+    """Write ``config`` as the run's record (``directory/config.json``), atomically."""
+    path = os.path.join(directory, CONFIG)
+    with open(path + ".tmp", "w") as f:
+        json.dump(config, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def changed_keys(saved: dict, requested: dict, free: Any = ()) -> dict[str, list]:
+    """``{key: [saved, requested]}`` for every key of ``requested`` whose value differs from
+    ``saved``'s, except the ``free`` ones. Tuples compare equal to lists (JSON has only lists).
+
+    >>> changed_keys({"epochs": 10, "lr": 0.1}, {"epochs": 12, "lr": 0.1})
+    {'epochs': [10, 12]}
+    """
+    def norm(v):
+        return [norm(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+    return {k: [saved.get(k), requested.get(k)] for k in sorted(set(requested) | set(saved))
+            if k not in free and k in requested and norm(saved.get(k)) != norm(requested.get(k))}
+
+
+def override_keys(text: str | None, known: Any) -> set[str]:
+    """``"epochs,batch-size"`` -> ``{"epochs", "batch_size"}``: flag names with or without
+    ``--``, dashes or underscores, each one of ``known``; ``ValueError`` otherwise."""
+    if text is None:
+        return set()
+    keys = {k.strip().lstrip("-").replace("-", "_") for k in str(text).split(",") if k.strip()}
+    unknown = sorted(k for k in keys if k not in known)
+    if not keys or unknown:
+        raise ValueError(f"--override: expected configuration keys (one of "
+                         f"{', '.join(sorted(known))}); got {text!r}")
+    return keys
+
+
+def check_resume(saved: dict, requested: dict, *, override: str | None, where: str,
+                 free: Any = (), known: Any = None, names: dict | None = None) -> dict[str, list]:
+    """The changes of a resumed run, ``{key: [saved, new]}``, after checking each was allowed
+    by ``override``; else ``ValueError`` naming every refused key. ``names`` maps a key to the
+    name the user knows it by (``{"learning_rate": "lr"}``) for the message and ``--override``.
+
+    >>> check_resume({"epochs": 10}, {"epochs": 12}, override="epochs", where="runs/x")
+    {'epochs': [10, 12]}
+    """
+    names = dict(names or {})
+    alias = {v: k for k, v in names.items()}
+    known = set(known if known is not None else (set(saved) | set(requested))) - set(free)
+    allowed = {alias.get(k, k) for k in override_keys(override, known | set(alias))}
+    changed = changed_keys(saved, requested, free)
+    refused = [k for k in changed if k not in allowed]
+    if refused:
+        detail = ", ".join(f"{names.get(k, k)}: saved {changed[k][0]!r} != {changed[k][1]!r}"
+                           for k in refused)
+        keys = ",".join(names.get(k, k) for k in refused)
+        raise ValueError(f"--resume: the run in {where} has a different configuration "
+                         f"({detail}); pass --override {keys} to change it")
+    return changed
+
+
+def record_overrides(config: dict, changed: dict) -> dict:
+    """``config`` with ``changed`` appended to its ``overrides`` list (unchanged if empty).
+
+    >>> record_overrides({"epochs": 12}, {"epochs": [10, 12]})
+    {'epochs': 12, 'overrides': [{'epochs': [10, 12]}]}
+    """
+    config = dict(config)
+    if changed:
+        config["overrides"] = [*config.get("overrides", []), dict(changed)]
+    return config
 
 
 LOCK_FILE = ".robustgrad.lock"

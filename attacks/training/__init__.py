@@ -68,6 +68,7 @@ from .methods import (
 )
 from .models import check_classifier, freeze_layers, make_classifier
 from .recipes import find_recipe, list_recipes, resolve_settings
+from .run_settings import SavedRun, resolve_run_settings
 from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
 from .trainer import AdversarialTrainer
 
@@ -86,6 +87,7 @@ __all__ = [
     "EpochTimer",
     "NonFiniteGuard",
     "RobustEarlyStopping",
+    "SavedRun",
     "ScalarLogger",
     "TrainingMethod",
     "WeightAveraging",
@@ -104,6 +106,7 @@ __all__ = [
     "mlp",
     "preact_resnet18",
     "random_crop_flip",
+    "resolve_run_settings",
     "resolve_settings",
     "robust_accuracy",
     "robust_correct",

@@ -21,7 +21,6 @@ import contextlib
 import linecache
 import os
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 
@@ -70,54 +69,16 @@ def raised_by_validation(exc: BaseException) -> bool:
     return line.startswith("raise ")
 
 
-def _nearest_existing(path: str) -> str:
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def _can_create_in(directory: str) -> bool:
-    """Whether a file can be created in ``directory``, found by creating (and removing) one:
-    ``os.access`` answers yes to root for a ``chmod 555`` directory -- which root can indeed
-    write -- but also for a read-only file system (``/sys``), which nobody can."""
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return False
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".robustgrad-write-probe-", dir=directory)
-    except OSError:
-        return False
-    os.close(fd)
-    os.remove(probe)
-    return True
-
-
 def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) -> None:
-    """Refuse an output directory the command could not or should not write, before any work.
+    """:func:`robustgrad.rundir.check_output_dir`, its ``ValueError`` a :class:`UsageError`:
+    an output directory that exists as a file, is not writable, or is not empty without
+    ``overwrite`` is refused before any work."""
+    from robustgrad import rundir
 
-    Refused: ``path`` exists and is not a directory; it (or, when it does not exist yet, its
-    nearest existing parent) is not writable; it is not empty and ``overwrite`` is false.
-    Nothing is created: commands create the directory when they write their results.
-    """
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: exists and is not a directory")
-    existing = _nearest_existing(path)
-    if not os.path.isdir(existing):
-        raise UsageError(f"{flag} {path}: {existing} is a file, not a directory")
-    if not _can_create_in(existing):
-        where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
-        raise UsageError(f"{flag} {path}: not writable{where}")
-    if os.path.isdir(path) and not overwrite:
-        from robustgrad.rundir import LOCK_FILE
-
-        entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)
-        if entries:
-            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-            raise UsageError(f"{flag} {path}: exists and is not empty ({shown}); pass "
-                             "--overwrite to replace its outputs")
+    try:
+        rundir.check_output_dir(path, flag, overwrite)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @contextlib.contextmanager

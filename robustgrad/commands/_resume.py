@@ -1,4 +1,6 @@
-r"""The ``--resume`` rule both training commands share: a resumed run keeps its configuration.
+r"""The ``--resume`` rule both training commands share: a resumed run keeps its configuration
+(the rule itself lives in :mod:`robustgrad.rundir`; here its errors become usage errors, and
+train-agent's side of it reads the agent checkpoint).
 
 A key whose requested value differs from the saved one is refused, with every differing key
 named, unless ``--override KEY[,KEY]`` names it; the changes that were let through are recorded
@@ -22,70 +24,29 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from robustgrad.cli import UsageError
+from robustgrad import rundir
+from robustgrad.cli import UsageError, user_errors
+from robustgrad.rundir import changed_keys, record_overrides  # noqa: F401 - the commands' names
 
 __all__ = ["agent_overrides", "changed_keys", "check_agent_resume", "check_resume",
            "override_keys", "read_agent_record", "read_checkpoint_steps", "record_overrides",
            "write_agent_record"]
 
 
-def changed_keys(saved: Mapping[str, Any], requested: Mapping[str, Any],
-                 free: Collection[str] = ()) -> dict[str, list]:
-    """``{key: [saved, requested]}`` for every key of ``requested`` (and of ``saved`` when
-    ``requested`` covers the whole configuration) whose value differs, except the ``free`` ones.
-    Tuples compare equal to lists (JSON has only lists)."""
-    def norm(v):
-        return [norm(x) for x in v] if isinstance(v, (list, tuple)) else v
-
-    return {k: [saved.get(k), requested.get(k)] for k in sorted(set(requested) | set(saved))
-            if k not in free and k in requested and norm(saved.get(k)) != norm(requested.get(k))}
-
-
 def override_keys(text: str | None, known: Collection[str]) -> set[str]:
-    """``"epochs,batch-size"`` -> ``{"epochs", "batch_size"}``: flag names with or without
-    ``--``, dashes or underscores, each one of ``known``; ``UsageError`` otherwise."""
-    if text is None:
-        return set()
-    keys = {k.strip().lstrip("-").replace("-", "_") for k in str(text).split(",") if k.strip()}
-    unknown = sorted(k for k in keys if k not in known)
-    if not keys or unknown:
-        raise UsageError(f"--override: expected configuration keys (one of "
-                         f"{', '.join(sorted(known))}); got {text!r}")
-    return keys
+    """:func:`robustgrad.rundir.override_keys`, its ``ValueError`` a :class:`UsageError`."""
+    with user_errors(ValueError):
+        return rundir.override_keys(text, known)
 
 
 def check_resume(saved: Mapping[str, Any], requested: Mapping[str, Any], *,
                  override: str | None, where: str, free: Collection[str] = (),
                  known: Collection[str] | None = None,
                  names: Mapping[str, str] | None = None) -> dict[str, list]:
-    """The changes of a resumed run, ``{key: [saved, new]}``, after checking each was allowed
-    by ``override``; else ``UsageError`` naming every refused key. ``names`` maps a key to the
-    name the user knows it by (``{"learning_rate": "lr"}``) for the message and ``--override``."""
-    names = dict(names or {})
-    alias = {v: k for k, v in names.items()}
-    known = set(known if known is not None else (set(saved) | set(requested))) - set(free)
-    allowed = {alias.get(k, k) for k in override_keys(override, known | set(alias))}
-    changed = changed_keys(saved, requested, free)
-    refused = [k for k in changed if k not in allowed]
-    if refused:
-        detail = ", ".join(f"{names.get(k, k)}: saved {changed[k][0]!r} != {changed[k][1]!r}"
-                           for k in refused)
-        keys = ",".join(names.get(k, k) for k in refused)
-        raise UsageError(f"--resume: the run in {where} has a different configuration "
-                         f"({detail}); pass --override {keys} to change it")
-    return changed
-
-
-def record_overrides(config: Mapping[str, Any], changed: Mapping[str, list]) -> dict:
-    """``config`` with ``changed`` appended to its ``overrides`` list (unchanged if empty).
-
-    >>> record_overrides({"epochs": 12}, {"epochs": [10, 12]})
-    {'epochs': 12, 'overrides': [{'epochs': [10, 12]}]}
-    """
-    config = dict(config)
-    if changed:
-        config["overrides"] = [*config.get("overrides", []), dict(changed)]
-    return config
+    """:func:`robustgrad.rundir.check_resume`, its ``ValueError`` a :class:`UsageError`."""
+    with user_errors(ValueError):
+        return rundir.check_resume(dict(saved), dict(requested), override=override, where=where,
+                                   free=free, known=known, names=dict(names or {}))
 
 
 # names train-agent's flags give config fields (the rest are --set KEY=VALUE fields)

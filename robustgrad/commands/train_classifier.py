@@ -42,7 +42,7 @@ from robustgrad.cli import UsageError, user_errors
 from robustgrad.commands._classifier_history import prior_history, write_history
 from robustgrad.commands._classifier_run import final_report, mixed_precision_copy, setup_devices
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
-from robustgrad.commands._resume import check_resume, record_overrides
+from robustgrad.commands._resume import check_resume
 
 HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp, ibp, crown-ibp)"
 
@@ -64,8 +64,6 @@ _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "
                   "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
                   "augment", "awp_gamma", "ema", "warmup_epochs", "warmup_delay_epochs",
                   "kappa_final", "beta_final")
-# what runs written before recipes used for the settings they did not record
-_LEGACY = {"optimizer": "adam", "schedule": "cosine", "recipe": "none"}
 
 # configuration keys that may change between a run and its --resume
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
@@ -307,25 +305,12 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--resume and --overwrite are mutually exclusive")
     existing = [a for a in ARTIFACTS if os.path.exists(os.path.join(out, a))]
     if args.resume:
-        cfg_path = os.path.join(out, "config.json")
-        if not os.path.isfile(cfg_path):
-            raise UsageError(f"--resume: {out} holds no run (no config.json)")
-        try:
-            with open(cfg_path) as f:
-                saved = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--resume: {cfg_path} is not readable JSON ({exc})") from None
-        if not isinstance(saved, dict):
-            raise UsageError(f"--resume: {cfg_path} does not hold a configuration (a JSON "
-                             f"object), got {type(saved).__name__}")
-        with user_errors(ValueError, prefix="--resume: "):  # checkpoints/ names only its own
-            rundir.check_checkpoint_state(os.path.join(out, "checkpoints"))
-        saved = _with_resolved(saved)
-        _inherit_settings(args, saved)
+        with user_errors(ValueError):
+            saved = _inherit_settings(args, rundir.read_config(out))
         mine = _config_of(args)
-        args._changed = check_resume(saved, mine, override=args.override, where=out,
-                                     free=_RESUME_FREE, known=set(mine))
-        args._saved_config = saved
+        args._changed = check_resume(saved.compared(_SETTING_FLAGS), mine,
+                                     override=args.override, where=out, free=_RESUME_FREE,
+                                     known=set(mine))
     elif args.override is not None:
         raise UsageError("--override: only with --resume (it names the configuration keys a "
                          "resumed run may change)")
@@ -337,58 +322,33 @@ def validate(args: argparse.Namespace) -> None:
     args._validated = True
 
 
-def _with_resolved(saved: dict) -> dict:
-    """The saved configuration with each setting flag the run left unset (None) replaced by the
-    value it resolved (so a resume compares values, not whether a flag was given)."""
-    resolved = saved.get("resolved")
-    values = resolved.get("values", {}) if isinstance(resolved, dict) else {}
-    view = dict(saved)
-    for key in _SETTING_FLAGS:
-        if view.get(key) is None and values.get(key) is not None:
-            view[key] = values[key]
-    return view
-
-
-def _inherit_settings(args, saved: dict) -> None:
+def _inherit_settings(args, saved: dict):
     """A resumed run keeps its settings: every setting flag not given on this command line
-    takes the saved run's value (the values it resolved, for runs that recorded them; the
-    defaults of the version that wrote it, for older runs)."""
-    resolved = saved.get("resolved")
-    values = resolved.get("values", {}) if isinstance(resolved, dict) else {}
-    for key in (*_SETTING_FLAGS, "recipe"):
-        if getattr(args, key, None) is None and saved.get(key) is not None:
-            setattr(args, key, saved[key])
-    if not isinstance(resolved, dict):  # written before recipes: Adam, cosine, full validation
-        args._legacy = dict(_LEGACY)
-    args._resumed_values = values
+    takes the saved run's value. Returns the :class:`attacks.training.run_settings.SavedRun`
+    (``config.json`` and the ``"resolved"`` record, read once), kept in ``args._saved`` for
+    :func:`_resolve_settings`."""
+    from attacks.training.run_settings import SavedRun
+
+    saved = SavedRun.of(saved)
+    given = {k: getattr(args, k, None) for k in (*_SETTING_FLAGS, "recipe")}
+    for key, value in saved.inherited(given).items():
+        setattr(args, key, value)
+    args._saved = saved
+    return saved
 
 
 def _resolve_settings(args):
     """The run's settings (method defaults < recipe < explicit flags), written back into
     ``args``; on resume the values the run resolved when it started."""
-    from attacks.training.recipes import resolve_settings
+    from attacks.training.run_settings import resolve_run_settings
 
-    user = {k: getattr(args, k) for k in _SETTING_FLAGS}
-    recipe = args.recipe or "auto"
-    legacy = getattr(args, "_legacy", None)
-    if legacy:
-        recipe = legacy["recipe"]
-        for k in ("optimizer", "schedule"):
-            if user[k] is None:
-                user[k] = legacy[k]
-    dataset = args.data if args.data in DATA_NAMES else None
     arch = None if args.init_from else (
         args.arch or ("ibp-small" if args.method in CERTIFIED else "cnn"))
-    try:
-        settings = resolve_settings(args.method, dataset, arch, user, recipe=recipe)
-    except ValueError as exc:
-        raise UsageError(f"--recipe: {exc}") from None
-    for key, value in getattr(args, "_resumed_values", {}).items():
-        if settings.origin.get(key) != "user" and key in settings.values:
-            settings.values[key] = value
-    if args.method in CERTIFIED and settings.origin.get("warmup_epochs") == "default":
-        # certified training needs an eps ramp: over the first half of the run by default
-        settings.values["warmup_epochs"] = settings.values["epochs"] / 2
+    with user_errors(ValueError, prefix="--recipe: "):
+        settings = resolve_run_settings(
+            args.method, args.data if args.data in DATA_NAMES else None, arch,
+            {k: getattr(args, k) for k in _SETTING_FLAGS}, recipe=args.recipe,
+            saved=getattr(args, "_saved", None), certified=args.method in CERTIFIED)
     for key in _SETTING_FLAGS:
         setattr(args, key, settings.values[key])
     return settings
@@ -564,16 +524,13 @@ def run(args: argparse.Namespace) -> int:
                      else f"after epoch {first_epoch}")
             _log(args, f"resuming {out} {where}")
             if getattr(args, "_changed", None):  # --override: the new values, and a record
-                config = record_overrides(
-                    {**args._saved_config, **{k: v for k, (_, v) in args._changed.items()}},
-                    args._changed)
-                with open(os.path.join(out, "config.json"), "w") as f:
-                    json.dump(config, f, indent=1)
+                rundir.write_config(out, rundir.record_overrides(
+                    {**args._saved.config, **{k: v for k, (_, v) in args._changed.items()}},
+                    args._changed))
                 _log(args, "configuration changed on resume (--override): " + ", ".join(
                     f"{k} {a!r} -> {b!r}" for k, (a, b) in args._changed.items()))
         else:
-            with open(os.path.join(out, "config.json"), "w") as f:
-                json.dump({**raw_config, "resolved": settings.as_record()}, f, indent=1)
+            rundir.write_config(out, {**raw_config, "resolved": settings.as_record()})
         _log(args, _settings_line(args, settings))
         _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
                    f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "

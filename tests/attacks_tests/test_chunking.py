@@ -5,6 +5,8 @@ Deterministic attacks give the same result chunked and whole; random ones are re
 checked before the first chunk runs; the last, smaller chunk does not retrace.
 """
 
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -234,3 +236,19 @@ def test_the_attack_config_keeps_batch_size():
     assert pgd.get_config()["batch_size"] == 256
     assert attacks.PGD.from_config(pgd.get_config()).config == pgd.config
     assert pgd.replace(batch_size=None).config["batch_size"] is None
+
+
+@pytest.mark.parametrize("attack", [attacks.deepfool, attacks.fab])
+def test_jacobian_attacks_chunk_at_1024_over_the_classes_by_default(attack, monkeypatch):
+    # DeepFool and FAB differentiate every class: one default chunk of 1024 examples of 10
+    # classes took 4-5 GiB (benchmarks/attack_memory.py); their default chunk is 1024 // 10
+    import attacks._base as base
+
+    sizes, real = [], base.run_in_chunks
+    monkeypatch.setattr(sys.modules[attack.__module__], "run_in_chunks",
+                        lambda p, call: sizes.append(p.batch_size) or real(p, call))
+    model = lambda x, training=False: tf.matmul(x, tf.eye(2, 10))  # noqa: E731 - 10 classes
+    x = tf.random.stateless_uniform([4, 2], [0, 1], 0.2, 0.8)
+    attack(model, x, eps=0.1, steps=2, **BOX)
+    attack(model, x, eps=0.1, steps=2, batch_size=3, **BOX)
+    assert sizes == [102, 3]
