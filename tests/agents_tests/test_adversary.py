@@ -168,16 +168,17 @@ def test_atla_trains_against_its_adversary():
 
 
 @pytest.mark.slow
-def test_atla_sa_agent_resists_a_learned_adversary():
-    """ATLA+SA (30k steps at eps 0.1) keeps more return under a fresh 30k-step learned
-    adversary than a vanilla PPO of the same budget."""
+def test_atla_agent_resists_a_learned_adversary():
+    """ATLA-PPO (100k steps at eps 0.05) keeps more return under a fresh 200k-step learned
+    adversary than a vanilla PPO of the same budget (measured: 187.9 against 49.0,
+    docs/benchmarks/robust-rl.md)."""
     means = {}
-    for robust in (None, "atla-sa"):
-        agent = agents.PPO(env="CartPole-v1", seed=0, robust=robust, robust_eps=0.1)
-        agent.learn(60_000, progress_bar=False)
-        adv = train_adversary(agent, eps=0.1, steps=30_000, progress=False)
+    for robust in (None, "atla"):
+        agent = agents.PPO(env="CartPole-v1", seed=0, robust=robust, robust_eps=0.05)
+        agent.learn(100_000, progress_bar=False)
+        adv = train_adversary(agent, eps=0.05, steps=200_000, progress=False)
         means[robust] = adv.victim_return(8, seed=77)
-    assert means["atla-sa"] > means[None] + 50
+    assert means["atla"] > means[None] + 50
 
 
 def test_cli_flags_of_learned_adversaries(tmp_path, capsys):

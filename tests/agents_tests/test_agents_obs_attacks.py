@@ -305,7 +305,7 @@ def test_cli_evaluate_agent_under_attack(trained, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra,message", [
     (["--attacks", "random,fgsm"], "--attacks must be one of ('random', 'action', 'mad', "
-                                   "'critic', 'rs'), got 'fgsm'"),
+                                   "'critic', 'rs', 'optimal', 'paad'), got 'fgsm'"),
     (["--attacks", "mad", "--eps", "0.1,-0.1"], "--eps must be a number >= 0, got -0.1"),
     (["--attacks", "mad", "--norm", "l1"], "--norm must be one of ('linf', 'l2'), got 'l1'"),
     (["--attacks", "mad", "--episodes", "0"], "--episodes must be an int >= 1, got 0"),
