@@ -54,6 +54,7 @@ from robustgrad.atomic import replacing
 
 if TYPE_CHECKING:
     from agents.base import Agent
+    from agents.policy import PolicySurface
 
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "LearnedAdversary",
            "VictimSurface", "adversary_for", "check_adversary_request", "check_inter_op_threads",
@@ -80,7 +81,7 @@ class VictimSurface:
     ``None``), the env id, the observation shape and whether actions are discrete. Built by
     :func:`victim_surface`."""
 
-    def __init__(self, agent: Agent, policy):
+    def __init__(self, agent: Agent, policy: PolicySurface):
         import tensorflow as tf
 
         self.agent, self.policy = agent, policy
@@ -183,12 +184,14 @@ class AdversaryEnv(gym.Wrapper):
         self.action_space = gym.spaces.Box(-np.inf, np.inf, (k,), np.float32)
         self._obs = None
 
-    def reset(self, **kwargs):
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        """The wrapped env's reset; the clean observation is kept for the next step."""
         obs, info = self.env.reset(**kwargs)
         self._obs = np.asarray(obs, np.float32)
         return obs, info
 
-    def step(self, action):
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """The victim acts on the perturbed observation; the adversary gets minus its reward."""
         seen = self.perturb(self._obs[None], np.asarray(action, np.float32)[None],
                             self.radius.value)
         victim_action = self.surface.act(seen)[0]

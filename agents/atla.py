@@ -38,6 +38,7 @@ import tensorflow as tf
 
 if TYPE_CHECKING:
     from agents.base import Agent
+    from agents.config import AgentConfig
 
 __all__ = ["ATLA_MODES", "adversary_phase", "atla_observations", "uses_atla", "uses_sa"]
 
@@ -49,12 +50,12 @@ ADVERSARY_PPO = {"anneal_lr": False}
 called once per agent iteration: a learning rate annealed per call would restart each time)."""
 
 
-def uses_atla(config) -> bool:
+def uses_atla(config: AgentConfig) -> bool:
     """``robust`` is ``"atla"`` or ``"atla-sa"``."""
     return config.robust in ATLA_MODES
 
 
-def uses_sa(config) -> bool:
+def uses_sa(config: AgentConfig) -> bool:
     """The SA regulariser is on (``robust="sa"`` or ``"atla-sa"``)."""
     return config.robust in ("sa", "atla-sa")
 
