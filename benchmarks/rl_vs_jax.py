@@ -87,11 +87,9 @@ def _final_return(agent) -> float:
     return float(np.mean(agent.episode_returns)) if agent.episode_returns else float("nan")
 
 
-def one_seed(backend: str, steps: int) -> dict:
-    """One agent trained for ``steps``; the first iteration (trace + compile) timed apart."""
-    import agents
-
-    agent = agents.PPO(ppo_config(backend))
+def _timed_learn(agent, steps: int) -> tuple:
+    """``agent.learn(steps)`` with its first iteration (trace + compile) timed apart: the clocks
+    at the start, after the first iteration and at the end, and the steps done by then."""
     marks: dict = {}
 
     def mark(_agent, logs):
@@ -100,13 +98,24 @@ def one_seed(backend: str, steps: int) -> dict:
 
     start = _clock()
     agent.learn(steps, callbacks=[mark], progress_bar=False)
-    end = _clock()
-    first = marks["first"]
-    return {"env_steps": int(agent.num_timesteps.numpy()) - marks["steps0"],
-            "all_env_steps": int(agent.num_timesteps.numpy()),
+    return start, marks["first"], _clock(), marks["steps0"]
+
+
+def _rates(start, first, end, run_steps: int, all_steps: int, returns: list, seeds: int) -> dict:
+    return {"env_steps": run_steps, "all_env_steps": all_steps,
             "compile_wall_s": first[0] - start[0], "compile_cpu_s": first[1] - start[1],
             "run_wall_s": end[0] - first[0], "run_cpu_s": end[1] - first[1],
-            "final_returns": [_final_return(agent)], "seeds": 1}
+            "final_returns": returns, "seeds": seeds}
+
+
+def one_seed(backend: str, steps: int) -> dict:
+    """One agent trained for ``steps``; the first iteration (trace + compile) timed apart."""
+    import agents
+
+    agent = agents.PPO(ppo_config(backend))
+    start, first, end, steps0 = _timed_learn(agent, steps)
+    done = int(agent.num_timesteps.numpy())
+    return _rates(start, first, end, done - steps0, done, [_final_return(agent)], 1)
 
 
 def many_seeds(n_seeds: int, steps: int) -> dict:
@@ -114,24 +123,11 @@ def many_seeds(n_seeds: int, steps: int) -> dict:
     seed axis), each seed ``steps`` env steps; the first iteration (trace + compile) timed apart."""
     import agents
 
-    cfg = dataclasses.replace(ppo_config("graph"), num_seeds=n_seeds)
-    agent = agents.PPO(cfg)
-    marks: dict = {}
-
-    def mark(_agent, logs):
-        if "first" not in marks:
-            marks["first"], marks["steps0"] = _clock(), logs["steps"]
-
-    start = _clock()
-    agent.learn(steps, callbacks=[mark], progress_bar=False)
-    end = _clock()
-    first = marks["first"]
+    agent = agents.PPO(dataclasses.replace(ppo_config("graph"), num_seeds=n_seeds))
+    start, first, end, steps0 = _timed_learn(agent, steps)
     done = int(agent.num_timesteps.numpy().reshape(-1)[0])
-    seeds = [agent.export(i) for i in range(n_seeds)]
-    return {"env_steps": n_seeds * (done - marks["steps0"]), "all_env_steps": n_seeds * done,
-            "compile_wall_s": first[0] - start[0], "compile_cpu_s": first[1] - start[1],
-            "run_wall_s": end[0] - first[0], "run_cpu_s": end[1] - first[1],
-            "final_returns": [_final_return(a) for a in seeds], "seeds": n_seeds}
+    returns = [_final_return(agent.export(i)) for i in range(n_seeds)]
+    return _rates(start, first, end, n_seeds * (done - steps0), n_seeds * done, returns, n_seeds)
 
 
 def dqn_many_available() -> bool:
