@@ -43,7 +43,8 @@ def test_what_is_not_an_agent_is_a_type_error(agent, message):
 @pytest.mark.parametrize("attacks", [5, [1, 2], {"mad": 1}])
 def test_attacks_of_the_wrong_type_are_a_type_error(ppo, attacks):
     with pytest.raises(TypeError, match="^attacks must be a comma-separated string or a list of "
-                                        r"attack names \(random, action, mad, critic, rs\), got"):
+                                        r"attack names \(random, action, mad, critic, rs, "
+                                        r"optimal, paad\), got"):
         evaluate_under_attack(ppo, attacks, eps=[0.1])
 
 
