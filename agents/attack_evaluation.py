@@ -36,7 +36,12 @@ import gymnasium as gym
 import numpy as np
 
 from agents._victim import _surface
-from agents.adversary import LEARNED_ATTACKS, adversary_for, check_adversary_request
+from agents.adversary import (
+    LEARNED_ATTACKS,
+    adversary_for,
+    check_adversary_request,
+    train_adversary,
+)
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
 from agents.observation_attacks import (
     ATTACK_NAMES,
@@ -432,8 +437,6 @@ def _check_attack_kwargs(attack_kwargs: Any, attacks: Sequence[str]) -> dict:
             raise TypeError(f"attack_kwargs[{name!r}] must be a dict of keywords, got "
                             f"{type(kw).__name__}")
         if name in LEARNED_ATTACKS:  # keywords of train_adversary (and PA-AD's actor)
-            from agents.adversary import train_adversary
-
             params = inspect.signature(train_adversary).parameters
             taken = [p for p in params if p not in ("victim", "eps", "steps", "seed", "kind",
                                                     "progress", "kind_kwargs")]

@@ -146,3 +146,22 @@ def test_attack_kwargs_are_checked_before_any_episode(ppo, monkeypatch, attack_k
     with pytest.raises(error, match=message):
         evaluate_under_attack(ppo, ["mad"], eps=[0.1], n_episodes=2, progress=False,
                               attack_kwargs=attack_kwargs)
+
+
+@pytest.mark.parametrize("attack, kwargs, message", [
+    ("optimal", {"bogus": 1}, r"^attack_kwargs\['optimal'\]: optimal takes no keyword 'bogus' "
+                              r"\(it takes start_radius, curriculum"),
+    ("paad", {"stepz": 1}, r"^attack_kwargs\['paad'\]: paad takes no keyword 'stepz' \(it takes "
+                           r"start_radius, .*, ppo, pgd_steps\)$"),
+])
+def test_learned_attacks_kwargs_are_train_adversarys_keywords(ppo, monkeypatch, attack, kwargs,
+                                                             message):
+    """A learned attack's keywords are those of agents.adversary.train_adversary (and PA-AD's
+    actor's pgd_steps), checked before any episode or adversary training."""
+    import agents.attack_evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "_run_episodes",
+                        lambda *a, **k: pytest.fail("an episode ran before the check"))
+    with pytest.raises(ValueError, match=message):
+        evaluate_under_attack(ppo, [attack], eps=[0.1], n_episodes=2, progress=False,
+                              attack_kwargs={attack: kwargs})
