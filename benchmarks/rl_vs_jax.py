@@ -137,7 +137,11 @@ def dqn_many_available() -> bool:
     return "num_seeds" in inspect.signature(agents.DQN).parameters
 
 
-def _child(part: str, steps: int, seeds: int) -> None:
+def _child(part: str, steps: int, seeds: int, threads: int | None = None) -> None:
+    if threads:  # as `robustgrad --threads`: before TensorFlow's runtime starts
+        from robustgrad.cli import set_threads
+
+        set_threads(threads)
     if part == "graph":
         out = one_seed("graph", steps)
     elif part == "gymnasium":
@@ -165,15 +169,21 @@ def _run(cmd: list[str], cpus: str | None, cwd: str | None = None, env: dict | N
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _ours(part: str, steps: int, seeds: int, cpus: str | None) -> dict:
+def _ours(part: str, steps: int, seeds: int, cpus: str | None, threads: int | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT}
+    extra = ["--threads", str(threads)] if threads else []
     return _run([sys.executable, os.path.abspath(__file__), "--part", part, "--steps", str(steps),
-                 "--seeds", str(seeds)], cpus, cwd=ROOT, env=env)
+                 "--seeds", str(seeds), *extra], cpus, cwd=ROOT, env=env)
 
 
 def _jax(args, seeds: int) -> dict:
+    env = dict(os.environ)
+    if args.threads:  # XLA's CPU client: one Eigen pool of that many threads
+        env["XLA_FLAGS"] = (f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen="
+                            f"{'false' if args.threads == 1 else 'true'} "
+                            f"intra_op_parallelism_threads={args.threads}").strip()
     return _run([args.jax_python, RUNNER, "--purejaxrl", args.purejaxrl, "--steps",
-                 str(args.steps), "--seeds", str(seeds)], args.cpus)
+                 str(args.steps), "--seeds", str(seeds)], args.cpus, env=env)
 
 
 def rates(row: dict) -> dict:
@@ -219,23 +229,30 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds (median reported)")
     p.add_argument("--cpus", default=",".join(map(str, sorted(os.sched_getaffinity(0)))),
                    help="cores every subprocess is pinned to (taskset -c)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of both sides (ours: `robustgrad --threads`, TensorFlow's intra-"
+                        " and inter-op pools; PureJaxRL: XLA_FLAGS intra_op_parallelism_threads); "
+                        "default: each framework's own")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.part is not None:
-        _child(args.part, args.steps, args.seeds)
+        _child(args.part, args.steps, args.seeds, args.threads)
         return
     for name, path in (("--jax-python", args.jax_python), ("--purejaxrl", args.purejaxrl)):
         if not os.path.exists(path):
             raise SystemExit(f"{name}: {path} does not exist (module doc: how to set it up)")
     load = os.getloadavg()
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, cores {args.cpus}, "
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, cores {args.cpus}, threads "
+          f"{args.threads or 'default'}, "
           f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     plan = [("purejaxrl x1", lambda: _jax(args, 1)),
-            ("ours graph x1", lambda: _ours("graph", args.steps, 1, args.cpus)),
+            ("ours graph x1", lambda: _ours("graph", args.steps, 1, args.cpus, args.threads)),
             (f"purejaxrl x{args.seeds}", lambda: _jax(args, args.seeds)),
-            (f"ours graph x{args.seeds}", lambda: _ours("many", args.steps, args.seeds, args.cpus))]
+            (f"ours graph x{args.seeds}",
+             lambda: _ours("many", args.steps, args.seeds, args.cpus, args.threads))]
     if args.gym_steps:
-        plan.append(("ours gymnasium x1", lambda: _ours("gymnasium", args.gym_steps, 1, args.cpus)))
+        plan.append(("ours gymnasium x1",
+                     lambda: _ours("gymnasium", args.gym_steps, 1, args.cpus, args.threads)))
     rows: dict[str, list] = {name: [] for name, _ in plan}
     for rnd in range(args.rounds):
         for name, run in plan if rnd % 2 == 0 else plan[::-1]:
