@@ -6,11 +6,8 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 # public re-exports (ruff: F401 is expected here)
 from agents.a2c import A2C  # noqa: F401
 from agents.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
-from agents.attack_evaluation import (  # noqa: F401
-    AgentAttackReport,
-    ObservationAttackWrapper,
-    evaluate_under_attack,
-)
+from agents.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
+from agents.attack_report import AgentAttackReport  # noqa: F401
 from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
 from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
