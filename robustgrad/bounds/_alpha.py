@@ -16,7 +16,8 @@ What is optimised here (the full per-layer version, as auto_LiRPA's default):
 - the lower bound and the upper bound of the output are two separate optimisations (two sets of
   slopes), as in auto_LiRPA; ``lower_only`` runs the first one only;
 - the intermediate bounds are recomputed with the slopes at every iteration and intersected with
-  CROWN's (both are sound), so they never get looser than CROWN's, which are the starting point;
+  CROWN's (both are sound), so they never get looser than CROWN's, which are the starting point
+  (the gradient is the recomputed bound's, as if not intersected: auto_LiRPA does not intersect);
 - the slopes start at CROWN's adaptive slopes (so the first iteration is CROWN), Adam (the
   optimiser of auto_LiRPA, with torch's defaults: betas 0.9 / 0.999, eps 1e-8) ascends the sum of
   the output bounds, the learning rate decays by ``lr_decay`` per iteration, the slopes are
@@ -98,6 +99,13 @@ def chunk_limit(graph, example_shape, dtype, spec_rows, lower_only=False, budget
     return max(1, budget // max(1, per_example))
 
 
+def _clamped(bound, reference, tighter):
+    """``tighter(bound, reference)`` (sound: both are bounds) with the gradient of ``bound``
+    everywhere: the slopes keep learning where CROWN's bound is still the tighter one, and ties
+    (the first iteration recomputes CROWN's bounds) do not decide where the gradient goes."""
+    return bound + tf.stop_gradient(tighter(bound, reference) - bound)
+
+
 def _identity_rows(batch, shape, dtype):
     """``[I; -I]`` over the elements of ``shape``, [B, 2n, *shape]: the lower bounds of its rows
     are the node's lower bounds and minus its upper bounds."""
@@ -153,7 +161,8 @@ def optimized_bounds(graph, lower, upper, spec, ball, lower_only=False, iteratio
                 both, _ = _engine._backward(graph, s, _identity_rows(batch, shapes[s], dtype),
                                             pre, boxes, shapes, 0, ball, dtype, True, slopes)
                 lo0, hi0 = (tf.reshape(t, [batch, n]) for t in pre0[s])
-                lo, hi = tf.maximum(both[:, :n], lo0), tf.minimum(-both[:, n:], hi0)
+                lo, hi = _clamped(both[:, :n], lo0, tf.maximum), _clamped(-both[:, n:], hi0,
+                                                                            tf.minimum)
                 pre[s] = (tf.reshape(lo, [batch, *shapes[s]]), tf.reshape(hi, [batch, *shapes[s]]))
             slopes = {r: alphas[index[(o, graph.output, r)]] for r in relus[graph.output]}
             lb, _ = _engine._backward(graph, graph.output, obj, pre, boxes, shapes, 0, ball,
