@@ -28,7 +28,9 @@ What is optimised here (the full per-layer version, as auto_LiRPA's default):
 tanh and sigmoid keep CROWN's relaxation (their tangent points are not optimised); a network
 without ReLUs gets CROWN's bounds. The slopes are dense over the intermediate elements (stable ones
 included): their memory is ``B x sum_(node, ReLU) rows x elements``, so the batch is cut into
-smaller chunks (:func:`chunk_limit`); it suits small and medium networks.
+smaller chunks (:func:`chunk_limit`), and a network for which one example would need more than
+:data:`MAX_ELEMENTS` is refused (a ``ValueError``) rather than left to run out of memory; it
+suits small and medium networks.
 
 The whole loop is one ``tf.while_loop`` (no host round-trip per iteration). The bounds returned
 are not differentiable w.r.t. the weights (``tf.stop_gradient``: certified training uses the
@@ -52,11 +54,13 @@ import tensorflow as tf
 from . import _engine
 from ._activations import ReLU
 
-__all__ = ["DEFAULTS", "chunk_limit", "optimized_bounds"]
+__all__ = ["DEFAULTS", "MAX_ELEMENTS", "chunk_limit", "elements_per_example", "optimized_bounds"]
 
 #: auto_LiRPA 0.7.1's defaults (``optimize_bound_args``): iterations, Adam learning rate, decay
 DEFAULTS = {"iterations": 20, "lr": 0.5, "lr_decay": 0.98}
 _BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults
+#: the most elements one example's optimisation may hold (2 GB in float32): beyond, an error
+MAX_ELEMENTS = 2 ** 29
 
 
 def _relus_behind(graph, node):
@@ -79,11 +83,10 @@ def _plan(graph, pre_nodes, output):
     return starts, relus
 
 
-def chunk_limit(graph, example_shape, dtype, spec_rows, lower_only=False, budget=None):
-    """The most examples per call whose slopes, Adam moments and coefficients stay within
-    ``budget`` elements (default :data:`robustgrad.bounds._engine.COEFFICIENT_BUDGET`); at
-    least 1. ``spec_rows``: the specification's rows (``None``: the output's elements)."""
-    budget = _engine.COEFFICIENT_BUDGET if budget is None else budget
+def elements_per_example(graph, example_shape, dtype, spec_rows, lower_only=False):
+    """About how many tensor elements one example's optimisation holds at once: its slopes and
+    their two Adam moments, and the coefficients of its backward passes. ``spec_rows``: the
+    specification's rows (``None``: the output's elements)."""
     one = tf.zeros([1, *example_shape], dtype)
     boxes = _engine.interval_pass(graph, one, one, dtype)
     sizes = [math.prod(lo.shape[1:]) for lo, _ in boxes]
@@ -95,7 +98,24 @@ def chunk_limit(graph, example_shape, dtype, spec_rows, lower_only=False, budget
     rows[graph.output] = sizes[graph.output] if spec_rows is None else spec_rows
     per_example = sum(rows[s] * (3 * sum(sizes[r] for r in relus[s]) + 4 * widest)
                       for s in [*starts, graph.output] if relus[s])
-    per_example *= 1 if lower_only else 2
+    return per_example * (1 if lower_only else 2)
+
+
+def chunk_limit(graph, example_shape, dtype, spec_rows, lower_only=False, budget=None):
+    """The most examples per call whose :func:`elements_per_example` stay within ``budget``
+    elements (default :data:`robustgrad.bounds._engine.COEFFICIENT_BUDGET`); at least 1.
+
+    Raises:
+      ValueError: one example alone needs more than :data:`MAX_ELEMENTS` (the network is too
+        wide for dense slopes: use ``"crown"``).
+    """
+    budget = _engine.COEFFICIENT_BUDGET if budget is None else budget
+    per_example = elements_per_example(graph, example_shape, dtype, spec_rows, lower_only)
+    if per_example > MAX_ELEMENTS:
+        raise ValueError(f"method='alpha-crown' would hold about {per_example:.3g} tensor "
+                         f"elements per example (its slopes are dense over every hidden neuron "
+                         f"and spec row), more than {MAX_ELEMENTS:.3g}: use method='crown' for "
+                         f"this network, or bound fewer outputs (a spec C)")
     return max(1, budget // max(1, per_example))
 
 

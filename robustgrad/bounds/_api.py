@@ -81,9 +81,10 @@ class BoundedModel:
         n = int(lower.shape[0])
         spec = None if C is None else self._check_spec(C, lower)
         chunk = n if batch_size is None else min(batch_size, n)
-        if options is not None and batch_size is not None:  # the slopes' memory
-            chunk = min(chunk, _alpha.chunk_limit(self._graph, lower.shape[1:], lower.dtype,
-                                                  None if spec is None else spec.shape[1]))
+        if options is not None:  # the slopes' memory (too much for one example: an error)
+            limit = _alpha.chunk_limit(self._graph, lower.shape[1:], lower.dtype,
+                                       None if spec is None else spec.shape[1])
+            chunk = chunk if batch_size is None else min(chunk, limit)
         los, his = [], []
         for start in range(0, n, chunk):
             sl = slice(start, start + chunk)

@@ -140,6 +140,16 @@ def test_unchecked_entry_inside_tf_function_with_an_unknown_batch():
     np.testing.assert_allclose(lb, expected, atol=1e-5)
 
 
+def test_networks_too_wide_for_dense_slopes_are_refused(monkeypatch):
+    model = MODELS["dense"]()
+    lower, upper = _box((6,), eps=0.1)
+    need = rb._alpha.elements_per_example(rb._bounded(model)._graph, (6,), tf.float32, None)
+    monkeypatch.setattr(rb._alpha, "MAX_ELEMENTS", need - 1)
+    with pytest.raises(ValueError, match=r"method='alpha-crown' would hold about .* elements per "
+                                         r"example .* use method='crown'"):
+        compute_bounds(model, lower, upper, "alpha-crown", batch_size=None)
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"iterations": 0}, r"iterations must be an int >= 1, got 0"),
     ({"lr": 0.0}, r"lr must be a number > 0, got 0.0"),
