@@ -12,11 +12,11 @@ probability (:func:`smooth_certify`), or abstains; :func:`smooth_predict` is its
 binomial test. Any classifier callable works (no layer restrictions); the noise draws run in one
 compiled loop, seeded.
 
-The bounds are IBP (Gowal et al. 2018), CROWN (Zhang et al. 2018) or CROWN-IBP (Zhang et al.
-2020) with the margin specification merged into the last linear layer (:func:`~robustgrad.bounds.
-margin_spec`). A model that is not trained for verification (plain or PGD training) usually has
-a verified accuracy near zero except at very small radii; IBP/CROWN-IBP-trained models are
-verifiable at useful radii.
+The bounds are IBP (Gowal et al. 2018), CROWN (Zhang et al. 2018), CROWN-IBP (Zhang et al.
+2020) or alpha-CROWN (Xu et al. 2021) with the margin specification merged into the last linear
+layer (:func:`~robustgrad.bounds.margin_spec`). A model that is not trained for verification
+(plain or PGD training) usually has a verified accuracy near zero except at very small radii;
+IBP/CROWN-IBP-trained models are verifiable at useful radii.
 
 >>> import keras, numpy as np
 >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
@@ -61,7 +61,8 @@ def margin_lower_bounds(model: Any, x: Any, y: Any, eps: float, norm: str = "lin
         :mod:`robustgrad.bounds` for the supported layers).
       x: float32/float64 ``[N, ...]`` inside ``[clip_min, clip_max]``; y: int labels ``[N]``.
       eps: radius >= 0 in the units of ``x``. norm: ``"linf"`` or ``"l2"``.
-      method: ``"crown"``, ``"ibp"`` or ``"crown-ibp"``.
+      method: ``"crown"``, ``"ibp"``, ``"crown-ibp"`` or ``"alpha-crown"`` (Xu et al. 2021: CROWN
+        with optimised ReLU slopes, the tightest and slowest; auto_LiRPA's default options).
       clip_min, clip_max: the input domain (scalars or per feature; ``None`` unbounded).
       batch_size: examples per compiled call.
 

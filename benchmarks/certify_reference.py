@@ -27,6 +27,15 @@ auto_LiRPA's definition of CROWN. Printed: the max absolute difference of the bo
 entries where ours is tighter / looser (by more than 1e-7 relative), the verified fraction
 (every margin's lower bound > 0) of each, and the time per call (median over ``--rounds``
 interleaved rounds, one thread each side), wall and CPU, as a ratio ours / reference.
+
+alpha-CROWN (``--methods ...,alpha-crown``): ours (``method="alpha-crown"``) against auto_LiRPA's
+``"CROWN-Optimized"`` with the same options (``--alpha-iterations`` 20, ``--alpha-lr`` 0.5, decay
+0.98 per iteration, Adam, slopes initialised by CROWN, best bound kept; auto_LiRPA's early stop
+after 10 iterations without gain is turned off so that both run every iteration). Equality is not
+expected (the optimisers' trajectories differ: ours keeps the best bound per element, auto_LiRPA
+per example; ours intersects the intermediate bounds with CROWN's). An extra line gives the mean
+absolute difference, the mean of (our lower bounds - theirs) and each side's mean gain over its
+own CROWN (lower bounds up plus upper bounds down).
 """
 
 from __future__ import annotations
@@ -45,13 +54,14 @@ sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 import numpy as np  # noqa: E402
 
-METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP"}
+METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP",
+           "alpha-crown": "CROWN-Optimized"}
 NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh")
 
 # The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
 # Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
 _TORCH_SCRIPT = r'''
-import json, sys, time
+import contextlib, json, sys, time
 import numpy as np
 import torch
 from auto_LiRPA import BoundedModule, BoundedTensor
@@ -108,11 +118,16 @@ for line in sys.stdin:
     cmd = json.loads(line)
     net, method, reps = cmd["net"], cmd["method"], cmd["reps"]
     ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower, x_U=upper)
+    optimized = method == "CROWN-Optimized"  # its optimiser needs autograd
+    if optimized:
+        bounded[net].set_bound_opts({"optimize_bound_args": cmd["opts"]})
     times, cpus = [], []
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
-        with torch.no_grad():
+        with contextlib.nullcontext() if optimized else torch.no_grad(), \
+                contextlib.redirect_stdout(sys.stderr):  # its messages: not on the JSON pipe
             lb, ub = bounded[net].compute_bounds(x=(BoundedTensor(x, ptb),), method=method, C=C)
+            lb, ub = lb.detach(), ub.detach()
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     print(json.dumps({"lb": lb.numpy().tolist(), "ub": ub.numpy().tolist(), "times": times,
@@ -176,6 +191,20 @@ def compare(ours, ref):
     return diff, tighter, looser, olb.size * 2
 
 
+def _alpha_details(name, ours, ref, crown):
+    """alpha-CROWN's extra line: mean |difference| and each side's mean gain over its CROWN."""
+    mean = float(np.mean(np.abs(np.concatenate([ours[0] - ref[0], ours[1] - ref[1]]))))
+    lower_gap = float(np.mean(ours[0] - ref[0]))
+    line = (f"{name:<9} alpha-crown    mean|diff| {mean:.2e}  mean(lb ours - lb ref) "
+            f"{lower_gap:+.2e}")
+    if crown is not None:
+        (olb, oub), (rlb, rub) = crown
+        line += (f"  mean gain over CROWN (lb up + ub down): ours "
+                 f"{float(np.mean(ours[0] - olb) + np.mean(oub - ours[1])):.3e}, ref "
+                 f"{float(np.mean(ref[0] - rlb) + np.mean(rub - ref[1])):.3e}")
+    print(line, flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch-python", required=True)
@@ -186,6 +215,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     parser.add_argument("--nets", default=",".join(NETS))
+    parser.add_argument("--alpha-iterations", type=int, default=20)
+    parser.add_argument("--alpha-lr", type=float, default=0.5)
+    parser.add_argument("--methods", default="ibp,crown-ibp,crown,crown-pure,alpha-crown",
+                        help="rows: ibp, crown-ibp, crown (∩ IBP), crown-pure, alpha-crown")
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -217,8 +250,14 @@ def main(argv=None):
             print(f"{name}: ported logits agree (max |diff| {gap:.1e}, float32 Keras vs "
                   f"{args.dtype} torch)")
 
+        # auto_LiRPA's alpha-CROWN with our options; its early stop (no gain in 10 iterations)
+        # is off so that both run the same number of iterations; lr decay 0.98 on both sides
+        opts = {"iteration": args.alpha_iterations, "lr_alpha": args.alpha_lr, "lr_decay": 0.98,
+                "init_alpha": True, "optimizer": "adam", "keep_best": True,
+                "early_stop_patience": 10 ** 9}
+
         def reference(name, method):
-            proc.stdin.write(json.dumps({"net": name, "method": METHODS[method],
+            proc.stdin.write(json.dumps({"net": name, "method": METHODS[method], "opts": opts,
                                          "reps": 1}) + "\n")
             proc.stdin.flush()
             r = json.loads(proc.stdout.readline())
@@ -226,15 +265,19 @@ def main(argv=None):
 
         tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
         tspec = tf.constant(spec.astype(npdt))
-        variants = [("ibp", True), ("crown-ibp", True), ("crown", True), ("crown", False)]
-        rows = []
+        every = {"ibp": ("ibp", True), "crown-ibp": ("crown-ibp", True), "crown": ("crown", True),
+                 "crown-pure": ("crown", False), "alpha-crown": ("alpha-crown", True)}
+        variants = [every[m] for m in args.methods.split(",")]
+        alpha_kw = {"iterations": args.alpha_iterations, "lr": args.alpha_lr}
+        rows, crown_rows = [], {}
         for name in names:
             for method, intersect in variants:
                 _engine.INTERSECT_WITH_IBP = intersect
                 bm = BoundedModel(nets[name])  # a fresh trace reads the flag
+                kw = alpha_kw if method == "alpha-crown" else {}
 
                 def ours_call():
-                    lb, ub = bm.bounds(tlo, thi, method, tspec, batch_size=None)
+                    lb, ub = bm.bounds(tlo, thi, method, tspec, batch_size=None, **kw)
                     return lb.numpy(), ub.numpy()
 
                 ours_b = ours_call()  # warm-up: trace
@@ -260,6 +303,10 @@ def main(argv=None):
                       f"{verified[1]:.2f}  wall {1e3 * med['ours']:.1f} ms vs "
                       f"{1e3 * med['ref']:.1f} ms ({med['ours'] / med['ref']:.2f}x)  cpu "
                       f"{med['ours_cpu'] / max(med['ref_cpu'], 1e-9):.2f}x", flush=True)
+                if method == "crown" and intersect:
+                    crown_rows[name] = (ours_b, ref_b)
+                if method == "alpha-crown":
+                    _alpha_details(name, ours_b, ref_b, crown_rows.get(name))
         _engine.INTERSECT_WITH_IBP = True
         proc.stdin.close()
         proc.wait()

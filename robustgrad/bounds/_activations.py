@@ -100,6 +100,19 @@ class ReLU(Activation):
     def refine(self, lo, hi):
         return (lo < 0) & (hi > 0)  # a stable ReLU's relaxation is exact whatever its bounds
 
+    def backward_sloped(self, a_lo, pre_bounds, slopes):
+        """:meth:`backward_relaxed` for the lower side only, with the lower line ``slopes * z``
+        (``slopes`` [B, S, *shape] in [0, 1], one per specification row: alpha-CROWN) on the
+        unstable elements -> ``(new a_lo, None, bias_lo [B, S], None)``. Any slope in [0, 1] is a
+        sound lower line of the ReLU on ``[l, u]`` with ``l < 0 < u``."""
+        lo, hi = pre_bounds
+        ls, _, us, ui = self.relaxation(lo, hi)
+        unstable = tf.expand_dims((lo < 0) & (hi > 0), 1)
+        ls = tf.where(unstable, slopes, tf.expand_dims(ls, 1))
+        pos, neg = tf.nn.relu(a_lo), tf.minimum(a_lo, 0)
+        return (pos * ls + neg * tf.expand_dims(us, 1), None,
+                sum_trailing(neg * tf.expand_dims(ui, 1)), None)
+
 
 def _tangent(fn, grad, d):
     """Slope and intercept of the tangent of ``fn`` at ``d``."""

@@ -15,12 +15,31 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import ArgumentTypeError, choice, nonnegative, norm_name, positive_int
+from robustgrad._checks import (
+    ArgumentTypeError,
+    choice,
+    nonnegative,
+    norm_name,
+    number,
+    positive_int,
+    probability,
+)
 
+from . import _alpha as _alpha
 from . import _engine as _engine
 from ._keras_graph import Graph
 
-METHODS = ("ibp", "crown", "crown-ibp")
+METHODS = ("ibp", "crown", "crown-ibp", "alpha-crown")
+
+
+def _alpha_options(method, iterations, lr, lr_decay):
+    """alpha-CROWN's options, checked, as a hashable tuple (None for the other methods)."""
+    iterations = positive_int(iterations, "iterations")
+    lr = number(lr, "lr", minimum=0, min_inclusive=False)
+    lr_decay = probability(lr_decay, "lr_decay", open_low=True)
+    if method != "alpha-crown":
+        return None
+    return (("iterations", iterations), ("lr", lr), ("lr_decay", lr_decay))
 
 
 class BoundedModel:
@@ -44,27 +63,34 @@ class BoundedModel:
         self._fn = tf.function(self._bounds, jit_compile=bool(jit_compile), autograph=False)
         self._output_shapes: dict = {}
 
-    def _bounds(self, lower, upper, spec, ball, method):
+    def _bounds(self, lower, upper, spec, ball, method, options=None):
         """The uncompiled, unchecked propagation (static batch)."""
-        return _engine.propagate(self._graph, lower, upper, spec, ball, method)
+        return _engine.propagate(self._graph, lower, upper, spec, ball, method,
+                                 options=None if options is None else dict(options))
 
     # -- the public, validated call --------------------------------------------------------
     def bounds(self, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
-               batch_size: int | None = 256, _ball: tuple | None = None):
+               batch_size: int | None = 256, iterations: int = 20, lr: float = 0.5,
+               lr_decay: float = 0.98, _ball: tuple | None = None):
         """Element-wise bounds of the outputs over ``lower <= x <= upper``; see
         :func:`compute_bounds`."""
         method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+        options = _alpha_options(method, iterations, lr, lr_decay)
         lower, upper = _check_box(lower, upper)
         batch_size = positive_int(batch_size, "batch_size", allow_none=True)
         n = int(lower.shape[0])
         spec = None if C is None else self._check_spec(C, lower)
         chunk = n if batch_size is None else min(batch_size, n)
+        if options is not None:  # the slopes' memory (too much for one example: an error)
+            limit = _alpha.chunk_limit(self._graph, lower.shape[1:], lower.dtype,
+                                       None if spec is None else spec.shape[1])
+            chunk = chunk if batch_size is None else min(chunk, limit)
         los, his = [], []
         for start in range(0, n, chunk):
             sl = slice(start, start + chunk)
             ball = None if _ball is None else (_ball[0][sl], _ball[1])
             lo, hi = self._fn(lower[sl], upper[sl], None if spec is None else spec[sl], ball,
-                              method)
+                              method, options)
             los.append(lo)
             his.append(hi)
         if len(los) == 1:
@@ -151,7 +177,8 @@ def _bounded(model) -> BoundedModel:
 
 
 def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
-                   batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
+                   batch_size: int | None = 256, iterations: int = 20, lr: float = 0.5,
+                   lr_decay: float = 0.98) -> tuple[tf.Tensor, tf.Tensor]:
     """Bounds of a model's outputs over the box ``lower <= x <= upper``.
 
     Guaranteed for every ``x`` in the box (up to floating-point rounding): ``lb <= model(x) <= ub``
@@ -161,19 +188,26 @@ def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C:
       model: a Keras Sequential or functional model (or a :class:`BoundedModel`) that outputs
         logits; see the module docstring for the supported layers. Never modified.
       lower, upper: the box, float32 or float64 ``[B, *input_shape]``, ``lower <= upper``.
-      method: ``"crown"`` (Zhang et al. 2018; the tightest, the slowest), ``"ibp"`` (Gowal et al.
-        2018; one forward pass over boxes) or ``"crown-ibp"`` (Zhang et al. 2020).
+      method: ``"crown"`` (Zhang et al. 2018), ``"ibp"`` (Gowal et al. 2018; one forward pass
+        over boxes), ``"crown-ibp"`` (Zhang et al. 2020) or ``"alpha-crown"`` (Xu et al. 2021:
+        CROWN with optimised ReLU lower slopes; the tightest, ``iterations`` CROWN passes with
+        their gradients; see :mod:`robustgrad.bounds._alpha`).
       C: optional specification ``[B, S, num_outputs]`` (outputs flattened): bound ``C @
         outputs``, ``C`` merged into the last linear layers. :func:`margin_spec` builds margins.
       batch_size: examples per compiled call (``None``: all at once). CROWN's intermediate bounds
-        also split their rows so that no coefficient tensor exceeds ~64 MB.
+        also split their rows so that no coefficient tensor exceeds ~64 MB; alpha-CROWN lowers
+        the batch size (not ``None``) so that its slopes stay within about as much.
+      iterations, lr, lr_decay: alpha-CROWN's bound evaluations (int >= 1; the first is CROWN's),
+        Adam learning rate (> 0) and its decay per iteration (in (0, 1]); auto_LiRPA's defaults.
+        Checked, and unused by the other methods.
 
     Returns:
       ``(lb, ub)`` in the dtype of ``lower``: shape ``[B, *output_shape]``, or ``[B, S]`` with ``C``.
 
     Raises:
       ValueError: an unsupported layer (named) or softmax output, ``lower > upper`` anywhere,
-        mismatched shapes, an unknown method, ``C`` of the wrong shape.
+        mismatched shapes, an unknown method, ``C`` of the wrong shape, ``iterations``, ``lr``
+        or ``lr_decay`` out of range.
 
     Example:
       >>> import keras, numpy as np
@@ -189,7 +223,8 @@ def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C:
       ([[0.0]], [[0.0]])
     """
     method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
-    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size)
+    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size,
+                                  iterations=iterations, lr=lr, lr_decay=lr_decay)
 
 
 def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
@@ -207,7 +242,8 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
       model: a Keras model the engine supports, or a :class:`BoundedModel`.
       lower, upper: float32/float64 tensors ``[B, *input_shape]``, ``lower <= upper`` (the
         caller's promise).
-      method: ``"crown"``, ``"ibp"`` or ``"crown-ibp"`` (a Python string).
+      method: ``"crown"``, ``"ibp"``, ``"crown-ibp"`` or ``"alpha-crown"`` (a Python string;
+        alpha-CROWN with its default options, and its bounds are not differentiable).
       C: ``None`` or a float tensor ``[B, S, num_outputs]`` of ``lower``'s dtype.
       bound_upper: with ``C``, ``False`` skips the upper bound's coefficients in the last
         backward pass (about half of CROWN-IBP's work; certified training needs the lower bound
@@ -235,7 +271,8 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
 
 def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", method: str = "crown",
                         C: Any = None, *, clip_min: Any = None, clip_max: Any = None,  # noqa: N803
-                        batch_size: int | None = 256) -> tuple[tf.Tensor, tf.Tensor]:
+                        batch_size: int | None = 256, iterations: int = 20, lr: float = 0.5,
+                        lr_decay: float = 0.98) -> tuple[tf.Tensor, tf.Tensor]:
     """:func:`compute_bounds` over the ball ``||x' - x|| <= eps`` intersected with
     ``[clip_min, clip_max]``.
 
@@ -248,7 +285,7 @@ def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", meth
       eps: radius >= 0, in the units of ``x``.
       norm: ``"linf"`` or ``"l2"``.
       clip_min, clip_max: the input domain (scalars or per-feature; ``None`` unbounded).
-      model, method, C, batch_size: as in :func:`compute_bounds`.
+      model, method, C, batch_size, iterations, lr, lr_decay: as in :func:`compute_bounds`.
 
     Example:
       >>> import keras, numpy as np
@@ -263,6 +300,7 @@ def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", meth
     if norm not in ("linf", "l2"):
         raise ValueError(f"norm must be 'linf' or 'l2' for bounds, got {norm!r}")
     method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
+    _alpha_options(method, iterations, lr, lr_decay)
     xt = tf.convert_to_tensor(x)
     if not xt.dtype.is_floating:
         xt = tf.cast(xt, tf.float32)
@@ -279,7 +317,8 @@ def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", meth
     lower = tf.maximum(xt - e, lo_clip)
     upper = tf.minimum(xt + e, hi_clip)
     ball = (xt, e) if norm == "l2" else None
-    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size, _ball=ball)
+    return _bounded(model).bounds(lower, upper, method, C, batch_size=batch_size, _ball=ball,
+                                  iterations=iterations, lr=lr, lr_decay=lr_decay)
 
 
 def _clip_tensor(v, x, name, fill):

@@ -31,7 +31,8 @@ import tensorflow as tf
 
 from ._rules import sum_trailing
 
-__all__ = ["CHUNK", "concretize", "output_shape", "propagate", "propagate_any_batch"]
+__all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "propagate",
+           "propagate_any_batch"]
 
 #: examples per chunk when the batch size is not static
 CHUNK = 32
@@ -89,12 +90,14 @@ def _linear_tail_start(graph, node):
     return node
 
 
-def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
+def propagate(graph, lower, upper, spec, ball, method, lower_only=False, options=None):
     """Bounds of the graph's output over the box (static batch ``B``) -> ``(lb, ub)``:
     ``[B, *out]``, or ``[B, S]`` with ``spec`` [B, S, *out]. ``ball``: ``(centre, radius)`` of an
     L2 ball (CROWN concretises over it as well) or None. ``lower_only``: the last backward pass
     (with ``spec``) carries the lower bound's coefficients only (half the work; certified
-    training needs no more) and ``ub`` is None. No validation."""
+    training needs no more) and ``ub`` is None. ``method="alpha-crown"`` is
+    :func:`robustgrad.bounds._alpha.optimized_bounds`, ``options`` its keyword arguments
+    (``iterations``, ``lr``, ``lr_decay``). No validation."""
     dtype = lower.dtype
     boxes = interval_pass(graph, lower, upper, dtype)
     shapes = [tuple(lo.shape[1:]) for lo, _ in boxes]
@@ -107,6 +110,24 @@ def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
         stop = _linear_tail_start(graph, graph.output)
         return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype,
                          lower_only)
+    if method == "alpha-crown":
+        from ._alpha import optimized_bounds  # the optimisation builds on this module
+
+        return optimized_bounds(graph, lower, upper, spec, ball, lower_only=lower_only,
+                                **(options or {}))
+    pre = pre_activation_bounds(graph, boxes, shapes, ball, dtype, method)
+    if spec is None:
+        eye = tf.eye(n_out, dtype=dtype)
+        spec_full = tf.broadcast_to(tf.reshape(eye, [1, n_out, *out_shape]),
+                                    [batch, n_out, *out_shape])
+        lo, hi = _backward(graph, graph.output, spec_full, pre, boxes, shapes, 0, ball, dtype)
+        return tf.reshape(lo, [batch, *out_shape]), tf.reshape(hi, [batch, *out_shape])
+    return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype, lower_only)
+
+
+def pre_activation_bounds(graph, boxes, shapes, ball, dtype, method):
+    """The input bounds of every activation, ``{node: (lo, hi)}``: IBP's for ``"crown-ibp"`` (and
+    for the graph's input), CROWN's (intersected with IBP's) otherwise."""
     pre: dict[int, tuple] = {}
     for i, rule in enumerate(graph.rules):
         if rule is None or rule.linear:
@@ -118,13 +139,7 @@ def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
             pre[p] = boxes[p]
         else:
             pre[p] = _node_bounds(graph, p, pre, boxes, shapes, ball, dtype)
-    if spec is None:
-        eye = tf.eye(n_out, dtype=dtype)
-        spec_full = tf.broadcast_to(tf.reshape(eye, [1, n_out, *out_shape]),
-                                    [batch, n_out, *out_shape])
-        lo, hi = _backward(graph, graph.output, spec_full, pre, boxes, shapes, 0, ball, dtype)
-        return tf.reshape(lo, [batch, *out_shape]), tf.reshape(hi, [batch, *out_shape])
-    return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype, lower_only)
+    return pre
 
 
 def _refine_mask(graph, node, boxes):
@@ -176,11 +191,13 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
     return tf.reshape(lo, [batch, *shape]), tf.reshape(hi, [batch, *shape])
 
 
-def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_only=False):
+def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_only=False,
+              slopes=None):
     """Bounds of ``spec @ value(target)`` (spec [B, S, *shape(target)]) -> ([B, S], [B, S]):
     linear bounds propagated back to node ``stop`` and concretised over its box (the input set
     when ``stop`` is 0). ``lower_only``: the upper bound's coefficients are not carried, and the
-    upper bound returned is None."""
+    upper bound returned is None. ``slopes``: ``{ReLU node: lower slopes [B, S, *shape]}`` for
+    its unstable elements (alpha-CROWN; with ``lower_only`` only), instead of CROWN's."""
     coeffs = {target: (spec, None if lower_only else spec)}
     rows = spec.shape[1]
     bias_lo = tf.zeros(tf.shape(spec)[:2], dtype)
@@ -190,7 +207,10 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
             continue
         a_lo, a_hi = coeffs.pop(i)
         rule, ins = graph.rules[i], graph.inputs[i]
-        if not rule.linear:
+        if slopes is not None and i in slopes:
+            a_lo, a_hi, d_lo, d_hi = rule.backward_sloped(a_lo, pre[ins[0]], slopes[i])
+            new = [(a_lo, a_hi)]
+        elif not rule.linear:
             a_lo, a_hi, d_lo, d_hi = rule.backward_relaxed(a_lo, a_hi, pre[ins[0]])
             new = [(a_lo, a_hi)]
         else:
@@ -217,12 +237,12 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
     return low + bias_lo, None if lower_only else high + bias_hi
 
 
-def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=False):
+def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=False, options=None):
     """:func:`propagate` for a static or an unknown batch size: an unknown one is padded to
     chunks of :data:`CHUNK` examples, bounded chunk by chunk in one ``tf.map_fn``."""
     lower_only = bool(lower_only and spec is not None)
     if lower.shape[0] is not None:
-        return propagate(graph, lower, upper, spec, ball, method, lower_only)
+        return propagate(graph, lower, upper, spec, ball, method, lower_only, options)
     n = tf.shape(lower)[0]
     k = CHUNK
     chunks = (n + k - 1) // k
@@ -250,8 +270,8 @@ def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=Fals
         s = fix(a[2], spec) if spec is not None else None
         b = (fix(a[-1], ball[0]), ball[1]) if ball is not None else None
         if lower_only:
-            return propagate(graph, lo, hi, s, b, method, True)[0]
-        return propagate(graph, lo, hi, s, b, method)
+            return propagate(graph, lo, hi, s, b, method, True, options)[0]
+        return propagate(graph, lo, hi, s, b, method, options=options)
 
     sig = tf.TensorSpec(out, lower.dtype)
     if lower_only:

@@ -115,7 +115,8 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
         hidden layer (the last layer linear, as in :class:`agents.networks.MLP`), or a sequence of
         ``n - 1`` (the last layer linear) or ``n`` names (``None`` means ``"linear"``).
       lower, upper: float32 or float64 ``[B, in]`` (the weights are cast to this dtype).
-      method: ``"crown"``, ``"ibp"`` or ``"crown-ibp"``.
+      method: ``"crown"``, ``"ibp"``, ``"crown-ibp"`` or ``"alpha-crown"`` (default options;
+        not differentiable).
       C: optional specification ``[B, S, out_n]``.
 
     Returns:

@@ -5,13 +5,13 @@ Example::
     robustgrad certify --model runs/ibp/model.keras --data digits --eps 0.05,0.1 --method crown
     robustgrad certify --model m.keras --method smoothing --sigma 0.25 --eps 0.25,0.5 --n 10000
 
-``--method crown``, ``ibp`` or ``crown-ibp`` bound the model's margins over each L-inf (or L2) ball
-with :mod:`robustgrad.bounds` (:func:`attacks.certify.verified_accuracy`): a lower bound on the
-accuracy under any attack. ``--method smoothing`` certifies the Gaussian-smoothed classifier
-instead (Cohen et al. 2019, :func:`attacks.certify.smooth_certify`): an example counts at radius
-``r`` (L2) when the smoothed prediction is right and its certified radius is at least ``r``.
-Every flag is checked before TensorFlow loads; the result goes to ``report.json`` and
-``report.txt`` under ``--out`` (default ``runs/certify``).
+``--method crown``, ``ibp``, ``crown-ibp`` or ``alpha-crown`` bound the model's margins over each
+L-inf (or L2) ball with :mod:`robustgrad.bounds` (:func:`attacks.certify.verified_accuracy`): a
+lower bound on the accuracy under any attack. ``--method smoothing`` certifies the
+Gaussian-smoothed classifier instead (Cohen et al. 2019, :func:`attacks.certify.smooth_certify`):
+an example counts at radius ``r`` (L2) when the smoothed prediction is right and its certified
+radius is at least ``r``. Every flag is checked before TensorFlow loads; the result goes to
+``report.json`` and ``report.txt`` under ``--out`` (default ``runs/certify``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import time
 
 from robustgrad.cli import UsageError, user_errors
 
-HELP = "certified accuracy of a classifier (CROWN, IBP, CROWN-IBP, randomized smoothing)"
+HELP = ("certified accuracy of a classifier (CROWN, IBP, CROWN-IBP, alpha-CROWN, randomized "
+        "smoothing)")
 
 DEFAULT_OUT = "runs/certify"
-METHODS = ("crown", "ibp", "crown-ibp", "smoothing")  # robustgrad.bounds.METHODS + smoothing
+# robustgrad.bounds.METHODS + smoothing
+METHODS = ("crown", "ibp", "crown-ibp", "alpha-crown", "smoothing")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eps", default="0.05,0.1",
                    help="comma-separated radii (default 0.05,0.1); L2 radii for smoothing")
     p.add_argument("--method", default="crown",
-                   help="crown (default), ibp, crown-ibp or smoothing")
+                   help="crown (default), ibp, crown-ibp, alpha-crown or smoothing")
     p.add_argument("--norm", default="linf", help="linf (default) or l2 (bounds only)")
     p.add_argument("--sigma", type=float, default=0.25,
                    help="smoothing: the noise's standard deviation (default 0.25)")

@@ -20,6 +20,7 @@ from robustgrad.cli import UsageError, user_errors
 HELP = "evaluate a classifier's robustness under attacks"
 
 DEFAULT_OUT = "runs/evaluate"
+CERTIFY = ("crown", "ibp", "crown-ibp", "alpha-crown")  # robustgrad.bounds.METHODS, without TF
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sanity-checks", action="store_true",
                    help="skip the gradient-masking checks")
     p.add_argument("--certify", default=None, metavar="METHOD",
-                   help="also certify every eps with the bound engine: crown, ibp or crown-ibp "
+                   help="also certify every eps with the bound engine: crown, ibp, crown-ibp or "
+                        "alpha-crown "
                         "(linf/l2; the model must use supported layers); the report shows the "
                         "certified accuracy beside the attacked one and the undecided examples")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -89,9 +91,9 @@ def validate(args: argparse.Namespace) -> None:
         if args.limit is not None:
             _checks.positive_int(args.limit, "--limit")
     if args.certify is not None:
-        if args.certify not in ("crown", "ibp", "crown-ibp"):  # robustgrad.bounds.METHODS
-            raise UsageError(f"--certify: unknown method {args.certify!r}; choose one of crown, "
-                             f"ibp, crown-ibp")
+        if args.certify not in CERTIFY:
+            raise UsageError(f"--certify: unknown method {args.certify!r}; choose one of "
+                             + ", ".join(CERTIFY))
         if args.norm not in ("linf", "l2"):
             raise UsageError(f"--certify certifies linf or l2 balls, not --norm {args.norm}")
     check_clip_flags(args.clip_min, args.clip_max)

@@ -391,7 +391,8 @@ def test_bad_arguments_raise_before_any_work():
         bad = lo.copy()
         bad[0, 0] = hi[0, 0] + 1
         compute_bounds(model, bad, hi)
-    with pytest.raises(ValueError, match=r"method must be one of \('ibp', 'crown', 'crown-ibp'\)"):
+    with pytest.raises(ValueError, match=r"method must be one of \('ibp', 'crown', 'crown-ibp', "
+                                         r"'alpha-crown'\)"):
         compute_bounds(model, lo, hi, method="deeppoly")
     with pytest.raises(ValueError, match=r"C must have shape \[B, S, num_outputs\] = \[2, S >= 1, 5\]"):
         compute_bounds(model, lo, hi, C=np.ones((2, 3, 4), "float32"))
