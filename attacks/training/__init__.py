@@ -17,6 +17,8 @@ One concept per module:
 * :mod:`~attacks.training.trainer` -- :class:`AdversarialTrainer` and its ``train_step``;
 * :mod:`~attacks.training.methods` -- madry, trades, fast, free, clean as objects with one
   ``craft`` and one ``loss`` (:data:`METHODS`, :data:`DEFAULT_STEPS`), with the papers;
+* :mod:`~attacks.training.smoothadv` -- SmoothAdv (Salman et al. 2019): the attack on the
+  smoothed classifier :func:`smoothadv_attack`, :func:`smoothed_cross_entropy`;
 * :mod:`~attacks.training.crafting` -- the attack engine inside the training graph,
   :func:`robust_accuracy`;
 * :mod:`~attacks.training.models` -- :func:`make_classifier`, :func:`freeze_layers`,
@@ -70,6 +72,7 @@ from .models import check_classifier, freeze_layers, make_classifier
 from .recipes import find_recipe, list_recipes, resolve_settings
 from .run_settings import SavedRun, resolve_run_settings
 from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
+from .smoothadv import smoothadv_attack, smoothed_cross_entropy
 from .trainer import AdversarialTrainer
 
 __all__ = [
@@ -110,6 +113,8 @@ __all__ = [
     "resolve_settings",
     "robust_accuracy",
     "robust_correct",
+    "smoothadv_attack",
+    "smoothed_cross_entropy",
     "steps_per_epoch",
     "wide_resnet",
     "worst_case_logits",

@@ -54,12 +54,15 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
 * ``"clean"`` -- plain training with the same machinery (the reference for cost ratios).
 * ``"gaussian"`` -- Gaussian data augmentation with standard deviation ``eps``, the base
   classifier of randomized smoothing (Cohen et al. 2019; :mod:`attacks.training.noise`).
+* ``"smoothadv"`` -- SmoothAdv (Salman et al. 2019): L2 PGD of radius ``eps`` against the
+  smoothed classifier (``noise_draws`` draws of std ``sigma``), then the cross-entropy on the
+  noisy copies of the result (:mod:`attacks.training.smoothadv`).
 
 The PGD crafting of madry, trades and fast runs through the library's one attack engine
 (:func:`attacks.training.crafting.ascend`).
 
 >>> METHODS
-('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian')
+('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian', 'smoothadv')
 >>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
 (10, 0.125)
 """
@@ -462,10 +465,11 @@ class CrownIbp(_Certified):
 
 
 from .noise import Gaussian  # noqa: E402  (it subclasses TrainingMethod, defined above)
+from .smoothadv import SmoothAdv  # noqa: E402  (likewise)
 
 _REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
                                                              Mart(), Awp(), Ibp(), CrownIbp(),
-                                                             Clean(), Gaussian())}
+                                                             Clean(), Gaussian(), SmoothAdv())}
 
 #: the certified-training methods (their loss bounds the model; the model must be supported
 #: by :mod:`robustgrad.bounds`)

@@ -40,14 +40,15 @@ SETTING_KEYS: tuple[str, ...] = (
     "eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "momentum",
     "weight_decay", "schedule", "warmup", "boundaries", "lr", "label_smoothing", "early_stop",
     "augment", "awp_gamma", "ema", "warmup_epochs", "warmup_delay_epochs", "kappa_final",
-    "beta_final")
+    "beta_final", "sigma", "noise_draws")
 
 #: values of the keys a recipe may leave out, when neither the method's defaults nor the user
 #: set them
 _BASE = {"steps": None, "step_size": None, "beta": 6.0, "momentum": 0.9, "weight_decay": 0.0,
          "warmup": 0.4, "boundaries": [0.5, 0.75], "label_smoothing": 0.0, "early_stop": False,
          "augment": False, "awp_gamma": 0.01, "ema": 0.0, "warmup_epochs": 0.0,
-         "warmup_delay_epochs": 0.0, "kappa_final": 0.5, "beta_final": 0.0}
+         "warmup_delay_epochs": 0.0, "kappa_final": 0.5, "beta_final": 0.0, "sigma": 0.25,
+         "noise_draws": 1}
 
 _TABLE: dict | None = None
 

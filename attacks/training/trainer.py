@@ -65,7 +65,8 @@ class AdversarialTrainer(keras.Model):
         method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"mart"``,
             ``"awp"``, ``"ibp"``, ``"crown-ibp"``, ``"clean"`` (:data:`attacks.training.METHODS`).
         eps: the perturbation budget, in the units of the inputs; ``0 < eps <= clip_max - clip_min``.
-        norm: ``"linf"`` or ``"l2"`` (``"l1"`` too for madry/trades).
+        norm: ``"linf"`` or ``"l2"`` (``"l1"`` too for madry/trades; smoothadv: ``"l2"``);
+            default ``"linf"``, ``"l2"`` for smoothadv.
         clip_min, clip_max: input bounds (scalars).
         steps: PGD steps (madry, trades) or replays (free); default per method
             (:data:`attacks.training.DEFAULT_STEPS`).
@@ -91,6 +92,9 @@ class AdversarialTrainer(keras.Model):
             2020 use 0.01 with PGD training, 0.005 with TRADES).
         warmup_delay: train steps at eps 0 before the ``warmup_steps`` ramp starts (Gowal et
             al. 2018 train 2,000 steps clean before ramping; default 0).
+        sigma: ``"smoothadv"``: the standard deviation (> 0) of the smoothing noise (method
+            ``"gaussian"`` takes it from ``eps``).
+        noise_draws: ``"smoothadv"``: the noise draws ``m`` per example (>= 1).
         kappa_final: certified training (``"ibp"``, ``"crown-ibp"``): the weight of the clean
             cross-entropy at full eps; it goes from 1 at eps 0 linearly in eps (0.5: Gowal et al.
             2018 and the CROWN-IBP code).
@@ -103,7 +107,7 @@ class AdversarialTrainer(keras.Model):
         model: Any,
         method: str = "madry",
         eps: float = 0.1,
-        norm: Any = "linf",
+        norm: Any = None,
         clip_min: float = 0.0,
         clip_max: float = 1.0,
         steps: int | None = None,
@@ -123,6 +127,8 @@ class AdversarialTrainer(keras.Model):
         warmup_delay: int = 0,
         kappa_final: float = 0.5,
         beta_final: float = 0.0,
+        sigma: float = 0.25,
+        noise_draws: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -131,7 +137,7 @@ class AdversarialTrainer(keras.Model):
         if not callable(model):
             raise TypeError(f"model must be a Keras model returning logits; got {type(model)}")
         impl = get_method(method)
-        norm = _checks.norm_name(norm)
+        norm = impl.norms[0] if norm is None else _checks.norm_name(norm)
         if norm not in impl.norms:
             raise ValueError(f"norm {norm!r} is not supported by method {method!r}; use "
                              + " or ".join(impl.norms))
@@ -162,6 +168,8 @@ class AdversarialTrainer(keras.Model):
         warmup_delay = _checks.positive_int(warmup_delay, "warmup_delay", minimum=0)
         _checks.probability(kappa_final, "kappa_final")
         _checks.probability(beta_final, "beta_final")
+        _checks.number(sigma, "sigma", minimum=0, min_inclusive=False)
+        noise_draws = _checks.positive_int(noise_draws, "noise_draws")
         if impl.certified:
             _check_boundable(model, method)
         _checks.number(label_smoothing, "label_smoothing", minimum=0, maximum=1,
@@ -192,6 +200,8 @@ class AdversarialTrainer(keras.Model):
         self.warmup_delay = int(warmup_delay)
         self.kappa_final = float(kappa_final)
         self.beta_final = float(beta_final)
+        self.sigma = float(sigma)
+        self.noise_draws = int(noise_draws)
         self._grad_step = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
@@ -244,7 +254,7 @@ class AdversarialTrainer(keras.Model):
             "seed": self.seed, "weight_decay": self.weight_decay,
             "label_smoothing": self.label_smoothing, "awp_gamma": self.awp_gamma,
             "warmup_delay": self.warmup_delay, "kappa_final": self.kappa_final,
-            "beta_final": self.beta_final,
+            "beta_final": self.beta_final, "sigma": self.sigma, "noise_draws": self.noise_draws,
             "name": self.name,
         }
 

@@ -47,7 +47,7 @@ from robustgrad.commands._resume import check_resume
 HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp, ibp, crown-ibp)"
 
 METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean",
-           "gaussian")
+           "gaussian", "smoothadv")
 CERTIFIED = ("ibp", "crown-ibp")  # they bound the model: arch ibp-small or mlp
 # attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
 OPTIMIZERS = ("adam", "sgd")
@@ -63,7 +63,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "lr",
                   "schedule", "momentum", "weight_decay", "label_smoothing", "early_stop",
                   "augment", "awp_gamma", "ema", "warmup_epochs", "warmup_delay_epochs",
-                  "kappa_final", "beta_final")
+                  "kappa_final", "beta_final", "sigma", "noise_draws")
 
 # configuration keys that may change between a run and its --resume
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
@@ -103,7 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
                         "weight perturbation), ibp, crown-ibp (certified training: Gowal et al. "
                         "2018, Zhang et al. 2020), clean, gaussian (noise of std --eps, for "
-                        "randomized smoothing: Cohen et al. 2019)")
+                        "randomized smoothing: Cohen et al. 2019), smoothadv (L2 PGD of radius "
+                        "--eps against the smoothed classifier, then noisy copies: Salman et "
+                        "al. 2019)")
     g.add_argument("--recipe", default=None,
                    help="published settings to start from: auto (default: the recipe of this "
                         "method, dataset and architecture when one exists, e.g. "
@@ -111,7 +113,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(attacks/training/recipes.json); explicit flags override it")
     g.add_argument("--eps", type=float, default=None,
                    help="perturbation budget (default: the recipe's, else 0.1)")
-    g.add_argument("--norm", default="linf", help="linf (default) or l2")
+    g.add_argument("--norm", default=None, help="linf (default) or l2 (smoothadv: l2 only)")
+    g.add_argument("--sigma", type=float, default=None,
+                   help="smoothadv: std of the smoothing noise (default: the recipe's, else "
+                        "0.25; gaussian takes it from --eps)")
+    g.add_argument("--noise-draws", type=int, default=None,
+                   help="smoothadv: noise draws m per example, in the attack and the loss "
+                        "(default: the recipe's, else 2)")
     g.add_argument("--steps", type=int, default=None,
                    help="PGD steps (madry/trades, default 10) or replays (free, default 4)")
     g.add_argument("--step-size", type=float, default=None,
@@ -226,8 +234,12 @@ def validate(args: argparse.Namespace) -> None:
     if args.method not in METHODS:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
                          + ", ".join(METHODS))
+    if args.norm is None:
+        args.norm = "l2" if args.method == "smoothadv" else "linf"
     if args.norm not in ("linf", "l2"):
         raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
+    if args.method == "smoothadv" and args.norm != "l2":
+        raise UsageError("--norm: smoothadv attacks the smoothed classifier in L2; pass --norm l2")
     if args.optimizer is not None and args.optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: unknown optimizer {args.optimizer!r}; choose one of "
                          + ", ".join(OPTIMIZERS))
@@ -254,6 +266,8 @@ def validate(args: argparse.Namespace) -> None:
                        allow_none=True)
         _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
+        _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.positive_int(args.noise_draws, "--noise-draws", allow_none=True)
         _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
         _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
         _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
@@ -361,6 +375,8 @@ def _settings_line(args, settings) -> str:
     if args.method in CERTIFIED:
         shown = (*shown[:3], "warmup_epochs", "warmup_delay_epochs", "kappa_final",
                  "beta_final", *shown[3:])
+    if args.method == "smoothadv":
+        shown = (*shown[:1], "sigma", "noise_draws", "warmup_epochs", *shown[1:])
     parts = [f"{k}={v[k]}" + ("" if o.get(k) == "user" else f" ({o.get(k)})") for k in shown
              if v.get(k) is not None and not (k == "momentum" and v["optimizer"] != "sgd")]
     head = (f"recipe {settings.recipe} ({settings.source})" if settings.recipe
@@ -477,7 +493,8 @@ def run(args: argparse.Namespace) -> int:
                 max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None,
                 eval_steps=args.val_steps, seed=args.seed, weight_decay=args.weight_decay,
                 label_smoothing=args.label_smoothing, awp_gamma=args.awp_gamma,
-                warmup_delay=warmup_delay, kappa_final=args.kappa_final, beta_final=args.beta_final)
+                warmup_delay=warmup_delay, kappa_final=args.kappa_final, beta_final=args.beta_final,
+                sigma=args.sigma, noise_draws=args.noise_draws)
         # Keras evaluates a schedule at the optimizer's raw iteration count, which counts every
         # micro-batch under gradient accumulation: the schedule spans every train step
         decay_steps = max(1, total_updates)

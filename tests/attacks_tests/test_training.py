@@ -323,14 +323,15 @@ def test_methods_are_defined_once():
     from attacks.training import methods
 
     assert training.METHODS == ("madry", "trades", "fast", "free", "mart", "awp", "ibp",
-                                "crown-ibp", "clean", "gaussian") \
+                                "crown-ibp", "clean", "gaussian", "smoothadv") \
         == methods.METHODS
     assert training.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "mart": 10,
                                       "awp": 10, "ibp": 0, "crown-ibp": 0, "clean": 0,
-                                      "gaussian": 0}
+                                      "gaussian": 0, "smoothadv": 2}
     assert training.get_method("trades").name == "trades"
     with pytest.raises(ValueError, match=r"method must be one of \('madry', 'trades', 'fast', "
-                                         r"'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian'\), "
+                                         r"'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian', "
+                                         r"'smoothadv'\), "
                                          r"got 'pgd'"):
         training.get_method("pgd")
     tr = training.AdversarialTrainer(_tiny_clf(), method="free", eps=0.1)
