@@ -72,7 +72,7 @@ def test_margin_lower_bounds_and_bad_input(digits_mlp):
     with pytest.raises(ValueError, match="norm must be 'linf' or 'l2'"):
         attacks.verified_accuracy(model, x, y, 0.1, norm="l1")
     with pytest.raises(ValueError, match="method must be one of"):
-        attacks.verified_accuracy(model, x, y, 0.1, method="alpha-crown")
+        attacks.verified_accuracy(model, x, y, 0.1, method="deeppoly")
     with pytest.raises(ValueError, match="labels outside"):
         attacks.verified_accuracy(model, x, y + 10, 0.1)
     with pytest.raises(ValueError, match="outside"):
