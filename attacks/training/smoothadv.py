@@ -45,7 +45,7 @@ import tensorflow as tf
 from robustgrad._checks import number, positive_int
 
 from .crafting import ascend, cross_entropy
-from .methods import StepOutputs, TrainingMethod, _crafting_logits, _loss_and_gradients
+from .methods import StepOutputs, TrainingMethod, _loss_and_gradients
 
 __all__ = ["SmoothAdv", "gaussian_noise", "smoothadv_attack", "smoothed_cross_entropy",
            "smoothed_log_probs"]
@@ -78,10 +78,11 @@ def smoothed_log_probs(logits_fn: Any, x: tf.Tensor, noise: tf.Tensor) -> tf.Ten
 
 
 def _smoothadv_ascend(logits_fn, x, y, noise, *, eps, step_size, steps, clip_min, clip_max,
-                      seed):
-    """SmoothAdv_PGD in the engine's loop (no validation): ``x_adv [B, ...]``."""
+                      seed, scale=1.0):
+    """SmoothAdv_PGD in the engine's loop (no validation): ``x_adv [B, ...]``. ``scale``
+    multiplies the objective (float16 compute: no underflow; the L2 direction ignores it)."""
     return ascend(lambda z: smoothed_log_probs(logits_fn, z, noise),
-                  lambda logp: cross_entropy(logp, y), x, eps=eps, step_size=step_size,
+                  lambda logp: scale * cross_entropy(logp, y), x, eps=eps, step_size=step_size,
                   steps=steps, norm="l2", clip_min=clip_min, clip_max=clip_max, seed=seed,
                   start="none")
 
@@ -165,9 +166,11 @@ class SmoothAdv(TrainingMethod):
         return gaussian_noise(x, trainer.sigma, trainer.noise_draws, seed)
 
     def _craft_with(self, trainer, x, y, noise, *, eps, step_size, steps, seed):
-        return _smoothadv_ascend(_crafting_logits(trainer), x, y, noise, eps=eps,
+        training = trainer.craft_training  # logits unscaled: a scale would sharpen the softmax
+        return _smoothadv_ascend(lambda z: trainer._logits(z, training), x, y, noise, eps=eps,
                                  step_size=step_size, steps=steps, clip_min=trainer.clip_min,
-                                 clip_max=trainer.clip_max, seed=seed)
+                                 clip_max=trainer.clip_max, seed=seed,
+                                 scale=trainer._craft_scale())
 
     def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
