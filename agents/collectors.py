@@ -194,10 +194,10 @@ class GymnasiumCollector(_LocalCollector):
     """A :class:`agents.envs.VecEnv` (or the seed axis' ``SeedVecEnv``) stepped from the compiled
     collection through ``tf.numpy_function`` (same-step autoreset, ``final_obs``)."""
 
-    def begin(self, horizon):
+    def begin(self, horizon: int | tf.Tensor) -> tf.Tensor:
         return tf.constant(0)  # the env's state lives in Python
 
-    def step(self, carry, actions, t):
+    def step(self, carry: Any, actions: tf.Tensor, t: tf.Tensor) -> tuple[Any, tuple]:
         return carry, graph_env_step(self.env.step, actions, self.num_envs, self.obs_shape)
 
 
@@ -208,20 +208,20 @@ class GraphCollector(_LocalCollector):
 
     fused = True
 
-    def begin(self, horizon):
+    def begin(self, horizon: int | tf.Tensor) -> tuple:
         env, n = self.env, self.num_envs
         ended = tuple(tf.TensorArray(dtype, size=horizon, element_shape=(n,))
                       for dtype in (tf.bool, env.spec.dtype, tf.int32))
         return env.state, ended
 
-    def step(self, carry, actions, t):
+    def step(self, carry: Any, actions: tf.Tensor, t: tf.Tensor) -> tuple[Any, tuple]:
         state, (done, ret, length) = carry
         state, out, (ended_return, ended_length) = self.env.step_state(state, actions)
         ended = (done.write(t, out[2] | out[3]), ret.write(t, ended_return),
                  length.write(t, ended_length))
         return (state, ended), out
 
-    def end(self, carry):
+    def end(self, carry: Any) -> None:
         state, ended = carry
         self.env.write_state(state)
         self.env.record_episodes(*(ta.stack() for ta in ended))

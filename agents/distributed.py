@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -259,7 +259,7 @@ class RolloutWorkers(Collector):
                 raise cause from None
         return out
 
-    def collect(self, rollout=None, **kwargs) -> dict:
+    def collect(self, rollout: Callable[..., dict] | None = None, **kwargs) -> dict:
         """One synchronous collection on all workers: the learner's :meth:`Agent.policy_state`
         goes into the object store once, every worker runs its copy's ``collect(**kwargs)``
         (``rollout``, the learner's own compiled collection, is not run here), and the
