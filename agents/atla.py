@@ -75,7 +75,7 @@ def _build_adversary(agent: Agent):
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
     surface = victim_surface(agent, "agent")
-    agent._atla_radius = _Radius(0.0)
+    agent._atla_radius, agent._atla_surface = _Radius(0.0), surface
     factory = _factory(surface, agent._atla_radius, None, None)
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
     agent.atla_adversary = PPO(env=factory, seed=cfg.seed + 104_729, preset=None,
@@ -91,6 +91,7 @@ def adversary_phase(agent: Agent) -> dict:
         _build_adversary(agent)
     eps = float(agent.robust_schedule.eps.numpy())
     agent._atla_radius.value = eps
+    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
     adv = agent.atla_adversary
     if eps > 0:
         adv.learn(agent.config.n_steps * agent.config.num_envs, progress_bar=False,
