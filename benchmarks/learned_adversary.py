@@ -7,10 +7,11 @@ attacks (``--attacks``, default ``random,action,mad,critic,rs``) and the learned
 (``--learned``, default ``optimal``; ``paad`` is ~10x slower per adversary step: its actor runs
 PGD every step), each learned adversary trained for ``--adversary-steps`` with the radius
 curriculum from 4 eps and the best snapshot on held-out seeds. Printed per agent: clean mean,
-mean under each attack, the worst case, ``optimal / rs`` (< 1: the learned adversary is the
-stronger), each adversary's cost (steps, wall and CPU seconds), the agent's training wall and
-CPU seconds, and the load average; with ``--score`` also the worst case's normalised score
-(``(worst - random) / (clean - random)``, for envs whose returns are negative, as Pendulum's).
+mean under each attack, the worst case, ``optimal - rs`` (< 0: the learned adversary is the
+stronger, whatever the sign of the returns), each adversary's cost (steps, wall and CPU
+seconds), the agent's training wall and CPU seconds, and the load average; with ``--score``
+also the worst case's normalised score (``(worst - random) / (clean - random)``, for envs
+whose returns are negative, as Pendulum's).
 ``--set KEY=JSON`` overrides the agents' config (every kind: the MuJoCo settings block of
 docs/benchmarks/robust-rl.md), ``--robust-set KEY=JSON`` only the robust kinds' (e.g.
 ``robust_method="sgld"``). ``--save-dir`` keeps agents and results (a rerun reuses them;
@@ -140,14 +141,14 @@ def main(argv=None):
             ev = _evaluate(agent, kind, args, seed)
             results[f"{kind}-seed{seed}"] = {**ev, **cost}
             rows = ev["rows"]
-            ratio = (rows["optimal"]["mean"] / rows["rs"]["mean"]
-                     if "optimal" in rows and "rs" in rows and rows["rs"]["mean"] else float("nan"))
+            gap = (rows["optimal"]["mean"] - rows["rs"]["mean"]
+                   if "optimal" in rows and "rs" in rows else float("nan"))
             cells = " ".join(f"{a} {r['mean']:.1f}" for a, r in rows.items())
             if args.score:
                 cells += (f"; score {ev['worst']['normalized_score']:.2f} (random policy "
                           f"{ev['random_policy']:.1f})")
             print(f"{kind} seed {seed}: clean {ev['clean']:.1f}; {cells}; worst "
-                  f"{ev['worst']['mean']:.1f} ({ev['worst']['attack']}); optimal/rs {ratio:.2f}; "
+                  f"{ev['worst']['mean']:.1f} ({ev['worst']['attack']}); optimal - rs {gap:+.1f}; "
                   f"train {cost['train_wall_seconds']:.0f} s wall {cost['train_cpu_seconds']:.0f}"
                   f" s CPU; load {ev['load_start']:.1f}-{ev['load_end']:.1f}", flush=True)
             for a, r in rows.items():
