@@ -122,6 +122,9 @@ def main(argv=None):
                    help="KEY=JSON config override of every agent (repeatable)")
     p.add_argument("--robust-set", type=_assignment, action="append", default=[],
                    help="KEY=JSON config override of the robust agents only (repeatable)")
+    p.add_argument("--atla-adversary", type=_assignment, action="append", default=[],
+                   help="KEY=JSON override of the ATLA adversary's PPO (agents.atla."
+                        "ADVERSARY_PPO; e.g. the paper's n_minibatches=32, learning_rate=3e-3)")
     p.add_argument("--score", action="store_true",
                    help="also print the worst case's normalised score")
     args = p.parse_args(argv)
@@ -130,6 +133,10 @@ def main(argv=None):
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     # inter-op stays >= 2: the victim acts inside the adversary's compiled rollout
     tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
+    if args.atla_adversary:
+        import agents.atla
+
+        agents.atla.ADVERSARY_PPO.update(dict(args.atla_adversary))
     if args.save_dir:
         os.makedirs(args.save_dir, exist_ok=True)
     results = {}
