@@ -76,10 +76,11 @@ DEFAULT_PPO = {"num_envs": 8, "n_steps": 128, "n_minibatches": 4, "n_epochs": 10
 class VictimSurface:
     """What a learned adversary needs of its victim, read from its declared
     :class:`agents.PolicySurface`: ``act(obs [B, d]) -> actions`` (the deterministic action, as
-    the evaluation uses; one compiled call), ``scale [d]`` (the unit of eps, read live: a
-    normalising victim's std moves while it trains), ``clip`` (its normaliser's clip in std, or
-    ``None``), the env id, the observation shape and whether actions are discrete. Built by
-    :func:`victim_surface`."""
+    the evaluation uses; one call of a concrete graph function), ``scale [d]`` (the unit of eps,
+    read once and cached: the adversary env calls it every step; a victim that trains, as in
+    ATLA, calls :meth:`refresh` after each of its updates), ``clip`` (its normaliser's clip in
+    std, or ``None``), the env id, the observation shape and whether actions are discrete.
+    Built by :func:`victim_surface`."""
 
     def __init__(self, agent: Agent, policy: PolicySurface):
         import tensorflow as tf
@@ -90,12 +91,19 @@ class VictimSurface:
         self.discrete = bool(policy.discrete)
         stats = policy.obs_statistics()
         self.clip = None if stats is None else float(stats[2])
-        self._act = tf.function(policy.deterministic_actions, reduce_retracing=True)
+        # a concrete function skips tf.function's per-call signature matching (~35% of a call)
+        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
+            tf.TensorSpec((None,) + self.obs_shape, tf.float32))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the unit of eps (after the victim's normaliser moved)."""
+        self._scale = self.policy.obs_scale().numpy()
 
     @property
     def scale(self) -> np.ndarray:
-        """The unit of eps ``[d]`` float32 (the normaliser's std, or ones)."""
-        return self.policy.obs_scale().numpy()
+        """The unit of eps ``[d]`` float32 (the normaliser's std, or ones; see :meth:`refresh`)."""
+        return self._scale
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic actions of the victim for raw observations ``[B, d]``."""

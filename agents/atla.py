@@ -45,9 +45,14 @@ __all__ = ["ATLA_MODES", "adversary_phase", "atla_observations", "uses_atla", "u
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
 
-ADVERSARY_PPO = {"anneal_lr": False}
+ADVERSARY_PPO = {"anneal_lr": False, "n_minibatches": 1}
 """Overrides of :data:`agents.adversary.DEFAULT_PPO` for the ATLA adversary (its ``learn`` is
-called once per agent iteration: a learning rate annealed per call would restart each time)."""
+called once per agent iteration: a learning rate annealed per call would restart each time);
+its ``num_envs`` and ``n_steps`` are the agent's. One minibatch: 10 gradient steps per phase.
+The paper's MuJoCo configs (ATLA_robust_RL ``configs/hopper_atla_ppo_best.py``) update the
+adversary much harder: 32 minibatches of a 2048-step batch, 10 epochs, learning rate 3e-3
+(``benchmarks/learned_adversary.py --atla-adversary`` sets these for a run; the Hopper pilot in
+docs/benchmarks/robust-rl.md measures both)."""
 
 
 def uses_atla(config: AgentConfig) -> bool:
@@ -75,12 +80,12 @@ def _build_adversary(agent: Agent):
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
     surface = victim_surface(agent, "agent")
-    agent._atla_radius = _Radius(0.0)
+    agent._atla_radius, agent._atla_surface = _Radius(0.0), surface
     factory = _factory(surface, agent._atla_radius, None, None)
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
     agent.atla_adversary = PPO(env=factory, seed=cfg.seed + 104_729, preset=None,
                                **{**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
-                                  "n_steps": cfg.n_steps, "n_minibatches": 1})
+                                  "n_steps": cfg.n_steps})
 
 
 def adversary_phase(agent: Agent) -> dict:
@@ -91,6 +96,7 @@ def adversary_phase(agent: Agent) -> dict:
         _build_adversary(agent)
     eps = float(agent.robust_schedule.eps.numpy())
     agent._atla_radius.value = eps
+    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
     adv = agent.atla_adversary
     if eps > 0:
         adv.learn(agent.config.n_steps * agent.config.num_envs, progress_bar=False,

@@ -7,10 +7,15 @@ attacks (``--attacks``, default ``random,action,mad,critic,rs``) and the learned
 (``--learned``, default ``optimal``; ``paad`` is ~10x slower per adversary step: its actor runs
 PGD every step), each learned adversary trained for ``--adversary-steps`` with the radius
 curriculum from 4 eps and the best snapshot on held-out seeds. Printed per agent: clean mean,
-mean under each attack, the worst case, ``optimal / rs`` (< 1: the learned adversary is the
-stronger), each adversary's cost (steps, wall and CPU seconds), the agent's training wall and
-CPU seconds, and the load average. ``--save-dir`` keeps agents and results (a rerun reuses
-them; ``--json`` writes every row).
+mean under each attack, the worst case, ``optimal - rs`` (< 0: the learned adversary is the
+stronger, whatever the sign of the returns), each adversary's cost (steps, wall and CPU
+seconds), the agent's training wall and CPU seconds, and the load average; with ``--score``
+also the worst case's normalised score (``(worst - random) / (clean - random)``, for envs
+whose returns are negative, as Pendulum's).
+``--set KEY=JSON`` overrides the agents' config (every kind: the MuJoCo settings block of
+docs/benchmarks/robust-rl.md), ``--robust-set KEY=JSON`` only the robust kinds' (e.g.
+``robust_method="sgld"``). ``--save-dir`` keeps agents and results (a rerun reuses them;
+``--json`` writes every row).
 
     python benchmarks/learned_adversary.py --env CartPole-v1 --eps 0.05 --seeds 0 \
         --victims vanilla,sa,atla,atla-sa --adversary-steps 100000 --episodes 8 \
@@ -40,7 +45,9 @@ def _train(kind, args, seed):
     if path and os.path.exists(info):
         with open(info) as f:
             return agents.load(path), json.load(f)
-    over = {} if KINDS[kind] is None else {"robust": KINDS[kind], "robust_eps": args.eps}
+    over = dict(args.set)
+    if KINDS[kind] is not None:
+        over.update({"robust": KINDS[kind], "robust_eps": args.eps, **dict(args.robust_set)})
     if KINDS[kind] in ("sa", "atla-sa") and args.kappa is not None:
         over["robust_kappa"] = args.kappa
     agent = agents.PPO(env=args.env, seed=seed, **over)
@@ -74,13 +81,25 @@ def _evaluate(agent, kind, args, seed):
     out = {"clean": report.clean["mean"],
            "rows": {r["attack"]: {"mean": r["mean"], "median": r["median"],
                                   "cost": r.get("cost")} for r in report.rows},
-           "worst": report.worst_case[0], "eval_wall_seconds": time.perf_counter() - t0,
+           "worst": report.worst_case[0], "random_policy": report.random_policy["mean"],
+           "eval_wall_seconds": time.perf_counter() - t0,
            "eval_cpu_seconds": time.process_time() - c0, "load_start": load,
            "load_end": os.getloadavg()[0]}
     if path:
         with open(path, "w") as f:
             json.dump(out, f, indent=1)
     return out
+
+
+def _assignment(text):
+    """``KEY=JSON`` (a bare word that is not JSON is taken as a string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def main(argv=None):
@@ -99,12 +118,25 @@ def main(argv=None):
     p.add_argument("--save-dir", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--set", type=_assignment, action="append", default=[],
+                   help="KEY=JSON config override of every agent (repeatable)")
+    p.add_argument("--robust-set", type=_assignment, action="append", default=[],
+                   help="KEY=JSON config override of the robust agents only (repeatable)")
+    p.add_argument("--atla-adversary", type=_assignment, action="append", default=[],
+                   help="KEY=JSON override of the ATLA adversary's PPO (agents.atla."
+                        "ADVERSARY_PPO; e.g. the paper's n_minibatches=32, learning_rate=3e-3)")
+    p.add_argument("--score", action="store_true",
+                   help="also print the worst case's normalised score")
     args = p.parse_args(argv)
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     # inter-op stays >= 2: the victim acts inside the adversary's compiled rollout
     tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
+    if args.atla_adversary:
+        import agents.atla
+
+        agents.atla.ADVERSARY_PPO.update(dict(args.atla_adversary))
     if args.save_dir:
         os.makedirs(args.save_dir, exist_ok=True)
     results = {}
@@ -116,11 +148,14 @@ def main(argv=None):
             ev = _evaluate(agent, kind, args, seed)
             results[f"{kind}-seed{seed}"] = {**ev, **cost}
             rows = ev["rows"]
-            ratio = (rows["optimal"]["mean"] / rows["rs"]["mean"]
-                     if "optimal" in rows and "rs" in rows and rows["rs"]["mean"] else float("nan"))
+            gap = (rows["optimal"]["mean"] - rows["rs"]["mean"]
+                   if "optimal" in rows and "rs" in rows else float("nan"))
             cells = " ".join(f"{a} {r['mean']:.1f}" for a, r in rows.items())
+            if args.score:
+                cells += (f"; score {ev['worst']['normalized_score']:.2f} (random policy "
+                          f"{ev['random_policy']:.1f})")
             print(f"{kind} seed {seed}: clean {ev['clean']:.1f}; {cells}; worst "
-                  f"{ev['worst']['mean']:.1f} ({ev['worst']['attack']}); optimal/rs {ratio:.2f}; "
+                  f"{ev['worst']['mean']:.1f} ({ev['worst']['attack']}); optimal - rs {gap:+.1f}; "
                   f"train {cost['train_wall_seconds']:.0f} s wall {cost['train_cpu_seconds']:.0f}"
                   f" s CPU; load {ev['load_start']:.1f}-{ev['load_end']:.1f}", flush=True)
             for a, r in rows.items():

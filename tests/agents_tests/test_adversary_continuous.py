@@ -1,0 +1,72 @@
+"""Learned adversaries and ATLA on a Gaussian victim with normalised observations (Pendulum):
+the adversary's eps is in the victim's standard deviations, its unit follows the victim's
+normaliser, PA-AD's director acts in the victim's action space."""
+
+import numpy as np
+import pytest
+
+import agents
+from agents.adversary import train_adversary, victim_surface
+from agents.atla import adversary_phase
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    """A briefly trained Pendulum PPO whose normaliser has moved away from std 1."""
+    agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=64, normalize_obs=True)
+    agent.learn(256, progress_bar=False)
+    std = agent.policy_surface().obs_scale().numpy()
+    assert np.abs(std - 1).max() > 0.05
+    return agent
+
+
+def test_victim_unit_is_cached_until_refresh():
+    agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True)
+    surface = victim_surface(agent)
+    before = surface.scale.copy()
+    agent.learn(64, progress_bar=False)
+    now = agent.policy_surface().obs_scale().numpy()
+    assert np.abs(now - before).max() > 1e-3  # the normaliser moved
+    np.testing.assert_array_equal(surface.scale, before)
+    surface.refresh()
+    np.testing.assert_allclose(surface.scale, now, rtol=1e-6)
+
+
+def test_optimal_adversary_on_a_gaussian_victim_stays_in_std_units(pendulum):
+    eps = 0.2
+    adv = train_adversary(pendulum, eps=eps, steps=64, eval_every=64, eval_episodes=1,
+                          ppo={"num_envs": 2, "n_steps": 32}, progress=False)
+    obs = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    obs_in = obs.copy()
+    seen, norms, a_adv, a_clean = adv.step(obs)
+    np.testing.assert_array_equal(obs, obs_in)
+    std = pendulum.policy_surface().obs_scale().numpy()
+    delta = np.abs(seen - obs) / std  # the radius in the victim's standard deviations
+    assert 0 < delta.max() <= eps * (1 + 1e-5)
+    np.testing.assert_allclose(norms, delta.max(-1), rtol=1e-5)
+    assert a_adv.shape == a_clean.shape == (16, 1)
+    assert np.all(np.abs(a_adv) <= 2.0)  # Pendulum's action bounds
+    np.testing.assert_allclose(a_adv, pendulum.policy_surface().deterministic_actions(seen),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_paad_director_acts_in_the_victims_action_space(pendulum):
+    adv = train_adversary(pendulum, eps=0.2, steps=64, kind="paad", eval_every=64,
+                          eval_episodes=1, ppo={"num_envs": 2, "n_steps": 32}, progress=False)
+    assert adv.agent.env.single_action_space.shape == (1,)
+    obs = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
+    seen, norms, a_adv, _ = adv.step(obs)
+    assert seen.shape == (4, 3) and norms.max() <= 0.2 * (1 + 1e-5)
+    assert a_adv.shape == (4, 1)
+
+
+def test_atla_adversary_follows_the_agents_normaliser():
+    """Each adversary phase perturbs in the agent's current standard deviations."""
+    agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True,
+                       robust="atla", robust_eps=0.2, robust_eps_warmup=0.0)
+    agent.learn(64, progress_bar=False)
+    first = agent._atla_surface.scale.copy()
+    now = agent.policy_surface().obs_scale().numpy()
+    assert np.abs(now - first).max() > 1e-3  # the last agent update moved the normaliser
+    adversary_phase(agent)
+    np.testing.assert_allclose(agent._atla_surface.scale, now, rtol=1e-6)
