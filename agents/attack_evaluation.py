@@ -24,6 +24,7 @@ observations both paths give the same perturbations.
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Sequence
@@ -130,6 +131,9 @@ def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_action
     env = make_vec_env(agent.config.env, num_envs, seed=seed)
     space = env.single_action_space
     rng = np.random.default_rng(seed)
+    if random_actions and not isinstance(space, gym.spaces.Discrete):
+        space = copy.deepcopy(space)  # its own generator, seeded: the baseline repeats
+        space.seed(int(rng.integers(2**31)))
     targets = episodes_split_evenly(n_episodes, num_envs)
     counts = np.zeros(num_envs, int)
     returns, lengths, changed, norms, trajectory, states = [], [], [], [], [], []

@@ -70,3 +70,17 @@ def test_atla_adversary_follows_the_agents_normaliser():
     assert np.abs(now - first).max() > 1e-3  # the last agent update moved the normaliser
     adversary_phase(agent)
     np.testing.assert_allclose(agent._atla_surface.scale, now, rtol=1e-6)
+
+
+def test_the_random_policy_baseline_repeats_on_a_continuous_space():
+    """The random-action baseline of the normalised score is seeded on Box action spaces too
+    (it drew from the action space's own unseeded generator: two evaluations with the same
+    seed gave -1130.7 and -1202.4 on a Pendulum agent)."""
+    import agents
+    from agents.attack_evaluation import _run_episodes
+
+    agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=1, n_steps=32)
+    runs = [_run_episodes(agent, 2, 2, seed=3, random_actions=True)["returns"] for _ in range(2)]
+    other = _run_episodes(agent, 2, 2, seed=4, random_actions=True)["returns"]
+    assert runs[0] == runs[1]
+    assert other != runs[0]
