@@ -47,7 +47,7 @@ import tensorflow as tf
 
 from agents import _sums, robust
 from agents._step import SeedAxisAdamStep, make_adam_step
-from agents.base import Agent
+from agents.base import Agent, own_function
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
 from agents.networks import QNetwork
@@ -131,10 +131,13 @@ class DQN(Agent):
         if cfg.robust is not None:
             self.robust_schedule = robust.RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
                                                          cfg.robust_eps_warmup)
-        self._collect = tf.function(self._collect_graph)
-        self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
+        # own_function: one trace per agent, not read as retracing when many agents are built
+        self._collect = tf.function(own_function(self._collect_graph))
+        self._train_steps = tf.function(own_function(self._train_graph),
+                                        jit_compile=cfg.jit_compile)
         # backend="graph": collection + gradient steps of an iteration in one compiled call
-        self._iteration = tf.function(self._iteration_graph, jit_compile=cfg.jit_compile)
+        self._iteration = tf.function(own_function(self._iteration_graph),
+                                      jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,
