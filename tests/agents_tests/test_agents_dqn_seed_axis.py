@@ -194,6 +194,15 @@ def test_exported_seeds_save_load_evaluate_certify_and_are_attacked(tmp_path):
     assert int(back.num_timesteps.numpy()) == 112
 
 
+def test_train_many_trains_dqn_seeds_on_the_seed_axis():
+    cfg = agents.DQNConfig(**{k: v for k, v in SMALL.items() if k != "preset"}, backend="graph")
+    trained = agents.train_many(cfg, seeds=[2, 5], steps=64)
+    assert [(a.config.seed, a.num_seeds, int(a.num_timesteps.numpy())) for a in trained] == [
+        (2, 1, 64), (5, 1, 64)]
+    assert any(not np.array_equal(x, y) for x, y in zip(trained[0].get_weights(),
+                                                        trained[1].get_weights()))
+
+
 def test_seed_axis_dqn_learns_cartpole_quickly():
     agent = agents.DQN(env="CartPole-v1", backend="graph", seed=0, num_seeds=2, train_freq=64,
                        gradient_steps=32, hidden_sizes=(64, 64))  # the preset, smaller
