@@ -203,6 +203,28 @@ def test_train_many_trains_dqn_seeds_on_the_seed_axis():
                                                         trained[1].get_weights()))
 
 
+def test_an_interrupt_saves_every_dqn_seed_and_the_checkpoint_resumes(tmp_path):
+    import signal
+
+    from robustgrad.interrupts import TrainingInterrupted
+
+    ckpt = str(tmp_path / "ckpt")
+    agent = agents.DQN(num_seeds=2, seed=0, backend="graph", checkpoint_dir=ckpt, **SMALL)
+
+    def interrupt(agent, logs):
+        if logs["steps"] == 48:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(TrainingInterrupted, match=f"at step 48; checkpoint saved to {ckpt}"):
+        agent.learn(160, callbacks=[interrupt], progress_bar=False)
+    resumed = agents.load(ckpt)
+    assert resumed.seeds == [0, 1] and int(resumed.num_timesteps.numpy()) == 48
+    assert int(resumed.buffer.size.numpy()) == 48  # the replay buffers came back too
+    np.testing.assert_array_equal(resumed.buffer.actions.numpy(), agent.buffer.actions.numpy())
+    resumed.learn(112, progress_bar=False, schedule_start=48)
+    assert int(resumed.num_timesteps.numpy()) == 160
+
+
 def test_seed_axis_dqn_learns_cartpole_quickly():
     agent = agents.DQN(env="CartPole-v1", backend="graph", seed=0, num_seeds=2, train_freq=64,
                        gradient_steps=32, hidden_sizes=(64, 64))  # the preset, smaller
