@@ -121,7 +121,8 @@ class DQN(Agent):
                 self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
                                    cfg.prioritized_replay,
-                                   num_seeds=self.num_seeds if many else None)
+                                   num_seeds=self.num_seeds if many else None,
+                                   jit_compile=cfg.jit_compile)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
         self._obs = tf.Variable(tf.zeros((self.env.num_envs,) + self.obs_shape), trainable=False,

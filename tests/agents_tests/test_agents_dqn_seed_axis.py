@@ -118,6 +118,20 @@ def test_each_seed_samples_its_own_transitions(prioritized):
         assert weights is None and 0 <= idx.numpy().min() and idx.numpy().max() < 8
 
 
+def test_the_seed_axis_buffer_gathers_the_same_rows_under_xla():
+    bufs = [ReplayBuffer(8, (2,), num_envs=1, num_seeds=2, jit_compile=j) for j in (False, True)]
+    obs = tf.reshape(tf.range(32, dtype=tf.float32), [8, 2, 2])
+    for buf in bufs:
+        for t in range(4):
+            buf.add(obs[t], tf.constant([t, -t]), tf.zeros([2]), obs[t + 4], tf.zeros([2]))
+    idx = tf.constant([[3, 0, 1], [2, 2, 0]], tf.int64)
+    plain = tf.function(bufs[0].gather)(idx)
+    xla = tf.function(bufs[1].gather, jit_compile=True)(idx)
+    for key in plain:
+        np.testing.assert_array_equal(plain[key].numpy(), xla[key].numpy())
+    assert plain["actions"].numpy().tolist() == [[3, 0, 1], [-2, -2, 0]]
+
+
 def test_seed_axis_adam_matches_separate_adams_through_a_rejected_step():
     # steps 1 and 3 take the fused path (every seed steps, equal counts); step 2 rejects seed 1
     # (non-finite), so step 3 runs the masked per-seed path (counts 3 and 2)
