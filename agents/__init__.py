@@ -13,6 +13,7 @@ from agents.attack_evaluation import (  # noqa: F401
 )
 from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
 from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
+from agents.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
 from agents.dqn import DQN  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401

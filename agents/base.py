@@ -2,8 +2,11 @@
 
 An algorithm subclass provides ``_build()`` (networks, optimiser, compiled functions),
 ``_train_iteration(budget_left, total)`` (collect + update, returns logs and the number of
-environment steps taken), ``_act_graph(obs, deterministic)`` and the set of modules
-that make up its checkpoint.
+environment steps taken), ``_collection(**kwargs)`` (its compiled collection over the
+collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
+that make up its checkpoint. Where experience comes from is the agent's collector
+(:mod:`agents.collectors`, built from the config; the collection side of the agent, ``collect``,
+``policy_state`` and the weights, lives there too); loading is :mod:`agents._loading`.
 """
 
 from __future__ import annotations
@@ -12,26 +15,24 @@ import collections
 import os
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from agents._loading import SEEDS_FILE, load  # noqa: F401 - agents.base.load, as before
 from agents.callbacks import Callback, ProgressBar, as_callbacks
+from agents.collectors import CollectingAgent, make_collector
 from agents.config import AUTO, AgentConfig, make_config
-from agents.envs import episodes_split_evenly, graph_env_step, make_vec_env, take_finished_episodes
-from agents.graph_backend import make_training_env
-from agents.persistence import loaded_checkpoint_dir, read_metadata, restore_weights, write_agent
+from agents.envs import run_episodes
+from agents.persistence import read_metadata, restore_weights, write_agent
 from agents.policy import PolicySurface
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
 
 FORMAT_VERSION = 1
-SEEDS_FILE = "seeds.json"  # a saved agent of several seeds: one ordinary agent per seed beside it
 
 
 def _compact(seeds: Sequence[int]) -> str:
@@ -70,7 +71,7 @@ class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
 
 
-class Agent:
+class Agent(CollectingAgent):
     """Base class; see :class:`agents.PPO` and friends."""
 
     algo: str = ""
@@ -106,7 +107,9 @@ class Agent:
                              "the compiled iteration; use backend='gymnasium' with Ray workers")
         self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
         self.num_seeds = len(self.seeds)
-        self.env = self._make_env(config)  # backend="graph": agents.graph_backend
+        # where experience comes from (agents.collectors); self.env: its environments
+        self.collector = make_collector(config, self.seeds)
+        self.env = self.collector.env
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape
         self.discrete = self.env.discrete
@@ -125,11 +128,13 @@ class Agent:
         self.seed_episode_returns = [collections.deque(maxlen=20) for _ in self.seeds]
         self.seed_rejected_steps = [0] * self.num_seeds
         self._env_ready = False
+        self._batch_checked = False  # the first batch from the collector is checked once
         self._build()
         self._act_fn = tf.function(own_function(self._act_graph), reduce_retracing=True)
         if rollout_workers is not None:
             from agents.distributed import RolloutWorkers
             self.rollout_workers = RolloutWorkers(self, rollout_workers, ray_address, num_cpus)
+            self.collector = self.rollout_workers
 
     @staticmethod
     def _seed_list(config, seeds, transform, rollout_workers) -> list[int]:
@@ -154,12 +159,6 @@ class Agent:
                              "num_seeds=1 with rollout_workers")
         return list(seeds)
 
-    def _make_env(self, config):
-        if self.num_seeds > 1:
-            from agents.seed_axis import make_seed_env
-            return make_seed_env(config, self.seeds)
-        return make_training_env(config)
-
     def _one_seed(self, what: str) -> None:
         """Refuse ``what`` on an agent of several seeds (it acts for one policy)."""
         if self.num_seeds > 1:
@@ -170,14 +169,6 @@ class Agent:
     def _seed(self, rng=None):
         """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
         return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
-
-    def _env_step_in_graph(self, actions):
-        """One step of the training envs from inside a compiled rollout: the compiled env's
-        own ops for ``backend="graph"``, ``tf.numpy_function`` around ``VecEnv.step``
-        otherwise. Returns ``obs, reward, terminated, truncated, final_obs``."""
-        if self.config.backend == "graph":
-            return self.env.step_graph(actions)
-        return graph_env_step(self._env_step_np, actions, self.env.num_envs, self.obs_shape)
 
     def _apply_gradients(self, grads, active=None):
         """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
@@ -215,45 +206,6 @@ class Agent:
         """The variables that decide how the agent acts: network weights and observation
         statistics (not the optimiser, replay buffer or RNG)."""
         raise NotImplementedError
-
-    # -- weights ------------------------------------------------------------------------------
-    def get_weights(self) -> list[np.ndarray]:
-        """Copies of the network weights and observation statistics, as numpy arrays.
-
-        Together with :meth:`set_weights` this snapshots the *policy* (what ``act``,
-        ``distribution`` and ``q_values`` compute), not the training state: optimiser
-        moments, replay buffer and RNG are left out (use :meth:`save` for those).
-
-        Example::
-
-            w = agent.get_weights(); agent.learn(10_000); agent.set_weights(w)
-        """
-        return [v.numpy().copy() for v in self._model_variables()]
-
-    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        """Restore weights returned by :meth:`get_weights` of an agent with the same
-        algorithm and network shapes (checked before anything is assigned)."""
-        variables = self._model_variables()
-        weights = list(weights)
-        if len(weights) != len(variables):
-            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
-        for i, (v, w) in enumerate(zip(variables, weights)):
-            if tuple(np.shape(w)) != tuple(v.shape):
-                raise ValueError(f"weights: array {i} ({v.name}) has shape {np.shape(w)}, "
-                                 f"expected {tuple(v.shape)}")
-        for v, w in zip(variables, weights):
-            v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
-
-    # -- environment --------------------------------------------------------------------------
-    def _reset_env(self):
-        self.env.reset()
-        if self.rollout_workers is not None:
-            self.rollout_workers.reset()
-        self._env_ready = True
-        self._on_env_reset(self.env.obs)
-
-    def _on_env_reset(self, obs):
-        pass
 
     # -- learning ----------------------------------------------------------------------------
     def learn(self, total_steps: int,
@@ -319,11 +271,10 @@ class Agent:
                     logs, steps = self._train_iteration(done + schedule_start,
                                                         total_steps + schedule_start)
                 except Exception:
-                    err = self.env.error
+                    err, self.collector.error = self.collector.error, None
                     if err is None:
                         raise
-                    # re-raise the environment's own exception (not TF's wrapper around it)
-                    self.env.error = None
+                    # the environment's own exception (agents.collectors re-raises it)
                     self._save_crash_checkpoint(err)
                     raise err from None
                 done += steps
@@ -360,9 +311,7 @@ class Agent:
         ``logs["rejected_gradient_steps"]`` (with several seeds: their mean and sum, and each
         seed's under ``"episode_return_per_seed"``); returns the new ``failures``."""
         many = self.num_seeds > 1
-        source = self.rollout_workers or self.env
-        drained = (source.drain_seed_episodes() if many
-                   else [(0, r, n) for r, n in source.drain_episodes()])
+        drained = self.collector.drain_seed_episodes()
         returns = self.seed_episode_returns if many else [self.episode_returns]
         histories = self.seed_histories if many else [self.history]
         for k, ret, _length in drained:
@@ -398,21 +347,6 @@ class Agent:
         else:
             logs["episode_return"] = histories[0][-1]["episode_return"]
         return failures
-
-    def _save_crash_checkpoint(self, exc):
-        path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
-        try:
-            self.save(path)
-        except Exception as save_exc:  # pragma: no cover - report both
-            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}",
-                          stacklevel=3)
-            return
-        self._env_ready = False  # the env is in an unknown state; reset before learning again
-        self.crash_checkpoint = path
-        msg = f"the environment raised during step(); checkpoint saved to {path}"
-        warnings.warn(msg, stacklevel=3)
-        if hasattr(exc, "add_note"):
-            exc.add_note(msg)
 
     # -- acting -------------------------------------------------------------------------------
     def _as_batch(self, obs):
@@ -454,18 +388,8 @@ class Agent:
             raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
         k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
         seed = self.config.seed + 10_000 if seed is None else seed
-        env = make_vec_env(self.config.env, k, seed=seed)
-        targets = episodes_split_evenly(int(n_episodes), k)
-        counts = np.zeros(k, int)
-        returns, lengths = [], []
-        try:
-            obs = env.reset()
-            while (counts < targets).any():
-                actions = self.act(obs, deterministic=deterministic)
-                obs, _r, term, trunc, _f = env.step(actions)
-                take_finished_episodes(env, term | trunc, counts, targets, returns, lengths)
-        finally:
-            env.close()
+        returns, lengths = run_episodes(lambda obs: self.act(obs, deterministic=deterministic),
+                                        self.config.env, int(n_episodes), k, seed)
         return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
                 "returns": returns, "lengths": lengths}
 
@@ -546,78 +470,3 @@ class Agent:
         steps = int(self.num_timesteps.numpy()) if tf.executing_eagerly() else "?"
         preset = f", preset={self.config.preset!r}" if self.config.preset else ""
         return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"
-
-
-def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict, env: Any) -> None:
-    """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
-    ``env`` is given (``agents.persistence``)."""
-    import dataclasses
-
-    from agents.persistence import check_config_matches, check_saved_env
-
-    fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
-    check_config_matches(directory, cls.algo, cfg, fields)
-    check_saved_env(cfg, directory, env)
-
-
-def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
-         ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
-    """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
-
-    ``env``: the env factory, required when the agent was trained on one. ``overrides``
-    replace config fields (e.g. ``num_envs``, ``checkpoint_dir``) before the agent is built.
-    A ``checkpoint_dir`` saved in ``config.json`` is relative to ``directory`` and must stay
-    inside it (``ValueError`` otherwise, unless ``checkpoint_dir=`` is passed): a loaded file
-    never chooses where the program writes.
-    ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
-    (resume a run on Ray workers).
-    """
-    import agents
-
-    algorithms = agents.ALGORITHMS
-    directory = os.fspath(directory)
-    if os.path.exists(os.path.join(directory, SEEDS_FILE)):
-        if rollout_workers is not None:
-            raise ValueError("rollout_workers: Ray workers collect for one seed; "
-                             f"{directory} holds an agent of several seeds")
-        return _load_seeds(directory, env, algorithms, overrides)
-    meta, cfg = read_metadata(directory)
-    cls = algorithms.get(meta.get("algo"))
-    if cls is None:
-        raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
-    _check_config_matches(cls, cfg, directory, algorithms, env)
-    if "checkpoint_dir" not in overrides:  # the file never chooses a place outside itself
-        cfg["checkpoint_dir"] = loaded_checkpoint_dir(cfg.get("checkpoint_dir"), directory)
-    cfg.update(overrides)
-    config = cls.config_cls.from_dict(cfg, env=env)
-    agent = cls(config, rollout_workers=rollout_workers, ray_address=ray_address,
-                num_cpus=num_cpus)
-    agent._restore(directory)
-    return agent
-
-
-def _load_seeds(directory: str, env: Any, algorithms: dict, overrides: dict) -> Agent:
-    """An agent of several seeds saved by :meth:`Agent.save` (``seeds.json`` + ``seed_<s>/``)."""
-    import dataclasses
-    import json
-
-    from agents.persistence import _read_json
-
-    info = _read_json(os.path.join(directory, SEEDS_FILE))
-    seeds = info.get("seeds")
-    cls = algorithms.get(info.get("algo"))
-    if cls is None or not isinstance(seeds, list) or len(seeds) < 2:
-        raise ValueError(f"directory: {os.path.join(directory, SEEDS_FILE)} must name an "
-                         f"algorithm and at least two seeds, got {json.dumps(info)[:200]}")
-    ones = [load(os.path.join(directory, f"seed_{int(s)}"), env, **overrides) for s in seeds]
-    try:
-        config = dataclasses.replace(ones[0].config, num_seeds=len(seeds))
-        many = cls(config, seeds=[int(s) for s in seeds])
-        from agents.seed_axis import import_seed
-        for k, one in enumerate(ones):
-            import_seed(many, k, one)
-    finally:
-        for one in ones:
-            one.close()
-    many.history = list(info.get("history", []))
-    return many

@@ -1,39 +1,32 @@
 """Rollouts on Ray workers, the learner in TensorFlow (PPO, A2C, REINFORCE; DQN Ape-X style).
 
 ``agents.PPO(config, rollout_workers=K)`` splits the agent's ``num_envs`` environments over
-``K`` Ray actors (:class:`RolloutWorkers`). Each actor owns a vector env of
-``num_envs // K`` sub-environments and a CPU copy of the policy, built from the same
-config. One iteration:
+``K`` Ray actors (:class:`RolloutWorkers`, the Ray implementation of the collector contract of
+:mod:`agents.collectors`). Each actor owns a copy of the agent built from the same config with
+``num_envs // K`` sub-environments (its own local collector). One collection, the same for
+every algorithm:
 
-1. the learner puts its policy (:meth:`agents.Agent.get_weights`: network weights and
-   observation statistics) into the object store **once** (``ray.put``);
-2. every worker loads those weights and runs the agent's own compiled rollout
-   (``OnPolicyAgent._rollout``: same-step autoreset, ``final_obs`` for truncation
-   bootstrapping) for ``n_steps`` and returns numpy arrays of shape ``[n_steps, n, ...]``;
+1. the learner puts its :meth:`agents.Agent.policy_state` (network weights and observation
+   statistics, its random stream, the robust schedule's radius) into the object store **once**
+   (``ray.put``);
+2. every worker loads it (:meth:`~agents.Agent.load_policy_state`) and calls its copy's public
+   :meth:`~agents.Agent.collect`, the agent's own compiled collection (same-step autoreset,
+   ``final_obs`` for truncation bootstrapping), and returns numpy arrays ``[T, n, ...]``;
 3. the learner concatenates the fragments along the env axis (worker ``k`` holds envs
-   ``k*n .. (k+1)*n - 1``) and runs the unchanged ``_train`` on the ``[n_steps, num_envs]``
-   batch; observation statistics are updated there from the full batch, exactly as a
-   local agent does (so there is nothing to merge approximately; :func:`merge_moments`
-   is the exact parallel merge for statistics kept elsewhere).
+   ``k*n .. (k+1)*n - 1``) and the algorithm goes on as with a local batch: on-policy agents
+   run the unchanged ``_train`` (observation statistics are updated there from the full
+   batch, as a local agent does: nothing to merge approximately; :func:`merge_moments` is the
+   exact parallel merge for statistics kept elsewhere); DQN (Ape-X style collection, Horgan et
+   al. 2018, with the local agent's single epsilon schedule: epsilon from the *global* env step
+   count, passed to the workers) records the transitions step by step (replay buffer, step
+   count, target updates, observation statistics), as after its own collection.
 
 Seeds: worker ``k`` seeds its envs with ``seed + k*n`` (sub-env ``i`` gets ``seed + i``, as
 in a local vector env), and samples actions from the learner's random stream with the
-Philox key offset by ``k``. With one worker the collected batches, and so the whole
-training run, equal the local agent's exactly.
-
-DQN (Ape-X style collection, Horgan et al. 2018, with the local agent's single epsilon
-schedule): once per training phase the learner puts its Q-network into the object store;
-every worker runs ``train_freq`` epsilon-greedy steps of its envs (``DQN._collect_step``,
-epsilon from the *global* env step count ``steps_done + t * num_envs`` and the global
-``num_timesteps``, as a local agent computes it) and returns the transitions ``[train_freq,
-n, ...]`` with ``final_obs`` as the next observation (truncated episodes bootstrap,
-terminated ones do not). The learner concatenates them on the env axis and records them
-step by step (``DQN._record_step``: replay buffer, step count, target updates, observation
-statistics) exactly as its own collection loop does, then runs the unchanged gradient steps.
-Its random stream continues where worker 0's ended. With one worker the replay buffer, the
-weights and the returns equal the local agent's exactly. With ``K > 1`` workers, each
-worker's observation normaliser sees only its own envs within a phase (the learner's,
-updated from all of them, is broadcast at the next phase).
+Philox key offset by ``k``; the learner's stream goes on where worker 0's ended. With one
+worker the collected batches, and so the whole training run, equal the local agent's exactly.
+With ``K > 1`` DQN workers, each worker's observation normaliser sees only its own envs within
+a phase (the learner's, updated from all of them, is broadcast at the next phase).
 
 Faults: a worker that dies (``ray.kill``, a crashed process) is restarted by Ray
 (``max_restarts``) and its fragment is collected again from its rebuilt (reset) env; an
@@ -63,6 +56,7 @@ from agents._ray_setup import (  # noqa: F401 - re-exported: agents.distributed.
     check_rollout_args,
     init_ray,
 )
+from agents.collectors import Collector
 from robustgrad._checks import positive_int
 
 if TYPE_CHECKING:
@@ -98,43 +92,9 @@ def merge_moments(parts: Iterable[tuple]) -> tuple[np.ndarray, np.ndarray, float
     return mean, var, count
 
 
-_TRANSITIONS = (("obs", "float32"), ("actions", "int32"), ("rewards", "float32"),
-                ("final_obs", "float32"), ("terminated", "bool"))
-
-
-def _dqn_worker_collect(agent, n_steps, steps_done, explore_steps, timesteps, total_envs):
-    """A rollout worker's DQN collection (compiled): ``n_steps`` of ``agent._collect_step``
-    with the global epsilon schedule, the transitions stacked as ``[n_steps, n, ...]``.
-    The worker's own observation statistics are updated after each step, as the local
-    loop does, so that its greedy actions see what the local agent's would."""
-    import tensorflow as tf
-
-    arrays = [tf.TensorArray(dtype, size=n_steps) for _name, dtype in _TRANSITIONS]
-    obs = agent._obs.read_value()
-    eps = tf.constant(1.0)
-    for t in tf.range(n_steps):
-        done = tf.cast(steps_done, tf.float32) + tf.cast(t * total_envs, tf.float32)
-        now = timesteps + tf.cast(t * total_envs, tf.int64)
-        eps = agent._collect_epsilon(done, now, explore_steps)
-        a, nobs, r, term, fin = agent._collect_step(obs, eps)
-        arrays = [ta.write(t, x) for ta, x in zip(arrays, (obs, a, r, fin, term))]
-        agent.q.obs_norm.update(obs)
-        obs = nobs
-    agent._obs.assign(obs)
-    return {name: ta.stack() for (name, _dtype), ta in zip(_TRANSITIONS, arrays)}, eps
-
-
-def _dqn_record(agent, obs, actions, rewards, final_obs, terminated):
-    """The learner records ``[n_steps, num_envs, ...]`` transitions one step at a time
-    (``DQN._record_step``), in the order of its own collection loop."""
-    import tensorflow as tf
-
-    for t in tf.range(tf.shape(actions)[0]):
-        agent._record_step(obs[t], actions[t], rewards[t], final_obs[t], terminated[t])
-
-
 class _RolloutWorker:
-    """One Ray actor: a vector env of ``num_envs`` sub-environments and a CPU policy copy."""
+    """One Ray actor: a copy of the agent (its own collector over ``num_envs`` environments) that
+    collects through the agent's public :meth:`agents.Agent.collect`."""
 
     def __init__(self, agent_cls, config, worker_id: int):
         import tensorflow as tf
@@ -156,80 +116,34 @@ class _RolloutWorker:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     def reset(self) -> None:
-        """Reset (re-seed) this worker's vector env."""
-        self.agent._reset_env()
+        """Reset (re-seed) this worker's environments before its next collection."""
+        self.reset_next = True
 
-    def _prepare(self, weights, rng_state) -> None:
-        """Reset the env if needed, load ``weights``, and sample from ``rng_state`` with the
-        Philox key offset by the worker id."""
+    def collect(self, policy_state: dict, kwargs: dict):
+        """One batch of the copy's collection (:meth:`agents.Agent.collect`) with the learner's
+        ``policy_state``, sampling from random stream ``worker_id``. Returns the batch as numpy
+        arrays, the finished episodes, the collection's wall time and the random stream's end
+        state (stream offset removed). An exception of ``env.step`` reaches the learner as
+        itself (``agents.collectors``)."""
         agent = self.agent
-        if not agent._env_ready:
-            agent._reset_env()
-        agent.set_weights(weights)
-        state = np.array(rng_state, np.int64)
-        state[_KEY_INDEX] += self.worker_id
-        agent.rng.reset(state)
-
-    def _run(self, fn):
-        """``fn()`` and its wall time; an exception raised inside ``env.step`` is re-raised
-        as itself (not TF's wrapper around it)."""
-        agent = self.agent
+        agent.load_policy_state(policy_state, stream=self.worker_id)
         start = time.perf_counter()
-        try:
-            out = fn()
-        except Exception:
-            err = agent.env.error
-            if err is None:
-                raise
-            agent.env.error = None
-            agent._env_ready = False
-            err._raised_in_env_step = True  # pickled with the exception (its __dict__)
-            raise err from None
-        return out, time.perf_counter() - start
-
-    def collect(self, weights, rng_state, robust_eps: float | None = None):
-        """Load ``weights``, sample with ``rng_state`` (key offset by the worker id), and run
-        one compiled rollout; returns the batch as numpy arrays, finished episodes and the
-        rollout's wall time. ``robust_eps``: the learner's current eps of ``robust="adv"``'s
-        warm-up schedule, which the rollout's attack (``_perceived``) reads."""
-        self._prepare(weights, rng_state)
-        if robust_eps is not None:
-            self.agent.robust_schedule.eps.assign(robust_eps)
-        batch, seconds = self._run(self.agent._rollout)
-        return ({k: v.numpy() for k, v in batch.items()}, self.agent.env.drain_episodes(),
-                seconds)
-
-    def collect_transitions(self, weights, rng_state, n_steps: int, steps_done: int,
-                            explore_steps: float, timesteps: int, total_envs: int):
-        """DQN: ``n_steps`` epsilon-greedy steps of this worker's envs with the learner's
-        Q-network; epsilon follows the global step count (``steps_done``, ``timesteps``
-        advance by ``total_envs`` per step). Returns the transitions as numpy arrays
-        ``[n_steps, n, ...]``, finished episodes, wall time, the random stream's end state
-        (key offset removed) and the last epsilon."""
-        import tensorflow as tf
-
-        self._prepare(weights, rng_state)
-        agent = self.agent
-        if getattr(self, "_dqn_collect", None) is None:
-            self._dqn_collect = tf.function(
-                lambda *args: _dqn_worker_collect(agent, *args))
-        args = (tf.constant(n_steps), tf.constant(steps_done, tf.int64),
-                tf.constant(explore_steps, tf.float32), tf.constant(timesteps, tf.int64),
-                tf.constant(total_envs))
-        (batch, eps), seconds = self._run(lambda: self._dqn_collect(*args))
+        batch = agent.collect(reset=getattr(self, "reset_next", False), **kwargs)
+        seconds = time.perf_counter() - start
+        self.reset_next = False
         state = agent.rng.state.numpy().copy()
         state[_KEY_INDEX] -= self.worker_id
-        return ({k: v.numpy() for k, v in batch.items()}, agent.env.drain_episodes(), seconds,
-                state, float(eps.numpy()))
+        return ({k: np.asarray(v) for k, v in batch.items()}, agent.collector.drain_episodes(),
+                seconds, state)
 
     def close(self) -> None:
         """Close this worker's agent and its envs."""
         self.agent.close()
 
 
-class RolloutWorkers:
-    """``num_workers`` Ray actors that collect an on-policy agent's rollouts, or a DQN's
-    transitions (:meth:`collect_transitions`).
+class RolloutWorkers(Collector):
+    """``num_workers`` Ray actors that collect an agent's batches: the Ray implementation of the
+    collector contract (:mod:`agents.collectors`; ``remote``: the workers' copies collect).
 
     Built by ``Agent(..., rollout_workers=K, ray_address=..., num_cpus=...)``; see the
     module docstring. ``agent.config.num_envs`` must be a multiple of ``K``. Each actor
@@ -237,6 +151,8 @@ class RolloutWorkers:
     ``num_cpus`` CPUs (default: ``K``). ``max_restarts``: how often Ray restarts a dead
     worker before the iteration fails.
     """
+
+    remote = True
 
     def __init__(self, agent: Agent, num_workers: int, address: str | None = None,
                  num_cpus: int | None = None, max_restarts: int = 3,
@@ -268,6 +184,7 @@ class RolloutWorkers:
         if have < num_workers * cpus_per_worker:
             raise ValueError(f"rollout_workers: {num_workers} workers need "
                              f"{num_workers * cpus_per_worker:g} CPUs, the Ray cluster has {have:g}")
+        super().__init__(agent.env)  # the learner's own env: spaces, first observations
         self.agent = agent
         self.num_workers = num_workers
         self.max_restarts = max_restarts
@@ -281,7 +198,6 @@ class RolloutWorkers:
         self.actors = []
         # a DQN worker only collects: its replay buffer is never written, keep it minimal
         small = {"buffer_size": cfg.batch_size} if isinstance(agent, DQN) else {}
-        self._record = None
         for k in range(num_workers):
             wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
                                        checkpoint_dir=None, checkpoint_every=0,
@@ -296,9 +212,11 @@ class RolloutWorkers:
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(f"rollout workers did not {what} within {timeout:g} s") from None
 
-    def reset(self) -> None:
-        """Reset every worker's env (after a crash or a fresh ``learn``)."""
+    def reset(self) -> np.ndarray:
+        """Reset the learner's env (its first observations are returned) and, before their
+        next collection, every worker's (after a crash or a fresh ``learn``)."""
         self._run_all(lambda a: a.reset.remote())
+        return self.env.reset()
 
     def _run_all(self, submit):
         """``submit(actor)`` on every worker; a worker that died is waited for (Ray restarts
@@ -334,61 +252,35 @@ class RolloutWorkers:
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                 if hasattr(cause, "add_note"):
                     cause.add_note(f"raised on rollout worker {k} of {self.num_workers}")
-                if getattr(cause, "_raised_in_env_step", False) and self.agent.env.error is None:
+                if getattr(cause, "_raised_in_env_step", False):
                     # the learner's own path for env errors: crash checkpoint, envs reset
                     # before the next learn, the original exception re-raised
-                    self.agent.env.error = cause
+                    self.error = cause
                 raise cause from None
         return out
 
-    def collect(self) -> dict:
-        """One synchronous rollout on all workers; returns the learner's batch (tensors of
-        shape ``[n_steps, num_envs, ...]``, as ``OnPolicyAgent._rollout`` returns)."""
+    def collect(self, rollout=None, **kwargs) -> dict:
+        """One synchronous collection on all workers: the learner's :meth:`Agent.policy_state`
+        goes into the object store once, every worker runs its copy's ``collect(**kwargs)``
+        (``rollout``, the learner's own compiled collection, is not run here), and the
+        fragments are concatenated along the env axis (axis 1; per-step fields such as DQN's
+        ``epsilon [T]`` are worker 0's). The learner's random stream goes on where worker 0's
+        ended. Returns the batch as tensors ``[T, num_envs, ...]``."""
         import tensorflow as tf
 
         ray = _import_ray()
         agent = self.agent
-        n_steps = agent.config.n_steps
-        state = agent.rng.state.numpy().copy()
-        agent.rng.make_seeds(n_steps)  # the learner's stream advances as a local rollout's
-        weights = ray.put(agent.get_weights())  # once per iteration, read by every worker
+        state = ray.put(agent.policy_state())  # once per iteration, read by every worker
         start = time.perf_counter()
-        schedule = getattr(agent, "robust_schedule", None)
-        robust_eps = (float(schedule.eps.numpy()) if schedule is not None
-                      and agent.config.robust == "adv" else None)
-        results = self._run_all(lambda a: a.collect.remote(weights, state, robust_eps))
+        results = self._run_all(lambda a: a.collect.remote(state, kwargs))
         wall = time.perf_counter() - start
-        self._set_logs(results, wall, n_steps)
-        return {key: tf.convert_to_tensor(np.concatenate([r[0][key] for r in results], axis=1))
-                for key in results[0][0]}
-
-    def collect_transitions(self, steps_done: int, explore_steps: float) -> None:
-        """DQN: one collection phase (``train_freq`` steps of every env) on all workers,
-        recorded into the learner's replay buffer; sets ``agent.epsilon`` and ``logs``.
-
-        ``steps_done``: env steps of this ``learn`` budget so far; ``explore_steps``: the
-        length of the epsilon decay (see ``DQN._train_iteration``)."""
-        import tensorflow as tf
-
-        ray = _import_ray()
-        agent = self.agent
-        cfg = agent.config
-        state = agent.rng.state.numpy().copy()
-        weights = ray.put(agent.get_weights())  # once per phase, read by every worker
-        timesteps = int(agent.num_timesteps.numpy())
-        start = time.perf_counter()
-        results = self._run_all(lambda a: a.collect_transitions.remote(
-            weights, state, cfg.train_freq, int(steps_done), float(explore_steps), timesteps,
-            cfg.num_envs))
-        wall = time.perf_counter() - start
-        batch = {key: np.concatenate([r[0][key] for r in results], axis=1)
-                 for key, _dtype in _TRANSITIONS}
-        if self._record is None:
-            self._record = tf.function(lambda *b: _dqn_record(agent, *b))
-        self._record(*(tf.convert_to_tensor(batch[key]) for key, _dtype in _TRANSITIONS))
-        agent.rng.reset(results[0][3])  # the learner's stream goes on where worker 0's ended
-        agent.epsilon.assign(results[0][4])
-        self._set_logs(results, wall, cfg.train_freq)
+        agent.rng.reset(results[0][3])
+        horizon = next(iter(results[0][0].values())).shape[0]
+        self._set_logs(results, wall, horizon)
+        return {key: tf.convert_to_tensor(
+                    np.concatenate([r[0][key] for r in results], axis=1)
+                    if np.ndim(value) >= 2 else value)
+                for key, value in results[0][0].items()}
 
     def _set_logs(self, results, wall: float, n_steps: int) -> None:
         steps = n_steps * self.envs_per_worker
@@ -406,7 +298,8 @@ class RolloutWorkers:
         return out
 
     def close(self) -> None:
-        """Stop the worker actors (Ray itself keeps running; ``ray.shutdown()`` stops it)."""
+        """Stop the worker actors (Ray itself keeps running; ``ray.shutdown()`` stops it; the
+        learner's env is closed by the agent)."""
         ray = _import_ray()
         for a in self.actors:
             ray.kill(a, no_restart=True)

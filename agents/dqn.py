@@ -2,12 +2,14 @@
 optional prioritised experience replay (Schaul et al. 2016).
 
 One iteration of ``learn``: ``train_freq`` steps of every environment with an
-epsilon-greedy policy, written into a replay buffer held in ``tf.Variable``s
-(one compiled loop, the env stepped through ``tf.numpy_function``), then, once
-``learning_starts`` env steps have been taken, ``gradient_steps`` compiled gradient steps on
-minibatches. With ``backend="graph"`` (the env is TensorFlow ops, its state in the loop
-carry) the collection and the gradient steps of an iteration are one compiled call
-(``_iteration``; XLA too with ``jit_compile``), the same algorithm as the two calls:
+epsilon-greedy policy (one compiled loop over the collector's traceable step,
+:mod:`agents.collectors`), recorded into a replay buffer held in ``tf.Variable``s, then,
+once ``learning_starts`` env steps have been taken, ``gradient_steps`` compiled gradient steps
+on minibatches. The algorithm asks its collector, not the backend: a ``fused`` collector
+(``backend="graph"``: the env is TensorFlow ops, its state in the loop carry) runs the
+collection and the gradient steps of an iteration as one compiled call (``_iteration``; XLA
+too with ``jit_compile``), the same algorithm as the separate calls; Ray workers run the same
+collection of their copy (``Agent.collect``) and the learner records their batches:
 
 * TD target ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (Double
   DQN; ``max_a Q_target(s', a)`` otherwise), built under ``tf.stop_gradient``. ``s'`` is
@@ -134,6 +136,7 @@ class DQN(Agent):
                                                          cfg.robust_eps_warmup)
         # own_function: one trace per agent, not read as retracing when many agents are built
         self._collect = tf.function(own_function(self._collect_graph))
+        self._record = tf.function(own_function(self._record_graph))
         self._train_steps = tf.function(own_function(self._train_graph),
                                         jit_compile=cfg.jit_compile)
         # backend="graph": collection + gradient steps of an iteration in one compiled call
@@ -219,48 +222,52 @@ class DQN(Agent):
         rand = rng.uniform([n], 0, self.n_actions, dtype=tf.int32)
         return tf.where(u < eps, rand, greedy)
 
-    # -- collection ----------------------------------------------------------------------
-    def _env_step_np(self, actions):
-        return self.env.step(actions)
+    # -- collection (agents.collectors: the collector steps the environments) ---------------
+    def _collection(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
+        return self._collect(tf.constant(n_steps), tf.constant(steps_done, tf.int64),
+                             tf.constant(explore_steps, tf.float32),
+                             tf.constant(timesteps, tf.int64), tf.constant(total_envs))
 
-    def _collect_graph(self, n_steps, steps_done, explore_steps):
-        """``n_steps`` steps of every env, epsilon-greedy, into the replay buffer; returns the
-        buffer's size. ``backend="graph"``: the env state is the loop's carry (read and
-        assigned once) and the finished episodes are recorded once after the loop."""
+    def _batch_shape(self, kwargs):
+        return int(kwargs["n_steps"]), (self.collector.num_envs,)
+
+    def _collection_args(self, steps_done, explore_steps) -> dict:
+        """The collection arguments of one iteration (plain numbers: Ray workers get them)."""
+        cfg = self.config
+        return {"n_steps": cfg.train_freq, "steps_done": int(steps_done),
+                "explore_steps": float(explore_steps),
+                "timesteps": int(self.num_timesteps.numpy()), "total_envs": cfg.num_envs}
+
+    def _collect_graph(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
+        """``n_steps`` epsilon-greedy steps of every env of the collector (its traceable step);
+        returns the batch of :mod:`agents.collectors` ``[n_steps, num_envs, ...]`` and each
+        step's ``epsilon [n_steps]``. Step ``t`` is env step ``steps_done + t * total_envs`` of
+        this ``learn`` budget and ``timesteps + t * total_envs`` overall (``total_envs``: every
+        env of every rollout worker), which set epsilon. The observation statistics are
+        updated after each step, so that the next greedy action sees them."""
         self.trace_counts["collect"] += 1
-        n = self.config.num_envs
-        all_envs = self.env.num_envs  # S * num_envs with the seed axis
-        graph_env = self.config.backend == "graph"
+        n = self.collector.num_envs
+        fields = (("obs", tf.float32, (n,) + self.obs_shape), ("actions", tf.int32, (n,)),
+                  ("rewards", tf.float32, (n,)), ("terminated", tf.bool, (n,)),
+                  ("truncated", tf.bool, (n,)), ("final_obs", tf.float32, (n,) + self.obs_shape),
+                  ("epsilon", tf.float32, ()))
+        tas = {k: tf.TensorArray(d, size=n_steps, element_shape=shape) for k, d, shape in fields}
         obs = self._obs.read_value()
-        eps = self.epsilon.read_value()
-        env_state, ended = tf.constant(0), tf.constant(0)  # placeholders unless graph_env
-        if graph_env:
-            env_state = self.env.state
-            ended = {"done": tf.TensorArray(tf.bool, size=n_steps, element_shape=(all_envs,)),
-                     "return": tf.TensorArray(self.env.spec.dtype, size=n_steps,
-                                              element_shape=(all_envs,)),
-                     "length": tf.TensorArray(tf.int32, size=n_steps,
-                                              element_shape=(all_envs,))}
+        collector = self.collector
+        carry = collector.begin(n_steps)
         for t in tf.range(n_steps):
-            done = tf.cast(steps_done, tf.float32) + tf.cast(t * n, tf.float32)
-            eps = self._collect_epsilon(done, self.num_timesteps, explore_steps)
-            if graph_env:
-                a = self._epsilon_greedy(obs, eps)
-                env_state, (nobs, r, term, trunc, fin), (ret, length) = \
-                    self.env.step_state(env_state, a)
-                ended = {"done": ended["done"].write(t, term | trunc),
-                         "return": ended["return"].write(t, ret),
-                         "length": ended["length"].write(t, length)}
-            else:
-                a, nobs, r, term, fin = self._collect_step(obs, eps)
-            self._record_step(obs, a, r, fin, term)
+            step = t * total_envs
+            eps = self._collect_epsilon(tf.cast(steps_done, tf.float32) + tf.cast(step, tf.float32),
+                                        timesteps + tf.cast(step, tf.int64), explore_steps)
+            a = self._epsilon_greedy(obs, eps)
+            carry, (nobs, r, term, trunc, fin) = collector.step(carry, a, t)
+            tas = {k: tas[k].write(t, x)
+                   for k, x in zip(list(tas), (obs, a, r, term, trunc, fin, eps))}
+            self.q.obs_norm.update(obs)
             obs = nobs
-        self.epsilon.assign(eps)
         self._obs.assign(obs)
-        if graph_env:
-            self.env.write_state(env_state)
-            self.env.record_episodes(*(ended[k].stack() for k in ("done", "return", "length")))
-        return self.buffer.size
+        collector.end(carry)
+        return {k: ta.stack() for k, ta in tas.items()}
 
     def _collect_epsilon(self, done, timesteps, explore_steps):
         """Epsilon after ``done`` env steps of this ``learn`` budget (every env of every
@@ -276,23 +283,24 @@ class DQN(Agent):
         greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
         return self._explore(greedy, eps, self.rng)
 
-    def _collect_step(self, obs, eps):
-        """One epsilon-greedy step of every training env from ``obs`` (also run by
-        agents.distributed's rollout workers): ``actions, next obs, rewards, terminated,
-        final_obs``."""
-        a = self._epsilon_greedy(obs, eps)
-        nobs, r, term, _trunc, fin = self._env_step_in_graph(a)  # base: either backend
-        return a, nobs, r, term, fin
-
-    def _record_step(self, obs, actions, rewards, final_obs, terminated):
-        """The learner's side of one step of all ``num_envs`` envs: transitions into the replay
-        buffer, the step count, the target-network update when due, the obs statistics."""
-        n = self.config.num_envs
-        self.buffer.add(obs, actions, rewards, final_obs, terminated)
-        self.num_timesteps.assign_add(n)
-        if self.num_timesteps % self.config.target_update_interval < n:
-            self._update_target()
-        self.q.obs_norm.update(obs)
+    def _record_graph(self, batch, update_obs_stats):
+        """The learner's side of a collected batch, step by step in time order: transitions
+        into the replay buffer, the step count, the target-network update when due, the
+        observation statistics (``update_obs_stats``: unless the collection already updated
+        them, i.e. unless it ran elsewhere) and the last epsilon."""
+        self.trace_counts["record"] += 1
+        n = self.collector.num_envs // self.num_seeds  # env steps per seed (the step count's unit)
+        obs = batch["obs"]
+        for t in tf.range(tf.shape(batch["actions"])[0]):
+            self.buffer.add(obs[t], batch["actions"][t], batch["rewards"][t],
+                            batch["final_obs"][t], batch["terminated"][t])
+            self.num_timesteps.assign_add(n)
+            if self.num_timesteps % self.config.target_update_interval < n:
+                self._update_target()
+            if update_obs_stats:
+                self.q.obs_norm.update(obs[t])
+        self.epsilon.assign(batch["epsilon"][-1])
+        return self.buffer.size
 
     # -- update --------------------------------------------------------------------------
     def td_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor
@@ -386,11 +394,14 @@ class DQN(Agent):
         return stats
 
     def _iteration_graph(self, n_steps, steps_done, explore_steps, gradient_steps, beta):
-        """Collection and (once ``learning_starts`` env steps are taken) the gradient steps of
-        one iteration (``backend="graph"``: one compiled call). Returns ``(trained, stats)``:
-        whether the gradient steps ran, and their :data:`TRAIN_STATS` (zeros if not)."""
+        """Collection, recording and (once ``learning_starts`` env steps are taken) the gradient
+        steps of one iteration (a ``fused`` collector: one compiled call). Returns ``(trained,
+        stats)``: whether the gradient steps ran, and their :data:`TRAIN_STATS` (zeros if not)."""
         self.trace_counts["iteration"] += 1
-        self._collect_graph(n_steps, steps_done, explore_steps)
+        batch = self._collect_graph(n_steps, steps_done, explore_steps,
+                                    self.num_timesteps.read_value(),
+                                    self.collector.num_envs // self.num_seeds)  # per seed
+        self._record_graph(batch, False)
         trained = self.num_timesteps >= max(self.config.learning_starts, self.config.batch_size)
         stats = tf.cond(trained, lambda: self._train_graph(gradient_steps, beta),
                         lambda: {k: tf.zeros(self._lead) for k in TRAIN_STATS})
@@ -406,9 +417,8 @@ class DQN(Agent):
         if self.robust_schedule is not None:
             self.robust_schedule.update(steps_done, total)
         explore = cfg.exploration_fraction * total
-        workers = self.rollout_workers  # agents.distributed: Ape-X style collection on Ray
-        if cfg.backend == "graph" and self.fuse_graph_iteration and workers is None:
-            beta = linear(cfg.priority_beta, 1.0, steps_done, total)
+        beta = linear(cfg.priority_beta, 1.0, steps_done, total)
+        if self.collector.fused and self.fuse_graph_iteration:  # one compiled call
             trained, stats = self._iteration(
                 tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
                 tf.constant(explore, tf.float32), tf.constant(cfg.gradient_steps),
@@ -418,16 +428,11 @@ class DQN(Agent):
             if bool(trained):
                 self.num_updates.assign_add(1)
             return logs, cfg.train_freq * num_envs
-        if workers is None:
-            self._collect(tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
-                          tf.constant(explore, tf.float32))
-        else:
-            workers.collect_transitions(steps_done, explore)  # into self.buffer
+        batch = self.collect(**self._collection_args(steps_done, explore))
+        self._record(batch, self.collector.remote)  # Ray: the workers' copies collected
         logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
-        if workers is not None:
-            logs.update(workers.logs)  # per-worker steps/s, rollout time, restarts
+        logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
-            beta = linear(cfg.priority_beta, 1.0, steps_done, total)
             stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
             logs.update(self._stats_logs(stats))
             self.num_updates.assign_add(1)

@@ -127,6 +127,31 @@ def take_finished_episodes(env: VecEnv, done: np.ndarray, counts: np.ndarray,
             counts[i] += 1
 
 
+def run_episodes(act: Callable[[np.ndarray], np.ndarray], env: EnvSpec, n_episodes: int,
+                 num_envs: int, seed: int | None) -> tuple[list[float], list[int]]:
+    """``n_episodes`` full episodes of ``act(obs [num_envs, ...]) -> actions`` on a fresh vector
+    env of ``num_envs`` copies of ``env`` seeded with ``seed``, split evenly over the
+    sub-environments (:func:`episodes_split_evenly`); returns their returns and lengths.
+
+    >>> returns, lengths = run_episodes(lambda obs: np.zeros(len(obs), int), "CartPole-v1", 3, 2, 0)
+    >>> len(returns), all(r == n for r, n in zip(returns, lengths))
+    (3, True)
+    """
+    vec = make_vec_env(env, num_envs, seed=seed)
+    targets = episodes_split_evenly(n_episodes, num_envs)
+    counts = np.zeros(num_envs, int)
+    returns: list[float] = []
+    lengths: list[int] = []
+    try:
+        obs = vec.reset()
+        while (counts < targets).any():
+            obs, _r, term, trunc, _f = vec.step(act(obs))
+            take_finished_episodes(vec, term | trunc, counts, targets, returns, lengths)
+    finally:
+        vec.close()
+    return returns, lengths
+
+
 def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
     mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if isinstance(mode, str):

@@ -1,11 +1,14 @@
 """On-policy actor-critic machinery shared by REINFORCE, A2C and PPO.
 
-Two compiled functions per iteration, each traced once (one, ``_iteration()``, with
-``backend="graph"``: the environment is then TensorFlow ops stepped inside the rollout):
+Two compiled functions per iteration, each traced once; one, ``_iteration()``, when the
+collector is ``fused`` (:mod:`agents.collectors`: ``backend="graph"``, the environment is
+TensorFlow ops stepped inside the rollout). The algorithm asks its collector, never the backend:
 
-* ``_rollout()``: ``n_steps`` vector-env steps in one ``tf.function`` loop. The policy
-  samples in the graph; the environment is stepped through ``tf.numpy_function``; the
-  whole rollout is one graph call (no per-step Python beyond the env itself).
+* ``_rollout()``: ``n_steps`` steps of the collector's environments in one ``tf.function``
+  loop through the collector's traceable step (``tf.numpy_function`` around a gymnasium env,
+  or the env's own ops). The policy samples in the graph; the whole rollout is one graph call
+  (no per-step Python beyond a gymnasium env itself). Ray workers run the same rollout of their
+  copy of the agent (``Agent.collect``).
 * ``_train(batch)``: values, bootstrap values of final observations, targets (GAE or
   Monte-Carlo, under ``tf.stop_gradient``), then the algorithm's ``_update``.
 
@@ -35,6 +38,7 @@ import tensorflow_probability as tfp
 
 from agents._step import SeedAxisAdamStep, make_adam_step
 from agents.base import Agent, own_function
+from agents.collectors import check_batch
 from agents.config import OnPolicyConfig
 from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic, SeedRunningMeanStd
@@ -217,10 +221,7 @@ class OnPolicyAgent(Agent):
             a = tf.clip_by_value(a, self._low, self._high)
         return a
 
-    # -- rollout -------------------------------------------------------------------------
-    def _env_step_np(self, actions):
-        return self.env.step(actions)
-
+    # -- rollout (agents.collectors: the collector steps the environments) ------------------
     def _sample_actions(self, obs, seed):
         """Actions ``[N]`` int32 (discrete) or ``[N, d]`` float32 drawn from the policy at the
         (finite) observations ``obs`` with the stateless ``seed``. Discrete: the draw
@@ -236,12 +237,13 @@ class OnPolicyAgent(Agent):
         return self.model.distribution(obs).sample(seed=seed)
 
     def _rollout_graph(self):
+        """``n_steps`` steps of the collector's environments with the policy (its traceable
+        step: ``tf.numpy_function`` around a gymnasium env, or the env's TensorFlow ops); the
+        batch of :mod:`agents.collectors` with layouts ``[T, (S,) N, ...]``."""
         self.trace_counts["rollout"] += 1
         horizon, n_envs = self.config.n_steps, self.config.num_envs
-        graph_env = self.config.backend == "graph"
         envs = self._lead + (n_envs,)  # [(S,) N]
         obs_shape = envs + self.obs_shape
-        all_envs = self.env.num_envs  # S * N
         a_dtype = tf.int32 if self.discrete else tf.float32
         tas = {
             "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
@@ -252,13 +254,8 @@ class OnPolicyAgent(Agent):
             "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
         }
         obs = self._obs.read_value()
-        # backend="graph": the env state is carried by the loop, read and assigned once, and
-        # the episodes that end are recorded once after the loop (placeholders otherwise)
-        env_state, ended = tf.constant(0), tf.constant(0)
-        if graph_env:
-            env_state = self.env.state
-            ended = (tf.TensorArray(self.env.spec.dtype, size=horizon, element_shape=(all_envs,)),
-                     tf.TensorArray(tf.int32, size=horizon, element_shape=(all_envs,)))
+        collector = self.collector
+        carry = collector.begin(horizon)
         seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
         for t in tf.range(horizon):
             obs = self._perceived(obs, seeds[:, t])
@@ -267,13 +264,7 @@ class OnPolicyAgent(Agent):
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             a = self._sample_actions(safe, seeds[:, t])
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            a_env = self._join_envs(a_env)
-            if graph_env:
-                env_state, out, (ended_return, ended_length) = \
-                    self.env.step_state(env_state, a_env)
-                ended = (ended[0].write(t, ended_return), ended[1].write(t, ended_length))
-            else:
-                out = self._env_step_in_graph(a_env)
+            carry, out = collector.step(carry, self._join_envs(a_env), t)
             nobs, r, term, trunc, fin = (self._split_envs(x) for x in out)
             tas["obs"] = tas["obs"].write(t, obs)
             tas["actions"] = tas["actions"].write(t, a)
@@ -283,11 +274,10 @@ class OnPolicyAgent(Agent):
             tas["final_obs"] = tas["final_obs"].write(t, fin)
             obs = nobs
         self._obs.assign(obs)
+        collector.end(carry)
         batch = {k: v.stack() for k, v in tas.items()}
-        if graph_env:
-            self.env.write_state(env_state)
-            done = tf.reshape(batch["terminated"] | batch["truncated"], [horizon, all_envs])
-            self.env.record_episodes(done, ended[0].stack(), ended[1].stack())
+        check_batch(batch, horizon, envs, self.obs_shape, self.discrete,  # static: at trace
+                    None if self.discrete else int(self.env.single_action_space.shape[0]))
         return batch
 
     def _iteration_graph(self):
@@ -398,16 +388,18 @@ class OnPolicyAgent(Agent):
         logs["learning_rate"] = lr
         return logs, n
 
+    def _collection(self):
+        return self._rollout()
+
+    def _batch_shape(self, kwargs):
+        return self.config.n_steps, self._lead + (self.config.num_envs,)
+
     def _train_iteration(self, steps_done, total):
-        cfg = self.config
         lr = self._start_iteration(steps_done, total)
-        workers = self.rollout_workers  # agents.distributed: the same rollout on Ray actors
-        if cfg.backend == "graph":
+        if self.collector.fused:  # the collector's step is TensorFlow ops: one compiled call
             stats = self._iteration()
         else:
-            batch = self._rollout() if workers is None else workers.collect()
-            stats = self._train(batch)
+            stats = self._train(self.collect())
         logs, n = self._finish_iteration(stats, lr)
-        if workers is not None:
-            logs.update(workers.logs)  # per-worker steps/s, rollout time, restarts
+        logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
         return logs, n

@@ -80,8 +80,8 @@ def local_ray():
 
 def recording(collect, store):
     """``collect`` wrapped so that every batch it returns is also appended to ``store`` as numpy."""
-    def wrapper():
-        batch = collect()
+    def wrapper(*args, **kwargs):
+        batch = collect(*args, **kwargs)
         store.append({k: v.numpy() for k, v in batch.items()})
         return batch
     return wrapper

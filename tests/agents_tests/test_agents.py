@@ -191,7 +191,7 @@ def test_compiled_steps_trace_once(ppo, dqn):
     ppo.learn(256, progress_bar=False)
     dqn.learn(128, progress_bar=False)
     assert ppo.trace_counts == {"rollout": 1, "train": 1}
-    assert dqn.trace_counts == {"collect": 1, "train": 1}
+    assert dqn.trace_counts == {"collect": 1, "record": 1, "train": 1}
     # epsilon decayed linearly to its final value over exploration_fraction of the budget
     assert float(dqn.epsilon.numpy()) == pytest.approx(dqn.config.exploration_final_eps)
 

@@ -42,6 +42,13 @@ def test_one_seed_is_bit_identical_to_the_dqn_before_the_seed_axis(backend, prio
     assert _digest(agent) == before
 
 
+def _fill(agent, n_steps):
+    """``n_steps`` epsilon-greedy steps of every env into the replay buffer (the public
+    ``collect``, then the learner's record)."""
+    batch = agent.collect(**dict(agent._collection_args(0, 100.0), n_steps=n_steps))
+    agent._record(batch, False)
+
+
 def _copy_seed_state(many, s, one):
     """Seed ``s``'s observation statistics and replay buffer into ``one`` (by hand, not by
     export: the test must not lean on the code it checks)."""
@@ -64,9 +71,8 @@ def test_each_seeds_slice_updates_as_that_seed_alone(overrides):
     for s, one in enumerate(alone):  # initial online and target networks: slice s is seed s's
         for x, y in zip(many.get_weights(), one.get_weights()):
             np.testing.assert_array_equal(x[s], y)
-    many._reset_env()
-    many._collect(tf.constant(24), tf.constant(0, tf.int64), tf.constant(100.0))
-    assert int(many.buffer.size.numpy()) == 48
+    _fill(many, 24)
+    assert int(many.buffer.size.numpy()) == 48 and int(many.num_timesteps.numpy()) == 48
     idx, weights = many._sample(tf.constant(0.5))
     batch = many.buffer.gather(idx)
     stats, td = many._gradient_step(batch, weights)
@@ -157,8 +163,7 @@ def test_seed_axis_adam_matches_separate_adams_through_a_rejected_step():
 
 def test_a_nonfinite_seed_is_rejected_alone_and_the_other_steps():
     many = agents.DQN(num_seeds=2, seed=0, backend="graph", **SMALL)
-    many._reset_env()
-    many._collect(tf.constant(16), tf.constant(0, tf.int64), tf.constant(100.0))
+    _fill(many, 16)
     idx, _ = many._sample(tf.constant(0.5))
     batch = dict(many.buffer.gather(idx))
     obs = batch["obs"].numpy()

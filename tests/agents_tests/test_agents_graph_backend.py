@@ -142,7 +142,7 @@ def test_every_algorithm_accepts_the_graph_backend(algo):
         concrete = agent._iteration.get_concrete_function(
             tf.constant(1), tf.constant(0, tf.int64), tf.constant(1.0), tf.constant(1),
             tf.constant(1.0))
-        assert agent.trace_counts == {"iteration": 1, "collect": 1, "train": 1}
+        assert agent.trace_counts == {"iteration": 1, "collect": 1, "record": 1, "train": 1}
     else:
         concrete = agent._iteration.get_concrete_function()
         assert agent.trace_counts == {"iteration": 1, "rollout": 1, "train": 1}

@@ -67,7 +67,8 @@ def test_new_transitions_enter_at_the_top_priority():
     top = float(agent.buffer.max_priority.numpy())
     assert top > 1.0  # raised by the TD errors of the first updates
     # collection only (no update afterwards, which would re-prioritise what it draws)
-    agent._collect(tf.constant(32), tf.constant(64, tf.int64), tf.constant(1.0))
+    batch = agent.collect(**dict(agent._collection_args(64, 1.0), n_steps=32))
+    agent._record(batch, False)
     np.testing.assert_allclose(agent.buffer.priority.numpy()[64:96], top, rtol=1e-6)
 
 
