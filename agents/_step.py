@@ -107,6 +107,13 @@ class SeedAxisAdamStep(tf.Module):
     Its attributes are :class:`AdamSlots`' (``learning_rate``, ``iterations [S]`` int64, ``m``,
     ``v``): it is both the ``gradient_step`` and the ``optimizer`` of a seed-axis agent.
 
+    Fast path: when every seed steps and all counts are equal (no seed was ever rejected or
+    frozen: the common case), the clipped gradients go to TensorFlow's fused
+    ``ResourceApplyAdam``, one op per variable for all seeds (the same math, with the
+    PyTorch-style ``eps`` as ``transforms.adam``'s fused path writes it); otherwise the masked
+    per-seed ops above. On DQN's 256x256 network for 8 seeds the fused path takes about half the
+    time of the masked one (docs/benchmarks/agents.md).
+
     >>> v = tf.Variable([[1.0, -1.0], [1.0, -1.0]])
     >>> step = SeedAxisAdamStep([v], 0.1, max_grad_norm=0.5)
     >>> out = step.step([tf.constant([[3.0, 4.0], [float("nan"), 0.0]])])
@@ -147,8 +154,29 @@ class SeedAxisAdamStep(tf.Module):
                              self.max_grad_norm / tf.maximum(norm, 1e-30), 1.0)
         else:
             scale = tf.ones_like(norm)
+        uniform = tf.reduce_all(ok) & tf.reduce_all(
+            tf.equal(self.iterations, self.iterations[0]))
         count = self.iterations + tf.cast(ok, tf.int64)
         self.iterations.assign(count)
+        tf.cond(uniform, lambda: self._fused(grads, scale, count[0]),
+                lambda: self._masked(grads, scale, ok, count))
+        return {"grad_norm": norm, "applied": ok}
+
+    def _fused(self, grads, scale, count):
+        """Every seed steps with the same count: one ``ResourceApplyAdam`` per variable."""
+        t = tf.cast(count, tf.float32)
+        b1_power, b2_power = tf.pow(self.b1, t), tf.pow(self.b2, t)
+        eps = self.eps * tf.sqrt(1.0 - b2_power)  # the kernel's eps on sqrt(v): PyTorch's form
+        for p, m, v, g in zip(self.params, self.m, self.v, grads):
+            tf.raw_ops.ResourceApplyAdam(
+                var=p.handle, m=m.handle, v=v.handle, beta1_power=b1_power,
+                beta2_power=b2_power, lr=tf.convert_to_tensor(self.learning_rate),
+                beta1=tf.constant(self.b1), beta2=tf.constant(self.b2), epsilon=eps,
+                grad=g * self._per_seed(scale, g.shape.rank))
+        return tf.constant(True)
+
+    def _masked(self, grads, scale, ok, count):
+        """Seeds at different counts, or some not stepping: per-seed masked ops."""
         t = tf.cast(count, tf.float32)
         c1, c2 = 1.0 - tf.pow(self.b1, t), 1.0 - tf.pow(self.b2, t)
         for p, m, v, g in zip(self.params, self.m, self.v, grads):
@@ -162,4 +190,4 @@ class SeedAxisAdamStep(tf.Module):
             m.assign(tf.where(keep, m_new, m))
             v.assign(tf.where(keep, v_new, v))
             p.assign(tf.where(keep, p - update, p))
-        return {"grad_norm": norm, "applied": ok}
+        return tf.constant(False)

@@ -25,6 +25,18 @@ collection of their copy (``Agent.collect``) and the learner records their batch
 * every ``target_update_interval`` *environment* steps (as in Stable-Baselines3 and
   CleanRL) the target network is copied (``tau == 1``) or Polyak-averaged:
   ``target <- tau * online + (1 - tau) * target``.
+
+The seed axis (``num_seeds=S > 1``, DESIGN.md section 8): the same functions with a leading
+``[S, ...]`` on the networks (online and target, :class:`agents.networks.QNetwork` with a list
+of seeds), the observation statistics, Adam (:class:`agents._step.SeedAxisAdamStep`: per-seed
+clipping, guard and moments) and the replay buffer (:class:`agents.buffers.ReplayBuffer` with
+``num_seeds``: each seed samples its own minibatch from its own transitions, with its own
+priorities). The environments are ``S * num_envs`` (:mod:`agents.seed_axis`), acted on
+epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
+``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
+gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
+step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
+ordinary agent's. Robust training (``robust=``) stays one seed at a time.
 """
 
 from __future__ import annotations
@@ -36,8 +48,8 @@ import numpy as np
 import tensorflow as tf
 
 from agents import _sums, robust
-from agents._step import make_adam_step
-from agents.base import Agent
+from agents._step import SeedAxisAdamStep, make_adam_step
+from agents.base import Agent, own_function
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
 from agents.networks import QNetwork
@@ -47,6 +59,11 @@ from agents.schedules import linear
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
+
+
+def _mean(x: tf.Tensor) -> tf.Tensor:
+    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
+    return tf.reduce_mean(x) if x.shape.rank == 1 else tf.reduce_mean(x, axis=-1)
 
 
 def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
@@ -87,31 +104,44 @@ class DQN(Agent):
         cfg = self.config
         n_actions = int(self.env.single_action_space.n)
         self.n_actions = n_actions
+        many = self.num_seeds > 1
+        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
+        seed = self.seeds if many else cfg.seed
         self.q = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
-                          cfg.normalize_obs, cfg.seed, name="q")
+                          cfg.normalize_obs, seed, name="q")
         self.q_target = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
-                                 False, cfg.seed, name="q_target")
+                                 False, seed, name="q_target")
         self.q_target.obs_norm = self.q.obs_norm  # one normaliser, owned by the online net
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
-        self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
-            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
+        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
+            self.gradient_step = self.optimizer = SeedAxisAdamStep(
+                self.variables, cfg.learning_rate, cfg.max_grad_norm)
+        else:
+            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
-                                   cfg.prioritized_replay)
+                                   cfg.prioritized_replay,
+                                   num_seeds=self.num_seeds if many else None,
+                                   jit_compile=cfg.jit_compile)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
-        self._obs = tf.Variable(tf.zeros((cfg.num_envs,) + self.obs_shape), trainable=False, name="obs")
+        self._obs = tf.Variable(tf.zeros((self.env.num_envs,) + self.obs_shape), trainable=False,
+                                name="obs")
         self.trace_counts = collections.Counter()
         self.robust_schedule = None  # robust="sa"/"adv": eps and kappa of agents.robust
         if cfg.robust is not None:
             self.robust_schedule = robust.RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
                                                          cfg.robust_eps_warmup)
-        self._collect = tf.function(self._collect_graph)
-        self._record = tf.function(self._record_graph)
-        self._train_steps = tf.function(self._train_graph, jit_compile=cfg.jit_compile)
+        # own_function: one trace per agent, not read as retracing when many agents are built
+        self._collect = tf.function(own_function(self._collect_graph))
+        self._record = tf.function(own_function(self._record_graph))
+        self._train_steps = tf.function(own_function(self._train_graph),
+                                        jit_compile=cfg.jit_compile)
         # backend="graph": collection + gradient steps of an iteration in one compiled call
-        self._iteration = tf.function(self._iteration_graph, jit_compile=cfg.jit_compile)
+        self._iteration = tf.function(own_function(self._iteration_graph),
+                                      jit_compile=cfg.jit_compile)
 
     def _checkpoint_modules(self):
         return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,
@@ -128,14 +158,53 @@ class DQN(Agent):
     def _on_env_reset(self, obs):
         self._obs.assign(obs)
 
+    def _seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)`` variables for :func:`agents.seed_axis.export_seed`: networks,
+        observation statistics, Adam's moments and count, the replay buffer's contents and
+        priorities (each ``[S, ...]`` with the seed axis); the step counts, learning rate,
+        epsilon and the buffer's position and size (one for all seeds)."""
+        opt, buf = self.optimizer, self.buffer
+        per_seed = self._model_variables() + list(opt.m) + list(opt.v) + [opt.iterations]
+        per_seed += [buf.obs, buf.next_obs, buf.actions, buf.rewards, buf.terminated,
+                     buf.priority, buf.max_priority]
+        shared = [opt.learning_rate, self.num_timesteps, self.num_updates, self.grad_steps,
+                  self.epsilon, buf.pos, buf.size]
+        return per_seed, shared
+
+    def export(self, index: int) -> DQN:
+        """Seed ``self.seeds[index]`` as an ordinary (one-seed) DQN: its online and target
+        networks, Adam moments and count, observation statistics, replay buffer, step counts,
+        ``history`` and recent returns (:func:`agents.seed_axis.export_seed`). It saves,
+        loads, evaluates, is certified and attacked like any other.
+
+        >>> import agents
+        >>> many = agents.DQN(env="CartPole-v1", num_seeds=2, seed=5, hidden_sizes=(8,),
+        ...                   buffer_size=64, batch_size=8, preset=None)
+        >>> one = many.export(1)
+        >>> one.config.seed, one.num_seeds, one.q.net.weights_[0].shape.as_list()
+        (6, 1, [4, 8])
+        """
+        from agents.seed_axis import export_seed
+        return export_seed(self, index)
+
+    def _env_q(self, obs):
+        """``Q(obs, .)`` ``[E, n_actions]`` at the training envs' observations ``obs [E, ...]``
+        (``E = S * num_envs``, seed-major: each seed's block by its own network)."""
+        if not self._lead:
+            return self.q(obs)
+        q = self.q(tf.reshape(obs, self._lead + (self.config.num_envs,) + self.obs_shape))
+        return tf.reshape(q, [-1, self.n_actions])
+
     # -- public model access -------------------------------------------------------------
     def q_values(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
         """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
+        self._one_seed("q_values")
         return self.q(tf.convert_to_tensor(obs, tf.float32))
 
     def policy_surface(self) -> PolicySurface:
         """The greedy policy as attacks and certification see it: the online network's
         Q-values of the normalised observation (see :class:`agents.PolicySurface`)."""
+        self._one_seed("policy_surface")
         net = self.q.net
         return PolicySurface("q_values", net, obs_shape=self.obs_shape, normalizer=self._obs_rms(),
                              layers=list(zip(net.weights_, net.biases)),
@@ -211,7 +280,7 @@ class DQN(Agent):
     def _epsilon_greedy(self, obs, eps):
         """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
         safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-        greedy = tf.argmax(self.q(safe), axis=-1, output_type=tf.int32)
+        greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
         return self._explore(greedy, eps, self.rng)
 
     def _record_graph(self, batch, update_obs_stats):
@@ -220,7 +289,7 @@ class DQN(Agent):
         observation statistics (``update_obs_stats``: unless the collection already updated
         them, i.e. unless it ran elsewhere) and the last epsilon."""
         self.trace_counts["record"] += 1
-        n = self.collector.num_envs
+        n = self.collector.num_envs // self.num_seeds  # env steps per seed (the step count's unit)
         obs = batch["obs"]
         for t in tf.range(tf.shape(batch["actions"])[0]):
             self.buffer.add(obs[t], batch["actions"][t], batch["rewards"][t],
@@ -236,12 +305,12 @@ class DQN(Agent):
     # -- update --------------------------------------------------------------------------
     def td_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor
                    ) -> tf.Tensor:
-        """Double-DQN (or plain) TD targets, under ``tf.stop_gradient``."""
+        """Double-DQN (or plain) TD targets ``[(S,) B]``, under ``tf.stop_gradient``."""
         cfg = self.config
         next_q_target = self.q_target(next_obs)
         if cfg.double_dqn:
             a_star = tf.argmax(self.q(next_obs), axis=-1, output_type=tf.int32)
-            next_q = tf.gather(next_q_target, a_star, batch_dims=1)
+            next_q = tf.gather(next_q_target, a_star, batch_dims=a_star.shape.rank)
         else:
             next_q = tf.reduce_max(next_q_target, axis=-1)
         return td_target(rewards, next_q, terminated, cfg.gamma)
@@ -250,13 +319,14 @@ class DQN(Agent):
              terminated: tf.Tensor, weights: tf.Tensor | None = None
              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
-        targets; returns ``(loss, Q(obs, actions), TD errors)``."""
+        targets; returns ``(loss, Q(obs, actions), TD errors)``. With the seed axis every input
+        is ``[S, B, ...]`` and the loss ``[S]``, each seed's mean over its own batch."""
         target = self.td_targets(rewards, next_obs, terminated)
-        q = tf.gather(self.q(obs), actions, batch_dims=1)
+        q = tf.gather(self.q(obs), actions, batch_dims=actions.shape.rank)
         per_example = huber(q - target, self.config.huber_delta)
         if weights is not None:
             per_example = weights * per_example
-        return tf.reduce_mean(per_example), q, q - target
+        return _mean(per_example), q, q - target
 
     def _sample(self, beta):
         """Minibatch indices into the replay buffer and their loss weights: uniform, or
@@ -275,44 +345,52 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
 
+    def _gradient_step(self, batch, weights):
+        """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
+        ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
+        the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
+        cfg = self.config
+        obs = batch["obs"]
+        if cfg.robust == "adv":  # the update sees attacked s in Q(s, a); the buffer is clean
+            obs = robust.adversarial_observations(self, obs, cfg.robust_attack,
+                                                  self.robust_schedule.eps,
+                                                  cfg.robust_steps, self._seed())
+        obs_adv, greedy = obs, tf.zeros([cfg.batch_size], tf.int32)
+        if cfg.robust == "sa":
+            obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
+                                                         cfg.robust_steps, self._seed(),
+                                                         cfg.robust_method)
+        with tf.GradientTape() as tape:
+            loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
+                                    batch["next_obs"], batch["terminated"], weights)
+            hinge = tf.zeros(self._lead)
+            if cfg.robust == "sa":  # SA-DQN (Zhang et al. 2020)
+                hinge = robust.attacked_q_margin(self, obs_adv, greedy) \
+                    if cfg.robust_method != "convex" else robust.convex_margin_hinge(
+                        self, obs, self.robust_schedule.eps, greedy)
+                loss = loss + self.robust_schedule.kappa * hinge
+        grads = tape.gradient(loss, self.variables)  # of the sum over seeds: each seed's own
+        step = self._apply_gradients(grads)
+        self.grad_steps.assign_add(1)
+        return {"loss": loss, "q_mean": _mean(q), "sa_hinge": hinge,
+                "grad_norm": step["grad_norm"],
+                "updates_applied": tf.cast(step["applied"], tf.float32)}, td
+
     def _train_graph(self, n_steps, beta):
-        """``n_steps`` gradient steps on replay minibatches; returns :data:`TRAIN_STATS`."""
+        """``n_steps`` gradient steps on replay minibatches (each seed its own); returns
+        :data:`TRAIN_STATS` (``[S]`` each with the seed axis)."""
         self.trace_counts["train"] += 1
         cfg = self.config
-        sums = _sums.zeros(TRAIN_STATS[:-1])
+        sums = _sums.zeros(TRAIN_STATS[:-1], self._lead)
         for _ in tf.range(n_steps):
             idx, weights = self._sample(beta)
-            batch = self.buffer.gather(idx)
-            obs = batch["obs"]
-            if cfg.robust == "adv":  # the update sees attacked s in Q(s, a); the buffer is clean
-                obs = robust.adversarial_observations(self, obs, cfg.robust_attack,
-                                                      self.robust_schedule.eps,
-                                                      cfg.robust_steps, self._seed())
-            obs_adv, greedy = obs, tf.zeros([cfg.batch_size], tf.int32)
-            if cfg.robust == "sa":
-                obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
-                                                             cfg.robust_steps, self._seed(),
-                                                             cfg.robust_method)
-            with tf.GradientTape() as tape:
-                loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
-                                        batch["next_obs"], batch["terminated"], weights)
-                hinge = tf.constant(0.0)
-                if cfg.robust == "sa":  # SA-DQN (Zhang et al. 2020)
-                    hinge = robust.attacked_q_margin(self, obs_adv, greedy) \
-                        if cfg.robust_method != "convex" else robust.convex_margin_hinge(
-                            self, obs, self.robust_schedule.eps, greedy)
-                    loss = loss + self.robust_schedule.kappa * hinge
-            grads = tape.gradient(loss, self.variables)
+            stats, td = self._gradient_step(self.buffer.gather(idx), weights)
             if cfg.prioritized_replay:
                 self._update_priorities(idx, td)
-            step = self._apply_gradients(grads)
-            self.grad_steps.assign_add(1)
-            sums = _sums.add(sums, {"loss": loss, "q_mean": tf.reduce_mean(q), "sa_hinge": hinge,
-                                    "grad_norm": step["grad_norm"],
-                                    "updates_applied": tf.cast(step["applied"], tf.float32)})
+            sums = _sums.add(sums, stats)
         n = tf.cast(n_steps, tf.float32)
         stats = _sums.means(sums, n)
-        stats.update(updates_applied=sums["updates_applied"], updates_tried=n)
+        stats.update(updates_applied=sums["updates_applied"], updates_tried=n + tf.zeros(self._lead))
         return stats
 
     def _iteration_graph(self, n_steps, steps_done, explore_steps, gradient_steps, beta):
@@ -321,11 +399,12 @@ class DQN(Agent):
         stats)``: whether the gradient steps ran, and their :data:`TRAIN_STATS` (zeros if not)."""
         self.trace_counts["iteration"] += 1
         batch = self._collect_graph(n_steps, steps_done, explore_steps,
-                                    self.num_timesteps.read_value(), self.collector.num_envs)
+                                    self.num_timesteps.read_value(),
+                                    self.collector.num_envs // self.num_seeds)  # per seed
         self._record_graph(batch, False)
         trained = self.num_timesteps >= max(self.config.learning_starts, self.config.batch_size)
         stats = tf.cond(trained, lambda: self._train_graph(gradient_steps, beta),
-                        lambda: {k: tf.constant(0.0) for k in TRAIN_STATS})
+                        lambda: {k: tf.zeros(self._lead) for k in TRAIN_STATS})
         return trained, stats
 
     def _train_iteration(self, steps_done, total):
@@ -345,11 +424,9 @@ class DQN(Agent):
                 tf.constant(explore, tf.float32), tf.constant(cfg.gradient_steps),
                 tf.constant(beta))
             logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
+            logs.update(self._stats_logs(stats if bool(trained) else None))
             if bool(trained):
-                logs.update({k: float(v) for k, v in stats.items()})
                 self.num_updates.assign_add(1)
-            else:
-                logs["updates_tried"] = 0.0
             return logs, cfg.train_freq * num_envs
         batch = self.collect(**self._collection_args(steps_done, explore))
         self._record(batch, self.collector.remote)  # Ray: the workers' copies collected
@@ -357,8 +434,24 @@ class DQN(Agent):
         logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
         if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
             stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
-            logs.update({k: float(v) for k, v in stats.items()})
+            logs.update(self._stats_logs(stats))
             self.num_updates.assign_add(1)
         else:
-            logs["updates_tried"] = 0.0
+            logs.update(self._stats_logs(None))
         return logs, cfg.train_freq * num_envs
+
+    def _stats_logs(self, stats) -> dict:
+        """The logs of an iteration's :data:`TRAIN_STATS` (``None``: no gradient step yet). With
+        the seed axis: their means over seeds, and each seed's under ``"per_seed"``."""
+        if stats is None:
+            if not self._lead:
+                return {"updates_tried": 0.0}
+            zeros = [0.0] * self.num_seeds
+            return {"updates_tried": 0.0, "per_seed": {"updates_tried": zeros,
+                                                       "updates_applied": zeros}}
+        if not self._lead:
+            return {k: float(v) for k, v in stats.items()}
+        per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+        logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+        logs["per_seed"] = per_seed
+        return logs

@@ -1,8 +1,8 @@
 """Many seeds in one run: ``train_many(config, seeds, steps)``, and the statistics over seeds.
 
-``train_many`` is the on-policy agent with a seed axis (``num_seeds = len(seeds)``,
-:mod:`agents.onpolicy`): one program for all seeds, batched matmuls, per-seed environments,
-losses, clipping, guard, Adam, normalisation and ``target_kl`` masks, on either backend (the
+``train_many`` is the agent with a seed axis (``num_seeds = len(seeds)``, :mod:`agents.onpolicy`,
+:mod:`agents.dqn`): one program for all seeds, batched matmuls, per-seed environments, losses,
+clipping, guard, Adam, normalisation, replay buffers and ``target_kl`` masks, on either backend (the
 graph backend compiles the whole iteration of every seed into one call). It trains through the
 one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every`` (one ordinary saved
 agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
@@ -34,18 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from agents.config import OnPolicyConfig
+from agents.config import DQNConfig, OnPolicyConfig
 from robustgrad._checks import ArgumentTypeError, choice, positive_int
 
 
-def _agent_class(config: OnPolicyConfig):
+def _agent_class(config: OnPolicyConfig | DQNConfig):
     from agents.registry import ALGORITHMS
 
     cls = next((c for c in ALGORITHMS.values() if c.config_cls is type(config)
-                and isinstance(config, OnPolicyConfig)), None)
+                and isinstance(config, (OnPolicyConfig, DQNConfig))), None)
     if cls is None:
-        raise ValueError(f"config must be a PPOConfig, A2CConfig or REINFORCEConfig "
-                         f"(train_many runs on-policy agents), got {type(config).__name__}")
+        raise ValueError(f"config must be a PPOConfig, A2CConfig, REINFORCEConfig or DQNConfig "
+                         f"(the agents with a seed axis), got {type(config).__name__}")
     return cls
 
 
@@ -76,13 +76,13 @@ def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None
     return out
 
 
-def train_many(config: OnPolicyConfig, seeds: Sequence[int] | None = None,
+def train_many(config: OnPolicyConfig | DQNConfig, seeds: Sequence[int] | None = None,
                steps: int = 100_000, *, num_seeds: int | None = None, design: str | None = None,
                progress_bar: bool = False, callbacks: Any = None,
                handle_interrupts: bool = True) -> list:
     """Train one agent per seed, all seeds in one program with a seed axis (module doc).
 
-    ``config``: a PPO/A2C/REINFORCE config (its ``seed`` and ``num_seeds`` are replaced by the
+    ``config``: a PPO/A2C/REINFORCE/DQN config (its ``seed`` and ``num_seeds`` are replaced by the
     seeds'; any backend; ``jit_compile`` compiles the whole graph-backend iteration with XLA).
     ``seeds``: distinct ints >= 0, or ``num_seeds`` (seeds ``config.seed, config.seed + 1,
     ...``). ``steps``: environment steps per seed (rounded up to whole iterations).

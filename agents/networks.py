@@ -255,14 +255,23 @@ class ActorCritic(tf.Module):
 
 
 class QNetwork(tf.Module):
-    """Action values ``Q(s, .)`` for discrete actions."""
+    """Action values ``Q(s, .)`` for discrete actions. ``seed``: an int (``[B, ...]`` ->
+    ``[B, n_actions]``) or a list of ``S`` seeds (``S`` stacked networks with per-seed observation
+    statistics: ``[S, B, ...]`` -> ``[S, B, n_actions]``).
+
+    >>> q = QNetwork((4,), 2, (8,), seed=[0, 1])
+    >>> q(tf.zeros([2, 3, 4])).shape.as_list()
+    [2, 3, 2]
+    """
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int,
                  hidden: tuple[int, ...] = (120, 84), activation: str = "relu",
-                 normalize_obs: bool = False, seed: int = 0, name: str = "q"):
+                 normalize_obs: bool = False, seed: int | Sequence[int] = 0, name: str = "q"):
         super().__init__(name=name)
         in_dim = int(np.prod(obs_shape))
-        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs)
+        seeds = seed_list(seed)
+        self.num_seeds = None if seeds is None else len(seeds)
+        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
         self.net = MLP(in_dim, tuple(hidden), n_actions, activation, 1.0, seed, name="mlp")
 
     def __call__(self, obs: tf.Tensor) -> tf.Tensor:

@@ -1,10 +1,11 @@
-"""The seed axis of the on-policy agents: ``S`` seeds' environments as one vector env, and the
-moves between an ``S``-seed agent and ``S`` ordinary agents.
+"""The seed axis of the agents: ``S`` seeds' environments as one vector env, and the moves
+between an ``S``-seed agent and ``S`` ordinary agents.
 
-An on-policy agent built with ``num_seeds=S > 1`` (:class:`agents.PPO`, :class:`agents.A2C`,
-:class:`agents.REINFORCE`) is the same code as the one-seed agent with a leading seed axis on
-every tensor (:mod:`agents.onpolicy`); it steps the ``S * num_envs`` environments of this module,
-seed ``s``'s block of ``num_envs`` first reset from seed ``s`` as it would be alone:
+An agent built with ``num_seeds=S > 1`` (:class:`agents.PPO`, :class:`agents.A2C`,
+:class:`agents.REINFORCE`, :class:`agents.DQN`) is the same code as the one-seed agent with a
+leading seed axis on every tensor (:mod:`agents.onpolicy`, :mod:`agents.dqn`); it steps the
+``S * num_envs`` environments of this module, seed ``s``'s block of ``num_envs`` first reset
+from seed ``s`` as it would be alone:
 
 * :class:`SeedGraphEnv` (``backend="graph"``): one compiled batch of ``S * num_envs``
   environments (one op per step for all seeds). Its later resets draw from one key for the
@@ -15,8 +16,8 @@ seed ``s``'s block of ``num_envs`` first reset from seed ``s`` as it would be al
 
 Both report finished episodes with their seed (``drain_seed_episodes``). :func:`export_seed`
 writes slice ``s`` of an ``S``-seed agent into an ordinary agent (weights, Adam moments and
-count, normalisation statistics, step counts, history), which then saves, loads, evaluates and
-is attacked like any other; :func:`import_seed` is the inverse (resume).
+count, normalisation statistics, DQN's replay buffer, step counts, history), which then saves,
+loads, evaluates and is attacked like any other; :func:`import_seed` is the inverse (resume).
 
 >>> env = SeedGraphEnv("CartPole-v1", 2, seeds=[3, 4])
 >>> obs = env.reset()
@@ -141,7 +142,7 @@ class SeedVecEnv:
 
 
 def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
-    """The training env of an ``S``-seed on-policy agent (``S = len(seeds)``)."""
+    """The training env of an ``S``-seed agent (``S = len(seeds)``)."""
     if config.backend == "graph":
         return SeedGraphEnv(config.env, config.num_envs, seeds)
     return SeedVecEnv([make_vec_env(config.env, config.num_envs, seed=s,
@@ -149,20 +150,31 @@ def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
 
 
 # -- an S-seed agent <-> S ordinary agents --------------------------------------------------------
-def _paired_variables(many, one) -> list[tuple[tf.Variable, tf.Variable]]:
-    """``(variable [S, ...], variable [...])`` of everything that is per seed: networks and
-    observation statistics, Adam's moments and count, reward statistics and return accumulator."""
-    pairs = list(zip(many.model.variables, one.model.variables))
-    pairs += list(zip(many.optimizer.m, one.optimizer.m)) + list(zip(many.optimizer.v,
-                                                                     one.optimizer.v))
-    pairs.append((many.optimizer.iterations, one.optimizer.iterations))
-    pairs += list(zip(many.reward_rms.variables, one.reward_rms.variables))
-    pairs += [(many._ret_acc, one._ret_acc), (many._last_end, one._last_end)]
+def _state(agent) -> tuple[list[tf.Variable], list[tf.Variable]]:
+    """``(per seed, shared)``: the variables that carry the seed axis and those all seeds share.
+    An agent may declare them (``_seed_axis_state()``, as :class:`agents.DQN` does); an
+    on-policy agent's are its networks and observation statistics, Adam's moments and count,
+    reward statistics and return accumulator; the learning rate and step counts."""
+    own = getattr(agent, "_seed_axis_state", None)
+    if own is not None:
+        return own()
+    opt = agent.optimizer
+    per_seed = list(agent.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
+    per_seed += list(agent.reward_rms.variables) + [agent._ret_acc, agent._last_end]
+    return per_seed, [opt.learning_rate, agent.num_timesteps, agent.num_updates]
+
+
+def _paired_variables(many, one) -> tuple[list[tuple[tf.Variable, tf.Variable]],
+                                          list[tuple[tf.Variable, tf.Variable]]]:
+    """``(variable [S, ...], variable [...])`` of everything that is per seed (:func:`_state`),
+    and ``(variable, variable)`` of what the seeds share."""
+    (per_many, shared_many), (per_one, shared_one) = _state(many), _state(one)
+    pairs = list(zip(per_many, per_one))
     for a, b in pairs:
         if tuple(a.shape[1:]) != tuple(b.shape):
             raise ValueError(f"agent: variable {b.name} has shape {tuple(b.shape)}, the seed axis "
                              f"holds {tuple(a.shape[1:])}: the two agents' networks differ")
-    return pairs
+    return pairs, list(zip(shared_many, shared_one))
 
 
 def export_seed(agent: Any, index: int) -> Any:
@@ -174,11 +186,11 @@ def export_seed(agent: Any, index: int) -> Any:
         raise ValueError(f"index: must be in [0, {agent.num_seeds}), got {index}")
     cfg = dataclasses.replace(agent.config, seed=agent.seeds[index], num_seeds=1)
     one = type(agent)(cfg)
-    for a, b in _paired_variables(agent, one):
+    pairs, shared = _paired_variables(agent, one)
+    for a, b in pairs:
         b.assign(a[index])
-    one.optimizer.learning_rate.assign(agent.optimizer.learning_rate)
-    one.num_timesteps.assign(agent.num_timesteps)
-    one.num_updates.assign(agent.num_updates)
+    for a, b in shared:
+        b.assign(a)
     one.history = list(agent.seed_histories[index])
     one.episode_returns.extend(agent.seed_episode_returns[index])
     one.rejected_steps = agent.seed_rejected_steps[index]
@@ -189,11 +201,11 @@ def export_seed(agent: Any, index: int) -> Any:
 def import_seed(agent: Any, index: int, one: Any) -> None:
     """Write the ordinary agent ``one`` into slice ``index`` of the ``S``-seed ``agent``
     (the inverse of :func:`export_seed`; step counts must agree across seeds)."""
-    for a, b in _paired_variables(agent, one):
+    pairs, shared = _paired_variables(agent, one)
+    for a, b in pairs:
         a.assign(tf.tensor_scatter_nd_update(a, [[index]], b.read_value()[None]))
-    agent.optimizer.learning_rate.assign(one.optimizer.learning_rate)
-    agent.num_timesteps.assign(one.num_timesteps)
-    agent.num_updates.assign(one.num_updates)
+    for a, b in shared:
+        a.assign(b)
     agent.seed_histories[index] = list(one.history)
     agent.seed_episode_returns[index].extend(one.episode_returns)
     agent.seed_rejected_steps[index] = one.rejected_steps

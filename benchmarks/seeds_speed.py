@@ -19,6 +19,20 @@ compile), then the full ``steps`` from scratch (which traces again); the steady 
 ``(steps - one iteration) * seeds / (full - short)`` in CPU seconds (``time.process_time``, all
 threads of the child) and in wall seconds. Compile/trace time is the short run's. The load
 average before and after is printed: these machines are shared.
+
+``--algo dqn`` (issue 22, "DQN 8 seeds against 8 sequential runs"): DQN CartPole-v1 with the
+shipped ``dqn-CartPole-v1`` preset (train_freq 256, 128 gradient steps of 64 rows, 256x256 net),
+``--seeds`` seeds in one program (``agents.DQN(num_seeds=S)``: the seed axis) against ``S``
+sequential one-seed runs (``agents.DQN(seed=s)``, one after the other in one process), the same
+env steps per seed, on the graph backend and on the gymnasium backend (rows interleaved)::
+
+    python benchmarks/seeds_speed.py --algo dqn --steps 20000 --seeds 8
+
+Each child first trains a tiny untimed agent (TensorFlow's start-up), then a short run up to the
+first gradient phase (``learning_starts`` rounded up to whole iterations: tracing and compiling
+of one agent), then the full runs. Steady rate: ``S * (steps - short) / (full - k * short)`` with
+``k`` the number of agents the full runs build (1 on the seed axis, ``S`` sequential: each
+sequential agent traces and compiles its own functions); ``incl. compile``: ``S * steps / full``.
 """
 
 from __future__ import annotations
@@ -65,6 +79,48 @@ def _child(kind: str, n_seeds: int, steps: int, settings: str) -> dict:
             "eval_returns": returns, "seeds": n_seeds}
 
 
+def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
+    import agents
+
+    cfg = agents.config.make_config(agents.DQNConfig, "dqn", agents.config.AUTO,
+                                    env="CartPole-v1", backend=backend)
+    per_iteration = cfg.train_freq * cfg.num_envs
+    short = -(-max(cfg.learning_starts, cfg.batch_size) // per_iteration) * per_iteration
+    agents.DQN(cfg, hidden_sizes=(8,), learning_starts=0, train_freq=8, gradient_steps=1,
+               buffer_size=64).learn(16, progress_bar=False)  # start-up, untimed
+
+    def run(budget, seeds):
+        if kind == "axis":
+            many = agents.DQN(cfg, num_seeds=len(seeds), seed=seeds[0])
+            many.learn(budget, progress_bar=False)
+            return [many.export(k) for k in range(len(seeds))]
+        out = []
+        for s in seeds:  # one seed after the other, each its own agent
+            one = agents.DQN(cfg, seed=s)
+            one.learn(budget, progress_bar=False)
+            out.append(one)
+        return out
+
+    times = {}
+    for name, budget, seeds in (("short", short, list(range(n_seeds)) if kind == "axis" else [0]),
+                                ("full", steps, list(range(n_seeds)))):
+        cpu, wall = time.process_time(), time.perf_counter()
+        trained = run(budget, seeds)
+        times[name] = (time.process_time() - cpu, time.perf_counter() - wall)
+    done = int(trained[0].num_timesteps.numpy())  # whole iterations
+    builds = 1 if kind == "axis" else n_seeds
+    cpu_s = times["full"][0] - builds * times["short"][0]
+    wall_s = times["full"][1] - builds * times["short"][1]
+    returns = [a.evaluate(5)["mean_return"] for a in trained]
+    return {"steps_per_cpu_second": (done - short) * n_seeds / cpu_s,
+            "steps_per_wall_second": (done - short) * n_seeds / wall_s,
+            "incl_compile_steps_per_cpu_second": done * n_seeds / times["full"][0],
+            "incl_compile_steps_per_wall_second": done * n_seeds / times["full"][1],
+            "compile_cpu_s": times["short"][0], "compile_wall_s": times["short"][1],
+            "full_cpu_s": times["full"][0], "full_wall_s": times["full"][1],
+            "steps_per_seed": done, "eval_returns": returns, "seeds": n_seeds}
+
+
 def _run(kind, n, steps, settings, tree=None) -> dict:
     script = os.path.abspath(__file__)
     env = dict(os.environ)
@@ -89,6 +145,8 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--settings", default="preset", choices=("preset", "purejaxrl"))
     p.add_argument("--compare-tree", default=None, help="also this checkout's rows (before)")
+    p.add_argument("--algo", default="ppo", choices=("ppo", "dqn"),
+                   help="dqn: S seeds on the seed axis against S sequential runs (module doc)")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -96,9 +154,15 @@ def main(argv=None) -> None:
     if args.part is not None:
         if args.root:
             sys.path[0:1] = [args.root]
-        print("RESULT " + json.dumps(_child(args.part, args.n, args.steps, args.settings)),
-              flush=True)
+        if args.part.startswith("dqn-"):
+            _, kind, backend = args.part.split("-")
+            row = _dqn_child(kind, args.n, args.steps, backend)
+        else:
+            row = _child(args.part, args.n, args.steps, args.settings)
+        print("RESULT " + json.dumps(row), flush=True)
         return
+    if args.algo == "dqn":
+        return _dqn_main(args)
     load = os.getloadavg()
     plan = [("ppo", 1), ("many", 1), ("many", args.seeds)]
     rows = {}
@@ -130,6 +194,41 @@ def main(argv=None) -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
                       "steps": args.steps, "settings": args.settings}))
+
+
+def _dqn_main(args) -> None:
+    load = os.getloadavg()
+    rows = {}
+    for backend in ("graph", "gymnasium"):
+        for kind in ("sequential", "axis"):
+            name = f"dqn {backend} {kind} x{args.seeds}"
+            row = rows[name] = _run(f"dqn-{kind}-{backend}", args.seeds, args.steps,
+                                    args.settings)
+            print(f"{name:>30}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
+                  f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
+                  f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
+                  f"{row['incl_compile_steps_per_wall_second']:7.0f} /wall s; compile "
+                  f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall) per "
+                  f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
+                  f"returns {[round(r) for r in row['eval_returns']]}", flush=True)
+    for backend in ("graph", "gymnasium"):
+        a, b = (rows[f"dqn {backend} {k} x{args.seeds}"] for k in ("axis", "sequential"))
+        r = {k: a[k] / b[k] for k in ("steps_per_cpu_second", "steps_per_wall_second",
+                                      "incl_compile_steps_per_cpu_second",
+                                      "incl_compile_steps_per_wall_second")}
+        print(f"{backend}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per CPU s, "
+              f"{r['steps_per_wall_second']:.2f}x per wall s steady; "
+              f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
+              f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
+    axis = {b: rows[f"dqn {b} axis x{args.seeds}"]["steps_per_cpu_second"]
+            for b in ("graph", "gymnasium")}
+    print(f"seed axis: graph / gymnasium = {axis['graph'] / axis['gymnasium']:.2f}x per CPU s")
+    after = os.getloadavg()
+    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
+          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
+                      "steps": args.steps, "algo": "dqn"}))
 
 
 if __name__ == "__main__":

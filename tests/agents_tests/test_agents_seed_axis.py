@@ -159,9 +159,9 @@ def test_seed_axis_bad_input_is_refused_before_work():
         agents.PPO(num_seeds=2, transform=transforms.identity(), **SMALL)
     with pytest.raises(ValueError, match="rollout_workers: Ray workers collect for one seed"):
         agents.PPO(num_seeds=2, rollout_workers=2, **dict(SMALL, backend="gymnasium"))
-    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig or "
-                                         "REINFORCEConfig"):
-        agents.train_many(agents.DQNConfig(), seeds=[0, 1], steps=32)
+    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig, "
+                                         "REINFORCEConfig or DQNConfig"):
+        agents.train_many(agents.config.AgentConfig(), seeds=[0, 1], steps=32)
     many = agents.PPO(num_seeds=3, seed=4, **SMALL)
     for call in (lambda: many.evaluate(1), lambda: many.act(np.zeros(4))):
         with pytest.raises(ValueError, match=r"this agent holds 3 seeds \(4-6\); "
