@@ -55,8 +55,9 @@ def test_seed_lists_and_num_seeds_are_checked():
     cfg = agents.PPOConfig(**{k: v for k, v in SMALL.items() if k != "preset"})
     with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
         train_many(cfg, num_seeds=0, steps=32)
-    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig or REINFORCEConfig"):
-        train_many(agents.DQNConfig(backend="graph"), seeds=[0], steps=32)
+    with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig, "
+                                         "REINFORCEConfig or DQNConfig"):
+        train_many(agents.config.AgentConfig(), seeds=[0], steps=32)
     with pytest.raises(ValueError, match="design must be one of"):
         train_many(cfg, seeds=[0], steps=32, design="fast")
 
