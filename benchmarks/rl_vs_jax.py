@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import os
 import resource
@@ -134,7 +133,7 @@ def dqn_many_available() -> bool:
     """Whether the tree trains many DQN seeds in one program (``agents.DQN(num_seeds=...)``)."""
     import agents
 
-    return "num_seeds" in inspect.signature(agents.DQN).parameters
+    return "num_seeds" in {f.name for f in dataclasses.fields(agents.DQNConfig)}
 
 
 def _child(part: str, steps: int, seeds: int, threads: int | None = None) -> None:
@@ -275,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['ours graph x1']['per_cpu_s'] / r['ours gymnasium x1']['per_cpu_s']:.2f}x")
     available = _ours("dqn-available", 1, 1, args.cpus)["available"]
     print(f"DQN {args.seeds} seeds in one program vs {args.seeds} sequential runs: "
-          + ("run benchmarks/agents_speed.py --dqn-steps (not wired here yet)" if available
+          + ("benchmarks/seeds_speed.py --algo dqn measures it" if available
              else "not available (the tree has no many-seed DQN)"))
     versions = {**med["ours graph x1"].get("versions", {}), **med["purejaxrl x1"].get("versions", {})}
     after = os.getloadavg()
