@@ -69,7 +69,7 @@ _SETTING_FLAGS = ("eps", "steps", "step_size", "beta", "epochs", "batch_size", "
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
                 "val_size", "val_steps",
                 "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "no_progress",
-                "show_native_log", "override", "overrides",
+                "show_native_log", "threads", "override", "overrides",
                 "stop_after_steps"}  # (a hidden test flag of earlier versions, in old configs)
 
 
