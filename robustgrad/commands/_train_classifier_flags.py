@@ -1,0 +1,166 @@
+"""The flags of ``robustgrad train-classifier`` (its command module, :mod:`robustgrad.commands.
+train_classifier`, checks and runs them). Only ``argparse`` here: the parser is built before
+TensorFlow loads.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> add_arguments(p)
+>>> args = p.parse_args(["--out", "runs/x", "--method", "smoothadv", "--sigma", "0.5"])
+>>> args.method, args.sigma, args.data
+('smoothadv', 0.5, 'digits')
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_arguments"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
+    g = p.add_argument_group("data and model")
+    g.add_argument("--data", default="digits",
+                   help="digits (default, embedded), mnist, fashion_mnist, cifar10, cifar100, "
+                        "svhn (downloaded on first use into the cache), or a path: an .npz "
+                        "holding x_train, y_train, x_test, y_test, a directory of the IDX / "
+                        "CIFAR binary / SVHN .mat files, or an image folder")
+    g.add_argument("--no-download", action="store_true",
+                   help="never download a named dataset (say which file to put where instead)")
+    g.add_argument("--arch", default=None,
+                   help="cnn (default; ibp/crown-ibp: ibp-small), mlp, ibp-small (Gowal et al.'s "
+                        "small CNN for certified training), preactresnet18, wideresnet, "
+                        "wrn-DEPTH-WIDEN (e.g. wrn-28-10)")
+    g.add_argument("--augment", action="store_true", default=None,
+                   help="pad-4 random crops, and horizontal flips for colour images (default: "
+                        "the recipe's, else off)")
+    g.add_argument("--limit", type=int, default=None,
+                   help="use only the first N training examples (quick runs)")
+    g.add_argument("--width", type=int, default=64,
+                   help="channels of the first conv layer of cnn and preactresnet18 (default 64)")
+    g.add_argument("--init-from", default=None, metavar="M.keras",
+                   help="start from an existing classifier (logits output) instead of a new CNN")
+    g.add_argument("--freeze", default=None, metavar="PATTERNS",
+                   help="comma-separated layer names/globs to freeze (prefix re: for a regex)")
+    g = p.add_argument_group("method")
+    g.add_argument("--method", default="madry",
+                   help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
+                        "weight perturbation), ibp, crown-ibp (certified training: Gowal et al. "
+                        "2018, Zhang et al. 2020), clean, gaussian (noise of std --eps, for "
+                        "randomized smoothing: Cohen et al. 2019), smoothadv (L2 PGD of radius "
+                        "--eps against the smoothed classifier, then noisy copies: Salman et "
+                        "al. 2019)")
+    g.add_argument("--recipe", default=None,
+                   help="published settings to start from: auto (default: the recipe of this "
+                        "method, dataset and architecture when one exists, e.g. "
+                        "wong2020-fast-mnist), none (the method's defaults), or a recipe name "
+                        "(attacks/training/recipes.json); explicit flags override it")
+    g.add_argument("--eps", type=float, default=None,
+                   help="perturbation budget (default: the recipe's, else 0.1)")
+    g.add_argument("--norm", default=None, help="linf (default) or l2 (smoothadv: l2 only)")
+    g.add_argument("--sigma", type=float, default=None,
+                   help="smoothadv: std of the smoothing noise (default: the recipe's, else "
+                        "0.25; gaussian takes it from --eps)")
+    g.add_argument("--noise-draws", type=int, default=None,
+                   help="smoothadv: noise draws m per example, in the attack and the loss "
+                        "(default: the recipe's, else 2)")
+    g.add_argument("--steps", type=int, default=None,
+                   help="PGD steps (madry/trades, default 10) or replays (free, default 4)")
+    g.add_argument("--step-size", type=float, default=None,
+                   help="attack step (default 2.5*eps/steps; fast 1.25*eps; free eps)")
+    g.add_argument("--beta", type=float, default=None,
+                   help="TRADES / MART KL weight (default: the recipe's, else 6)")
+    g.add_argument("--awp-gamma", type=float, default=None,
+                   help="awp: relative size of the weight perturbation (default 0.01)")
+    g.add_argument("--adv-ratio", type=float, default=1.0,
+                   help="weight of the adversarial loss vs the clean loss (default 1)")
+    g.add_argument("--warmup-epochs", type=float, default=None,
+                   help="ramp eps linearly from 0 over this many epochs (default: the recipe's, "
+                        "else 0; ibp/crown-ibp: half of --epochs)")
+    g.add_argument("--warmup-delay-epochs", type=float, default=None,
+                   help="epochs at eps 0 before the ramp starts (default: the recipe's, else 0)")
+    g.add_argument("--kappa-final", type=float, default=None,
+                   help="ibp/crown-ibp: weight of the clean loss at full eps, from 1 at eps 0 "
+                        "(default 0.5)")
+    g.add_argument("--beta-final", type=float, default=None,
+                   help="crown-ibp: weight of the CROWN-IBP bound against IBP at full eps, from 1 "
+                        "at eps 0 (default 0)")
+    g.add_argument("--no-random-start", action="store_true", help="start attacks at x")
+    g.add_argument("--craft-training", action="store_true",
+                   help="craft attacks with the model in training mode (default: inference)")
+    g.add_argument("--no-guard", action="store_true",
+                   help="fast: disable the catastrophic-overfitting guard")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=int, default=None,
+                   help="epochs (default: the recipe's, else madry/trades/fast 40, free 10, "
+                        "clean 20)")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="global batch size (default: the recipe's, else 64)")
+    g.add_argument("--optimizer", default=None,
+                   help="adam or sgd (default: the recipe's, else adam)")
+    g.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default: the recipe's, else fast 5e-3, the other "
+                        "methods 1e-3)")
+    g.add_argument("--schedule", default=None,
+                   help="learning-rate schedule: constant, cosine, cyclic (one-cycle: up to "
+                        "--lr at 2/5 of the run, then down to 0) or piecewise (x0.1 at 1/2 and "
+                        "3/4 of the run) (default: the recipe's, else fast cyclic, the other "
+                        "methods cosine)")
+    g.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum (default: the recipe's, else 0.9)")
+    g.add_argument("--weight-decay", type=float, default=None,
+                   help="L2 weight decay added to the gradient, as PyTorch's SGD does "
+                        "(default: the recipe's, else 0)")
+    g.add_argument("--label-smoothing", type=float, default=None,
+                   help="label smoothing of the training loss (default 0)")
+    g.add_argument("--ema", type=float, default=None, metavar="DECAY",
+                   help="save the exponential moving average of the weights (Gowal et al. "
+                        "2020: 0.995) as the model; checkpoints keep the raw weights and the "
+                        "average (default: the recipe's, else off)")
+    g.add_argument("--early-stop", action="store_true", default=None,
+                   help="robust early stopping (Rice et al. 2020): hold --val-size training "
+                        "examples out, measure PGD accuracy on them each epoch and keep the "
+                        "best epoch's weights")
+    g.add_argument("--max-grad-norm", type=float, default=10.0,
+                   help="clip the global gradient norm (default 10; 0 disables)")
+    g.add_argument("--grad-accum", type=int, default=1,
+                   help="accumulate gradients over K batches per update (default 1)")
+    g.add_argument("--mixed-precision", action="store_true",
+                   help="mixed_float16 compute with dynamic loss scaling (attacks still use "
+                        "float32 inputs and input gradients)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--no-deterministic", action="store_true",
+                   help="do not enable TensorFlow op determinism")
+    g = p.add_argument_group("running")
+    g.add_argument("--out", required=True,
+                   help="output directory of the run (required; see the files listed above)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the artefacts of an existing run in --out")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in --out (same configuration)")
+    g.add_argument("--override", default=None, metavar="KEY[,KEY]",
+                   help="with --resume: let these configuration keys change (e.g. epochs); "
+                        "recorded in config.json")
+    g.add_argument("--strategy", default="none",
+                   help="none (default), mirrored, or multiworker (reads TF_CONFIG)")
+    g.add_argument("--logical-cpus", type=int, default=0,
+                   help="mirrored on a CPU-only host: split the CPU into N logical devices")
+    g.add_argument("--export", default=None, metavar="DIR",
+                   help="also write a TF-Serving SavedModel of the classifier to DIR")
+    g.add_argument("--val-size", type=int, default=512,
+                   help="examples of the per-epoch validation (clean and PGD accuracy): the "
+                        "first N test examples, or N held-out training examples with "
+                        "--early-stop (default 512; 0: no per-epoch validation)")
+    g.add_argument("--val-steps", type=int, default=10,
+                   help="PGD steps of the per-epoch robust validation (default 10; 0: clean "
+                        "only). PGD-10 overstates robustness: the final report is the measure")
+    g.add_argument("--eval-attacks", default="pgd50x5,apgd-ce,apgd-t,square",
+                   help="attacks of the final report (attacks.evaluate names; pgdKxR = PGD-K "
+                        "with R restarts); default pgd50x5,apgd-ce,apgd-t,square")
+    g.add_argument("--eval-eps", default=None, help="comma-separated eps list (default --eps)")
+    g.add_argument("--eval-limit", type=int, default=None,
+                   help="evaluate on the first N test examples only")
+    g.add_argument("--no-eval", action="store_true", help="skip the final robustness report")
+    g.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
+                   help="0 silent, 1 progress bar (default), 2 one line per epoch")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
