@@ -9,23 +9,7 @@ import pytest
 
 import attacks
 from attacks.certify import margin_lower_bounds, verified_accuracy
-from attacks.data import load_dataset
 from robustgrad.cli import main as cli_main
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
-
-
-@pytest.fixture(scope="module")
-def mlp(digits):
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
-                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(digits.x_train, digits.y_train, epochs=8, batch_size=64, verbose=0)
-    return model
 
 
 def test_alpha_crown_certifies_at_least_crown_and_at_most_the_attacked(mlp, digits):
