@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from robustgrad.atomic import replacing
+from robustgrad.atomic import replacing, save_figure
 
 __all__ = ["AgentAttackReport", "monotonicity_warnings", "worst_cases"]
 
@@ -146,10 +146,7 @@ class AgentAttackReport:
         ax.set_title(f"{self.algo.upper()} {self.env} under observation attacks")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        with replacing(path) as tmp:  # a full disk leaves no truncated file
-            fig.savefig(tmp, dpi=100)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
 
     def plot_trajectories(self, path: str) -> str:
         """Each observation dimension over time: one clean and one attacked episode."""
@@ -170,10 +167,7 @@ class AgentAttackReport:
         axes[0, 0].legend(fontsize=8)
         axes[-1, 0].set_xlabel("step")
         fig.tight_layout()
-        with replacing(path) as tmp:  # a full disk leaves no truncated file
-            fig.savefig(tmp, dpi=100)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
 
     def save(self, directory: str) -> dict:
         """Write ``report.json``, ``report.txt``, ``return_vs_eps.png``, ``trajectories.png``."""

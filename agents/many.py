@@ -36,6 +36,7 @@ import numpy as np
 
 from agents.config import DQNConfig, OnPolicyConfig
 from robustgrad._checks import ArgumentTypeError, choice, positive_int
+from robustgrad.atomic import save_figure
 
 
 def _agent_class(config: OnPolicyConfig | DQNConfig):
@@ -212,8 +213,7 @@ def plot_seed_curves(histories: Sequence[list[dict]], path: str, title: str) -> 
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 __all__ = ["bootstrap_ci", "check_seeds", "iqm", "learning_curves", "plot_seed_curves",

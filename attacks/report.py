@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from robustgrad import _checks
-from robustgrad.atomic import replacing
+from robustgrad.atomic import replacing, save_figure
 
 __all__ = ["AttackRecord", "EvaluationReport"]
 
@@ -185,9 +185,7 @@ class EvaluationReport:
         ax.legend(fontsize=8)
         ax.set_title("robust accuracy vs eps")
         fig.tight_layout()
-        with replacing(path) as tmp:  # a full disk leaves no truncated file
-            fig.savefig(tmp, dpi=110)
-        plt.close(fig)
+        save_figure(fig, path, dpi=110)
         if examples_path is not None:
             self.plot_examples(examples_path)
         return path
@@ -221,9 +219,7 @@ class EvaluationReport:
         fig.suptitle(f"clean / worst-case adversarial / perturbation, eps={budget:g} "
                      f"({self.norm})", fontsize=9)
         fig.tight_layout()
-        with replacing(path) as tmp:  # a full disk leaves no truncated file
-            fig.savefig(tmp, dpi=110)
-        plt.close(fig)
+        save_figure(fig, path, dpi=110)
         return path
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, str | os.PathLike]:

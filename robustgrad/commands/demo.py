@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from robustgrad.atomic import save_figure
+
 HELP = "run the main job on the embedded defaults (digits, CartPole)"
 
 
@@ -127,8 +129,7 @@ def plot_summary(classifiers: dict, agents_: dict, path) -> str:
               title="CartPole-v1 agents", ylim=(0, 510))
     right.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return str(path)
 
 

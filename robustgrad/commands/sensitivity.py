@@ -29,6 +29,7 @@ import os
 import sys
 import time
 
+from robustgrad.atomic import save_figure
 from robustgrad.cli import user_errors
 
 HELP = "input-gradient sensitivity analysis of a classifier"
@@ -161,8 +162,7 @@ def _figures(out, results, y, num_classes, image_shape):
             axes[r, 0].set_ylabel(label, fontsize=7)
         fig.tight_layout()
         p = os.path.join(out, "saliency_per_class.png")
-        fig.savefig(p, dpi=90)
-        plt.close(fig)
+        save_figure(fig, p, dpi=90)
         files.append(p)
     # distributions
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -176,8 +176,7 @@ def _figures(out, results, y, num_classes, image_shape):
         ax.legend(fontsize=8)
     fig.tight_layout()
     p = os.path.join(out, "sensitivity_distribution.png")
-    fig.savefig(p, dpi=90)
-    plt.close(fig)
+    save_figure(fig, p, dpi=90)
     files.append(p)
     # per-class Jacobian norms
     fig, ax = plt.subplots(figsize=(7, 3))
@@ -190,8 +189,7 @@ def _figures(out, results, y, num_classes, image_shape):
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = os.path.join(out, "class_jacobian_norms.png")
-    fig.savefig(p, dpi=90)
-    plt.close(fig)
+    save_figure(fig, p, dpi=90)
     files.append(p)
     return files
 

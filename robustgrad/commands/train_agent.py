@@ -222,11 +222,9 @@ def plot_learning_curve(history, path, title):
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    from robustgrad.atomic import replacing
+    from robustgrad.atomic import save_figure
 
-    with replacing(path) as tmp:  # a full disk leaves no truncated PNG
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(args: argparse.Namespace) -> int:

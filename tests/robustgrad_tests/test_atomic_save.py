@@ -205,3 +205,47 @@ def test_replacing_keeps_the_old_file_when_the_writer_fails(tmp_path):
             open(tmp, "w").write("half")
             raise RuntimeError("disk full")
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["report.json"]
+
+
+def test_save_figure_closes_the_figure_and_leaves_nothing_when_saving_fails(tmp_path, monkeypatch):
+    import errno
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    def full_disk(self, fname, **kwargs):
+        open(fname, "wb").write(b"\x89PNG")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    fig, _ = plt.subplots()
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        atomic.save_figure(fig, tmp_path / "a.png")
+    assert not plt.fignum_exists(fig.number) and os.listdir(tmp_path) == []
+
+
+def test_the_seed_curves_plot_is_written_crash_safely(tmp_path, monkeypatch):
+    import errno
+
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from agents.many import plot_seed_curves
+
+    histories = [[{"steps": 32, "episode_return": 10.0}, {"steps": 64, "episode_return": 12.0}]] * 2
+    path = tmp_path / "learning_curves.png"
+    plot_seed_curves(histories, str(path), "t")
+    good, open_figures = path.read_bytes(), plt.get_fignums()
+
+    def full_disk(self, fname, **kwargs):
+        open(fname, "wb").write(b"\x89PNG")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        plot_seed_curves(histories, str(path), "t")
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["learning_curves.png"]
+    assert plt.get_fignums() == open_figures
