@@ -1,6 +1,6 @@
 """The flags of ``robustgrad train-classifier`` (its command module, :mod:`robustgrad.commands.
-train_classifier`, checks and runs them). Only ``argparse`` here: the parser is built before
-TensorFlow loads.
+train_classifier`, runs them) and the checks of their values. No TensorFlow here: the parser is
+built and the values checked before TensorFlow loads.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser()
@@ -13,8 +13,23 @@ TensorFlow loads.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 
-__all__ = ["add_arguments"]
+from robustgrad.cli import UsageError, user_errors
+
+__all__ = ["add_arguments", "check_values"]
+
+METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean",
+           "gaussian", "smoothadv")
+CERTIFIED = ("ibp", "crown-ibp")  # they bound the model: arch ibp-small or mlp
+# attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
+# attacks.data.DATASETS and attacks.training.ARCHITECTURES, likewise
+DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
+ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
+STRATEGIES = ("none", "mirrored", "multiworker")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -164,3 +179,92 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                    help="0 silent, 1 progress bar (default), 2 one line per epoch")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Each flag's value on its own and the exclusive pairs (:class:`robustgrad.cli.UsageError`
+    naming the flag); fills ``--norm``'s default. The checks against ``--out`` follow in the
+    command's ``validate``."""
+    from robustgrad import _checks
+
+    if args.method not in METHODS:
+        raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
+                         + ", ".join(METHODS))
+    if args.norm is None:
+        args.norm = "l2" if args.method == "smoothadv" else "linf"
+    if args.norm not in ("linf", "l2"):
+        raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
+    if args.method == "smoothadv" and args.norm != "l2":
+        raise UsageError("--norm: smoothadv attacks the smoothed classifier in L2; pass --norm l2")
+    if args.optimizer is not None and args.optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer: unknown optimizer {args.optimizer!r}; choose one of "
+                         + ", ".join(OPTIMIZERS))
+    if args.schedule is not None and args.schedule not in SCHEDULES:
+        raise UsageError(f"--schedule: unknown schedule {args.schedule!r}; choose one of "
+                         + ", ".join(SCHEDULES))
+    with user_errors(ValueError):
+        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.positive_int(args.epochs, "--epochs", allow_none=True)
+        _checks.positive_int(args.batch_size, "--batch-size", allow_none=True)
+        _checks.number(args.momentum, "--momentum", minimum=0, maximum=1, max_inclusive=False,
+                       allow_none=True)
+        _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
+        _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
+                       max_inclusive=False, allow_none=True)
+        _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, allow_none=True)
+        _checks.positive_int(args.val_size, "--val-size", minimum=0)
+        _checks.positive_int(args.val_steps, "--val-steps", minimum=0)
+        _checks.positive_int(args.grad_accum, "--grad-accum")
+        _checks.positive_int(args.steps, "--steps", allow_none=True)
+        _checks.probability(args.adv_ratio, "--adv-ratio")
+        _checks.number(args.warmup_epochs, "--warmup-epochs", minimum=0, allow_none=True)
+        _checks.number(args.warmup_delay_epochs, "--warmup-delay-epochs", minimum=0,
+                       allow_none=True)
+        _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
+        _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
+        _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.positive_int(args.noise_draws, "--noise-draws", allow_none=True)
+        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
+        _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
+        _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
+        _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
+    if args.recipe is not None and args.recipe not in ("auto", "none") and \
+            not str(args.recipe).replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"--recipe: expected auto, none or a recipe name; got {args.recipe!r}")
+    if args.ema is not None and args.ema != 0 and not 0 < args.ema < 1:
+        raise UsageError(f"--ema: the decay must be in (0, 1) (0: off); got {args.ema}")
+    if args.ema and args.early_stop:
+        raise UsageError("--ema and --early-stop each choose the weights that are saved: pass "
+                         "one of them")
+    if args.early_stop and args.val_size < 1:
+        raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
+                         + ", ".join(STRATEGIES))
+    if args.strategy == "multiworker" and not os.environ.get("TF_CONFIG"):
+        raise UsageError("--strategy multiworker needs the TF_CONFIG environment variable "
+                         "(cluster and task of this worker)")
+    if args.arch is not None and args.init_from is not None:
+        raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
+                         "architecture)")
+    if args.init_from is not None:
+        from robustgrad.commands._files import check_model_file
+
+        check_model_file(args.init_from, "--init-from")
+    if args.data not in DATA_NAMES and not os.path.exists(args.data):
+        raise UsageError(f"--data: unknown dataset {args.data!r} and no such file or directory; "
+                         f"expected one of {', '.join(DATA_NAMES)} or a path (.npz, a "
+                         "directory of dataset files, an image folder)")
+    if args.arch is not None and args.arch not in ARCH_NAMES and \
+            not re.fullmatch(r"wrn-\d+-\d+", args.arch):
+        raise UsageError(f"--arch: unknown architecture {args.arch!r}; choose one of "
+                         + ", ".join(ARCH_NAMES) + " or wrn-DEPTH-WIDEN")
+    if args.eval_eps is not None:
+        try:
+            vals = [float(v) for v in args.eval_eps.split(",") if v.strip()]
+        except ValueError:
+            raise UsageError(f"--eval-eps: expected comma-separated numbers; got "
+                             f"{args.eval_eps!r}") from None
+        if not vals or any(v <= 0 for v in vals):
+            raise UsageError(f"--eval-eps: every eps must be > 0; got {args.eval_eps!r}")

@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import time
 
@@ -43,20 +42,16 @@ from robustgrad.commands._classifier_history import prior_history, write_history
 from robustgrad.commands._classifier_run import final_report, mixed_precision_copy, setup_devices
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
 from robustgrad.commands._resume import check_resume
-from robustgrad.commands._train_classifier_flags import add_arguments  # noqa: F401 (the command's)
+from robustgrad.commands._train_classifier_flags import (  # noqa: F401 (the command's names)
+    CERTIFIED,
+    DATA_NAMES,
+    METHODS,
+    add_arguments,
+    check_values,
+)
 
 HELP = "adversarially train a classifier (madry, trades, fast, free, mart, awp, ibp, crown-ibp)"
 
-METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean",
-           "gaussian", "smoothadv")
-CERTIFIED = ("ibp", "crown-ibp")  # they bound the model: arch ibp-small or mlp
-# attacks.training.OPTIMIZERS / SCHEDULES (repeated: validate runs before TensorFlow loads)
-OPTIMIZERS = ("adam", "sgd")
-SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
-# attacks.data.DATASETS and attacks.training.ARCHITECTURES, likewise
-DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
-ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
-STRATEGIES = ("none", "mirrored", "multiworker")
 ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras", "report.json",
              "history.json", "report")
 
@@ -81,89 +76,7 @@ def _config_of(args) -> dict:
 
 def validate(args: argparse.Namespace) -> None:
     """Checks that need no TensorFlow: run before anything is imported or written."""
-    from robustgrad import _checks
-
-    if args.method not in METHODS:
-        raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
-                         + ", ".join(METHODS))
-    if args.norm is None:
-        args.norm = "l2" if args.method == "smoothadv" else "linf"
-    if args.norm not in ("linf", "l2"):
-        raise UsageError(f"--norm: must be linf or l2; got {args.norm!r}")
-    if args.method == "smoothadv" and args.norm != "l2":
-        raise UsageError("--norm: smoothadv attacks the smoothed classifier in L2; pass --norm l2")
-    if args.optimizer is not None and args.optimizer not in OPTIMIZERS:
-        raise UsageError(f"--optimizer: unknown optimizer {args.optimizer!r}; choose one of "
-                         + ", ".join(OPTIMIZERS))
-    if args.schedule is not None and args.schedule not in SCHEDULES:
-        raise UsageError(f"--schedule: unknown schedule {args.schedule!r}; choose one of "
-                         + ", ".join(SCHEDULES))
-    with user_errors(ValueError):
-        _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.positive_int(args.epochs, "--epochs", allow_none=True)
-        _checks.positive_int(args.batch_size, "--batch-size", allow_none=True)
-        _checks.number(args.momentum, "--momentum", minimum=0, maximum=1, max_inclusive=False,
-                       allow_none=True)
-        _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
-        _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
-                       max_inclusive=False, allow_none=True)
-        _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, allow_none=True)
-        _checks.positive_int(args.val_size, "--val-size", minimum=0)
-        _checks.positive_int(args.val_steps, "--val-steps", minimum=0)
-        _checks.positive_int(args.grad_accum, "--grad-accum")
-        _checks.positive_int(args.steps, "--steps", allow_none=True)
-        _checks.probability(args.adv_ratio, "--adv-ratio")
-        _checks.number(args.warmup_epochs, "--warmup-epochs", minimum=0, allow_none=True)
-        _checks.number(args.warmup_delay_epochs, "--warmup-delay-epochs", minimum=0,
-                       allow_none=True)
-        _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
-        _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
-        _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.positive_int(args.noise_draws, "--noise-draws", allow_none=True)
-        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
-        _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
-        _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
-        _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
-    if args.recipe is not None and args.recipe not in ("auto", "none") and \
-            not str(args.recipe).replace("-", "").replace("_", "").isalnum():
-        raise UsageError(f"--recipe: expected auto, none or a recipe name; got {args.recipe!r}")
-    if args.ema is not None and args.ema != 0 and not 0 < args.ema < 1:
-        raise UsageError(f"--ema: the decay must be in (0, 1) (0: off); got {args.ema}")
-    if args.ema and args.early_stop:
-        raise UsageError("--ema and --early-stop each choose the weights that are saved: pass "
-                         "one of them")
-    if args.early_stop and args.val_size < 1:
-        raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
-    if args.strategy not in STRATEGIES:
-        raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
-                         + ", ".join(STRATEGIES))
-    if args.strategy == "multiworker" and not os.environ.get("TF_CONFIG"):
-        raise UsageError("--strategy multiworker needs the TF_CONFIG environment variable "
-                         "(cluster and task of this worker)")
-    if args.arch is not None and args.init_from is not None:
-        raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
-                         "architecture)")
-    if args.init_from is not None:
-        from robustgrad.commands._files import check_model_file
-
-        check_model_file(args.init_from, "--init-from")
-    if args.data not in DATA_NAMES and not os.path.exists(args.data):
-        raise UsageError(f"--data: unknown dataset {args.data!r} and no such file or directory; "
-                         f"expected one of {', '.join(DATA_NAMES)} or a path (.npz, a "
-                         "directory of dataset files, an image folder)")
-    if args.arch is not None and args.arch not in ARCH_NAMES and \
-            not re.fullmatch(r"wrn-\d+-\d+", args.arch):
-        raise UsageError(f"--arch: unknown architecture {args.arch!r}; choose one of "
-                         + ", ".join(ARCH_NAMES) + " or wrn-DEPTH-WIDEN")
-    if args.eval_eps is not None:
-        try:
-            vals = [float(v) for v in args.eval_eps.split(",") if v.strip()]
-        except ValueError:
-            raise UsageError(f"--eval-eps: expected comma-separated numbers; got "
-                             f"{args.eval_eps!r}") from None
-        if not vals or any(v <= 0 for v in vals):
-            raise UsageError(f"--eval-eps: every eps must be > 0; got {args.eval_eps!r}")
+    check_values(args)
 
     out = args.out
     check_output_dir(out, "--out", overwrite=True)  # a file, or not writable
