@@ -42,6 +42,7 @@ AutoAttack) freezes examples once misclassified.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -136,7 +137,12 @@ def _build(p, model, training, *, norm, steps, runs, multi_target, n_targets, ea
             obj, succ = value_fn(xa, y, y_true, target)
             total = tf.reduce_sum(obj)
         g = tape.gradient(total, xa)
-        return obj, succ, (tf.zeros_like(xa) if g is None else g)
+        if g is None:
+            warnings.warn("the attack's objective has no gradient with respect to x (no "
+                          "differentiable path from x to it): the gradient steps cannot move x",
+                          UserWarning, stacklevel=2)
+            g = tf.zeros_like(xa)
+        return obj, succ, g
 
     def vag(xa, y, y_true, target):
         """Objective, success and gradient; with ``eot_iter > 1`` the gradient is averaged over

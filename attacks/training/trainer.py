@@ -28,6 +28,7 @@ ValueError: norm 'l1' is not supported by method 'fast'; use linf or l2
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import keras
@@ -377,6 +378,13 @@ class AdversarialTrainer(keras.Model):
         count (the Keras optimizer all-reduces -- sums -- them again). With loss scaling the
         ``LossScaleOptimizer`` skips non-finite steps and adapts its scale.
         """
+        missing = [getattr(v, "path", v.name) for g, v in zip(grads, variables) if g is None]
+        if missing:  # at trace time: once per compiled step, not per batch
+            warnings.warn(f"no gradient reaches {len(missing)} trainable variable(s) of the "
+                          f"classifier ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}"
+                          "): the loss does not depend on them, so only weight decay moves them; "
+                          "freeze them (trainable=False, --freeze) if that is intended",
+                          UserWarning, stacklevel=2)
         grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
                  for g, v in zip(grads, variables)]
         if self.weight_decay > 0.0:

@@ -69,3 +69,42 @@ def test_one_warning_per_call_whatever_the_restarts():
         clipped, X, Y, eps=0.05, clip_min=-1.0, clip_max=1.0, steps=2, restarts=3,
         rand_init=False))
     assert sum("identically zero on 4 of 8" in m for m in got) == 1, got
+
+
+def test_apgd_warns_when_x_has_no_gradient_path_and_leaves_x_alone():
+    bias = tf.Variable([[1.0, -1.0]])
+
+    def ignores_x(x, training=False):
+        return bias + 0.0 * tf.stop_gradient(x[:, :1])
+
+    @tf.function  # inside a graph the eager check of the model is skipped: the attack warns
+    def attack(x):
+        return attacks.apgd(ignores_x, x, Y, eps=0.1, clip_min=-1.0, clip_max=1.0, steps=4,
+                            seed=0)
+
+    got = _messages(lambda: attack(X))
+    assert any("objective has no gradient with respect to x" in m for m in got), got
+    assert float(tf.reduce_max(tf.abs(attack(X) - X))) <= 0.1 + 1e-6  # the random start only
+
+
+def test_adversarial_training_warns_about_a_variable_the_loss_ignores():
+    import keras
+
+    from attacks.training import AdversarialTrainer
+
+    inputs = keras.Input((2,))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="used")(inputs))
+    ghost = keras.layers.Dense(2, name="ghost")
+    ghost.build((None, 2))
+    model.ghost = ghost  # tracked, trainable, never called
+    trainer = AdversarialTrainer(model, eps=0.05, steps=1, clip_min=-1.0, clip_max=1.0)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.1))
+    got = _messages(lambda: trainer.fit(X, Y, batch_size=8, epochs=1, verbose=0))
+    assert any(m.startswith("no gradient reaches 2 trainable variable(s) of the classifier")
+               and "ghost/kernel, ghost/bias" in m for m in got), got
+    # a model whose every variable gets a gradient: no such warning
+    clean = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+    trainer = AdversarialTrainer(clean, eps=0.05, steps=1, clip_min=-1.0, clip_max=1.0)
+    trainer.compile(optimizer=keras.optimizers.SGD(0.1))
+    assert not [m for m in _messages(lambda: trainer.fit(X, Y, batch_size=8, epochs=1, verbose=0))
+                if m.startswith("no gradient reaches")]
