@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from attacks.training.architectures import ibp_small  # noqa: E402
-from attacks.training.methods import _all_margins_spec  # noqa: E402
+from attacks.training.certified import _all_margins_spec  # noqa: E402
 from robustgrad import bounds as rb  # noqa: E402
 
 keras.utils.set_random_seed(0)

@@ -43,20 +43,6 @@ from .methods import get_method
 __all__ = ["AdversarialTrainer"]
 
 
-def _check_boundable(model: Any, method: str) -> None:
-    """Certified methods bound the model: refuse one the engine cannot read, before training."""
-    if not getattr(model, "built", False):
-        return
-    from robustgrad import bounds
-
-    try:
-        bounds._bounded(model)
-    except ValueError as e:
-        raise ValueError(f"method {method!r} bounds the model with robustgrad.bounds, which "
-                         f"cannot read it: {e}. Use a model of supported layers (e.g. arch "
-                         f"'mlp', or convolutions with strides instead of max-pooling)") from None
-
-
 @keras.saving.register_keras_serializable(package="attacks")
 class AdversarialTrainer(keras.Model):
     """A ``keras.Model`` that trains the wrapped classifier adversarially (see the module doc).
@@ -171,8 +157,7 @@ class AdversarialTrainer(keras.Model):
         _checks.probability(beta_final, "beta_final")
         _checks.number(sigma, "sigma", minimum=0, min_inclusive=False)
         noise_draws = _checks.positive_int(noise_draws, "noise_draws")
-        if impl.certified:
-            _check_boundable(model, method)
+        impl.check_model(model)
         _checks.number(label_smoothing, "label_smoothing", minimum=0, maximum=1,
                        max_inclusive=False)
 
