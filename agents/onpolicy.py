@@ -27,9 +27,10 @@ examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...
 ``S = 1`` the axis is absent and every op is the ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend: PureJaxRL compiles
-its whole training into one call): ``_iterations(lrs, n, failures)`` runs ``n <= K`` iterations
+its whole training into one call): ``_iterations(lrs, failures)`` runs ``n <= K`` iterations
 in a ``tf.while_loop`` inside one compiled call (XLA too), each as ``_iteration``, with its
-learning rate from ``lrs [K]`` (the annealing schedule, computed in Python as for ``K = 1``).
+learning rate from ``lrs [K]`` (the annealing schedule, computed in Python as for ``K = 1``;
+NaN past the ``n``-th).
 Per iteration it keeps the statistics (packed in a ``TensorArray``, read once per call) and the
 count of finished episodes (so that each iteration's episodes go to its own ``history``
 entry); it stops early when a seed reaches ``max_nonfinite_updates`` consecutive fully rejected
@@ -304,10 +305,11 @@ class OnPolicyAgent(Agent):
         self.trace_counts["iteration"] += 1
         return self._train_graph(self._rollout_graph())
 
-    def _iterations_graph(self, lrs, n, failures):
-        """``n`` iterations (rollout, targets, update), ``lrs [K]`` float32 their learning
-        rates, ``failures [(S,)]`` int32 the consecutive fully rejected updates so far: stops
-        after an iteration that brings a seed to ``max_nonfinite_updates``. Returns the packed
+    def _iterations_graph(self, lrs, failures):
+        """``n`` iterations (rollout, targets, update), ``lrs [K]`` float32 their learning rates
+        (NaN past the ``n``-th, ``1 <= n <= K``), ``failures [(S,)]`` int32 the consecutive
+        fully rejected updates so far: stops after an iteration that brings a seed to
+        ``max_nonfinite_updates``. Returns the packed
         statistics ``[K, MAX_STATS, (S,)]`` (names in ``_stat_keys``), the collector's episode
         count after each iteration ``[K]`` int64 and the number of iterations run."""
         self.trace_counts["iterations"] += 1
@@ -316,7 +318,9 @@ class OnPolicyAgent(Agent):
         counts = tf.TensorArray(tf.int64, size=size, element_shape=())
         limit = self.config.max_nonfinite_updates
         ran = tf.constant(0)
-        for i in tf.range(n):
+        # n from lrs: an int32 argument n made XLA compile the call again for each n
+        n = tf.reduce_sum(tf.cast(tf.math.is_finite(lrs), tf.int32))
+        for i in tf.range(size):
             self.optimizer.learning_rate.assign(lrs[i])
             stats = self._train_graph(self._rollout_graph())
             packed = packed.write(i, self._pack_stats(stats))
@@ -324,7 +328,7 @@ class OnPolicyAgent(Agent):
             failed = (stats["updates_tried"] > 0) & (stats["updates_applied"] == 0)
             failures = tf.where(failed, failures + 1, 0)
             ran = i + 1
-            if tf.reduce_any(failures >= limit):
+            if tf.logical_or(tf.reduce_any(failures >= limit), i + 1 >= n):
                 break
         return packed.stack(), counts.stack(), ran
 
@@ -476,7 +480,7 @@ class OnPolicyAgent(Agent):
         k = max(1, min(k_max, -(-until // n)))
         lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
         packed, counts, ran = self._iterations(
-            tf.constant(lrs + [0.0] * (k_max - k), tf.float32), tf.constant(k),
+            tf.constant(lrs + [float("nan")] * (k_max - k), tf.float32),
             tf.reshape(tf.constant(failures, tf.int32), self._lead))
         ran = int(ran)
         packed, counts = packed.numpy(), counts.numpy()
