@@ -156,6 +156,13 @@ class OnPolicyAgent(Agent):
             return tf.reshape(x, [cfg.n_steps, cfg.num_envs])
         return tf.transpose(tf.reshape(x, self._lead + (cfg.n_steps, cfg.num_envs)), [1, 0, 2])
 
+    def _rows(self, x, start, size):
+        """Rows ``start:start + size`` of ``x [(S,) B, ...]`` (``size`` static; ``start`` may be
+        a tensor)."""
+        k = len(self._lead)
+        return tf.slice(x, [0] * k + [start] + [0] * (x.shape.rank - k - 1),
+                        list(self._lead) + [size] + list(x.shape[k + 1:]))
+
     def _take(self, x, idx):
         """Rows ``idx [(S,) mb]`` of ``x [(S,) B, ...]`` (each seed its own rows)."""
         k = len(self._lead)
