@@ -127,6 +127,8 @@ class Agent(CollectingAgent):
         self.seed_histories: list[list[dict]] = [[] for _ in self.seeds]
         self.seed_episode_returns = [collections.deque(maxlen=20) for _ in self.seeds]
         self.seed_rejected_steps = [0] * self.num_seeds
+        # finished episodes of a call's iterations, one list each, drained by _record_update
+        self._queued_episodes: list[list[tuple[int, float, int]]] = []
         self._env_ready = False
         self._batch_checked = False  # the first batch from the collector is checked once
         self._build()
@@ -187,6 +189,16 @@ class Agent(CollectingAgent):
     def _train_iteration(self, steps_done: int, total: int) -> tuple[dict, int]:
         raise NotImplementedError
 
+    def _train_call(self, steps_done: int, total: int, until: int, failures: list[int]
+                    ) -> list[tuple[dict, int]]:
+        """The iterations of one call to the algorithm, in order, as ``[(logs, env steps),
+        ...]``. ``until``: env steps after which the call must end (what is left of the budget, or
+        of the way to the next checkpoint); ``failures``: consecutive fully rejected updates per
+        seed so far. Default: one iteration (``_train_iteration``); an algorithm that runs several
+        per compiled call (:mod:`agents.onpolicy`) sets each iteration's ``logs["steps"]`` and
+        queues each one's finished episodes in ``_queued_episodes``."""
+        return [self._train_iteration(steps_done, total)]
+
     def _act_graph(self, obs, deterministic):
         raise NotImplementedError
 
@@ -221,7 +233,15 @@ class Agent(CollectingAgent):
         ``callbacks``: :class:`agents.callbacks.Callback` objects or callables
         ``fn(agent, logs)``; returning ``False`` stops training. Raises
         :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
-        rejected updates (the weights are untouched by rejected updates). An exception in
+        rejected updates (the weights are untouched by rejected updates).
+
+        With several iterations per compiled call (``iterations_per_call`` on the graph
+        backend), Python sees the agent at call boundaries: ``history`` still gets one entry per
+        iteration, but callbacks run once per call, with the logs of its last iteration
+        (``logs["iterations"]``: how many the call ran) and the agent as it is then; a callback
+        that stops training, an interrupt and a periodic checkpoint act at the end of the call.
+        A call ends early where a checkpoint is due and at the end of the budget, so checkpoints
+        and the final state are those of one iteration per call; the non-finite stop too. An exception in
         ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
 
         ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
@@ -267,9 +287,12 @@ class Agent(CollectingAgent):
         next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
         try:
             while done < total_steps:
+                until = total_steps - done
+                if next_ckpt is not None and cfg.checkpoint_dir:
+                    until = min(until, next_ckpt - done)
                 try:
-                    logs, steps = self._train_iteration(done + schedule_start,
-                                                        total_steps + schedule_start)
+                    results = self._train_call(done + schedule_start,
+                                               total_steps + schedule_start, until, failures)
                 except Exception:
                     err, self.collector.error = self.collector.error, None
                     if err is None:
@@ -277,11 +300,14 @@ class Agent(CollectingAgent):
                     # the environment's own exception (agents.collectors re-raises it)
                     self._save_crash_checkpoint(err)
                     raise err from None
-                done += steps
-                elapsed = time.perf_counter() - start
-                logs["steps"] = int(self.num_timesteps.numpy())
-                logs["steps_per_second"] = done / max(elapsed, 1e-9)
-                failures = self._record_update(logs, failures)
+                for logs, steps in results:
+                    done += steps
+                    if "steps" not in logs:
+                        logs["steps"] = int(self.num_timesteps.numpy())
+                    logs["steps_per_second"] = done / max(time.perf_counter() - start, 1e-9)
+                    failures = self._record_update(logs, failures)
+                if len(results) > 1:
+                    logs["iterations"] = len(results)
                 bar.update(done, logs["steps_per_second"],
                            logs["episode_return"] if logs["episode_return"] == logs["episode_return"]
                            else None)
@@ -311,7 +337,8 @@ class Agent(CollectingAgent):
         ``logs["rejected_gradient_steps"]`` (with several seeds: their mean and sum, and each
         seed's under ``"episode_return_per_seed"``); returns the new ``failures``."""
         many = self.num_seeds > 1
-        drained = self.collector.drain_seed_episodes()
+        drained = (self._queued_episodes.pop(0) if self._queued_episodes
+                   else self.collector.drain_seed_episodes())
         returns = self.seed_episode_returns if many else [self.episode_returns]
         histories = self.seed_histories if many else [self.history]
         for k, ret, _length in drained:

@@ -226,6 +226,11 @@ class GraphCollector(_LocalCollector):
         self.env.write_state(state)
         self.env.record_episodes(*(ta.stack() for ta in ended))
 
+    def episode_count(self) -> tf.Tensor:
+        """Episodes finished since the last drain, int64 scalar, read in the graph (several
+        iterations per compiled call attribute each iteration's episodes with it)."""
+        return self.env._ep_count.read_value()
+
 
 class CollectingAgent:
     """The collection side of :class:`agents.Agent`: its policy's weights and state for copies
@@ -350,7 +355,12 @@ def make_collector(config: Any, seeds: Sequence[int]) -> Collector:
     ``backend="graph"``, :class:`GymnasiumCollector` otherwise; with several ``seeds`` (the seed
     axis) over ``len(seeds) * num_envs`` environments."""
     graph = getattr(config, "backend", "gymnasium") == "graph"
-    if len(seeds) > 1:
+    if len(seeds) > 1 and graph:
+        from agents.graph_backend import episode_capacity
+        from agents.seed_axis import SeedGraphEnv
+        env = SeedGraphEnv(config.env, config.num_envs, seeds,
+                           episode_capacity=episode_capacity(config, len(seeds)))
+    elif len(seeds) > 1:
         from agents.seed_axis import make_seed_env
         env = make_seed_env(config, seeds)
     else:

@@ -200,10 +200,28 @@ class OnPolicyConfig(AgentConfig):
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
     leading seed axis (:mod:`agents.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
     ordinary agent. Not with ``robust`` (its attacks act on one policy) or a custom ``transform``."""
+    iterations_per_call: int = 1
+    """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
+    ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
+    ``iterations_per_call`` iterations. Bit-identical to 1 (weights, optimiser state, history);
+    what changes is when Python sees the agent: callbacks, checkpoints and interrupts act at call
+    boundaries (:meth:`agents.Agent.learn`; :mod:`agents.onpolicy`). 1 (the default) keeps a
+    callback per iteration; the gymnasium backend and robust training need 1."""
 
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
+        self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
+        if self.iterations_per_call > 1 and self.backend != "graph":
+            raise ValueError(f"iterations_per_call: several iterations per compiled call need "
+                             f"backend='graph' (the environments inside the call); got "
+                             f"iterations_per_call={self.iterations_per_call} with backend="
+                             f"{self.backend!r}")
+        if self.iterations_per_call > 1 and self.robust is not None:
+            raise ValueError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
+                             f"eps/kappa schedule (and ATLA its adversary) in Python between "
+                             f"iterations; use iterations_per_call=1, got "
+                             f"{self.iterations_per_call}")
         if self.num_seeds > 1 and self.robust is not None:
             raise ValueError(
                 f"robust: robust training ({self.robust!r}) runs observation attacks against one "

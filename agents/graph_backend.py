@@ -44,13 +44,29 @@ class GraphBackendEnv(GraphVecEnv):
         super().__init__(env_id, num_envs, seed, episode_capacity=episode_capacity)
 
 
+def episode_capacity(config: AgentConfig, num_seeds: int = 1) -> int | None:
+    """The ring buffer of finished episodes an agent's graph env needs between two drains:
+    every episode a compiled call can finish (each env at most one per step), ``iterations_per_call
+    * n_steps * num_envs * num_seeds``, when that exceeds the env's default (``None``: the default).
+
+    >>> from agents.config import PPOConfig
+    >>> cfg = PPOConfig(backend="graph", num_envs=4, n_steps=128, iterations_per_call=8)
+    >>> episode_capacity(cfg), episode_capacity(PPOConfig(backend="graph"))
+    (4096, None)
+    """
+    total_envs = config.num_envs * num_seeds
+    need = getattr(config, "iterations_per_call", 1) * getattr(config, "n_steps", 1) * total_envs
+    return need if need > max(1024, 4 * total_envs) else None
+
+
 def make_training_env(config: AgentConfig) -> Any:
     """The training vector env of an agent's ``config``: :class:`GraphBackendEnv` for
     ``backend="graph"``, :func:`agents.envs.make_vec_env` otherwise."""
     if getattr(config, "backend", "gymnasium") == "graph":
-        return GraphBackendEnv(config.env, config.num_envs, seed=config.seed)
+        return GraphBackendEnv(config.env, config.num_envs, seed=config.seed,
+                               episode_capacity=episode_capacity(config))
     return make_vec_env(config.env, config.num_envs, seed=config.seed,
                         async_envs=config.async_envs)
 
 
-__all__ = ["GraphBackendEnv", "make_training_env"]
+__all__ = ["GraphBackendEnv", "episode_capacity", "make_training_env"]

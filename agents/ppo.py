@@ -44,18 +44,16 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
         for _epoch in tf.range(cfg.n_epochs):
             perm = tf.argsort(tf.random.stateless_uniform(lead + (batch,), seed=self._seed()),
                               axis=-1)
+            # the epoch's shuffled batch, one gather per array (as PureJaxRL); each minibatch is
+            # then a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
+            # length and pads every minibatch to the whole batch (4x the work)
+            shuffled = [self._take(x, perm) for x in (obs, actions, logp_old, advantages,
+                                                      returns, values)]
             kl_sum = tf.zeros(lead)
             on = tf.cast(active, tf.float32)
             for k in tf.range(cfg.n_minibatches):
-                # a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
-                # length and pads every minibatch to the whole batch (4x the work)
-                idx = tf.slice(perm, [0] * len(lead) + [k * mb], [*lead, mb])
-                mb_obs = self._take(obs, idx)
-                mb_act = self._take(actions, idx)
-                mb_logp_old = self._take(logp_old, idx)
-                mb_adv = self._take(advantages, idx)
-                mb_ret = self._take(returns, idx)
-                mb_val = self._take(values, idx)
+                mb_obs, mb_act, mb_logp_old, mb_adv, mb_ret, mb_val = (
+                    self._rows(x, k * mb, mb) for x in shuffled)
                 if cfg.normalize_advantages:
                     mb_adv = _normalize(mb_adv)
                 mb_obs_adv = self._sa_observations(mb_obs)

@@ -23,6 +23,9 @@ alternate the sides:
   timed on its own (``lower().compile()``), then the run.
 * ``ours graph x1``: ``agents.PPO(backend="graph", jit_compile=True)``, one compiled call per
   iteration; the first iteration (trace + XLA compile) is timed on its own.
+* ``ours graph x1 K=k`` / ``x S K=k`` (``--iterations-per-call k > 1``): the same with ``k``
+  iterations per compiled call (``iterations_per_call``); the first call (trace + XLA compile +
+  its ``k`` iterations) is timed on its own.
 * ``ours graph x S``: S seeds in one program, :func:`many_seeds` (one small function: today
   ``agents.stacked.StackedPPO``, the design ``agents.train_many`` uses; switch it to
   ``agents.PPO(num_seeds=S)`` when the tree has it). The first iteration is timed on its own.
@@ -60,7 +63,7 @@ RETURN_GOAL = 475.0
 
 
 # -- our side (runs in a child process) ---------------------------------------------------------
-def ppo_config(backend: str = "graph", seed: int = 0):
+def ppo_config(backend: str = "graph", seed: int = 0, iterations_per_call: int = 1):
     """Our ``PPOConfig`` with PureJaxRL's CartPole settings (module doc)."""
     import agents
 
@@ -68,7 +71,7 @@ def ppo_config(backend: str = "graph", seed: int = 0):
         env="CartPole-v1", seed=seed, num_envs=4, n_steps=128, n_epochs=4, n_minibatches=4,
         learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
         ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, hidden_sizes=(64, 64), activation="tanh",
-        backend=backend, jit_compile=True)
+        backend=backend, jit_compile=True, iterations_per_call=iterations_per_call)
 
 
 def _cpu() -> float:
@@ -107,22 +110,24 @@ def _rates(start, first, end, run_steps: int, all_steps: int, returns: list, see
             "final_returns": returns, "seeds": seeds}
 
 
-def one_seed(backend: str, steps: int) -> dict:
-    """One agent trained for ``steps``; the first iteration (trace + compile) timed apart."""
+def one_seed(backend: str, steps: int, k: int = 1) -> dict:
+    """One agent trained for ``steps`` (``k`` iterations per compiled call); the first call
+    (trace + compile) timed apart."""
     import agents
 
-    agent = agents.PPO(ppo_config(backend))
+    agent = agents.PPO(ppo_config(backend, iterations_per_call=k))
     start, first, end, steps0 = _timed_learn(agent, steps)
     done = int(agent.num_timesteps.numpy())
     return _rates(start, first, end, done - steps0, done, [_final_return(agent)], 1)
 
 
-def many_seeds(n_seeds: int, steps: int) -> dict:
+def many_seeds(n_seeds: int, steps: int, k: int = 1) -> dict:
     """``n_seeds`` seeds in one compiled program: one ``agents.PPO(num_seeds=S)`` agent (the
     seed axis), each seed ``steps`` env steps; the first iteration (trace + compile) timed apart."""
     import agents
 
-    agent = agents.PPO(dataclasses.replace(ppo_config("graph"), num_seeds=n_seeds))
+    agent = agents.PPO(dataclasses.replace(ppo_config("graph", iterations_per_call=k),
+                                           num_seeds=n_seeds))
     start, first, end, steps0 = _timed_learn(agent, steps)
     done = int(agent.num_timesteps.numpy().reshape(-1)[0])
     returns = [_final_return(agent.export(i)) for i in range(n_seeds)]
@@ -136,17 +141,17 @@ def dqn_many_available() -> bool:
     return "num_seeds" in {f.name for f in dataclasses.fields(agents.DQNConfig)}
 
 
-def _child(part: str, steps: int, seeds: int, threads: int | None = None) -> None:
+def _child(part: str, steps: int, seeds: int, threads: int | None = None, k: int = 1) -> None:
     if threads:  # as `robustgrad --threads`: before TensorFlow's runtime starts
         from robustgrad.cli import set_threads
 
         set_threads(threads)
     if part == "graph":
-        out = one_seed("graph", steps)
+        out = one_seed("graph", steps, k)
     elif part == "gymnasium":
         out = one_seed("gymnasium", steps)
     elif part == "many":
-        out = many_seeds(seeds, steps)
+        out = many_seeds(seeds, steps, k)
     elif part == "dqn-available":
         out = {"available": dqn_many_available()}
     else:
@@ -168,9 +173,10 @@ def _run(cmd: list[str], cpus: str | None, cwd: str | None = None, env: dict | N
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def _ours(part: str, steps: int, seeds: int, cpus: str | None, threads: int | None = None) -> dict:
+def _ours(part: str, steps: int, seeds: int, cpus: str | None, threads: int | None = None,
+          k: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    extra = ["--threads", str(threads)] if threads else []
+    extra = (["--threads", str(threads)] if threads else []) + ["--iterations-per-call", str(k)]
     return _run([sys.executable, os.path.abspath(__file__), "--part", part, "--steps", str(steps),
                  "--seeds", str(seeds), *extra], cpus, cwd=ROOT, env=env)
 
@@ -232,10 +238,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="threads of both sides (ours: `robustgrad --threads`, TensorFlow's intra-"
                         " and inter-op pools; PureJaxRL: XLA_FLAGS intra_op_parallelism_threads); "
                         "default: each framework's own")
+    p.add_argument("--iterations-per-call", type=int, default=1,
+                   help="k > 1: add rows of ours with k iterations per compiled call")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.part is not None:
-        _child(args.part, args.steps, args.seeds, args.threads)
+        _child(args.part, args.steps, args.seeds, args.threads, args.iterations_per_call)
         return
     for name, path in (("--jax-python", args.jax_python), ("--purejaxrl", args.purejaxrl)):
         if not os.path.exists(path):
@@ -249,6 +257,12 @@ def main(argv: list[str] | None = None) -> None:
             (f"purejaxrl x{args.seeds}", lambda: _jax(args, args.seeds)),
             (f"ours graph x{args.seeds}",
              lambda: _ours("many", args.steps, args.seeds, args.cpus, args.threads))]
+    k = args.iterations_per_call
+    if k > 1:
+        plan += [(f"ours graph x1 K={k}",
+                  lambda: _ours("graph", args.steps, 1, args.cpus, args.threads, k)),
+                 (f"ours graph x{args.seeds} K={k}",
+                  lambda: _ours("many", args.steps, args.seeds, args.cpus, args.threads, k))]
     if args.gym_steps:
         plan.append(("ours gymnasium x1",
                      lambda: _ours("gymnasium", args.gym_steps, 1, args.cpus, args.threads)))
@@ -263,9 +277,12 @@ def main(argv: list[str] | None = None) -> None:
         _show(name, row)
     r = {name: rates(row) for name, row in med.items()}
     print()
-    for n in (1, args.seeds):
-        ours, ref = r[f"ours graph x{n}"], r[f"purejaxrl x{n}"]
-        print(f"ours / PureJaxRL, {n} seed(s): per CPU second {ours['per_cpu_s'] / ref['per_cpu_s']:.2f}x,"
+    ours_rows = [(n, f"ours graph x{n}") for n in (1, args.seeds)]
+    if k > 1:
+        ours_rows += [(n, f"ours graph x{n} K={k}") for n in (1, args.seeds)]
+    for n, name in ours_rows:
+        ours, ref = r[name], r[f"purejaxrl x{n}"]
+        print(f"{name} / PureJaxRL: per CPU second {ours['per_cpu_s'] / ref['per_cpu_s']:.2f}x,"
               f" per wall second {ours['per_wall_s'] / ref['per_wall_s']:.2f}x, including compile"
               f" {ours['with_compile_per_cpu_s'] / ref['with_compile_per_cpu_s']:.2f}x (CPU)"
               f" {ours['with_compile_per_wall_s'] / ref['with_compile_per_wall_s']:.2f}x (wall)")
