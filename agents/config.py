@@ -373,18 +373,13 @@ class DQNConfig(AgentConfig):
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose networks,
     optimiser, observation statistics and replay buffer carry a leading seed axis
-    (:mod:`agents.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. Not with
-    ``robust`` (SA-DQN's and adversarial training's attacks act on one Q-network) or a custom
-    ``transform``."""
+    (:mod:`agents.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. SA-DQN and
+    adversarial training (``robust="sa"``, ``"adv"``) work on the axis (each seed attacked against
+    its own Q-network, :mod:`agents.robust`); not a custom ``transform``."""
 
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        if self.num_seeds > 1 and self.robust is not None:
-            raise ValueError(
-                f"robust: robust training ({self.robust!r}) runs observation attacks against one "
-                f"Q-network and is not implemented with num_seeds > 1 (got num_seeds="
-                f"{self.num_seeds}); train the seeds one by one (num_seeds=1)")
         if self.robust in ("atla", "atla-sa"):
             raise ValueError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
                              f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
