@@ -151,3 +151,27 @@ def test_robust_seed_axis_bad_input():
                                          r"on observations \[2, B, 4\] \(each seed's rows\), got "
                                          r"shape \[3, 4\]"):
         oa.mad_attack(many, np.zeros([3, 4], np.float32), eps=0.1)
+
+
+def test_train_many_and_the_cli_put_robust_seeds_on_the_axis(tmp_path, capsys):
+    import json
+
+    from robustgrad.cli import main
+
+    cfg = agents.PPOConfig(backend="graph", num_envs=2, n_steps=8, n_minibatches=1, robust="sa",
+                           robust_eps=0.05, robust_eps_warmup=0.0)
+    trained = agents.train_many(cfg, seeds=[3, 8], steps=16)
+    assert [(a.config.seed, a.num_seeds, a.config.robust) for a in trained] == [
+        (3, 1, "sa"), (8, 1, "sa")]
+    out = tmp_path / "run"
+    assert main(["train-agent", "--algo", "ppo", "--backend", "graph", "--seeds", "0-1",
+                 "--steps", "16", "--preset", "none", "--num-envs", "2", "--set", "n_steps=8",
+                 "--set", "n_minibatches=1", "--robust", "sa", "--eps", "0.05",
+                 "--eval-episodes", "0", "--no-progress", "--out", str(out)]) == 0
+    assert "in groups of up to 32 seeds with a seed axis" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["design"] == "one program per group of seeds (seed axis)"
+    for s in (0, 1):
+        loaded = agents.load(out / f"seed_{s}")
+        assert (loaded.config.seed, loaded.num_seeds, loaded.config.robust,
+                loaded.config.robust_eps) == (s, 1, "sa", 0.05)
