@@ -93,3 +93,13 @@ def test_a_short_robust_dqn_run_on_the_seed_axis(overrides):
         assert all(-1.0 <= h for h in hinge) and hinge[0] != hinge[1]
     else:
         assert hinge == [0.0, 0.0]
+
+
+def test_certification_of_a_seed_axis_agent_names_export():
+    from agents.certify import certified_actions
+
+    many = agents.DQN(num_seeds=2, seed=0, **{k: v for k, v in SMALL.items()
+                                              if not k.startswith("robust")})
+    with pytest.raises(ValueError, match=r"agent: this agent holds 2 seeds; agent.export\(s\) "
+                                         "gives seed s as an ordinary agent to certify"):
+        certified_actions(many, np.zeros([3, 4], np.float32), eps=0.1)
