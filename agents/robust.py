@@ -169,6 +169,7 @@ def q_margin_hinge(q_adv: tf.Tensor, greedy: tf.Tensor, margin: float = HINGE_MA
     with the seed axis ``[S, B, A]`` and ``[S, B]`` -> ``[S, B]``.
     """
     q_adv = tf.convert_to_tensor(q_adv, tf.float32)
+    greedy = tf.convert_to_tensor(greedy)
     n_actions = tf.shape(q_adv)[-1]
     mask = tf.one_hot(greedy, n_actions) > 0.5
     q_star = tf.gather(q_adv, greedy, batch_dims=greedy.shape.rank)
