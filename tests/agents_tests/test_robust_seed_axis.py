@@ -125,7 +125,8 @@ def test_each_seeds_sa_term_is_its_own(env):
 
 @pytest.mark.parametrize("cls,overrides", [
     (agents.PPO, dict(robust="sa", n_steps=16, n_minibatches=2, n_epochs=2)),
-    (agents.A2C, dict(env="Pendulum-v1", robust="sa", robust_method="convex", n_steps=5)),
+    pytest.param(agents.A2C, dict(env="Pendulum-v1", robust="sa", robust_method="convex",
+                                  n_steps=5), marks=pytest.mark.slow),  # 6 s; exact term above
     (agents.PPO, dict(robust="adv", n_steps=16, n_minibatches=2, n_epochs=1)),
 ])
 def test_a_short_robust_run_on_the_seed_axis(cls, overrides):
