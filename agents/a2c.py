@@ -33,5 +33,5 @@ class A2C(RobustOnPolicy, OnPolicyAgent):
         step = self._apply_gradients(tape.gradient(loss, self.variables))
         stats = dict(stats, loss=loss, sa_kl=sa_kl, grad_norm=step["grad_norm"],
                      updates_applied=tf.cast(step["applied"], tf.float32),
-                     updates_tried=tf.constant(1.0))
+                     updates_tried=tf.ones(self._lead))
         return stats

@@ -58,6 +58,9 @@ def check_certifiable(agent: Any, method: str = "crown", norm: str = "linf",
     if _checks.norm_name(norm) != "linf":
         raise ValueError(f"norm: certified actions bound an L-inf ball (a box), got {norm!r}")
     surface = _surface(agent)
+    if surface.num_seeds is not None:
+        raise ValueError(f"{argument}: this agent holds {surface.num_seeds} seeds; "
+                         "agent.export(s) gives seed s as an ordinary agent to certify")
     if surface.layers is None:
         raise ValueError(f"{argument}: its policy surface declares no affine layers "
                          "(PolicySurface(layers=...)); bound propagation needs them")

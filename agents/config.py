@@ -199,7 +199,9 @@ class OnPolicyConfig(AgentConfig):
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
     leading seed axis (:mod:`agents.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
-    ordinary agent. Not with ``robust`` (its attacks act on one policy) or a custom ``transform``."""
+    ordinary agent. ``robust="sa"`` and ``"adv"`` work on the axis (each seed attacked against
+    its own policy, :mod:`agents.robust`); not ATLA (``"atla"``, ``"atla-sa"``) or a custom
+    ``transform``."""
     iterations_per_call: int = 1
     """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
     ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
@@ -222,11 +224,12 @@ class OnPolicyConfig(AgentConfig):
                              f"eps/kappa schedule (and ATLA its adversary) in Python between "
                              f"iterations; use iterations_per_call=1, got "
                              f"{self.iterations_per_call}")
-        if self.num_seeds > 1 and self.robust is not None:
+        if self.num_seeds > 1 and self.robust in ("atla", "atla-sa"):
             raise ValueError(
-                f"robust: robust training ({self.robust!r}) runs observation attacks against one "
-                f"policy and is not implemented with num_seeds > 1 (got num_seeds="
-                f"{self.num_seeds}); train the seeds one by one (num_seeds=1)")
+                f"robust: ATLA ({self.robust!r}) trains one learned adversary (a separate PPO) "
+                f"against one agent and has no seed axis (got num_seeds={self.num_seeds}); train "
+                f"the seeds one by one (num_seeds=1), or use robust='sa' or 'adv', which work "
+                f"with num_seeds > 1")
         self.n_steps = positive_int(self.n_steps, "n_steps")
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")
@@ -388,18 +391,13 @@ class DQNConfig(AgentConfig):
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose networks,
     optimiser, observation statistics and replay buffer carry a leading seed axis
-    (:mod:`agents.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. Not with
-    ``robust`` (SA-DQN's and adversarial training's attacks act on one Q-network) or a custom
-    ``transform``."""
+    (:mod:`agents.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. SA-DQN and
+    adversarial training (``robust="sa"``, ``"adv"``) work on the axis (each seed attacked against
+    its own Q-network, :mod:`agents.robust`); not a custom ``transform``."""
 
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        if self.num_seeds > 1 and self.robust is not None:
-            raise ValueError(
-                f"robust: robust training ({self.robust!r}) runs observation attacks against one "
-                f"Q-network and is not implemented with num_seeds > 1 (got num_seeds="
-                f"{self.num_seeds}); train the seeds one by one (num_seeds=1)")
         if self.robust in ("atla", "atla-sa"):
             raise ValueError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
                              f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")

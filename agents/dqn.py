@@ -36,7 +36,9 @@ epsilon-greedily by each seed's own network; TD losses are reduced per seed and 
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
 step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
-ordinary agent's. Robust training (``robust=``) stays one seed at a time.
+ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
+minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
+(:mod:`agents.robust`).
 """
 
 from __future__ import annotations
@@ -210,6 +212,15 @@ class DQN(Agent):
                              layers=list(zip(net.weights_, net.biases)),
                              activation=self.config.activation)
 
+    def _seed_axis_surface(self) -> PolicySurface:
+        """The greedy policies of all ``S`` seeds (``num_seeds > 1``) for robust training on the
+        seed axis: Q-values of observations ``[S, B, d]``, each seed's own network and
+        normaliser (:class:`agents.PolicySurface` ``num_seeds``)."""
+        net = self.q.net
+        return PolicySurface("q_values", net, obs_shape=self.obs_shape, normalizer=self._obs_rms(),
+                             activation=self.config.activation, num_seeds=self.num_seeds,
+                             seed_layers=list(zip(net.weights_, net.biases)))
+
     def _act_graph(self, obs, deterministic):
         greedy = tf.argmax(self.q(obs), axis=-1, output_type=tf.int32)
         if deterministic or self.config.eval_epsilon == 0:
@@ -355,7 +366,7 @@ class DQN(Agent):
             obs = robust.adversarial_observations(self, obs, cfg.robust_attack,
                                                   self.robust_schedule.eps,
                                                   cfg.robust_steps, self._seed())
-        obs_adv, greedy = obs, tf.zeros([cfg.batch_size], tf.int32)
+        obs_adv, greedy = obs, tf.zeros(self._lead + (cfg.batch_size,), tf.int32)
         if cfg.robust == "sa":
             obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
                                                          cfg.robust_steps, self._seed(),

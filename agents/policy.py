@@ -67,6 +67,13 @@ class PolicySurface:
         with ``activation`` (``"tanh"``/``"relu"``) between them and none after the last: what
         bound propagation (:mod:`agents.certify`) takes. ``None``: the network is opaque (attacks
         work, certification does not).
+      num_seeds: ``S`` for the surface of an agent with a seed axis (``num_seeds=S > 1``, used by
+        robust training on the seed axis, :mod:`agents.robust`): every observation batch is then
+        ``[S, B, d]`` and every output ``[S, B, k]`` (seed ``s``'s rows through seed ``s``'s
+        network and normaliser, a :class:`agents.networks.SeedRunningMeanStd`), ``log_std`` is
+        ``[S, k]`` and :meth:`obs_scale` ``[S, d]``. ``layers`` is then ``None`` (certification
+        takes one network) and ``seed_layers`` holds the stacked ``((W [S, in, out], b [S, out]),
+        ...)`` that the convex regulariser bounds per seed. ``None``: no seed axis.
     """
 
     def __init__(self, kind: str, network: Callable[[tf.Tensor], tf.Tensor], *,
@@ -75,7 +82,8 @@ class PolicySurface:
                  log_std: tf.Variable | None = None, action_low: np.ndarray | None = None,
                  action_high: np.ndarray | None = None,
                  layers: Sequence[tuple[tf.Variable, tf.Variable]] | None = None,
-                 activation: str | None = None):
+                 activation: str | None = None, num_seeds: int | None = None,
+                 seed_layers: Sequence[tuple[tf.Variable, tf.Variable]] | None = None):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not callable(network):
@@ -83,7 +91,14 @@ class PolicySurface:
                             f"{type(network).__name__}")
         if (kind == "gaussian_mean") != (log_std is not None):
             raise ValueError("log_std must be given for kind='gaussian_mean' and only for it")
-        if layers is not None and activation not in ACTIVATIONS:
+        if num_seeds is not None and (isinstance(num_seeds, bool) or not isinstance(
+                num_seeds, (int, np.integer)) or num_seeds < 2):
+            raise ValueError(f"num_seeds must be None or an int >= 2 (a seed axis), got "
+                             f"{num_seeds!r}")
+        if num_seeds is not None and layers is not None:
+            raise ValueError("layers: a surface with a seed axis declares its stacked layers in "
+                             "seed_layers, not layers")
+        if (layers is not None or seed_layers is not None) and activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} when layers "
                              f"are given, got {activation!r}")
         self.kind = kind
@@ -96,6 +111,8 @@ class PolicySurface:
         self.action_high = None if action_high is None else np.asarray(action_high, np.float32)
         self.layers = None if layers is None else tuple((w, b) for w, b in layers)
         self.activation = activation
+        self.num_seeds = None if num_seeds is None else int(num_seeds)
+        self.seed_layers = None if seed_layers is None else tuple((w, b) for w, b in seed_layers)
 
     # -- what the policy sees ---------------------------------------------------------------
     @property
@@ -128,8 +145,17 @@ class PolicySurface:
     def obs_scale(self) -> tf.Tensor:
         """The unit of eps per dimension ``[d]`` float32: the normaliser's std, else ones."""
         if self._rms is None:
-            return tf.ones(self.obs_shape, tf.float32)
+            return tf.ones(self._lead() + self.obs_shape, tf.float32)
         return tf.cast(tf.sqrt(self._rms.var + self._rms.epsilon), tf.float32)
+
+    def _lead(self) -> tuple[int, ...]:
+        """``(S,)`` with a seed axis, else ``()``."""
+        return () if self.num_seeds is None else (self.num_seeds,)
+
+    def _per_row(self, x: tf.Tensor) -> tf.Tensor:
+        """A per-seed ``x [S, k]`` as ``[S, 1, k]`` (broadcasting over each seed's rows); ``x``
+        itself without a seed axis."""
+        return x if self.num_seeds is None else x[:, None, :]
 
     def input_box(self, lower: tf.Tensor, upper: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The box ``[normalize(lower), normalize(upper)]`` the network sees when the raw
@@ -154,7 +180,7 @@ class PolicySurface:
         out = self.outputs(obs)
         if self.discrete:
             return tfd.Categorical(logits=out)
-        std = tf.exp(self.log_std) * tf.ones_like(out)
+        std = tf.exp(self._per_row(self.log_std)) * tf.ones_like(out)
         return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
     def deterministic_actions(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
@@ -169,13 +195,18 @@ class PolicySurface:
 
     def inverse_two_variance(self, batch: int | tf.Tensor) -> tf.Tensor:
         """``1 / (2σ²)`` of the Gaussian policy broadcast to ``[batch, k]`` (the weights that
-        make ``Σ w (μ − μ')²`` the KL between two Gaussians of the same σ)."""
+        make ``Σ w (μ − μ')²`` the KL between two Gaussians of the same σ); with a seed axis
+        ``[S, batch, k]``, each seed's own σ over its ``batch`` rows."""
         w = 0.5 * tf.exp(-2.0 * tf.cast(self.log_std, tf.float32))
-        return tf.broadcast_to(w[None], [batch, tf.shape(self.log_std)[0]])
+        k = tf.shape(self.log_std)[-1]
+        if self.num_seeds is not None:
+            return tf.broadcast_to(w[:, None, :], [self.num_seeds, batch, k])
+        return tf.broadcast_to(w[None], [batch, k])
 
     def __repr__(self):
+        seeds = "" if self.num_seeds is None else f", num_seeds={self.num_seeds}"
         return (f"PolicySurface(kind={self.kind!r}, obs_shape={self.obs_shape}, "
-                f"normalized={self.normalized}, critic={self.has_critic})")
+                f"normalized={self.normalized}, critic={self.has_critic}{seeds})")
 
 
 def surface_of(agent: Any, argument: str = "agent") -> PolicySurface:

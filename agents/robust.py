@@ -27,6 +27,14 @@ adversarial perturbations on state observations", NeurIPS 2020:
   in the perturbed MDP, as Kos & Song 2017 and Pattanaik et al. 2018); DQN's update uses the
   attacked ``s`` in ``Q(s, a)`` (its replay buffer keeps clean observations).
 
+The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): every function here takes the
+observations of an ``S``-seed agent as ``[S, B, d]`` and returns each seed's regulariser ``[S]``
+(its mean over its own rows). Seed ``s``'s observations are attacked against seed ``s``'s own
+policy, in seed ``s``'s own normaliser units, by one engine call for all seeds (the ``S * B`` rows
+as examples of a model that keeps each seed's weights, :mod:`agents._victim`); the convex bounds
+of all seeds are one bound call on the block-diagonal network of the ``S`` stacked ones (whose
+bounds are each seed's own: no weight couples two blocks).
+
 eps and kappa rise linearly from 0 over ``robust_eps_warmup`` of the ``learn`` budget
 (:class:`RobustSchedule`, held in ``tf.Variable`` so the compiled update traces once). Budgets
 are in the attack's units: standard deviations inside the normaliser when the agent normalises
@@ -78,6 +86,11 @@ CONVEX_BOUND = "crown-ibp"
 
 HINGE_MARGIN = 1.0
 """``c`` of SA-DQN's hinge ``max(margin, -c)``: margins below ``-c`` contribute no gradient."""
+
+
+def _batch_mean(x: tf.Tensor) -> tf.Tensor:
+    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
+    return tf.reduce_mean(x) if x.shape.rank == 1 else tf.reduce_mean(x, axis=-1)
 
 
 class RobustSchedule(tf.Module):
@@ -143,20 +156,23 @@ def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps:
 
 def sa_policy_regularizer(agent: Agent, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
     """The SA-PPO/SA-A2C regulariser (before kappa): mean over the batch of
-    :func:`policy_kl` at the attack's ``obs_adv``; scalar."""
-    return tf.reduce_mean(policy_kl(_surface(agent), obs, obs_adv))
+    :func:`policy_kl` at the attack's ``obs_adv``; scalar (``[S]`` per seed with the seed axis:
+    ``obs``, ``obs_adv`` ``[S, B, d]``)."""
+    return _batch_mean(policy_kl(_surface(agent), obs, obs_adv))
 
 
 def q_margin_hinge(q_adv: tf.Tensor, greedy: tf.Tensor, margin: float = HINGE_MARGIN
                    ) -> tf.Tensor:
     """SA-DQN's hinge per row ``[B]``: ``max(max_{a != a*} Q(s_hat, a) - Q(s_hat, a*), -margin)``.
 
-    ``q_adv [B, A]`` float, ``greedy [B]`` int (``a*``, the greedy action at the clean state).
+    ``q_adv [B, A]`` float, ``greedy [B]`` int (``a*``, the greedy action at the clean state);
+    with the seed axis ``[S, B, A]`` and ``[S, B]`` -> ``[S, B]``.
     """
     q_adv = tf.convert_to_tensor(q_adv, tf.float32)
+    greedy = tf.convert_to_tensor(greedy)
     n_actions = tf.shape(q_adv)[-1]
     mask = tf.one_hot(greedy, n_actions) > 0.5
-    q_star = tf.gather(q_adv, greedy, batch_dims=1)
+    q_star = tf.gather(q_adv, greedy, batch_dims=greedy.shape.rank)
     q_other = tf.reduce_max(tf.where(mask, tf.constant(-float("inf")), q_adv), axis=-1)
     return tf.maximum(q_other - q_star, -float(margin))
 
@@ -180,8 +196,9 @@ def sa_dqn_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, st
 def attacked_q_margin(agent: Agent, obs_adv: tf.Tensor, greedy: tf.Tensor,
                       margin: float = HINGE_MARGIN) -> tf.Tensor:
     """SA-DQN's regulariser (before kappa): the mean :func:`q_margin_hinge` of the online
-    network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar, differentiable."""
-    return tf.reduce_mean(q_margin_hinge(_surface(agent).outputs(obs_adv), greedy, margin))
+    network at ``s_hat`` (from :func:`sa_dqn_observations`); scalar (``[S]`` per seed),
+    differentiable."""
+    return _batch_mean(q_margin_hinge(_surface(agent).outputs(obs_adv), greedy, margin))
 
 
 def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -194,9 +211,12 @@ def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     SA-DQN's hinge at any ``s_hat`` in the ball; differentiable w.r.t. the weights."""
     from agents.certify import greedy_margin_lower_bounds
 
-    _, lb = greedy_margin_lower_bounds(_surface(agent), tf.stop_gradient(obs), eps, method,
-                                       greedy)
-    return tf.reduce_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
+    surface = _surface(agent)
+    if surface.num_seeds is not None:
+        lb = _seed_margin_lower_bounds(surface, tf.stop_gradient(obs), eps, method, greedy)
+    else:
+        _, lb = greedy_margin_lower_bounds(surface, tf.stop_gradient(obs), eps, method, greedy)
+    return _batch_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
 
 
 def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -210,11 +230,14 @@ def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
 
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
-    lb, ub = output_bounds(surface, obs, eps, method)
+    if surface.num_seeds is not None:
+        lb, ub = _seed_output_bounds(surface, obs, eps, method)
+    else:
+        lb, ub = output_bounds(surface, obs, eps, method)
     mean = tf.stop_gradient(surface.outputs(obs))
     deviation = tf.maximum(ub - mean, mean - lb)
-    w = 0.5 * tf.exp(-2.0 * tf.cast(surface.log_std, tf.float32))
-    return tf.reduce_mean(tf.reduce_sum(w * tf.square(deviation), axis=-1))
+    w = 0.5 * tf.exp(-2.0 * tf.cast(surface._per_row(surface.log_std), tf.float32))
+    return _batch_mean(tf.reduce_sum(w * tf.square(deviation), axis=-1))
 
 
 def convex_categorical_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -230,8 +253,11 @@ def convex_categorical_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
     logp = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
-    ub = difference_upper_bounds(surface, obs, eps, method)  # [B, A, A]: ub(z_j - z_a) at [a, j]
-    return tf.reduce_mean(tf.reduce_sum(tf.exp(logp) * (logp + tf.reduce_logsumexp(ub, -1)), -1))
+    if surface.num_seeds is not None:
+        ub = _seed_difference_upper_bounds(surface, obs, eps, method)  # [S, B, A, A]
+    else:
+        ub = difference_upper_bounds(surface, obs, eps, method)  # [B, A, A]: ub(z_j - z_a) at [a, j]
+    return _batch_mean(tf.reduce_sum(tf.exp(logp) * (logp + tf.reduce_logsumexp(ub, -1)), -1))
 
 
 def convex_policy_regularizer(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -242,6 +268,80 @@ def convex_policy_regularizer(agent: Agent, obs: tf.Tensor, eps: float | tf.Tens
     if _surface(agent).discrete:
         return convex_categorical_kl(agent, obs, eps, method)
     return convex_gaussian_kl(agent, obs, eps, method)
+
+
+# -- bounds of S stacked networks: one bound call on their block-diagonal network --------------
+def _block_diagonal(w: tf.Tensor) -> tf.Tensor:
+    """``S`` stacked matrices ``[S, a, b]`` as one block-diagonal ``[S * a, S * b]``.
+
+    >>> _block_diagonal(tf.ones([2, 1, 2])).numpy().tolist()
+    [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]
+    """
+    s, a, b = w.shape
+    return tf.reshape(tf.einsum("sij,st->sitj", w, tf.eye(s, dtype=w.dtype)), [s * a, s * b])
+
+
+def _side_by_side(x: tf.Tensor) -> tf.Tensor:
+    """``[S, B, k]`` -> ``[B, S * k]``: row ``b`` holds every seed's row ``b`` (the input of the
+    block-diagonal network)."""
+    return tf.reshape(tf.transpose(x, [1, 0, 2]), [tf.shape(x)[1], -1])
+
+
+def _per_seed(x: tf.Tensor, num_seeds: int) -> tf.Tensor:
+    """The inverse of :func:`_side_by_side`: ``[B, S * k]`` -> ``[S, B, k]``."""
+    return tf.transpose(tf.reshape(x, [tf.shape(x)[0], num_seeds, -1]), [1, 0, 2])
+
+
+def _seed_block_bounds(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
+                       method: str, spec: tf.Tensor | None = None
+                       ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Bounds ``[S, B, m]`` of every seed's outputs (or of ``spec [S, B, m, k]`` times them) over
+    the ball ``obs ± eps · scale`` of each seed's ``obs [S, B, d]`` in its own units: one
+    :func:`robustgrad.bounds.affine_stack_bounds` call on the block-diagonal network."""
+    from robustgrad.bounds import affine_stack_bounds
+
+    n = surface.num_seeds
+    radius = tf.cast(eps, tf.float32) * surface.obs_scale()[:, None]
+    lower, upper = surface.input_box(obs - radius, obs + radius)
+    weights = [_block_diagonal(w) for w, _ in surface.seed_layers]
+    biases = [tf.reshape(b, [-1]) for _, b in surface.seed_layers]
+    if spec is not None:  # [S, B, m, k] -> [B, S * m, S * k], block-diagonal per row
+        _, _, m, k = spec.shape
+        spec = tf.reshape(tf.einsum("sbij,st->bsitj", spec, tf.eye(n, dtype=spec.dtype)),
+                          [-1, n * m, n * k])
+    lb, ub = affine_stack_bounds(weights, biases, surface.activation,
+                                 tf.stop_gradient(_side_by_side(lower)),
+                                 tf.stop_gradient(_side_by_side(upper)), method=method, C=spec)
+    return _per_seed(lb, n), _per_seed(ub, n)
+
+
+def _seed_output_bounds(surface, obs, eps, method):
+    """:func:`agents.certify.output_bounds` of each seed: ``obs [S, B, d]`` -> ``[S, B, k]``."""
+    return _seed_block_bounds(surface, obs, eps, method)
+
+
+def _seed_margin_lower_bounds(surface, obs, eps, method, greedy=None):
+    """:func:`agents.certify.greedy_margin_lower_bounds`' ``lb`` of each seed, ``[S, B, A - 1]``
+    (``greedy [S, B]``, or each seed's greedy action at ``obs [S, B, d]``)."""
+    from robustgrad.bounds import margin_spec
+
+    if greedy is None:
+        greedy = tf.argmax(tf.stop_gradient(surface.outputs(obs)), axis=-1, output_type=tf.int32)
+    n_actions = int(surface.seed_layers[-1][0].shape[-1])
+    spec = margin_spec(tf.reshape(greedy, [-1]), n_actions)  # [S * B, A - 1, A]
+    spec = tf.reshape(spec, [surface.num_seeds, -1, n_actions - 1, n_actions])
+    lb, _ = _seed_block_bounds(surface, obs, eps, method, spec)
+    return lb
+
+
+def _seed_difference_upper_bounds(surface, obs, eps, method):
+    """:func:`agents.certify.difference_upper_bounds` of each seed: ``[S, B, A, A]``."""
+    n = int(surface.seed_layers[-1][0].shape[-1])
+    eye = tf.eye(n)
+    spec = tf.reshape(eye[None, :, :] - eye[:, None, :], [1, 1, n * n, n])
+    spec = tf.tile(spec, [surface.num_seeds, tf.shape(obs)[1], 1, 1])
+    _, ub = _seed_block_bounds(surface, obs, eps, method, spec)
+    return tf.reshape(ub, [surface.num_seeds, -1, n, n]) * (1.0 - eye)
 
 
 def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: float | tf.Tensor,

@@ -33,6 +33,14 @@ first gradient phase (``learning_starts`` rounded up to whole iterations: tracin
 of one agent), then the full runs. Steady rate: ``S * (steps - short) / (full - k * short)`` with
 ``k`` the number of agents the full runs build (1 on the seed axis, ``S`` sequential: each
 sequential agent traces and compiles its own functions); ``incl. compile``: ``S * steps / full``.
+
+``--algo sa-ppo`` (robust training on the seed axis): SA-PPO on CartPole-v1, the shipped
+``ppo-CartPole-v1`` preset with ``robust="sa"`` (PGD inner max, 10 steps; kappa 3 from the
+preset) at ``--eps`` (default 0.05), on the graph backend: ``--seeds`` seeds in one program
+(``agents.PPO(num_seeds=S)``) against ``S`` sequential one-seed runs, timed as the DQN rows (the
+short run is one iteration), with each seed's clean deterministic return at the end::
+
+    python benchmarks/seeds_speed.py --algo sa-ppo --steps 30000 --seeds 4
 """
 
 from __future__ import annotations
@@ -121,7 +129,50 @@ def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
             "steps_per_seed": done, "eval_returns": returns, "seeds": n_seeds}
 
 
-def _run(kind, n, steps, settings, tree=None) -> dict:
+def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float) -> dict:
+    import agents
+
+    cfg = agents.config.make_config(agents.PPOConfig, "ppo", agents.config.AUTO,
+                                    env="CartPole-v1", backend="graph", robust="sa",
+                                    robust_eps=eps)
+    short = cfg.n_steps * cfg.num_envs  # one iteration: tracing and compiling of one agent
+    for n in (1, 2):  # start-up and the attack code's first use, untimed (tiny agents)
+        agents.PPO(cfg, n_steps=4, num_envs=1, n_epochs=1, num_seeds=n).learn(
+            4, progress_bar=False)
+
+    def run(budget, seeds):
+        if kind == "axis":
+            many = agents.PPO(cfg, num_seeds=len(seeds), seed=seeds[0])
+            many.learn(budget, progress_bar=False)
+            return [many.export(k) for k in range(len(seeds))] if len(seeds) > 1 else [many]
+        out = []
+        for s in seeds:  # one seed after the other, each its own agent
+            one = agents.PPO(cfg, seed=s)
+            one.learn(budget, progress_bar=False)
+            out.append(one)
+        return out
+
+    times = {}
+    for name, budget, seeds in (("short", short, list(range(n_seeds)) if kind == "axis" else [0]),
+                                ("full", steps, list(range(n_seeds)))):
+        cpu, wall = time.process_time(), time.perf_counter()
+        trained = run(budget, seeds)
+        times[name] = (time.process_time() - cpu, time.perf_counter() - wall)
+    done = int(trained[0].num_timesteps.numpy())  # whole iterations
+    builds = 1 if kind == "axis" else n_seeds
+    cpu_s = times["full"][0] - builds * times["short"][0]
+    wall_s = times["full"][1] - builds * times["short"][1]
+    returns = [a.evaluate(10)["mean_return"] for a in trained]
+    return {"steps_per_cpu_second": (done - short) * n_seeds / cpu_s,
+            "steps_per_wall_second": (done - short) * n_seeds / wall_s,
+            "incl_compile_steps_per_cpu_second": done * n_seeds / times["full"][0],
+            "incl_compile_steps_per_wall_second": done * n_seeds / times["full"][1],
+            "compile_cpu_s": times["short"][0], "compile_wall_s": times["short"][1],
+            "full_cpu_s": times["full"][0], "full_wall_s": times["full"][1],
+            "steps_per_seed": done, "eval_returns": returns, "seeds": n_seeds}
+
+
+def _run(kind, n, steps, settings, tree=None, eps=None) -> dict:
     script = os.path.abspath(__file__)
     env = dict(os.environ)
     cwd = None
@@ -130,6 +181,8 @@ def _run(kind, n, steps, settings, tree=None) -> dict:
         cwd = os.path.abspath(tree)
     cmd = [sys.executable, script, "--part", kind, "--n", str(n), "--steps", str(steps),
            "--settings", settings]
+    if eps is not None:
+        cmd += ["--eps", str(eps)]
     if tree is not None:  # the child must import that tree's packages, not this one's
         cmd += ["--root", os.path.abspath(tree)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
@@ -145,8 +198,10 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--settings", default="preset", choices=("preset", "purejaxrl"))
     p.add_argument("--compare-tree", default=None, help="also this checkout's rows (before)")
-    p.add_argument("--algo", default="ppo", choices=("ppo", "dqn"),
-                   help="dqn: S seeds on the seed axis against S sequential runs (module doc)")
+    p.add_argument("--algo", default="ppo", choices=("ppo", "dqn", "sa-ppo"),
+                   help="dqn, sa-ppo: S seeds on the seed axis against S sequential runs "
+                        "(module doc)")
+    p.add_argument("--eps", type=float, default=0.05, help="sa-ppo: the SA training radius")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -154,7 +209,9 @@ def main(argv=None) -> None:
     if args.part is not None:
         if args.root:
             sys.path[0:1] = [args.root]
-        if args.part.startswith("dqn-"):
+        if args.part.startswith("sappo-"):
+            row = _sa_ppo_child(args.part.split("-")[1], args.n, args.steps, args.eps)
+        elif args.part.startswith("dqn-"):
             _, kind, backend = args.part.split("-")
             row = _dqn_child(kind, args.n, args.steps, backend)
         else:
@@ -163,6 +220,8 @@ def main(argv=None) -> None:
         return
     if args.algo == "dqn":
         return _dqn_main(args)
+    if args.algo == "sa-ppo":
+        return _sa_ppo_main(args)
     load = os.getloadavg()
     plan = [("ppo", 1), ("many", 1), ("many", args.seeds)]
     rows = {}
@@ -229,6 +288,37 @@ def _dqn_main(args) -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
                       "steps": args.steps, "algo": "dqn"}))
+
+
+def _sa_ppo_main(args) -> None:
+    load = os.getloadavg()
+    rows = {}
+    for kind in ("sequential", "axis"):
+        name = f"sa-ppo {kind} x{args.seeds}"
+        row = rows[name] = _run(f"sappo-{kind}", args.seeds, args.steps, args.settings,
+                                eps=args.eps)
+        print(f"{name:>24}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
+              f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
+              f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
+              f"{row['incl_compile_steps_per_wall_second']:7.0f} /wall s; compile "
+              f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall) per "
+              f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
+              f"{row['steps_per_seed']} steps per seed; clean returns "
+              f"{[round(r, 1) for r in row['eval_returns']]}", flush=True)
+    a, b = (rows[f"sa-ppo {k} x{args.seeds}"] for k in ("axis", "sequential"))
+    r = {k: a[k] / b[k] for k in ("steps_per_cpu_second", "steps_per_wall_second",
+                                  "incl_compile_steps_per_cpu_second",
+                                  "incl_compile_steps_per_wall_second")}
+    print(f"SA-PPO eps {args.eps}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per "
+          f"CPU s, {r['steps_per_wall_second']:.2f}x per wall s steady; "
+          f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
+          f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
+    after = os.getloadavg()
+    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
+          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
+                      "steps": args.steps, "algo": "sa-ppo", "eps": args.eps}))
 
 
 if __name__ == "__main__":

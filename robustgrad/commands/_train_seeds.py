@@ -1,8 +1,10 @@
 """``robustgrad train-agent --seeds 0-7``: many seeds in one run, one directory per seed.
 
-The on-policy algorithms train their seeds in groups of up to :data:`GROUP_SIZE` as one agent
-with a seed axis (``num_seeds``, :mod:`agents.onpolicy`: one program for the group, on either
-backend); DQN and robust training (which have no seed axis) one seed at a time. Every group
+Every algorithm trains its seeds in groups of up to :data:`GROUP_SIZE` as one agent with a seed
+axis (``num_seeds``, :mod:`agents.onpolicy`, :mod:`agents.dqn`: one program for the group, on
+either backend), robust training too (``--robust sa`` or ``adv``: each seed attacked against its
+own policy, :mod:`agents.robust`); ATLA (``--robust atla``/``atla-sa``: one learned adversary
+per agent, no seed axis) trains one seed at a time. Every group
 goes through the agents' one ``learn`` driver, so:
 
 * each seed is written to ``--out/seed_<s>/`` (an ordinary saved agent, its
@@ -79,6 +81,11 @@ def _groups(seeds: list[int], size: int) -> list[list[int]]:
     return [seeds[i:i + size] for i in range(0, len(seeds), size)]
 
 
+def _on_axis(config) -> bool:
+    """Whether ``config``'s seeds train together on a seed axis (all but ATLA)."""
+    return hasattr(config, "num_seeds") and config.robust not in ("atla", "atla-sa")
+
+
 def _agent_seeds(agent) -> list[int]:
     return list(agent.seeds)
 
@@ -115,7 +122,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
                              checkpoint_dir=ckpt, checkpoint_every=every, **overrides)
     except ValueError as exc:
         raise UsageError(" ".join(str(exc).split())) from None
-    seed_axis = hasattr(config, "num_seeds") and config.robust is None
+    seed_axis = _on_axis(config)
     size = GROUP_SIZE if seed_axis else 1
     resumed = None
     if args.resume and os.path.exists(ckpt):
@@ -215,7 +222,7 @@ def _summarize(args, seeds, dirs, out, config) -> int:
     summary = {"algo": args.algo, "env": args.env, "steps": args.steps, "seeds": seeds,
                "backend": config.backend, "preset": config.preset,
                "design": ("one program per group of seeds (seed axis)"
-                          if hasattr(config, "num_seeds") and config.robust is None
+                          if _on_axis(config)
                           else "sequential"),
                "train_return_last20": summarize_runs(last_returns)}
     if evaluations:

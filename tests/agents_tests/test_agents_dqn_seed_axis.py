@@ -256,10 +256,6 @@ def test_seed_axis_dqn_learns_cartpole_quickly():
 def test_seed_axis_dqn_bad_input_is_refused_before_work():
     with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
         agents.DQN(num_seeds=0, **SMALL)
-    with pytest.raises(ValueError, match=r"robust: robust training \('sa'\) runs observation "
-                                         "attacks against one Q-network and is not implemented "
-                                         "with num_seeds > 1"):
-        agents.DQN(num_seeds=2, robust="sa", **SMALL)
     with pytest.raises(ValueError, match="rollout_workers: Ray workers collect for one seed"):
         agents.DQN(num_seeds=2, rollout_workers=2, **SMALL)
 
