@@ -78,7 +78,7 @@ def _curve_recorder(curve, total, points=50):
         if logs["steps"] >= next_at[0] or logs["steps"] >= total:
             next_at[0] = logs["steps"] + total // points
             curve.append({"steps": logs["steps"], **{k: round(float(logs[k]), 4) for k in
-                                                     CURVE_KEYS if logs.get(k) == logs.get(k)}})
+                                                     CURVE_KEYS if k in logs and logs[k] == logs[k]}})
             print("[train] " + " ".join(f"{k} {v:g}" for k, v in curve[-1].items()),
                   file=sys.stderr, flush=True)
     return record
