@@ -65,7 +65,7 @@ def _train(kind, args, seed):
     return agent, cost
 
 
-CURVE_KEYS = ("episode_return", "atla_adversary_return", "robust_eps")
+CURVE_KEYS = ("episode_return", "atla_adversary_return", "atla_adversary_radius", "robust_eps")
 
 
 def _curve_recorder(curve, total, points=50):
