@@ -19,7 +19,10 @@ adversary's curriculum grows with the agent's. With ``atla_start_radius`` the ad
 at a radius *shrinking* from that value to ``robust_eps`` over the same warm-up
 (:func:`adversary_radius`), the standalone adversary's lesson (issue 25: at a radius where
 random perturbations never end an episode, every adversary return is the same and it learns
-nothing), while the agent still meets its perturbations at the schedule's eps.
+nothing), while the agent still meets its perturbations at the schedule's eps. The paper's
+code (huanzhang12/ATLA_robust_RL) applies its adversary at the full eps from the first
+iteration (its eps schedule drives only the SA regulariser); ``robust_eps_warmup=0`` does the
+same here.
 ``robust="atla-sa"`` adds the SA regulariser (``robust_kappa``, the paper's best "ATLA +
 SA-Reg"). Policies are MLPs: the paper's best ATLA agents are LSTMs; recurrent policies are
 not implemented here. The adversary's weights are not part of the agent's checkpoint: a loaded
