@@ -14,13 +14,21 @@ iteration of ``n_steps · num_envs`` env steps is preceded by as many adversary 
    in the agent's graph), stores and learns from ``ŝ`` as ``robust="adv"`` does.
 
 The radius ``r`` is the robust schedule's eps (rising from 0 to ``robust_eps`` over
-``robust_eps_warmup`` of the budget, :class:`agents.robust.RobustSchedule`): the adversary's
-curriculum grows with the agent's. ``robust="atla-sa"`` adds the SA regulariser
-(``robust_kappa``, the paper's best "ATLA + SA-Reg"). Policies are MLPs: the paper's best
-ATLA agents are LSTMs; recurrent policies are not implemented here. The adversary's weights
-are not part of the agent's checkpoint: a loaded ``robust="atla"`` agent that learns again
-starts a fresh adversary. Costs about twice a plain update per env step in env steps (the
-adversary's rollouts), more in time: each adversary step calls the agent once.
+``robust_eps_warmup`` of the budget, :class:`agents.robust.RobustSchedule`): by default the
+adversary's curriculum grows with the agent's. With ``atla_start_radius`` the adversary trains
+at a radius *shrinking* from that value to ``robust_eps`` over the same warm-up
+(:func:`adversary_radius`), the standalone adversary's lesson (issue 25: at a radius where
+random perturbations never end an episode, every adversary return is the same and it learns
+nothing), while the agent still meets its perturbations at the schedule's eps. The paper's
+code (huanzhang12/ATLA_robust_RL) applies its adversary at the full eps from the first
+iteration (its eps schedule drives only the SA regulariser); ``robust_eps_warmup=0`` does the
+same here.
+``robust="atla-sa"`` adds the SA regulariser (``robust_kappa``, the paper's best "ATLA +
+SA-Reg"). Policies are MLPs: the paper's best ATLA agents are LSTMs; recurrent policies are
+not implemented here. The adversary's weights are not part of the agent's checkpoint: a loaded
+``robust="atla"`` agent that learns again starts a fresh adversary. Costs about twice a plain
+update per env step in env steps (the adversary's rollouts), more in time: each adversary step
+calls the agent once.
 
 >>> import agents
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
@@ -40,7 +48,8 @@ if TYPE_CHECKING:
     from agents.base import Agent
     from agents.config import AgentConfig
 
-__all__ = ["ATLA_MODES", "adversary_phase", "atla_observations", "uses_atla", "uses_sa"]
+__all__ = ["ATLA_MODES", "adversary_phase", "adversary_radius", "atla_observations", "uses_atla",
+           "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
@@ -63,6 +72,25 @@ def uses_atla(config: AgentConfig) -> bool:
 def uses_sa(config: AgentConfig) -> bool:
     """The SA regulariser is on (``robust="sa"`` or ``"atla-sa"``)."""
     return config.robust in ("sa", "atla-sa")
+
+
+def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) -> float:
+    """The radius the ATLA adversary trains at when the agent's schedule is at ``eps`` (of its
+    target ``robust_eps``): ``eps`` itself without a ``start_radius`` (``None``), else the
+    point as far from ``start_radius`` toward ``robust_eps`` as ``eps`` is from 0 toward
+    ``robust_eps`` (both linear over the warm-up). Floats in the agent's units of eps.
+
+    >>> adversary_radius(0.02, 0.05, None)
+    0.02
+    >>> round(adversary_radius(0.0, 0.05, 0.2), 6), round(adversary_radius(0.025, 0.05, 0.2), 6)
+    (0.2, 0.125)
+    >>> adversary_radius(0.05, 0.05, 0.2)
+    0.05
+    """
+    if start_radius is None:
+        return float(eps)
+    frac = min(float(eps) / robust_eps, 1.0) if robust_eps > 0 else 1.0
+    return float(frac * robust_eps + (1.0 - frac) * start_radius)
 
 
 def _build_adversary(agent: Agent):
@@ -89,20 +117,22 @@ def _build_adversary(agent: Agent):
 
 
 def adversary_phase(agent: Agent) -> dict:
-    """Train ``agent``'s adversary for one agent batch of steps at the current radius (built
-    on first use); returns logs (``atla_adversary_return``: the adversary's mean episode
-    return, minus the agent's)."""
+    """Train ``agent``'s adversary for one agent batch of steps at its current radius
+    (:func:`adversary_radius`; built on first use); returns logs (``atla_adversary_return``:
+    the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``)."""
     if getattr(agent, "atla_adversary", None) is None:
         _build_adversary(agent)
-    eps = float(agent.robust_schedule.eps.numpy())
-    agent._atla_radius.value = eps
+    cfg = agent.config
+    radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
+                              cfg.atla_start_radius)
+    agent._atla_radius.value = radius
     agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
     adv = agent.atla_adversary
-    if eps > 0:
-        adv.learn(agent.config.n_steps * agent.config.num_envs, progress_bar=False,
-                  handle_interrupts=False)
+    if radius > 0:
+        adv.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
     ret = list(adv.episode_returns)
-    return {"atla_adversary_return": sum(ret) / len(ret) if ret else float("nan")}
+    return {"atla_adversary_return": sum(ret) / len(ret) if ret else float("nan"),
+            "atla_adversary_radius": radius}
 
 
 def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:

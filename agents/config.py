@@ -107,6 +107,12 @@ class AgentConfig:
     robust_eps_warmup: float = 0.75
     """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
     ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
+    atla_start_radius: float | None = None
+    """ATLA's adversary radius curriculum (``robust="atla"`` / ``"atla-sa"``; :mod:`agents.atla`):
+    ``None`` trains the adversary at the agent's radius (the schedule's eps, rising from 0); a
+    radius >= ``robust_eps`` (same units) trains it at a radius shrinking linearly from this one
+    to ``robust_eps`` over ``robust_eps_warmup`` of the budget, while the agent meets its
+    perturbations at the schedule's eps (:func:`agents.atla.adversary_radius`)."""
     robust_attack: str = "action"
     """The attack of ``robust="adv"`` (``"random"``, ``"action"``, ``"mad"`` or ``"critic"``;
     see :mod:`agents.observation_attacks`). The default, PGD away from the greedy action, is the
@@ -153,6 +159,12 @@ class AgentConfig:
         self.robust_steps = positive_int(self.robust_steps, "robust_steps")
         choice(self.robust_method, "robust_method", ("pgd", "sgld", "convex"))
         probability(self.robust_eps_warmup, "robust_eps_warmup")
+        if self.atla_start_radius is not None:
+            if self.robust not in ("atla", "atla-sa"):
+                raise ValueError(f"atla_start_radius: only with robust='atla' or 'atla-sa' (the "
+                                 f"learned adversary's curriculum), got robust={self.robust!r}")
+            self.atla_start_radius = number(self.atla_start_radius, "atla_start_radius",
+                                            minimum=self.robust_eps)
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
 
     def to_dict(self) -> dict:

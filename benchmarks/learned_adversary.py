@@ -15,7 +15,8 @@ whose returns are negative, as Pendulum's).
 ``--set KEY=JSON`` overrides the agents' config (every kind: the MuJoCo settings block of
 docs/benchmarks/robust-rl.md), ``--robust-set KEY=JSON`` only the robust kinds' (e.g.
 ``robust_method="sgld"``). ``--save-dir`` keeps agents and results (a rerun reuses them;
-``--json`` writes every row).
+``--json`` writes every row; each agent's ``train.json`` keeps its training curve: rollout
+return, ATLA's adversary return and the radius, about 50 points).
 
     python benchmarks/learned_adversary.py --env CartPole-v1 --eps 0.05 --seeds 0 \
         --victims vanilla,sa,atla,atla-sa --adversary-steps 100000 --episodes 8 \
@@ -51,15 +52,36 @@ def _train(kind, args, seed):
     if KINDS[kind] in ("sa", "atla-sa") and args.kappa is not None:
         over["robust_kappa"] = args.kappa
     agent = agents.PPO(env=args.env, seed=seed, **over)
+    curve = []
     t0, c0 = time.perf_counter(), time.process_time()
-    agent.learn(args.steps, progress_bar=False)
+    agent.learn(args.steps, progress_bar=False, callbacks=[_curve_recorder(curve, args.steps)])
     cost = {"train_wall_seconds": time.perf_counter() - t0,
-            "train_cpu_seconds": time.process_time() - c0, "steps": args.steps}
+            "train_cpu_seconds": time.process_time() - c0, "steps": args.steps,
+            "curve": curve}
     if path:
         agent.save(path)
         with open(info, "w") as f:
             json.dump(cost, f)
     return agent, cost
+
+
+CURVE_KEYS = ("episode_return", "atla_adversary_return", "atla_adversary_radius", "robust_eps")
+
+
+def _curve_recorder(curve, total, points=50):
+    """A ``learn`` callback appending the training logs of :data:`CURVE_KEYS` (the agent's
+    rollout return; ATLA's adversary return, minus the agent's under its training adversary;
+    the radius) to ``curve`` about ``points`` times over a ``total``-step run."""
+    next_at = [0]
+
+    def record(agent, logs):
+        if logs["steps"] >= next_at[0] or logs["steps"] >= total:
+            next_at[0] = logs["steps"] + total // points
+            curve.append({"steps": logs["steps"], **{k: round(float(logs[k]), 4) for k in
+                                                     CURVE_KEYS if k in logs and logs[k] == logs[k]}})
+            print("[train] " + " ".join(f"{k} {v:g}" for k, v in curve[-1].items()),
+                  file=sys.stderr, flush=True)
+    return record
 
 
 def _evaluate(agent, kind, args, seed):
