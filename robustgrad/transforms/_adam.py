@@ -307,53 +307,36 @@ def _fused_adam_plan(t):
     return spec, lr
 
 
-def _fused_adam_apply(plan, grads, state_vars, variables, apply=None):
+def _fused_adam_apply(plan, grads, state_vars, variables):
     """One Adam step applied in place: ``variables``, ``state_vars`` (the chain's state as
     variables: ``(ScaleByAdamState, lr state)``) updated by ``ResourceApplyAdam``. Same math as
-    the pure chain followed by ``variables += updates``.
-
-    ``apply`` (optional bool scalar tensor): when False the step leaves every variable, moment and
-    count as it was, without a conditional: the kernel runs with ``lr = 0``, ``beta1 = beta2 = 1``
-    (``m + (g - m) * 0 == m``, ``var - 0 * finite == var``) and the counts grow by ``apply``. The
-    caller passes finite ``grads`` there (zeros), and ``eps > 0`` (a finite ``m / (sqrt(v) +
-    eps)``); the bias corrections use ``count + 1`` either way (never ``1 - b^0 = 0``)."""
+    the pure chain followed by ``variables += updates``."""
     spec, (kind, rate) = plan
     adam_vars, lr_vars = state_vars
-    step = None if apply is None else tf.cast(apply, tf.int64)
     if kind == "schedule":
         lr = -rate(lr_vars.count.read_value())  # rate() is signed; the kernel subtracts
-        lr_assign = [lr_vars.count.assign_add(1 if step is None else step)]
+        lr_assign = [lr_vars.count.assign_add(1)]
     else:
         lr = -rate(None)
         lr_assign = []
-    if step is None:
-        count = adam_vars.count.assign_add(1)
-    else:
-        count = adam_vars.count.read_value() + 1
-        lr_assign.append(adam_vars.count.assign_add(step))
+    count = adam_vars.count.assign_add(1)
     t = tf.cast(count, tf.float32)
     b1_power, b2_power = tf.pow(spec.b1, t), tf.pow(spec.b2, t)
     # the kernel: lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps_k); eps_k = eps is
     # Keras' form, eps * sqrt(1 - b2^t) gives eps on sqrt(v_hat), PyTorch's.
     eps_k = (spec.eps * tf.sqrt(1.0 - b2_power) if spec.eps_style == "pytorch"
              else tf.constant(spec.eps, tf.float32))
-    scalars = {}  # per dtype: the kernel's scalar arguments
-
-    def args(d):
-        if d not in scalars:
-            def c(x, off=None):
-                x = tf.cast(x, d)
-                return x if apply is None or off is None else tf.where(apply, x, off)
-
-            scalars[d] = dict(beta1_power=c(b1_power), beta2_power=c(b2_power),
-                              lr=c(lr, off=0.0), beta1=c(spec.b1, off=1.0),
-                              beta2=c(spec.b2, off=1.0), epsilon=c(eps_k))
-        return scalars[d]
-
     ops = []
     for g, var, m, v in zip(grads, variables, tf.nest.flatten(adam_vars.mu),
                             tf.nest.flatten(adam_vars.nu)):
         d = var.dtype.base_dtype
+
+        def c(x, d=d):
+            return tf.cast(x, d)
+
         ops.append(tf.raw_ops.ResourceApplyAdam(
-            var=var.handle, m=m.handle, v=v.handle, grad=tf.cast(g, d), **args(d)))
+            var=var.handle, m=m.handle, v=v.handle, beta1_power=c(b1_power),
+            beta2_power=c(b2_power), lr=c(lr), beta1=c(spec.b1), beta2=c(spec.b2),
+            epsilon=c(eps_k), grad=c(g)))
     return ops + lr_assign
+

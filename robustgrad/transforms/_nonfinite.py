@@ -201,5 +201,4 @@ def apply_if_finite(inner: GradientTransformation, max_nonfinite_steps: int | No
             inner_state=new_inner,
         )
 
-    update._rg_zeroes_rejected = True  # rejected -> zero updates (GradientStep's fused Adam)
     return GradientTransformation(init, update)

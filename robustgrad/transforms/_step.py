@@ -17,7 +17,7 @@ import tensorflow as tf
 from robustgrad._checks import leaf_names
 from robustgrad.errors import NonFiniteGradientError
 from robustgrad.transforms._accumulate import AccumulateState
-from robustgrad.transforms._adam import _flatten_chain, _fused_adam_apply, _fused_adam_plan
+from robustgrad.transforms._adam import _fused_adam_apply, _fused_adam_plan
 from robustgrad.transforms._base import (
     GradientTransformation,
     _as_tensor,
@@ -54,26 +54,6 @@ def should_apply(state: Any) -> tf.Tensor:
     return tf.reduce_all(tf.stack(flags))
 
 
-def _in_xla() -> bool:
-    """Whether the graph being traced compiles with XLA (``tf.function(jit_compile=True)``);
-    True when TensorFlow's internal helper is missing (then the conditional path, the safe one)."""
-    try:
-        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415
-        return bool(control_flow_util.GraphOrParentsInXlaContext(
-            tf.compat.v1.get_default_graph()))
-    except (ImportError, AttributeError):
-        return True
-
-
-def _zeroes_rejected(transform, state) -> bool:
-    """True when ``transform`` ends in :func:`apply_if_finite` (nested chains allowed) and its
-    ``state`` holds no :func:`accumulate`: its updates are then zeros on every step that
-    :func:`should_apply` rejects."""
-    if not getattr(_flatten_chain(transform)[-1].update, "_rg_zeroes_rejected", False):
-        return False
-    return not list(_walk_states(state, AccumulateState))
-
-
 def _tf_variable(v):
     if isinstance(v, tf.Variable):
         return v
@@ -97,11 +77,7 @@ class GradientStep(tf.Module):
               -> tf.cond(should_apply(state), apply the optimizer to updates, no-op)
 
     so on a step rejected by :func:`apply_if_finite`, or a non-emitting :func:`accumulate` step,
-    the optimizer is not called at all (Adam's moments and step count do not move). With
-    ``adam(...)`` on its fused path (``eps > 0``) in graph mode there is no conditional: the
-    kernels run as exact no-ops on a rejected step (``lr = 0``, ``beta1 = beta2 = 1``, zero
-    gradients), bit-identical to skipping them and cheaper (no ``tf.cond`` per step); under XLA
-    (``jit_compile``) the conditional stays, as there the same numbers need it.
+    the optimizer is not called at all (Adam's moments and step count do not move).
 
     Args:
         transform: a GradientTransformation.
@@ -159,13 +135,8 @@ class GradientStep(tf.Module):
             self._fused = _fused_adam_plan(optimizer)
         elif optimizer is not None and not getattr(optimizer, "built", True):
             optimizer.build(variables)
-        # graph mode: a rejected step needs no tf.cond around fused Adam (eps > 0: see
-        # _fused_adam_apply's ``apply``)
-        self._masked_adam = self._fused is not None and self._fused[0].eps > 0
         self._opt_structure = tf.nest.map_structure(lambda _: 0, opt_state)
         state = self._transform.init(variables)
-        # updates already zeros (finite) whenever should_apply is False: no select needed
-        self._zeroes_rejected = _zeroes_rejected(self._transform, state)
         flat = tf.nest.flatten(state)
         for leaf in flat:
             if not isinstance(leaf, (tf.Tensor, tf.Variable)) and not hasattr(leaf, "dtype"):
@@ -257,14 +228,6 @@ class GradientStep(tf.Module):
             static = tf.get_static_value(apply)
             if static is not None and bool(static):  # nothing can reject: no conditional
                 applied = do_apply()
-            elif self._masked_adam and not _in_xla():
-                # fused Adam as a no-op kernel on a rejected step, no conditional (graph mode;
-                # under XLA the conditional stays: there XLA fuses the clipping into the kernel
-                # and its CPU code rounds the last bit differently)
-                if not self._zeroes_rejected:
-                    updates = [tf.where(apply, u, tf.zeros_like(u)) for u in updates]
-                with tf.control_dependencies(self._apply_ops(updates, apply)):
-                    applied = tf.identity(apply)
             else:
                 applied = tf.cond(apply, do_apply, lambda: tf.constant(False))
 
@@ -280,9 +243,8 @@ class GradientStep(tf.Module):
         return {"grad_norm": grad_norm, "applied": applied, "nonfinite_steps": count,
                 "nonfinite_exceeded": exceeded}
 
-    def _apply_ops(self, updates, apply=None):
-        """The optimizer applied to the transformed ``updates`` (list aligned with variables);
-        ``apply`` (bool scalar, fused Adam only): False makes the fused kernels a no-op."""
+    def _apply_ops(self, updates):
+        """The optimizer applied to the transformed ``updates`` (list aligned with variables)."""
         opt = self._optimizer
         updates = [tf.cast(u, _leaf_dtype(v)) for u, v in zip(updates, self._vars)]
         if opt is None:
@@ -292,7 +254,7 @@ class GradientStep(tf.Module):
             return []
         if self._fused is not None:
             return _fused_adam_apply(self._fused, updates, self.optimizer_variable_state,
-                                     self._tf_vars, apply)
+                                     self._tf_vars)
         old_flat = [v.read_value() for v in self.optimizer_state_variables]
         state = tf.nest.pack_sequence_as(self._opt_structure, old_flat)
         steps, state = opt.update(updates, state, self._vars)
