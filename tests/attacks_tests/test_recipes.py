@@ -12,6 +12,7 @@ import tensorflow as tf
 from attacks import training
 from attacks.training import recipes, schedules
 from robustgrad.cli import main as cli_main
+from robustgrad.commands import _train_classifier_flags as flags
 from robustgrad.commands import train_classifier as tc
 
 # ------------------------------------------------------------------ schedules
@@ -136,8 +137,8 @@ def test_every_recipe_is_complete_and_known():
         d = recipes.method_defaults(method)
         assert d["optimizer"] in training.OPTIMIZERS and d["schedule"] in training.SCHEDULES
     # the command line repeats the names (it validates before TensorFlow loads)
-    assert tc.OPTIMIZERS == training.OPTIMIZERS and tc.SCHEDULES == training.SCHEDULES
-    assert set(tc.METHODS) == set(training.METHODS)
+    assert flags.OPTIMIZERS == training.OPTIMIZERS and flags.SCHEDULES == training.SCHEDULES
+    assert set(flags.METHODS) == set(training.METHODS)
 
 
 def test_resolve_priority_and_errors():
@@ -271,8 +272,8 @@ def test_cli_early_stop_records_the_best_epoch(tmp_path):
 def test_cli_names_match_the_library():
     import attacks.data
 
-    assert tc.DATA_NAMES == attacks.data.DATASETS
-    assert set(tc.ARCH_NAMES) == set(training.ARCHITECTURES)
+    assert flags.DATA_NAMES == attacks.data.DATASETS
+    assert set(flags.ARCH_NAMES) == set(training.ARCHITECTURES)
 
 
 def test_cli_cifar_shaped_recipe_end_to_end(tmp_path):
