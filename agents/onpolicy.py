@@ -208,31 +208,28 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         """The policy as attacks and certification see it: logits or the Gaussian mean of the
         normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
         trained) and the action bounds (see :class:`agents.PolicySurface`)."""
-        m, cfg, space = self.model, self.config, self.env.single_action_space
-        net = m.policy_net
-        return PolicySurface(
-            "logits" if self.discrete else "gaussian_mean", net, obs_shape=self.obs_shape,
-            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
-            log_std=None if self.discrete else m.log_std,
-            action_low=None if self.discrete else space.low,
-            action_high=None if self.discrete else space.high,
-            # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
-            layers=list(zip(net.weights_, net.biases)) if net.weights_[0].shape.rank == 2
-            else None, activation=cfg.activation)
+        net = self.model.policy_net
+        # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
+        return self._surface(layers=list(zip(net.weights_, net.biases))
+                             if net.weights_[0].shape.rank == 2 else None)
 
     def _seed_axis_surface(self) -> PolicySurface:
         """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
         each seed's through its own network and normaliser (robust training on the seed axis,
         :mod:`agents.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
+        net = self.model.policy_net
+        return self._surface(num_seeds=self.num_seeds,
+                             seed_layers=list(zip(net.weights_, net.biases)))
+
+    def _surface(self, **kwargs) -> PolicySurface:
         m, cfg, space = self.model, self.config, self.env.single_action_space
-        net = m.policy_net
         return PolicySurface(
-            "logits" if self.discrete else "gaussian_mean", net, obs_shape=self.obs_shape,
+            "logits" if self.discrete else "gaussian_mean", m.policy_net, obs_shape=self.obs_shape,
             normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
             log_std=None if self.discrete else m.log_std,
             action_low=None if self.discrete else space.low,
             action_high=None if self.discrete else space.high, activation=cfg.activation,
-            num_seeds=self.num_seeds, seed_layers=list(zip(net.weights_, net.biases)))
+            **kwargs)
 
     def _perceived(self, obs, seed):
         """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and
