@@ -97,36 +97,7 @@ def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
     agents.DQN(cfg, hidden_sizes=(8,), learning_starts=0, train_freq=8, gradient_steps=1,
                buffer_size=64).learn(16, progress_bar=False)  # start-up, untimed
 
-    def run(budget, seeds):
-        if kind == "axis":
-            many = agents.DQN(cfg, num_seeds=len(seeds), seed=seeds[0])
-            many.learn(budget, progress_bar=False)
-            return [many.export(k) for k in range(len(seeds))]
-        out = []
-        for s in seeds:  # one seed after the other, each its own agent
-            one = agents.DQN(cfg, seed=s)
-            one.learn(budget, progress_bar=False)
-            out.append(one)
-        return out
-
-    times = {}
-    for name, budget, seeds in (("short", short, list(range(n_seeds)) if kind == "axis" else [0]),
-                                ("full", steps, list(range(n_seeds)))):
-        cpu, wall = time.process_time(), time.perf_counter()
-        trained = run(budget, seeds)
-        times[name] = (time.process_time() - cpu, time.perf_counter() - wall)
-    done = int(trained[0].num_timesteps.numpy())  # whole iterations
-    builds = 1 if kind == "axis" else n_seeds
-    cpu_s = times["full"][0] - builds * times["short"][0]
-    wall_s = times["full"][1] - builds * times["short"][1]
-    returns = [a.evaluate(5)["mean_return"] for a in trained]
-    return {"steps_per_cpu_second": (done - short) * n_seeds / cpu_s,
-            "steps_per_wall_second": (done - short) * n_seeds / wall_s,
-            "incl_compile_steps_per_cpu_second": done * n_seeds / times["full"][0],
-            "incl_compile_steps_per_wall_second": done * n_seeds / times["full"][1],
-            "compile_cpu_s": times["short"][0], "compile_wall_s": times["short"][1],
-            "full_cpu_s": times["full"][0], "full_wall_s": times["full"][1],
-            "steps_per_seed": done, "eval_returns": returns, "seeds": n_seeds}
+    return _axis_against_sequential(agents.DQN, cfg, kind, n_seeds, short, steps, episodes=5)
 
 
 def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float) -> dict:
@@ -140,14 +111,24 @@ def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float) -> dict:
         agents.PPO(cfg, n_steps=4, num_envs=1, n_epochs=1, num_seeds=n).learn(
             4, progress_bar=False)
 
+    return _axis_against_sequential(agents.PPO, cfg, kind, n_seeds, short, steps, episodes=10)
+
+
+def _axis_against_sequential(cls, cfg, kind: str, n_seeds: int, short: int, steps: int,
+                             episodes: int) -> dict:
+    """Train ``n_seeds`` agents of ``cls`` on the seed axis (``kind == "axis"``: one agent with
+    ``num_seeds``) or one after the other, once for ``short`` steps (tracing, compiling, the
+    first phase: once for the axis, once per sequential agent) and once for ``steps``; the steady
+    rate takes the short runs out by difference."""
+
     def run(budget, seeds):
         if kind == "axis":
-            many = agents.PPO(cfg, num_seeds=len(seeds), seed=seeds[0])
+            many = cls(cfg, num_seeds=len(seeds), seed=seeds[0])
             many.learn(budget, progress_bar=False)
             return [many.export(k) for k in range(len(seeds))] if len(seeds) > 1 else [many]
         out = []
         for s in seeds:  # one seed after the other, each its own agent
-            one = agents.PPO(cfg, seed=s)
+            one = cls(cfg, seed=s)
             one.learn(budget, progress_bar=False)
             out.append(one)
         return out
@@ -162,7 +143,7 @@ def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float) -> dict:
     builds = 1 if kind == "axis" else n_seeds
     cpu_s = times["full"][0] - builds * times["short"][0]
     wall_s = times["full"][1] - builds * times["short"][1]
-    returns = [a.evaluate(10)["mean_return"] for a in trained]
+    returns = [a.evaluate(episodes)["mean_return"] for a in trained]
     return {"steps_per_cpu_second": (done - short) * n_seeds / cpu_s,
             "steps_per_wall_second": (done - short) * n_seeds / wall_s,
             "incl_compile_steps_per_cpu_second": done * n_seeds / times["full"][0],
