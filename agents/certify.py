@@ -72,9 +72,10 @@ def check_certifiable(agent: Any, method: str = "crown", norm: str = "linf",
 
 def _network_box(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float
                  ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The box the network sees ``[B, d]`` (stopped) for the ball ``obs ± eps · scale``."""
+    """The box the network sees ``[B, d]`` (``[S, B, d]`` on a seed-axis surface; stopped) for
+    the ball ``obs ± eps · scale``, each seed in its own units."""
     obs = tf.convert_to_tensor(obs, tf.float32)
-    radius = tf.cast(eps, tf.float32) * surface.obs_scale()
+    radius = tf.cast(eps, tf.float32) * surface._per_row(surface.obs_scale())
     lower, upper = surface.input_box(obs - radius, obs + radius)
     return tf.stop_gradient(lower), tf.stop_gradient(upper)
 
@@ -85,14 +86,62 @@ def _stack(surface: PolicySurface):
     return weights, biases, surface.activation
 
 
+def _n_outputs(surface: PolicySurface) -> int:
+    return int((surface.layers or surface.seed_layers)[-1][0].shape[-1])
+
+
+def _block_diagonal(w: tf.Tensor) -> tf.Tensor:
+    """``S`` stacked matrices ``[S, a, b]`` as one block-diagonal ``[S * a, S * b]``.
+
+    >>> _block_diagonal(tf.ones([2, 1, 2])).numpy().tolist()
+    [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]
+    """
+    s, a, b = w.shape
+    return tf.reshape(tf.einsum("sij,st->sitj", w, tf.eye(s, dtype=w.dtype)), [s * a, s * b])
+
+
+def _side_by_side(x: tf.Tensor) -> tf.Tensor:
+    """``[S, B, k]`` -> ``[B, S * k]``: row ``b`` holds every seed's row ``b`` (the input of the
+    block-diagonal network)."""
+    return tf.reshape(tf.transpose(x, [1, 0, 2]), [tf.shape(x)[1], -1])
+
+
+def _per_seed(x: tf.Tensor, num_seeds: int) -> tf.Tensor:
+    """The inverse of :func:`_side_by_side`: ``[B, S * k]`` -> ``[S, B, k]``."""
+    return tf.transpose(tf.reshape(x, [tf.shape(x)[0], num_seeds, -1]), [1, 0, 2])
+
+
+def _bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float, method: str,
+            spec: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Bounds ``(lb, ub)`` of the outputs (or of ``spec @ outputs``; ``spec [N, m, k]``, one per
+    row of ``obs`` in row-major order) over the ball: ``[B, m]`` for ``obs [B, d]``; on a
+    seed-axis surface ``[S, B, m]`` for ``obs [S, B, d]``, each seed's through its own network,
+    by one bound call on the block-diagonal network of the ``S`` stacked ones (no weight couples
+    two blocks, so each block's bounds are its seed's own)."""
+    lower, upper = _network_box(surface, obs, eps)
+    if surface.num_seeds is None:
+        weights, biases, act = _stack(surface)
+        return affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec)
+    n = surface.num_seeds
+    weights = [_block_diagonal(w) for w, _ in surface.seed_layers]
+    biases = [tf.reshape(b, [-1]) for _, b in surface.seed_layers]
+    if spec is not None:  # [S * B, m, k] -> [B, S * m, S * k], block-diagonal per row
+        m, k = spec.shape[-2:]
+        spec = tf.reshape(spec, [n, -1, m, k])
+        spec = tf.reshape(tf.einsum("sbij,st->bsitj", spec, tf.eye(n, dtype=spec.dtype)),
+                          [-1, n * m, n * k])
+    lb, ub = affine_stack_bounds(weights, biases, surface.activation, _side_by_side(lower),
+                                 _side_by_side(upper), method=method, C=spec)
+    return _per_seed(lb, n), _per_seed(ub, n)
+
+
 def output_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float,
                   method: str = "crown-ibp") -> tuple[tf.Tensor, tf.Tensor]:
     """Element-wise bounds ``(lb, ub)`` ``[B, k]`` float32 of the policy outputs (logits, Gaussian
-    means or Q-values) over the ball ``obs ± eps · scale``. Unchecked (runs inside a compiled
-    step); gradients reach the network's weights, not the box."""
-    weights, biases, act = _stack(surface)
-    lower, upper = _network_box(surface, obs, eps)
-    return affine_stack_bounds(weights, biases, act, lower, upper, method=method)
+    means or Q-values) over the ball ``obs ± eps · scale`` (``[S, B, k]`` for ``obs [S, B, d]``
+    on a seed-axis surface). Unchecked (runs inside a compiled step); gradients reach the
+    network's weights, not the box."""
+    return _bounds(surface, obs, eps, method)
 
 
 def greedy_margin_lower_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float,
@@ -100,15 +149,12 @@ def greedy_margin_lower_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.T
                                ) -> tuple[tf.Tensor, tf.Tensor]:
     """``(a*, lb)``: the greedy action ``a* [B]`` int32 at ``obs`` (stopped; or ``greedy``) and
     lower bounds ``[B, A − 1]`` of the margins ``out(a*) − out(j)`` (``j ≠ a*`` ascending) over
-    the ball, the margin specification merged into the last layer. Unchecked; gradients reach the
-    weights."""
+    the ball, the margin specification merged into the last layer (``[S, B]`` and
+    ``[S, B, A − 1]`` on a seed-axis surface). Unchecked; gradients reach the weights."""
     if greedy is None:
         greedy = tf.argmax(tf.stop_gradient(surface.outputs(obs)), axis=-1, output_type=tf.int32)
-    n_actions = int(surface.layers[-1][0].shape[-1])
-    spec = margin_spec(greedy, n_actions)
-    weights, biases, act = _stack(surface)
-    lower, upper = _network_box(surface, obs, eps)
-    lb, _ = affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec)
+    spec = margin_spec(tf.reshape(greedy, [-1]), _n_outputs(surface))
+    lb, _ = _bounds(surface, obs, eps, method, spec)
     return greedy, lb
 
 
@@ -116,15 +162,14 @@ def difference_upper_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tens
                             method: str = "crown-ibp") -> tf.Tensor:
     """Upper bounds ``[B, A, A]`` of every output difference ``out(j) − out(a)`` (at ``[a, j]``;
     the diagonal is 0) over the ball ``obs ± eps · scale``, each difference merged into the last
-    layer. Unchecked; gradients reach the weights."""
-    n = int(surface.layers[-1][0].shape[-1])
+    layer (``[S, B, A, A]`` on a seed-axis surface). Unchecked; gradients reach the weights."""
+    n = _n_outputs(surface)
     eye = tf.eye(n)
     spec = tf.reshape(eye[None, :, :] - eye[:, None, :], [1, n * n, n])  # row (a, j): e_j - e_a
-    weights, biases, act = _stack(surface)
-    lower, upper = _network_box(surface, obs, eps)
-    spec = tf.tile(spec, [tf.shape(lower)[0], 1, 1])
-    _, ub = affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec)
-    return tf.reshape(ub, [-1, n, n]) * (1.0 - eye)
+    rows = tf.reduce_prod(tf.shape(obs)[:-1])
+    _, ub = _bounds(surface, obs, eps, method, tf.tile(spec, [rows, 1, 1]))
+    lead = [surface.num_seeds, -1] if surface.num_seeds is not None else [-1]
+    return tf.reshape(ub, lead + [n, n]) * (1.0 - eye)
 
 
 @tf.function(reduce_retracing=True)

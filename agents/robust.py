@@ -32,8 +32,8 @@ observations of an ``S``-seed agent as ``[S, B, d]`` and returns each seed's reg
 (its mean over its own rows). Seed ``s``'s observations are attacked against seed ``s``'s own
 policy, in seed ``s``'s own normaliser units, by one engine call for all seeds (the ``S * B`` rows
 as examples of a model that keeps each seed's weights, :mod:`agents._victim`); the convex bounds
-of all seeds are one bound call on the block-diagonal network of the ``S`` stacked ones (whose
-bounds are each seed's own: no weight couples two blocks).
+of all seeds are one bound call on the block-diagonal network of the ``S`` stacked ones
+(:mod:`agents.certify`; no weight couples two blocks).
 
 eps and kappa rise linearly from 0 over ``robust_eps_warmup`` of the ``learn`` budget
 (:class:`RobustSchedule`, held in ``tf.Variable`` so the compiled update traces once). Budgets
@@ -211,11 +211,8 @@ def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     SA-DQN's hinge at any ``s_hat`` in the ball; differentiable w.r.t. the weights."""
     from agents.certify import greedy_margin_lower_bounds
 
-    surface = _surface(agent)
-    if surface.num_seeds is not None:
-        lb = _seed_margin_lower_bounds(surface, tf.stop_gradient(obs), eps, method, greedy)
-    else:
-        _, lb = greedy_margin_lower_bounds(surface, tf.stop_gradient(obs), eps, method, greedy)
+    _, lb = greedy_margin_lower_bounds(_surface(agent), tf.stop_gradient(obs), eps, method,
+                                       greedy)
     return _batch_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
 
 
@@ -230,10 +227,7 @@ def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
 
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
-    if surface.num_seeds is not None:
-        lb, ub = _seed_output_bounds(surface, obs, eps, method)
-    else:
-        lb, ub = output_bounds(surface, obs, eps, method)
+    lb, ub = output_bounds(surface, obs, eps, method)
     mean = tf.stop_gradient(surface.outputs(obs))
     deviation = tf.maximum(ub - mean, mean - lb)
     w = 0.5 * tf.exp(-2.0 * tf.cast(surface._per_row(surface.log_std), tf.float32))
@@ -253,10 +247,7 @@ def convex_categorical_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
     logp = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
-    if surface.num_seeds is not None:
-        ub = _seed_difference_upper_bounds(surface, obs, eps, method)  # [S, B, A, A]
-    else:
-        ub = difference_upper_bounds(surface, obs, eps, method)  # [B, A, A]: ub(z_j - z_a) at [a, j]
+    ub = difference_upper_bounds(surface, obs, eps, method)  # [(S,) B, A, A]: ub(z_j - z_a) at [a, j]
     return _batch_mean(tf.reduce_sum(tf.exp(logp) * (logp + tf.reduce_logsumexp(ub, -1)), -1))
 
 
@@ -268,80 +259,6 @@ def convex_policy_regularizer(agent: Agent, obs: tf.Tensor, eps: float | tf.Tens
     if _surface(agent).discrete:
         return convex_categorical_kl(agent, obs, eps, method)
     return convex_gaussian_kl(agent, obs, eps, method)
-
-
-# -- bounds of S stacked networks: one bound call on their block-diagonal network --------------
-def _block_diagonal(w: tf.Tensor) -> tf.Tensor:
-    """``S`` stacked matrices ``[S, a, b]`` as one block-diagonal ``[S * a, S * b]``.
-
-    >>> _block_diagonal(tf.ones([2, 1, 2])).numpy().tolist()
-    [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]
-    """
-    s, a, b = w.shape
-    return tf.reshape(tf.einsum("sij,st->sitj", w, tf.eye(s, dtype=w.dtype)), [s * a, s * b])
-
-
-def _side_by_side(x: tf.Tensor) -> tf.Tensor:
-    """``[S, B, k]`` -> ``[B, S * k]``: row ``b`` holds every seed's row ``b`` (the input of the
-    block-diagonal network)."""
-    return tf.reshape(tf.transpose(x, [1, 0, 2]), [tf.shape(x)[1], -1])
-
-
-def _per_seed(x: tf.Tensor, num_seeds: int) -> tf.Tensor:
-    """The inverse of :func:`_side_by_side`: ``[B, S * k]`` -> ``[S, B, k]``."""
-    return tf.transpose(tf.reshape(x, [tf.shape(x)[0], num_seeds, -1]), [1, 0, 2])
-
-
-def _seed_block_bounds(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
-                       method: str, spec: tf.Tensor | None = None
-                       ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Bounds ``[S, B, m]`` of every seed's outputs (or of ``spec [S, B, m, k]`` times them) over
-    the ball ``obs ± eps · scale`` of each seed's ``obs [S, B, d]`` in its own units: one
-    :func:`robustgrad.bounds.affine_stack_bounds` call on the block-diagonal network."""
-    from robustgrad.bounds import affine_stack_bounds
-
-    n = surface.num_seeds
-    radius = tf.cast(eps, tf.float32) * surface.obs_scale()[:, None]
-    lower, upper = surface.input_box(obs - radius, obs + radius)
-    weights = [_block_diagonal(w) for w, _ in surface.seed_layers]
-    biases = [tf.reshape(b, [-1]) for _, b in surface.seed_layers]
-    if spec is not None:  # [S, B, m, k] -> [B, S * m, S * k], block-diagonal per row
-        _, _, m, k = spec.shape
-        spec = tf.reshape(tf.einsum("sbij,st->bsitj", spec, tf.eye(n, dtype=spec.dtype)),
-                          [-1, n * m, n * k])
-    lb, ub = affine_stack_bounds(weights, biases, surface.activation,
-                                 tf.stop_gradient(_side_by_side(lower)),
-                                 tf.stop_gradient(_side_by_side(upper)), method=method, C=spec)
-    return _per_seed(lb, n), _per_seed(ub, n)
-
-
-def _seed_output_bounds(surface, obs, eps, method):
-    """:func:`agents.certify.output_bounds` of each seed: ``obs [S, B, d]`` -> ``[S, B, k]``."""
-    return _seed_block_bounds(surface, obs, eps, method)
-
-
-def _seed_margin_lower_bounds(surface, obs, eps, method, greedy=None):
-    """:func:`agents.certify.greedy_margin_lower_bounds`' ``lb`` of each seed, ``[S, B, A - 1]``
-    (``greedy [S, B]``, or each seed's greedy action at ``obs [S, B, d]``)."""
-    from robustgrad.bounds import margin_spec
-
-    if greedy is None:
-        greedy = tf.argmax(tf.stop_gradient(surface.outputs(obs)), axis=-1, output_type=tf.int32)
-    n_actions = int(surface.seed_layers[-1][0].shape[-1])
-    spec = margin_spec(tf.reshape(greedy, [-1]), n_actions)  # [S * B, A - 1, A]
-    spec = tf.reshape(spec, [surface.num_seeds, -1, n_actions - 1, n_actions])
-    lb, _ = _seed_block_bounds(surface, obs, eps, method, spec)
-    return lb
-
-
-def _seed_difference_upper_bounds(surface, obs, eps, method):
-    """:func:`agents.certify.difference_upper_bounds` of each seed: ``[S, B, A, A]``."""
-    n = int(surface.seed_layers[-1][0].shape[-1])
-    eye = tf.eye(n)
-    spec = tf.reshape(eye[None, :, :] - eye[:, None, :], [1, 1, n * n, n])
-    spec = tf.tile(spec, [surface.num_seeds, tf.shape(obs)[1], 1, 1])
-    _, ub = _seed_block_bounds(surface, obs, eps, method, spec)
-    return tf.reshape(ub, [surface.num_seeds, -1, n, n]) * (1.0 - eye)
 
 
 def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: float | tf.Tensor,
