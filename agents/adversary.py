@@ -110,10 +110,13 @@ class VictimSurface:
         return self._act(np.asarray(obs, np.float32)).numpy()
 
 
-def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
+def victim_surface(agent: Any, argument: str = "victim", seed_index: int | None = None
+                   ) -> VictimSurface:
     """The adapter to ``agent`` (its ``policy_surface()``); ``TypeError`` naming what is
     missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
-    Box observation space and a gymnasium env id."""
+    Box observation space and a gymnasium env id. ``seed_index``: seed ``seed_index`` of an
+    agent with a seed axis (``num_seeds > 1``), read live from its stacked variables
+    (:meth:`agents.PolicySurface.seed_slice`; ATLA on the seed axis, :mod:`agents.atla`)."""
     from agents.base import Agent
     from agents.observation_attacks import check_box_observations
     from agents.policy import surface_of
@@ -121,7 +124,10 @@ def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
     if not isinstance(agent, Agent):
         raise TypeError(f"{argument} must be an agents.Agent with a policy surface "
                         f"(policy_surface()), got {type(agent).__name__}")
-    policy = surface_of(agent, argument)
+    if seed_index is None:
+        policy = surface_of(agent, argument)
+    else:
+        policy = agent._seed_axis_surface().seed_slice(seed_index)
     check_box_observations(agent.env.single_observation_space, argument)
     if not isinstance(agent.config.env, str):
         raise ValueError(f"{argument}: a learned adversary needs a victim trained on a "

@@ -30,6 +30,23 @@ not implemented here. The adversary's weights are not part of the agent's checkp
 update per env step in env steps (the adversary's rollouts), more in time: each adversary step
 calls the agent once.
 
+The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
+adversary, trained against seed ``s``'s own policy (a victim surface that reads slice ``s`` of
+the agent's stacked weights and normaliser live, :meth:`agents.PolicySurface.seed_slice`) at the
+radius the schedule gives; the agent's ``S`` seeds still roll out and update in one compiled
+call. The adversaries are ``S`` ordinary one-seed PPOs (``agent.atla_adversaries``), each
+exactly the adversary seed ``s`` builds alone (seed ``seeds[s] + 104_729``, the same settings),
+not one PPO with a seed axis of its own: the adversary MDP is a gymnasium env whose every step
+calls its victim from Python (one call per env step, whatever the layout), so a seed axis would
+batch only the adversaries' small updates, and its env would need a different victim per seed
+block, which the seed-axis collectors do not have. In the agent's compiled rollout, seed
+``s``'s observations are perturbed by adversary ``s`` (a static loop over ``S`` at trace time;
+its sampling seed is the step's seed folded in with ``s``). The logs carry each seed's
+``atla_adversary_return`` and ``atla_adversary_radius`` under ``"per_seed"`` (the top level:
+their mean), and each seed's ``history`` entries carry them too. ``agent.export(s)`` is an
+ordinary ``robust="atla"`` agent without its adversary: adversaries are not part of a
+checkpoint for any ``S`` (a resumed or exported agent that learns again starts fresh ones).
+
 >>> import agents
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
 ...                    robust_eps=0.1, robust_eps_warmup=0.0)
@@ -93,7 +110,9 @@ def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) 
     return float(frac * robust_eps + (1.0 - frac) * start_radius)
 
 
-def _build_adversary(agent: Agent):
+def _build_adversaries(agent: Agent) -> None:
+    """One adversary PPO per seed of ``agent`` (module doc), each with its own victim surface
+    and radius; with one seed also ``atla_adversary``, ``_atla_surface``, ``_atla_radius``."""
     from agents.adversary import (
         DEFAULT_PPO,
         _factory,
@@ -107,44 +126,73 @@ def _build_adversary(agent: Agent):
     if agent.rollout_workers is not None:
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
-    surface = victim_surface(agent, "agent")
-    agent._atla_radius, agent._atla_surface = _Radius(0.0), surface
-    factory = _factory(surface, agent._atla_radius, None, None)
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
-    agent.atla_adversary = PPO(env=factory, seed=cfg.seed + 104_729, preset=None,
+    many = agent.num_seeds > 1
+    adversaries, surfaces, radii = [], [], []
+    for k, seed in enumerate(agent.seeds):
+        surface = victim_surface(agent, "agent", k if many else None)
+        radius = _Radius(0.0)
+        factory = _factory(surface, radius, None, None)
+        adversaries.append(PPO(env=factory, seed=seed + 104_729, preset=None,
                                **{**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
-                                  "n_steps": cfg.n_steps})
+                                  "n_steps": cfg.n_steps}))
+        surfaces.append(surface)
+        radii.append(radius)
+    agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii = adversaries, surfaces, radii
+    if not many:
+        agent.atla_adversary, agent._atla_surface, agent._atla_radius = \
+            adversaries[0], surfaces[0], radii[0]
+
+
+def _mean_return(adversary) -> float:
+    """The adversary's mean recent episode return (NaN before its first finished episode)."""
+    ret = list(adversary.episode_returns)
+    return sum(ret) / len(ret) if ret else float("nan")
 
 
 def adversary_phase(agent: Agent) -> dict:
-    """Train ``agent``'s adversary for one agent batch of steps at its current radius
-    (:func:`adversary_radius`; built on first use); returns logs (``atla_adversary_return``:
-    the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``)."""
-    if getattr(agent, "atla_adversary", None) is None:
-        _build_adversary(agent)
+    """Train ``agent``'s adversaries (one per seed; built on first use) for one agent batch of
+    steps each at the current radius (:func:`adversary_radius`); returns logs
+    (``atla_adversary_return``: the adversary's mean episode return, minus the agent's;
+    ``atla_adversary_radius``). With ``S > 1`` seeds: their means, and each seed's values
+    under ``"per_seed"``."""
+    if not getattr(agent, "atla_adversaries", None):
+        _build_adversaries(agent)
     cfg = agent.config
     radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
-    agent._atla_radius.value = radius
-    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
-    adv = agent.atla_adversary
-    if radius > 0:
-        adv.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
-    ret = list(adv.episode_returns)
-    return {"atla_adversary_return": sum(ret) / len(ret) if ret else float("nan"),
-            "atla_adversary_radius": radius}
+    returns = []
+    for adv, surface, r in zip(agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii):
+        r.value = radius
+        surface.refresh()  # the agent's normaliser moved in its last update
+        if radius > 0:
+            adv.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
+        returns.append(_mean_return(adv))
+    if agent.num_seeds == 1:
+        return {"atla_adversary_return": returns[0], "atla_adversary_radius": radius}
+    finite = [x for x in returns if x == x]
+    return {"atla_adversary_return": sum(finite) / len(finite) if finite else float("nan"),
+            "atla_adversary_radius": radius,
+            "per_seed": {"atla_adversary_return": returns,
+                         "atla_adversary_radius": [radius] * agent.num_seeds}}
 
 
 def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]``, ``a`` sampled with the
-    stateless ``seed`` from the adversary's policy, ``r`` the schedule's eps, ``scale`` the
-    agent's unit of eps; non-finite rows pass through. Stopped. Runs inside the rollout."""
+    """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]`` (``[S, N, d]`` with the
+    seed axis: seed ``s``'s rows by adversary ``s``, sampled with ``seed`` folded in with
+    ``s``), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
+    schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
+    through. Stopped. Runs inside the rollout."""
     from agents._victim import _victim
 
-    adv = agent.atla_adversary
+    advs = agent.atla_adversaries
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
-    a = adv.model.distribution(safe).sample(seed=seed)
-    scale = _victim(agent, None).scale()
+    if agent.num_seeds == 1:
+        a = advs[0].model.distribution(safe).sample(seed=seed)
+    else:  # a static loop over the seeds at trace time: adversary s on seed s's rows
+        a = tf.stack([adv.model.distribution(safe[k]).sample(
+            seed=tf.random.experimental.stateless_fold_in(seed, k)) for k, adv in enumerate(advs)])
+    scale = _victim(agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit of eps
     seen = safe + agent.robust_schedule.eps * tf.tanh(a) * scale
     return tf.stop_gradient(tf.where(finite, seen, obs))

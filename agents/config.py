@@ -211,9 +211,9 @@ class OnPolicyConfig(AgentConfig):
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
     leading seed axis (:mod:`agents.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
-    ordinary agent. ``robust="sa"`` and ``"adv"`` work on the axis (each seed attacked against
-    its own policy, :mod:`agents.robust`); not ATLA (``"atla"``, ``"atla-sa"``) or a custom
-    ``transform``."""
+    ordinary agent. Robust training works on the axis: ``"sa"`` and ``"adv"`` (each seed attacked
+    against its own policy, :mod:`agents.robust`), ``"atla"`` and ``"atla-sa"`` (each seed
+    against its own learned adversary, :mod:`agents.atla`); not a custom ``transform``."""
     iterations_per_call: int = 1
     """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
     ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
@@ -236,12 +236,6 @@ class OnPolicyConfig(AgentConfig):
                              f"eps/kappa schedule (and ATLA its adversary) in Python between "
                              f"iterations; use iterations_per_call=1, got "
                              f"{self.iterations_per_call}")
-        if self.num_seeds > 1 and self.robust in ("atla", "atla-sa"):
-            raise ValueError(
-                f"robust: ATLA ({self.robust!r}) trains one learned adversary (a separate PPO) "
-                f"against one agent and has no seed axis (got num_seeds={self.num_seeds}); train "
-                f"the seeds one by one (num_seeds=1), or use robust='sa' or 'adv', which work "
-                f"with num_seeds > 1")
         self.n_steps = positive_int(self.n_steps, "n_steps")
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")

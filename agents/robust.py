@@ -325,8 +325,22 @@ class RobustOnPolicy:
             self.robust_schedule.update(steps_done, total)
         extra = atla.adversary_phase(self) if atla.uses_atla(self.config) else {}
         logs, n = super()._train_iteration(steps_done, total)
+        per_seed = extra.pop("per_seed", None)  # ATLA on the seed axis: each seed's adversary
         logs.update(extra)
+        if per_seed is not None:
+            logs["per_seed"].update(per_seed)
         if self.robust_schedule is not None:
             logs["robust_eps"] = float(self.robust_schedule.eps.numpy())
             logs["robust_kappa"] = float(self.robust_schedule.kappa.numpy())
         return logs, n
+
+    def _record_update(self, logs, failures):
+        """The driver's bookkeeping; with ATLA on the seed axis each seed's ``history`` entry
+        also records its adversary's return and radius (:mod:`agents.atla`)."""
+        failures = super()._record_update(logs, failures)
+        per_seed = logs.get("per_seed", {})
+        if self.num_seeds > 1 and atla.uses_atla(self.config):
+            for key in ("atla_adversary_return", "atla_adversary_radius"):
+                for k, history in enumerate(self.seed_histories):
+                    history[-1][key] = per_seed[key][k]
+        return failures
