@@ -281,7 +281,8 @@ class _SeedSlice(PolicySurface):
             parent.kind, _slice_network(parent.seed_layers, parent.activation, index),
             obs_shape=parent.obs_shape,
             normalizer=None if parent._rms is None else _SliceStatistics(parent._rms, index),
-            value=None if parent.value is None else self._value, log_std=None if parent.log_std is None else parent.log_std[index],
+            value=None if parent.value is None else self._value,
+            log_std=None if parent.log_std is None else parent.log_std[index],
             action_low=parent.action_low, action_high=parent.action_high)
 
     def _value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:

@@ -143,10 +143,6 @@ def test_a_short_robust_run_on_the_seed_axis(cls, overrides):
 
 
 def test_robust_seed_axis_bad_input():
-    with pytest.raises(ValueError, match=r"robust: ATLA \('atla'\) trains one learned adversary "
-                                         r"\(a separate PPO\) against one agent and has no seed "
-                                         r"axis \(got num_seeds=2\)"):
-        agents.PPO(num_seeds=2, robust="atla", **SMALL)
     many = agents.PPO(num_seeds=2, robust="sa", n_steps=8, **SMALL)
     with pytest.raises(ValueError, match=r"obs: an agent with a seed axis of 2 seeds is attacked "
                                          r"on observations \[2, B, 4\] \(each seed's rows\), got "

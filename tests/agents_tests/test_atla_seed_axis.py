@@ -1,0 +1,190 @@
+"""ATLA and ATLA+SA on the seed axis (``num_seeds=S > 1`` with ``robust="atla"``/``"atla-sa"``).
+
+Seed ``s`` must meet its own adversary, built as seed ``s``'s adversary alone, trained against
+seed ``s``'s own policy (a live slice of the stacked variables, not a copy), and applied to
+seed ``s``'s rows inside the compiled rollout; with ``S = 1`` ATLA is bit for bit what it was
+before the axis (digests of commit 8228735, on both backends).
+"""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import agents
+from agents import atla
+
+SMALL = dict(env="CartPole-v1", num_envs=2, n_steps=8, preset=None, robust_eps=0.1)
+
+
+def _digests(agent):
+    """``(agent weights + Adam's first moments, history, adversary weights)``, SHA-256 prefixes."""
+    def sha(arrays):
+        return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+                              ).hexdigest()[:16]
+    return [sha(agent.get_weights() + [np.asarray(v) for v in agent.optimizer.m]),
+            hashlib.sha256(json.dumps(agent.history).encode()).hexdigest()[:16],
+            sha(agent.atla_adversary.get_weights())]
+
+
+# measured on commit 8228735 (before ATLA had a seed axis): seed 3, 48 steps, warm-up 0.5
+@pytest.mark.parametrize("cls,backend,robust,extra,before", [
+    (agents.PPO, "gymnasium", "atla", {},
+     ["fb50a7e1b79743ac", "0788eb422bb0f0b0", "d2eb491289c23e05"]),
+    (agents.PPO, "graph", "atla", {},
+     ["83508fe69a2e76af", "6bc604aa5a3c4ade", "722f5f50be9e24d9"]),
+    (agents.A2C, "gymnasium", "atla-sa", {},
+     ["5209b71965250e92", "b24380dce0e45d63", "cc07f8f430e8b812"]),
+    (agents.PPO, "graph", "atla-sa", {"normalize_obs": True},
+     ["abe48853692d426d", "1e02f0e4c755bbdc", "f6627184058fe0cf"]),
+])
+def test_one_seed_atla_is_bit_identical_to_before_the_axis(cls, backend, robust, extra, before):
+    agent = cls(seed=3, backend=backend, robust=robust, robust_eps_warmup=0.5,
+                **{**SMALL, **extra})
+    agent.learn(48, progress_bar=False)
+    assert _digests(agent) == before
+    assert agent.atla_adversaries == [agent.atla_adversary]
+
+
+def _pair(backend="gymnasium", **overrides):
+    """An S = 2 ATLA agent whose seeds differ in observation statistics and policy head (so
+    their deterministic actions differ), its adversaries built, and its schedule at eps."""
+    many = agents.PPO(num_seeds=2, seed=4, backend=backend, robust="atla", normalize_obs=True,
+                      robust_eps_warmup=0.0, **{**SMALL, **overrides})
+    rms = many._obs_rms()
+    rms.mean.assign(np.stack([np.linspace(-0.3, 0.3, 4), np.linspace(0.5, -0.5, 4)]))
+    rms.var.assign(np.stack([np.linspace(0.5, 2.0, 4), np.linspace(3.0, 0.2, 4)]))
+    head = many.model.policy_net.weights_[-1]
+    head.assign(head * 100.0)
+    atla._build_adversaries(many)
+    return many
+
+
+def _obs(shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def test_each_seeds_adversary_is_its_own_and_sees_its_seeds_live_policy():
+    many = _pair()
+    obs = _obs([64, 4])
+    acts = []
+    for s in range(2):
+        adv, surface = many.atla_adversaries[s], many._atla_surfaces[s]
+        # its env's victim is seed s's surface, whose actions are those of seed s alone
+        assert adv.env.vec.envs[0].surface is surface
+        one = many.export(s)
+        np.testing.assert_array_equal(surface.act(obs), one.act(obs, deterministic=True))
+        np.testing.assert_allclose(surface.scale, np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8),
+                                   rtol=1e-6)
+        acts.append(surface.act(obs))
+        # the adversary is exactly the one seed s's agent builds alone
+        alone = agents.PPO(seed=many.seeds[s], robust="atla", normalize_obs=True, **SMALL)
+        atla._build_adversaries(alone)
+        for a, b in zip(adv.get_weights(), alone.atla_adversary.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    assert (acts[0] != acts[1]).any()
+    # live, not a copy: the surfaces follow the seeds' variables as they change (a negated
+    # head flips every greedy action of two; a wider normaliser widens the unit of eps)
+    head = many.model.policy_net.weights_[-1]
+    head.assign(-head)
+    rms = many._obs_rms()
+    rms.var.assign(rms.var * 4.0)
+    for s in range(2):
+        many._atla_surfaces[s].refresh()
+        now = many._atla_surfaces[s].act(obs)
+        np.testing.assert_array_equal(now, many.export(s).act(obs, deterministic=True))
+        assert (now != acts[s]).mean() > 0.5
+        np.testing.assert_allclose(many._atla_surfaces[s].scale,
+                                   np.sqrt(rms.var.numpy()[s] + 1e-8), rtol=1e-6)
+
+
+def _expected(many, obs, seed):
+    """Seed s's rows perturbed by adversary s alone, with the step's seed folded in with s."""
+    out = []
+    for s, adv in enumerate(many.atla_adversaries):
+        a = adv.model.distribution(obs[s]).sample(
+            seed=tf.random.experimental.stateless_fold_in(seed, s)).numpy()
+        scale = np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8).astype(np.float32)
+        out.append(obs[s] + np.float32(many.robust_schedule.eps.numpy()) * np.tanh(a) * scale)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "graph"])
+def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
+    many = _pair(backend)
+    seed = tf.constant([7, 9], tf.int32)
+    obs = np.repeat(_obs([1, 2, 4]), 2, axis=0)  # the same rows for both seeds
+    seen = atla.atla_observations(many, tf.constant(obs), seed).numpy()
+    np.testing.assert_allclose(seen, _expected(many, obs, seed), rtol=1e-5, atol=1e-6)
+    scale = np.sqrt(many._obs_rms().var.numpy() + 1e-8)[:, None]
+    step = np.abs(seen - obs) / scale
+    assert step.max() <= 0.1 + 1e-5 and not np.allclose(seen[0], seen[1])
+    # the compiled rollout's first stored observations are exactly that, at the step's seed
+    many._reset_env()
+    clean = many._obs.numpy()
+    rng = tf.random.Generator.from_state(tf.identity(many.rng.state), many.rng.algorithm)
+    step_seed = tf.cast(rng.make_seeds(many.config.n_steps), tf.int32)[:, 0]
+    batch = many._rollout()
+    expected = _expected(many, clean, tf.random.experimental.stateless_fold_in(step_seed, 1))
+    np.testing.assert_allclose(batch["obs"][0].numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls,backend,robust", [
+    (agents.PPO, "graph", "atla-sa"),
+    (agents.A2C, "gymnasium", "atla"),
+])
+def test_a_short_atla_run_on_the_seed_axis(cls, backend, robust):
+    many = cls(num_seeds=2, seed=0, backend=backend, robust=robust, robust_eps_warmup=0.0,
+               **SMALL)
+    logs = []
+    many.learn(32, progress_bar=False, callbacks=lambda a, lg: logs.append(dict(lg)))
+    assert many.trace_counts["rollout" if backend == "gymnasium" else "iteration"] == 1
+    for w in many.get_weights():
+        assert w.shape[0] == 2 and np.isfinite(w).all()
+    for adv in many.atla_adversaries:  # both adversaries took their steps and moved
+        assert int(adv.num_timesteps.numpy()) == 32 and int(adv.num_updates.numpy()) == 2
+        assert np.isfinite(np.concatenate([w.ravel() for w in adv.get_weights()])).all()
+    per_seed = logs[-1]["per_seed"]
+    assert per_seed["atla_adversary_return"] == [atla._mean_return(a)
+                                                 for a in many.atla_adversaries]
+    assert per_seed["atla_adversary_radius"] == pytest.approx([0.1, 0.1])
+    assert logs[-1]["atla_adversary_return"] == pytest.approx(
+        np.nanmean(per_seed["atla_adversary_return"]))
+    for s in range(2):
+        entry = many.seed_histories[s][-1]
+        assert entry["atla_adversary_return"] == per_seed["atla_adversary_return"][s]
+        assert entry["atla_adversary_radius"] == pytest.approx(0.1)
+    one = many.export(1)  # an ordinary agent, its adversary not part of it
+    assert one.num_seeds == 1 and one.config.robust == robust
+    assert one.history == many.seed_histories[1] and not hasattr(one, "atla_adversaries")
+    if robust == "atla-sa":
+        stats = many._iteration()
+        assert np.isfinite(stats["sa_kl"].numpy()).all() and stats["sa_kl"].shape == (2,)
+
+
+def test_what_atla_on_the_seed_axis_still_refuses():
+    with pytest.raises(ValueError, match=r"^rollout_workers: Ray workers collect for one seed; "
+                                         r"use num_seeds=1 with rollout_workers$"):
+        agents.PPO(num_seeds=2, robust="atla", rollout_workers=2, **SMALL)
+    with pytest.raises(ValueError, match=r"^iterations_per_call: robust training \('atla'\) "
+                                         r"updates its eps/kappa schedule \(and ATLA its "
+                                         r"adversary\) in Python between iterations; use "
+                                         r"iterations_per_call=1, got 2$"):
+        agents.PPO(num_seeds=2, robust="atla", backend="graph", iterations_per_call=2, **SMALL)
+    with pytest.raises(ValueError, match=r"^robust: ATLA trains an actor-critic \(PPO, A2C\) "
+                                         r"against a learned adversary; DQN supports 'sa' and "
+                                         r"'adv', got 'atla'$"):
+        agents.DQN(env="CartPole-v1", num_seeds=2, robust="atla")
+    import gymnasium as gym
+
+    many = agents.PPO(**{**SMALL, "env": lambda: gym.make("CartPole-v1")}, num_seeds=2,
+                      robust="atla-sa")
+    with pytest.raises(ValueError, match=r"^agent: a learned adversary needs a victim trained on "
+                                         r"a gymnasium env id \(an env factory cannot be named "
+                                         r"in adversary.json\)$"):
+        many.learn(16, progress_bar=False)
+    assert int(many.num_timesteps.numpy()) == 0
+    with pytest.raises(ValueError, match=r"^index: must be an int in \[0, 2\), got 2$"):
+        many._seed_axis_surface().seed_slice(2)
