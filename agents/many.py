@@ -3,9 +3,10 @@
 ``train_many`` is the agent with a seed axis (``num_seeds = len(seeds)``, :mod:`agents.onpolicy`,
 :mod:`agents.dqn`): one program for all seeds, batched matmuls, per-seed environments, losses,
 clipping, guard, Adam, normalisation, replay buffers and ``target_kl`` masks, on either backend (the
-graph backend compiles the whole iteration of every seed into one call). It trains through the
-one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every`` (one ordinary saved
-agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
+graph backend compiles the whole iteration of every seed into one call), robust training included
+(``robust="atla"``: one learned adversary per seed, :mod:`agents.atla`; not in the checkpoints).
+It trains through the one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every``
+(one ordinary saved agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
 :class:`robustgrad.interrupts.TrainingInterrupted`) and the non-finite stop work as for one
 agent. It returns ordinary one-seed agents (``agent.export(s)``) that save, load, evaluate and
 are attacked like any other. The random numbers of a seed in a group are not those it draws

@@ -3,9 +3,9 @@
 Every algorithm trains its seeds in groups of up to :data:`GROUP_SIZE` as one agent with a seed
 axis (``num_seeds``, :mod:`agents.onpolicy`, :mod:`agents.dqn`: one program for the group, on
 either backend), robust training too (``--robust sa`` or ``adv``: each seed attacked against its
-own policy, :mod:`agents.robust`); ATLA (``--robust atla``/``atla-sa``: one learned adversary
-per agent, no seed axis) trains one seed at a time. Every group
-goes through the agents' one ``learn`` driver, so:
+own policy, :mod:`agents.robust`; ``--robust atla``/``atla-sa``: each seed against its own
+learned adversary, :mod:`agents.atla`, whose adversaries are not checkpointed: a resumed group
+starts fresh ones). Every group goes through the agents' one ``learn`` driver, so:
 
 * each seed is written to ``--out/seed_<s>/`` (an ordinary saved agent, its
   ``learning_curve.png`` and ``evaluation.json``) as soon as its group finishes: nothing is kept
@@ -82,8 +82,9 @@ def _groups(seeds: list[int], size: int) -> list[list[int]]:
 
 
 def _on_axis(config) -> bool:
-    """Whether ``config``'s seeds train together on a seed axis (all but ATLA)."""
-    return hasattr(config, "num_seeds") and config.robust not in ("atla", "atla-sa")
+    """Whether ``config``'s seeds train together on a seed axis (every algorithm with
+    ``num_seeds``, every kind of robust training)."""
+    return hasattr(config, "num_seeds")
 
 
 def _agent_seeds(agent) -> list[int]:

@@ -33,10 +33,12 @@ def _digests(agent):
 @pytest.mark.parametrize("cls,backend,robust,extra,before", [
     (agents.PPO, "gymnasium", "atla", {},
      ["fb50a7e1b79743ac", "0788eb422bb0f0b0", "d2eb491289c23e05"]),
-    (agents.PPO, "graph", "atla", {},
-     ["83508fe69a2e76af", "6bc604aa5a3c4ade", "722f5f50be9e24d9"]),
-    (agents.A2C, "gymnasium", "atla-sa", {},
-     ["5209b71965250e92", "b24380dce0e45d63", "cc07f8f430e8b812"]),
+    pytest.param(agents.PPO, "graph", "atla", {},
+                 ["83508fe69a2e76af", "6bc604aa5a3c4ade", "722f5f50be9e24d9"],
+                 marks=pytest.mark.slow),  # 3 s; both backends and atla-sa stay in the default
+    pytest.param(agents.A2C, "gymnasium", "atla-sa", {},
+                 ["5209b71965250e92", "b24380dce0e45d63", "cc07f8f430e8b812"],
+                 marks=pytest.mark.slow),
     (agents.PPO, "graph", "atla-sa", {"normalize_obs": True},
      ["abe48853692d426d", "1e02f0e4c755bbdc", "f6627184058fe0cf"]),
 ])
@@ -188,3 +190,65 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     assert int(many.num_timesteps.numpy()) == 0
     with pytest.raises(ValueError, match=r"^index: must be an int in \[0, 2\), got 2$"):
         many._seed_axis_surface().seed_slice(2)
+
+
+CLI_ATLA = ["train-agent", "--algo", "ppo", "--seeds", "0-1", "--steps", "32", "--preset", "none",
+            "--num-envs", "2", "--set", "n_steps=8", "--set", "n_minibatches=1", "--robust", "atla",
+            "--eps", "0.05", "--set", "robust_eps_warmup=0", "--eval-episodes", "0",
+            "--no-progress"]
+
+
+def _check_seed_dirs(out, steps):
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["design"] == "one program per group of seeds (seed axis)"
+    for s in (0, 1):
+        loaded = agents.load(out / f"seed_{s}")
+        assert (loaded.config.seed, loaded.num_seeds, loaded.config.robust,
+                loaded.config.robust_eps, int(loaded.num_timesteps.numpy())) == (
+            s, 1, "atla", 0.05, steps)
+        assert [h["atla_adversary_radius"] for h in loaded.history] == pytest.approx(
+            [0.05] * (steps // 16))
+
+
+def test_train_many_and_the_cli_put_atla_seeds_on_the_axis(tmp_path, capsys):
+    from robustgrad.cli import main
+
+    cfg = agents.A2CConfig(num_envs=2, n_steps=8, robust="atla", robust_eps=0.05,
+                           robust_eps_warmup=0.0)
+    trained = agents.train_many(cfg, seeds=[3, 8], steps=16)
+    assert [(a.config.seed, a.num_seeds, a.config.robust) for a in trained] == [
+        (3, 1, "atla"), (8, 1, "atla")]
+    assert all("atla_adversary_return" in a.history[-1] for a in trained)
+    out = tmp_path / "run"
+    assert main([*CLI_ATLA, "--steps", "16", "--out", str(out)]) == 0
+    assert "in groups of up to 32 seeds with a seed axis" in capsys.readouterr().out
+    _check_seed_dirs(out, 16)
+
+
+@pytest.mark.slow  # 10 s: the driver's interrupt and resume, here with fresh adversaries
+def test_cli_atla_seeds_interrupted_then_resumed(tmp_path, capsys, monkeypatch):
+    import os
+    import shlex
+    import signal
+
+    from agents.base import Agent
+    from robustgrad.cli import main
+
+    out = tmp_path / "run"
+    record, calls = Agent._record_update, []
+
+    def interrupting(self, logs, failures):
+        calls.append(self.num_seeds)  # the adversaries (one seed each) record updates too
+        if calls.count(2) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return record(self, logs, failures)
+
+    monkeypatch.setattr(Agent, "_record_update", interrupting)
+    assert main([*CLI_ATLA, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"checkpoint saved to {out / 'checkpoint'}" in err
+    monkeypatch.setattr(Agent, "_record_update", record)
+    resume = shlex.split(err.split("resume with: ")[1].strip())
+    assert main(resume[1:]) == 0
+    assert "seeds 0-1: 16 -> 32 steps" in capsys.readouterr().out
+    _check_seed_dirs(out, 32)
