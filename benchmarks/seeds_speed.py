@@ -41,6 +41,13 @@ preset) at ``--eps`` (default 0.05), on the graph backend: ``--seeds`` seeds in 
 short run is one iteration), with each seed's clean deterministic return at the end::
 
     python benchmarks/seeds_speed.py --algo sa-ppo --steps 30000 --seeds 4
+
+``--algo atla-ppo`` (ATLA on the seed axis): the same with ``robust="atla"`` (each seed against
+its own learned adversary, :mod:`agents.atla`; the preset's warm-up 0.75); the short run is two
+iterations (the adversaries first learn, and trace, in the second: at the first the schedule's eps
+is 0). Steps are the agent's env steps; its adversaries take as many again (not counted)::
+
+    python benchmarks/seeds_speed.py --algo atla-ppo --steps 20000 --seeds 4
 """
 
 from __future__ import annotations
@@ -100,13 +107,20 @@ def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
     return _axis_against_sequential(agents.DQN, cfg, kind, n_seeds, short, steps, episodes=5)
 
 
-def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float) -> dict:
+ROBUST = {"sa-ppo": ("sa", 1), "atla-ppo": ("atla", 2)}
+"""``--algo`` -> (``robust``, iterations of the short run)."""
+
+
+def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float, algo: str = "sa-ppo"
+                  ) -> dict:
     import agents
 
+    robust, iterations = ROBUST[algo]
     cfg = agents.config.make_config(agents.PPOConfig, "ppo", agents.config.AUTO,
-                                    env="CartPole-v1", backend="graph", robust="sa",
+                                    env="CartPole-v1", backend="graph", robust=robust,
                                     robust_eps=eps)
-    short = cfg.n_steps * cfg.num_envs  # one iteration: tracing and compiling of one agent
+    # tracing and compiling of one agent (ATLA: and of its adversaries, from the 2nd iteration)
+    short = iterations * cfg.n_steps * cfg.num_envs
     for n in (1, 2):  # start-up and the attack code's first use, untimed (tiny agents)
         agents.PPO(cfg, n_steps=4, num_envs=1, n_epochs=1, num_seeds=n).learn(
             4, progress_bar=False)
@@ -179,10 +193,11 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--settings", default="preset", choices=("preset", "purejaxrl"))
     p.add_argument("--compare-tree", default=None, help="also this checkout's rows (before)")
-    p.add_argument("--algo", default="ppo", choices=("ppo", "dqn", "sa-ppo"),
-                   help="dqn, sa-ppo: S seeds on the seed axis against S sequential runs "
-                        "(module doc)")
-    p.add_argument("--eps", type=float, default=0.05, help="sa-ppo: the SA training radius")
+    p.add_argument("--algo", default="ppo", choices=("ppo", "dqn", *ROBUST),
+                   help="dqn, sa-ppo, atla-ppo: S seeds on the seed axis against S sequential "
+                        "runs (module doc)")
+    p.add_argument("--eps", type=float, default=0.05,
+                   help="sa-ppo, atla-ppo: the training radius")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -190,8 +205,10 @@ def main(argv=None) -> None:
     if args.part is not None:
         if args.root:
             sys.path[0:1] = [args.root]
-        if args.part.startswith("sappo-"):
-            row = _sa_ppo_child(args.part.split("-")[1], args.n, args.steps, args.eps)
+        if args.part.startswith(("sappo-", "atlappo-")):
+            algo, kind = args.part.split("-")
+            row = _sa_ppo_child(kind, args.n, args.steps, args.eps,
+                                {"sappo": "sa-ppo", "atlappo": "atla-ppo"}[algo])
         elif args.part.startswith("dqn-"):
             _, kind, backend = args.part.split("-")
             row = _dqn_child(kind, args.n, args.steps, backend)
@@ -201,7 +218,7 @@ def main(argv=None) -> None:
         return
     if args.algo == "dqn":
         return _dqn_main(args)
-    if args.algo == "sa-ppo":
+    if args.algo in ROBUST:
         return _sa_ppo_main(args)
     load = os.getloadavg()
     plan = [("ppo", 1), ("many", 1), ("many", args.seeds)]
@@ -274,10 +291,11 @@ def _dqn_main(args) -> None:
 def _sa_ppo_main(args) -> None:
     load = os.getloadavg()
     rows = {}
+    algo = args.algo
     for kind in ("sequential", "axis"):
-        name = f"sa-ppo {kind} x{args.seeds}"
-        row = rows[name] = _run(f"sappo-{kind}", args.seeds, args.steps, args.settings,
-                                eps=args.eps)
+        name = f"{algo} {kind} x{args.seeds}"
+        row = rows[name] = _run(f"{algo.replace('-', '')}-{kind}", args.seeds, args.steps,
+                                args.settings, eps=args.eps)
         print(f"{name:>24}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
               f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
               f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
@@ -286,11 +304,11 @@ def _sa_ppo_main(args) -> None:
               f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
               f"{row['steps_per_seed']} steps per seed; clean returns "
               f"{[round(r, 1) for r in row['eval_returns']]}", flush=True)
-    a, b = (rows[f"sa-ppo {k} x{args.seeds}"] for k in ("axis", "sequential"))
+    a, b = (rows[f"{algo} {k} x{args.seeds}"] for k in ("axis", "sequential"))
     r = {k: a[k] / b[k] for k in ("steps_per_cpu_second", "steps_per_wall_second",
                                   "incl_compile_steps_per_cpu_second",
                                   "incl_compile_steps_per_wall_second")}
-    print(f"SA-PPO eps {args.eps}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per "
+    print(f"{algo.upper()} eps {args.eps}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per "
           f"CPU s, {r['steps_per_wall_second']:.2f}x per wall s steady; "
           f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
           f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
@@ -299,7 +317,7 @@ def _sa_ppo_main(args) -> None:
           f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
-                      "steps": args.steps, "algo": "sa-ppo", "eps": args.eps}))
+                      "steps": args.steps, "algo": algo, "eps": args.eps}))
 
 
 if __name__ == "__main__":
