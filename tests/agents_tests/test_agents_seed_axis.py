@@ -149,9 +149,6 @@ def test_an_interrupt_saves_every_seed_and_raises(tmp_path):
 def test_seed_axis_bad_input_is_refused_before_work():
     with pytest.raises(ValueError, match="num_seeds must be an int >= 1, got 0"):
         agents.PPO(num_seeds=0, **SMALL)
-    with pytest.raises(ValueError, match=r"robust: ATLA \('atla-sa'\) trains one learned "
-                                         "adversary"):
-        agents.PPO(num_seeds=2, robust="atla-sa", **SMALL)
     with pytest.raises(ValueError, match="transform: a custom gradient transformation acts on "
                                          "one seed's gradients"):
         from robustgrad import transforms
