@@ -181,8 +181,11 @@ def compare(before_path: str, after_path: str) -> int:
           f"{after.get('commit', after_path)})")
     for name in before["rows"]:
         a, b = before["rows"][name], after["rows"].get(name)
-        if b is None or "error" in a or "error" in b:
-            print(f"{name:36s} not comparable ({(b or {}).get('error') or a.get('error')})")
+        if b is None:
+            print(f"{name:36s} not comparable (not run on {after.get('commit') or after_path})")
+            continue
+        if "error" in a or "error" in b:
+            print(f"{name:36s} not comparable ({a.get('error') or b.get('error')})")
             continue
         w = "equal" if a["weights"] == b["weights"] else "DIFFERENT"
         h = "equal" if a["history"] == b["history"] else "DIFFERENT"
