@@ -177,8 +177,8 @@ def compare(before_path: str, after_path: str) -> int:
     with open(after_path) as f:
         after = json.load(f)
     differs = 0
-    print(f"{'row':36s} weights    history    ({before.get('commit', before_path)} -> "
-          f"{after.get('commit', after_path)})")
+    print(f"{'row':36s} weights    history    ({before.get('commit') or before_path} -> "
+          f"{after.get('commit') or after_path})")
     for name in before["rows"]:
         a, b = before["rows"][name], after["rows"].get(name)
         if b is None:
