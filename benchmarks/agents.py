@@ -138,18 +138,21 @@ def preset_row(name, seeds, steps=None, out_root=None):
         out = os.path.join(root, f"{name}-s{seed}")
         argv = ["train-agent", "--algo", algo, "--env", env, "--steps", str(steps), "--seed",
                 str(seed), "--out", out, "--no-progress"]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             status = cli_main(argv)
-        train_s = time.perf_counter() - t0
+        train_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        load = os.getloadavg()[0]
         with open(os.path.join(out, "evaluation.json")) as f:
             ret = json.load(f)["mean_return"]
         kept = [line for line in buf.getvalue().splitlines() if line.startswith("kept")]
         results.append({"seed": seed, "mean_return": ret, "seconds": train_s,
-                        "status": status, "kept": kept[0] if kept else None})
-        print(f"{name:28s} seed {seed}: {ret:8.1f} after {steps} steps ({train_s:.0f} s incl. "
-              f"evaluation){'; ' + kept[0] if kept else ''}", flush=True)
+                        "cpu_seconds": cpu_s, "load_average": load, "status": status,
+                        "kept": kept[0] if kept else None})
+        print(f"{name:28s} seed {seed}: {ret:8.1f} after {steps} steps ({train_s:.0f} s wall, "
+              f"{cpu_s:.0f} CPU s incl. evaluation; load {load:.1f})"
+              f"{'; ' + kept[0] if kept else ''}", flush=True)
     rets = [r["mean_return"] for r in results]
     ok = sum(r >= target for r in rets)
     print(f"{name:28s} mean {np.mean(rets):8.1f} over {len(rets)} seeds; {ok}/{len(rets)} seeds "
