@@ -27,8 +27,8 @@ same here.
 SA-Reg"). Policies are MLPs: the paper's best ATLA agents are LSTMs; recurrent policies are
 not implemented here. The adversary's weights are not part of the agent's checkpoint: a loaded
 ``robust="atla"`` agent that learns again starts a fresh adversary. Costs about twice a plain
-update per env step in env steps (the adversary's rollouts), more in time: each adversary step
-calls the agent once.
+update per env step in env steps (the adversary's rollouts), more in time: each adversary
+vector step calls the agent once (:class:`agents.adversary.AdversaryVectorEnv`).
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
 adversary, trained against seed ``s``'s own policy (a victim surface that reads slice ``s`` of

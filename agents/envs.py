@@ -57,12 +57,21 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     """A :class:`VecEnv` of ``num_envs`` copies of ``env`` (an id or a factory).
 
     The vector env is created in ``SAME_STEP`` autoreset mode; ``async_envs`` uses
-    subprocesses (``AsyncVectorEnv``) instead of a loop in this process.
+    subprocesses (``AsyncVectorEnv``) instead of a loop in this process. A factory with a
+    ``make_vector_env(num_envs, async_envs)`` attribute builds its own (same-step autoreset)
+    vector env, whose copies step together (the learned adversary's MDP,
+    :class:`agents.adversary.AdversaryVectorEnv`, calls its victim once per vector step).
     """
     check_env_id(env)
     num_envs = positive_int(num_envs, "num_envs")
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
-    if isinstance(env, str):
+    make_vector = getattr(env, "make_vector_env", None)
+    if make_vector is not None:  # a factory that steps its copies together (agents.adversary)
+        vec = make_vector(num_envs, async_envs)
+        if _autoreset_mode(vec) != AutoresetMode.SAME_STEP:
+            raise ValueError(f"env: make_vector_env must build a same-step autoreset vector env, "
+                             f"got {_autoreset_mode(vec)}")
+    elif isinstance(env, str):
         try:
             vec = gym.make_vec(env, num_envs=num_envs,
                                vectorization_mode="async" if async_envs else "sync",

@@ -8,7 +8,9 @@ import agents
 from agents.adversary import (
     LEARNED_ATTACKS,
     AdversaryEnv,
+    AdversaryVectorEnv,
     LearnedAdversary,
+    _factory,
     _Radius,
     load_adversary,
     train_adversary,
@@ -65,6 +67,75 @@ def test_adversary_env_is_the_adversary_mdp():
         total, total_p, done = total + r, total_p + r_p, term or trunc
     assert total == -total_p < 0
     assert env.action_space.shape == (4,)
+
+
+class _BatchRecorder(_Recorder):
+    """A victim that records the batch sizes it is called with and pushes left or right by
+    the sign of the pole's angle (so that episodes differ between copies)."""
+
+    def act(self, obs):
+        self.seen.append(np.array(obs))
+        return (np.asarray(obs)[:, 2] > 0).astype(np.int64)
+
+
+def test_adversary_vector_env_steps_the_mdp_of_its_copies_with_one_victim_call():
+    """AdversaryVectorEnv == a SyncVectorEnv of AdversaryEnv copies (observations, rewards,
+    ends, final observations, victim rewards), with one victim call of N rows per step."""
+    n, steps = 3, 60
+    one, vec = _BatchRecorder(), _BatchRecorder()
+    ref = gym.vector.SyncVectorEnv(
+        [lambda: AdversaryEnv(gym.make("CartPole-v1"), one, _Radius(0.2))] * n,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    env = AdversaryVectorEnv("CartPole-v1", n, vec, _Radius(0.2))
+    np.testing.assert_array_equal(env.reset(seed=7)[0], ref.reset(seed=7)[0])
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(steps):
+        a = rng.normal(size=(n, 4)).astype(np.float32)
+        got, want = env.step(a), ref.step(a)
+        for x, y in zip(got[:4], want[:4]):
+            np.testing.assert_array_equal(x, y)
+        # every copy's victim reward (the reference's info loses it where a copy autoresets)
+        np.testing.assert_array_equal(got[4]["victim_reward"], -got[1])
+        kept = want[4]["_victim_reward"]
+        np.testing.assert_array_equal(got[4]["victim_reward"][kept], want[4]["victim_reward"][kept])
+        done = got[2] | got[3]
+        ends += int(done.sum())
+        for i in np.nonzero(done)[0]:
+            np.testing.assert_array_equal(got[4]["final_obs"][i], want[4]["final_obs"][i])
+    assert ends > 0  # autoresets were compared too
+    assert [len(x) for x in vec.seen] == [n] * steps and len(one.seen) == n * steps
+    assert env.single_action_space.shape == (4,) and env.action_space.shape == (n, 4)
+    env.close()
+    ref.close()
+
+
+def test_adversary_ppo_on_the_vector_env_trains_as_on_its_copies(untrained):
+    """The adversary PPO built on the factory (one victim call per vector step) ends with the
+    weights it ends with on a SyncVectorEnv of AdversaryEnv copies (a discrete victim: its
+    actions do not depend on the batch), and calls the victim num_envs times less often."""
+    surface = victim_surface(untrained)
+    calls = {"n": 0}
+    act = surface.act
+
+    def counted(obs):
+        calls["n"] += 1
+        return act(obs)
+    surface.act = counted
+    ppo = {"num_envs": 4, "n_steps": 16, "n_epochs": 2}
+    vector = _factory(surface, _Radius(0.1), None, None)
+    assert hasattr(vector, "make_vector_env")
+    copies = lambda: vector()  # noqa: E731 - a plain factory: SyncVectorEnv of AdversaryEnv
+    weights, counts = [], []
+    for env in (vector, copies):
+        calls["n"] = 0
+        adv = agents.PPO(env=env, seed=3, preset=None, **{**agents.adversary.DEFAULT_PPO, **ppo})
+        adv.learn(128, progress_bar=False)
+        weights.append(adv.get_weights())
+        counts.append(calls["n"])
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    assert counts == [128 // 4, 128]
 
 
 def test_learned_adversary_lowers_a_victims_return(victim):

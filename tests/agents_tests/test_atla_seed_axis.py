@@ -75,7 +75,7 @@ def test_each_seeds_adversary_is_its_own_and_sees_its_seeds_live_policy():
     for s in range(2):
         adv, surface = many.atla_adversaries[s], many._atla_surfaces[s]
         # its env's victim is seed s's surface, whose actions are those of seed s alone
-        assert adv.env.vec.envs[0].surface is surface
+        assert adv.env.vec.surface is surface
         one = many.export(s)
         np.testing.assert_array_equal(surface.act(obs), one.act(obs, deterministic=True))
         np.testing.assert_allclose(surface.scale, np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8),
