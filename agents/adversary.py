@@ -10,9 +10,9 @@ the L∞ ball of radius ``r``); the victim acts on ``ŝ`` (deterministically, as
 evaluation); the adversary's reward is minus the victim's, and episodes end when the victim's
 do. :class:`AdversaryEnv` is that MDP as a gymnasium wrapper, :class:`AdversaryVectorEnv` its
 vector form (one victim call per vector step for all copies: what the adversary trains on);
-:func:`train_adversary` trains an :class:`agents.PPO` in it for a budget of steps and returns a :class:`LearnedAdversary`,
-which perturbs batches like any observation attack (``.step`` has the signature the
-evaluation uses).
+:func:`train_adversary` trains an :class:`agents.PPO` in it for a budget of steps and returns
+a :class:`LearnedAdversary`, which perturbs batches like any observation attack (``.step`` has
+the signature the evaluation uses).
 
 Two lessons from building it (issue 25 §3), both on by default:
 
