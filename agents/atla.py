@@ -111,13 +111,16 @@ def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) 
 
 
 def _build_adversaries(agent: Agent) -> None:
-    """One adversary PPO per seed of ``agent`` (module doc), each with its own victim surface
-    and radius; with one seed also ``atla_adversary``, ``_atla_surface``, ``_atla_radius``."""
+    """``agent``'s adversary (module doc): ``atla_adversary`` (also ``atla_adversaries``, a
+    list of that one PPO), its victim surface ``_atla_surface`` and radius ``_atla_radius``;
+    with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
     from agents.adversary import (
         DEFAULT_PPO,
         _factory,
         _Radius,
+        _seed_factory,
         check_inter_op_threads,
+        seed_victim_surface,
         victim_surface,
     )
     from agents.ppo import PPO
@@ -127,49 +130,47 @@ def _build_adversaries(agent: Agent) -> None:
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
-    many = agent.num_seeds > 1
-    adversaries, surfaces, radii = [], [], []
-    for k, seed in enumerate(agent.seeds):
-        surface = victim_surface(agent, "agent", k if many else None)
-        radius = _Radius(0.0)
-        factory = _factory(surface, radius, None, None)
-        adversaries.append(PPO(env=factory, seed=seed + 104_729, preset=None,
-                               **{**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
-                                  "n_steps": cfg.n_steps}))
-        surfaces.append(surface)
-        radii.append(radius)
-    agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii = adversaries, surfaces, radii
-    if not many:
-        agent.atla_adversary, agent._atla_surface, agent._atla_radius = \
-            adversaries[0], surfaces[0], radii[0]
+    settings = {**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs, "n_steps": cfg.n_steps}
+    seeds = [seed + 104_729 for seed in agent.seeds]
+    radius = _Radius(0.0)
+    if agent.num_seeds == 1:
+        surface = victim_surface(agent, "agent")
+        adversary = PPO(env=_factory(surface, radius, None, None), seed=seeds[0], preset=None,
+                        **settings)
+    else:
+        surface = seed_victim_surface(agent, cfg.num_envs)
+        adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
+                        num_seeds=len(seeds), preset=None, **settings)
+    agent.atla_adversary, agent._atla_surface, agent._atla_radius = adversary, surface, radius
+    agent.atla_adversaries = [adversary]
 
 
-def _mean_return(adversary) -> float:
-    """The adversary's mean recent episode return (NaN before its first finished episode)."""
-    ret = list(adversary.episode_returns)
+def _mean_return(returns) -> float:
+    """The mean of an adversary's recent episode returns (NaN before its first episode)."""
+    ret = list(returns)
     return sum(ret) / len(ret) if ret else float("nan")
 
 
 def adversary_phase(agent: Agent) -> dict:
-    """Train ``agent``'s adversaries (one per seed; built on first use) for one agent batch of
-    steps each at the current radius (:func:`adversary_radius`); returns logs
-    (``atla_adversary_return``: the adversary's mean episode return, minus the agent's;
-    ``atla_adversary_radius``). With ``S > 1`` seeds: their means, and each seed's values
+    """Train ``agent``'s adversary (built on first use) for one agent batch of steps (per seed)
+    at the current radius (:func:`adversary_radius`); returns logs (``atla_adversary_return``:
+    the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``). With
+    ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
     under ``"per_seed"``."""
-    if not getattr(agent, "atla_adversaries", None):
+    if getattr(agent, "atla_adversary", None) is None:
         _build_adversaries(agent)
     cfg = agent.config
     radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
-    returns = []
-    for adv, surface, r in zip(agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii):
-        r.value = radius
-        surface.refresh()  # the agent's normaliser moved in its last update
-        if radius > 0:
-            adv.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
-        returns.append(_mean_return(adv))
+    adversary = agent.atla_adversary
+    agent._atla_radius.value = radius
+    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
+    if radius > 0:
+        adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
     if agent.num_seeds == 1:
-        return {"atla_adversary_return": returns[0], "atla_adversary_radius": radius}
+        return {"atla_adversary_return": _mean_return(adversary.episode_returns),
+                "atla_adversary_radius": radius}
+    returns = [_mean_return(r) for r in adversary.seed_episode_returns]
     finite = [x for x in returns if x == x]
     return {"atla_adversary_return": sum(finite) / len(finite) if finite else float("nan"),
             "atla_adversary_radius": radius,
@@ -179,20 +180,15 @@ def adversary_phase(agent: Agent) -> dict:
 
 def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]`` (``[S, N, d]`` with the
-    seed axis: seed ``s``'s rows by adversary ``s``, sampled with ``seed`` folded in with
-    ``s``), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
+    seed axis: seed ``s``'s rows by slice ``s`` of the adversary's seed axis, one draw for all
+    seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
     schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
     through. Stopped. Runs inside the rollout."""
     from agents._victim import _victim
 
-    advs = agent.atla_adversaries
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
-    if agent.num_seeds == 1:
-        a = advs[0].model.distribution(safe).sample(seed=seed)
-    else:  # a static loop over the seeds at trace time: adversary s on seed s's rows
-        a = tf.stack([adv.model.distribution(safe[k]).sample(
-            seed=tf.random.experimental.stateless_fold_in(seed, k)) for k, adv in enumerate(advs)])
+    a = agent.atla_adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
     scale = _victim(agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit of eps
     seen = safe + agent.robust_schedule.eps * tf.tanh(a) * scale
     return tf.stop_gradient(tf.where(finite, seen, obs))
