@@ -31,21 +31,21 @@ update per env step in env steps (the adversary's rollouts), more in time: each 
 vector step calls the agent once (:class:`agents.adversary.AdversaryVectorEnv`).
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
-adversary, trained against seed ``s``'s own policy (a victim surface that reads slice ``s`` of
-the agent's stacked weights and normaliser live, :meth:`agents.PolicySurface.seed_slice`) at the
-radius the schedule gives; the agent's ``S`` seeds still roll out and update in one compiled
-call. The adversaries are ``S`` ordinary one-seed PPOs (``agent.atla_adversaries``), each
-exactly the adversary seed ``s`` builds alone (seed ``seeds[s] + 104_729``, the same settings),
-not one PPO with a seed axis of its own: the adversary MDP is a gymnasium env whose every step
-calls its victim from Python (one call per env step, whatever the layout), so a seed axis would
-batch only the adversaries' small updates, and its env would need a different victim per seed
-block, which the seed-axis collectors do not have. In the agent's compiled rollout, seed
-``s``'s observations are perturbed by adversary ``s`` (a static loop over ``S`` at trace time;
-its sampling seed is the step's seed folded in with ``s``). The logs carry each seed's
-``atla_adversary_return`` and ``atla_adversary_radius`` under ``"per_seed"`` (the top level:
-their mean), and each seed's ``history`` entries carry them too. ``agent.export(s)`` is an
-ordinary ``robust="atla"`` agent without its adversary: adversaries are not part of a
-checkpoint for any ``S`` (a resumed or exported agent that learns again starts fresh ones).
+adversary, trained against seed ``s``'s own policy at the radius the schedule gives; the agent's
+``S`` seeds still roll out and update in one compiled call. The adversaries are one PPO with a
+seed axis of its own (``agent.atla_adversary``, ``num_seeds=S``, seeds ``seeds[s] + 104_729``,
+the same settings: slice ``s`` is exactly the adversary seed ``s`` builds alone), whose env is
+one :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
+victims (:class:`agents.adversary.SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
+unit of eps and answered by seed ``s``'s policy, read live from the stacked variables; one
+victim call per vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env
+alone, :class:`agents.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
+observations are perturbed by slice ``s`` of that network (one draw for all seeds). The logs
+carry each seed's ``atla_adversary_return`` (from the adversary's seed ``s`` episodes) and
+``atla_adversary_radius`` under ``"per_seed"`` (the top level: their mean), and each seed's
+``history`` entries carry them too. ``agent.export(s)`` is an ordinary ``robust="atla"`` agent
+without its adversary: adversaries are not part of a checkpoint for any ``S`` (a resumed or
+exported agent that learns again starts fresh ones).
 
 >>> import agents
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
