@@ -259,6 +259,22 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     assert int(many.num_timesteps.numpy()) == 0
     with pytest.raises(ValueError, match=r"^index: must be an int in \[0, 2\), got 2$"):
         many._seed_axis_surface().seed_slice(2)
+    # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
+    from agents.adversary import _Radius, _seed_factory, seed_victim_surface
+    from agents.seed_axis import SeedBlockVecEnv
+
+    pair = _pair()
+    factory = _seed_factory(seed_victim_surface(pair, 2), _Radius(0.1))
+    with pytest.raises(ValueError, match=r"^env: this adversary MDP steps the victims of all "
+                                         r"seeds together; build its agent with num_seeds=2 "
+                                         r"\(make_seed_vector_env\)$"):
+        factory()
+    with pytest.raises(ValueError, match=r"^num_envs: the victims' surface holds 2 seeds x 2 "
+                                         r"envs, got 2 x 3$"):
+        factory.make_seed_vector_env(2, 3)
+    with pytest.raises(ValueError, match=r"^env: make_seed_vector_env built 4 envs for 3 "
+                                         r"seeds$"):
+        SeedBlockVecEnv(factory.make_seed_vector_env(2, 2), [0, 1, 2])
 
 
 CLI_ATLA = ["train-agent", "--algo", "ppo", "--seeds", "0-1", "--steps", "32", "--preset", "none",
