@@ -58,9 +58,8 @@ if TYPE_CHECKING:
     from agents.policy import PolicySurface
 
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "AdversaryVectorEnv",
-           "LearnedAdversary", "SeedVictimSurface", "VictimSurface", "adversary_for",
-           "check_adversary_request", "check_inter_op_threads", "load_adversary",
-           "seed_victim_surface", "train_adversary", "victim_surface"]
+           "LearnedAdversary", "VictimSurface", "adversary_for", "check_adversary_request",
+           "check_inter_op_threads", "load_adversary", "train_adversary", "victim_surface"]
 
 LEARNED_ATTACKS = ("optimal", "paad")
 """Names of the learned attacks (trained per victim and eps, see ``adversary_steps``)."""
@@ -119,7 +118,7 @@ def victim_surface(agent: Any, argument: str = "victim", seed_index: int | None 
     Box observation space and a gymnasium env id. ``seed_index``: seed ``seed_index`` of an
     agent with a seed axis (``num_seeds > 1``), read live from its stacked variables
     (:meth:`agents.PolicySurface.seed_slice`: what block ``seed_index`` of ATLA's seed-axis
-    adversary env sees, :class:`SeedVictimSurface`)."""
+    adversary env sees, :class:`agents.atla.SeedVictimSurface`)."""
     from agents.policy import surface_of
 
     _check_victim(agent, argument)
@@ -146,52 +145,6 @@ def _check_victim_env(agent: Any, argument: str) -> None:
     if not isinstance(agent.config.env, str):
         raise ValueError(f"{argument}: a learned adversary needs a victim trained on a "
                          "gymnasium env id (an env factory cannot be named in adversary.json)")
-
-
-class SeedVictimSurface(VictimSurface):
-    """The victims of all ``S`` seeds of an agent with a seed axis, as one
-    :class:`VictimSurface` over ``S * n`` rows (``n`` per seed, seed ``s``'s block of rows
-    ``s·n`` to ``(s+1)·n``): ``act(obs [S·n, d])`` calls the seed-axis policy once on
-    ``[S, n, d]`` (each block by its own seed's weights and normaliser, read live), ``scale
-    [S·n, d]`` each row its seed's unit of eps (so the one-seed :func:`_squash_step` perturbs
-    every block in its own units). ATLA's adversary with a seed axis (:mod:`agents.atla`)
-    trains on an :class:`AdversaryVectorEnv` of ``S · n`` copies against it. Built by
-    :func:`seed_victim_surface`."""
-
-    def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
-        import tensorflow as tf
-
-        self.agent, self.policy = agent, policy
-        self.env_id = agent.config.env
-        self.obs_shape = tuple(policy.obs_shape)
-        self.discrete = bool(policy.discrete)
-        self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
-        stats = policy.obs_statistics()
-        self.clip = None if stats is None else float(stats[2])
-        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
-            tf.TensorSpec((self.num_seeds, None) + self.obs_shape, tf.float32))
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Re-read every seed's unit of eps (after the agent's normalisers moved)."""
-        scale = self.policy.obs_scale().numpy().reshape((self.num_seeds, -1))
-        self._scale = np.repeat(scale, self.envs_per_seed, axis=0)
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic actions ``[S·n(, k)]`` of each block's own seed (one call)."""
-        obs = np.asarray(obs, np.float32)
-        out = self._act(obs.reshape((self.num_seeds, -1) + self.obs_shape)).numpy()
-        return out.reshape((obs.shape[0],) + out.shape[2:])
-
-
-def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
-                        ) -> SeedVictimSurface:
-    """:class:`SeedVictimSurface` of an agent with a seed axis (``num_seeds > 1``), ``n =
-    envs_per_seed`` rows per seed; checked as :func:`victim_surface` checks."""
-    _check_victim(agent, argument)
-    policy = agent._seed_axis_surface()
-    _check_victim_env(agent, argument)
-    return SeedVictimSurface(agent, policy, envs_per_seed)
 
 
 def check_inter_op_threads() -> None:
@@ -414,27 +367,6 @@ def _factory(surface: VictimSurface, radius: _Radius, perturb, action_dim):
         return AdversaryVectorEnv(surface.env_id, num_envs, surface, radius, perturb,
                                   action_dim, async_envs)
     make.make_vector_env = make_vector_env
-    return make
-
-
-def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
-    """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
-    ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
-    :class:`AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call per vector step for
-    all seeds; :func:`agents.seed_axis.make_seed_env` seeds each block as that seed alone)."""
-    def make():
-        raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
-                         "build its agent with num_seeds="
-                         f"{surface.num_seeds} (make_seed_vector_env)")
-
-    def make_seed_vector_env(num_seeds: int, num_envs: int, async_envs: bool = False
-                             ) -> AdversaryVectorEnv:
-        if (num_seeds, num_envs) != (surface.num_seeds, surface.envs_per_seed):
-            raise ValueError(f"num_envs: the victims' surface holds {surface.num_seeds} seeds "
-                             f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
-        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
-                                  async_envs=async_envs)
-    make.make_seed_vector_env = make_seed_vector_env
     return make
 
 

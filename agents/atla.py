@@ -36,7 +36,7 @@ adversary, trained against seed ``s``'s own policy at the radius the schedule gi
 seed axis of its own (``agent.atla_adversary``, ``num_seeds=S``, seeds ``seeds[s] + 104_729``,
 the same settings: slice ``s`` is exactly the adversary seed ``s`` builds alone), whose env is
 one :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
-victims (:class:`agents.adversary.SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
+victims (:class:`SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
 unit of eps and answered by seed ``s``'s policy, read live from the stacked variables; one
 victim call per vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env
 alone, :class:`agents.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
@@ -57,16 +57,26 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import tensorflow as tf
+
+from agents.adversary import (
+    AdversaryVectorEnv,
+    VictimSurface,
+    _check_victim,
+    _check_victim_env,
+    _Radius,
+)
 
 if TYPE_CHECKING:
     from agents.base import Agent
     from agents.config import AgentConfig
+    from agents.policy import PolicySurface
 
-__all__ = ["ATLA_MODES", "adversary_phase", "adversary_radius", "atla_observations", "uses_atla",
-           "uses_sa"]
+__all__ = ["ATLA_MODES", "SeedVictimSurface", "adversary_phase", "adversary_radius",
+           "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
@@ -110,19 +120,79 @@ def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) 
     return float(frac * robust_eps + (1.0 - frac) * start_radius)
 
 
+# -- the seed axis' adversary env: all seeds' victims in one call -------------------------------
+class SeedVictimSurface(VictimSurface):
+    """The victims of all ``S`` seeds of an agent with a seed axis, as one
+    :class:`VictimSurface` over ``S * n`` rows (``n`` per seed, seed ``s``'s block of rows
+    ``s·n`` to ``(s+1)·n``): ``act(obs [S·n, d])`` calls the seed-axis policy once on
+    ``[S, n, d]`` (each block by its own seed's weights and normaliser, read live), ``scale
+    [S·n, d]`` each row its seed's unit of eps (so the one-seed ``_squash_step`` perturbs
+    every block in its own units). ATLA's adversary with a seed axis trains on an
+    :class:`agents.adversary.AdversaryVectorEnv` of ``S · n`` copies against it (module doc).
+    Built by :func:`seed_victim_surface`."""
+
+    def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
+        self.agent, self.policy = agent, policy
+        self.env_id = agent.config.env
+        self.obs_shape = tuple(policy.obs_shape)
+        self.discrete = bool(policy.discrete)
+        self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
+        stats = policy.obs_statistics()
+        self.clip = None if stats is None else float(stats[2])
+        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
+            tf.TensorSpec((self.num_seeds, None) + self.obs_shape, tf.float32))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read every seed's unit of eps (after the agent's normalisers moved)."""
+        scale = self.policy.obs_scale().numpy().reshape((self.num_seeds, -1))
+        self._scale = np.repeat(scale, self.envs_per_seed, axis=0)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic actions ``[S·n(, k)]`` of each block's own seed (one call)."""
+        obs = np.asarray(obs, np.float32)
+        out = self._act(obs.reshape((self.num_seeds, -1) + self.obs_shape)).numpy()
+        return out.reshape((obs.shape[0],) + out.shape[2:])
+
+
+def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
+                        ) -> SeedVictimSurface:
+    """:class:`SeedVictimSurface` of an agent with a seed axis (``num_seeds > 1``), ``n =
+    envs_per_seed`` rows per seed; checked as :func:`agents.adversary.victim_surface` checks."""
+    _check_victim(agent, argument)
+    policy = agent._seed_axis_surface()
+    _check_victim_env(agent, argument)
+    return SeedVictimSurface(agent, policy, envs_per_seed)
+
+
+def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
+    """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
+    ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
+    :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
+    per vector step for all seeds; :func:`agents.seed_axis.make_seed_env` seeds each block as
+    that seed alone)."""
+    def make():
+        raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
+                         "build its agent with num_seeds="
+                         f"{surface.num_seeds} (make_seed_vector_env)")
+
+    def make_seed_vector_env(num_seeds: int, num_envs: int, async_envs: bool = False
+                             ) -> AdversaryVectorEnv:
+        if (num_seeds, num_envs) != (surface.num_seeds, surface.envs_per_seed):
+            raise ValueError(f"num_envs: the victims' surface holds {surface.num_seeds} seeds "
+                             f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
+        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
+                                  async_envs=async_envs)
+    make.make_seed_vector_env = make_seed_vector_env
+    return make
+
+
+# -- building and training the adversary -------------------------------------------------------
 def _build_adversaries(agent: Agent) -> None:
     """``agent``'s adversary (module doc): ``atla_adversary`` (also ``atla_adversaries``, a
     list of that one PPO), its victim surface ``_atla_surface`` and radius ``_atla_radius``;
     with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
-    from agents.adversary import (
-        DEFAULT_PPO,
-        _factory,
-        _Radius,
-        _seed_factory,
-        check_inter_op_threads,
-        seed_victim_surface,
-        victim_surface,
-    )
+    from agents.adversary import DEFAULT_PPO, _factory, check_inter_op_threads, victim_surface
     from agents.ppo import PPO
 
     check_inter_op_threads()

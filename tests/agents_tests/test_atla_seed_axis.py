@@ -260,7 +260,8 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     with pytest.raises(ValueError, match=r"^index: must be an int in \[0, 2\), got 2$"):
         many._seed_axis_surface().seed_slice(2)
     # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
-    from agents.adversary import _Radius, _seed_factory, seed_victim_surface
+    from agents.adversary import _Radius
+    from agents.atla import _seed_factory, seed_victim_surface
     from agents.seed_axis import SeedBlockVecEnv
 
     pair = _pair()
