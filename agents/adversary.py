@@ -117,23 +117,34 @@ def victim_surface(agent: Any, argument: str = "victim", seed_index: int | None 
     missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
     Box observation space and a gymnasium env id. ``seed_index``: seed ``seed_index`` of an
     agent with a seed axis (``num_seeds > 1``), read live from its stacked variables
-    (:meth:`agents.PolicySurface.seed_slice`; ATLA on the seed axis, :mod:`agents.atla`)."""
-    from agents.base import Agent
-    from agents.observation_attacks import check_box_observations
+    (:meth:`agents.PolicySurface.seed_slice`: what block ``seed_index`` of ATLA's seed-axis
+    adversary env sees, :class:`agents.atla.SeedVictimSurface`)."""
     from agents.policy import surface_of
 
-    if not isinstance(agent, Agent):
-        raise TypeError(f"{argument} must be an agents.Agent with a policy surface "
-                        f"(policy_surface()), got {type(agent).__name__}")
+    _check_victim(agent, argument)
     if seed_index is None:
         policy = surface_of(agent, argument)
     else:
         policy = agent._seed_axis_surface().seed_slice(seed_index)
+    _check_victim_env(agent, argument)
+    return VictimSurface(agent, policy)
+
+
+def _check_victim(agent: Any, argument: str) -> None:
+    from agents.base import Agent
+
+    if not isinstance(agent, Agent):
+        raise TypeError(f"{argument} must be an agents.Agent with a policy surface "
+                        f"(policy_surface()), got {type(agent).__name__}")
+
+
+def _check_victim_env(agent: Any, argument: str) -> None:
+    from agents.observation_attacks import check_box_observations
+
     check_box_observations(agent.env.single_observation_space, argument)
     if not isinstance(agent.config.env, str):
         raise ValueError(f"{argument}: a learned adversary needs a victim trained on a "
                          "gymnasium env id (an env factory cannot be named in adversary.json)")
-    return VictimSurface(agent, policy)
 
 
 def check_inter_op_threads() -> None:

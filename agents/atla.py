@@ -31,21 +31,21 @@ update per env step in env steps (the adversary's rollouts), more in time: each 
 vector step calls the agent once (:class:`agents.adversary.AdversaryVectorEnv`).
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
-adversary, trained against seed ``s``'s own policy (a victim surface that reads slice ``s`` of
-the agent's stacked weights and normaliser live, :meth:`agents.PolicySurface.seed_slice`) at the
-radius the schedule gives; the agent's ``S`` seeds still roll out and update in one compiled
-call. The adversaries are ``S`` ordinary one-seed PPOs (``agent.atla_adversaries``), each
-exactly the adversary seed ``s`` builds alone (seed ``seeds[s] + 104_729``, the same settings),
-not one PPO with a seed axis of its own: the adversary MDP is a gymnasium env whose every step
-calls its victim from Python (one call per env step, whatever the layout), so a seed axis would
-batch only the adversaries' small updates, and its env would need a different victim per seed
-block, which the seed-axis collectors do not have. In the agent's compiled rollout, seed
-``s``'s observations are perturbed by adversary ``s`` (a static loop over ``S`` at trace time;
-its sampling seed is the step's seed folded in with ``s``). The logs carry each seed's
-``atla_adversary_return`` and ``atla_adversary_radius`` under ``"per_seed"`` (the top level:
-their mean), and each seed's ``history`` entries carry them too. ``agent.export(s)`` is an
-ordinary ``robust="atla"`` agent without its adversary: adversaries are not part of a
-checkpoint for any ``S`` (a resumed or exported agent that learns again starts fresh ones).
+adversary, trained against seed ``s``'s own policy at the radius the schedule gives; the agent's
+``S`` seeds still roll out and update in one compiled call. The adversaries are one PPO with a
+seed axis of its own (``agent.atla_adversary``, ``num_seeds=S``, seeds ``seeds[s] + 104_729``,
+the same settings: slice ``s`` is exactly the adversary seed ``s`` builds alone), whose env is
+one :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
+victims (:class:`SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
+unit of eps and answered by seed ``s``'s policy, read live from the stacked variables; one
+victim call per vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env
+alone, :class:`agents.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
+observations are perturbed by slice ``s`` of that network (one draw for all seeds). The logs
+carry each seed's ``atla_adversary_return`` (from the adversary's seed ``s`` episodes) and
+``atla_adversary_radius`` under ``"per_seed"`` (the top level: their mean), and each seed's
+``history`` entries carry them too. ``agent.export(s)`` is an ordinary ``robust="atla"`` agent
+without its adversary: adversaries are not part of a checkpoint for any ``S`` (a resumed or
+exported agent that learns again starts fresh ones).
 
 >>> import agents
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
@@ -57,16 +57,26 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import tensorflow as tf
+
+from agents.adversary import (
+    AdversaryVectorEnv,
+    VictimSurface,
+    _check_victim,
+    _check_victim_env,
+    _Radius,
+)
 
 if TYPE_CHECKING:
     from agents.base import Agent
     from agents.config import AgentConfig
+    from agents.policy import PolicySurface
 
-__all__ = ["ATLA_MODES", "adversary_phase", "adversary_radius", "atla_observations", "uses_atla",
-           "uses_sa"]
+__all__ = ["ATLA_MODES", "SeedVictimSurface", "adversary_phase", "adversary_radius",
+           "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
@@ -110,16 +120,79 @@ def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) 
     return float(frac * robust_eps + (1.0 - frac) * start_radius)
 
 
+# -- the seed axis' adversary env: all seeds' victims in one call -------------------------------
+class SeedVictimSurface(VictimSurface):
+    """The victims of all ``S`` seeds of an agent with a seed axis, as one
+    :class:`VictimSurface` over ``S * n`` rows (``n`` per seed, seed ``s``'s block of rows
+    ``s·n`` to ``(s+1)·n``): ``act(obs [S·n, d])`` calls the seed-axis policy once on
+    ``[S, n, d]`` (each block by its own seed's weights and normaliser, read live), ``scale
+    [S·n, d]`` each row its seed's unit of eps (so the one-seed ``_squash_step`` perturbs
+    every block in its own units). ATLA's adversary with a seed axis trains on an
+    :class:`agents.adversary.AdversaryVectorEnv` of ``S · n`` copies against it (module doc).
+    Built by :func:`seed_victim_surface`."""
+
+    def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
+        self.agent, self.policy = agent, policy
+        self.env_id = agent.config.env
+        self.obs_shape = tuple(policy.obs_shape)
+        self.discrete = bool(policy.discrete)
+        self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
+        stats = policy.obs_statistics()
+        self.clip = None if stats is None else float(stats[2])
+        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
+            tf.TensorSpec((self.num_seeds, None) + self.obs_shape, tf.float32))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read every seed's unit of eps (after the agent's normalisers moved)."""
+        scale = self.policy.obs_scale().numpy().reshape((self.num_seeds, -1))
+        self._scale = np.repeat(scale, self.envs_per_seed, axis=0)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic actions ``[S·n(, k)]`` of each block's own seed (one call)."""
+        obs = np.asarray(obs, np.float32)
+        out = self._act(obs.reshape((self.num_seeds, -1) + self.obs_shape)).numpy()
+        return out.reshape((obs.shape[0],) + out.shape[2:])
+
+
+def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
+                        ) -> SeedVictimSurface:
+    """:class:`SeedVictimSurface` of an agent with a seed axis (``num_seeds > 1``), ``n =
+    envs_per_seed`` rows per seed; checked as :func:`agents.adversary.victim_surface` checks."""
+    _check_victim(agent, argument)
+    policy = agent._seed_axis_surface()
+    _check_victim_env(agent, argument)
+    return SeedVictimSurface(agent, policy, envs_per_seed)
+
+
+def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
+    """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
+    ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
+    :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
+    per vector step for all seeds; :func:`agents.seed_axis.make_seed_env` seeds each block as
+    that seed alone)."""
+    def make():
+        raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
+                         "build its agent with num_seeds="
+                         f"{surface.num_seeds} (make_seed_vector_env)")
+
+    def make_seed_vector_env(num_seeds: int, num_envs: int, async_envs: bool = False
+                             ) -> AdversaryVectorEnv:
+        if (num_seeds, num_envs) != (surface.num_seeds, surface.envs_per_seed):
+            raise ValueError(f"num_envs: the victims' surface holds {surface.num_seeds} seeds "
+                             f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
+        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
+                                  async_envs=async_envs)
+    make.make_seed_vector_env = make_seed_vector_env
+    return make
+
+
+# -- building and training the adversary -------------------------------------------------------
 def _build_adversaries(agent: Agent) -> None:
-    """One adversary PPO per seed of ``agent`` (module doc), each with its own victim surface
-    and radius; with one seed also ``atla_adversary``, ``_atla_surface``, ``_atla_radius``."""
-    from agents.adversary import (
-        DEFAULT_PPO,
-        _factory,
-        _Radius,
-        check_inter_op_threads,
-        victim_surface,
-    )
+    """``agent``'s adversary (module doc): ``atla_adversary`` (also ``atla_adversaries``, a
+    list of that one PPO), its victim surface ``_atla_surface`` and radius ``_atla_radius``;
+    with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
+    from agents.adversary import DEFAULT_PPO, _factory, check_inter_op_threads, victim_surface
     from agents.ppo import PPO
 
     check_inter_op_threads()
@@ -127,49 +200,47 @@ def _build_adversaries(agent: Agent) -> None:
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
-    many = agent.num_seeds > 1
-    adversaries, surfaces, radii = [], [], []
-    for k, seed in enumerate(agent.seeds):
-        surface = victim_surface(agent, "agent", k if many else None)
-        radius = _Radius(0.0)
-        factory = _factory(surface, radius, None, None)
-        adversaries.append(PPO(env=factory, seed=seed + 104_729, preset=None,
-                               **{**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
-                                  "n_steps": cfg.n_steps}))
-        surfaces.append(surface)
-        radii.append(radius)
-    agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii = adversaries, surfaces, radii
-    if not many:
-        agent.atla_adversary, agent._atla_surface, agent._atla_radius = \
-            adversaries[0], surfaces[0], radii[0]
+    settings = {**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs, "n_steps": cfg.n_steps}
+    seeds = [seed + 104_729 for seed in agent.seeds]
+    radius = _Radius(0.0)
+    if agent.num_seeds == 1:
+        surface = victim_surface(agent, "agent")
+        adversary = PPO(env=_factory(surface, radius, None, None), seed=seeds[0], preset=None,
+                        **settings)
+    else:
+        surface = seed_victim_surface(agent, cfg.num_envs)
+        adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
+                        num_seeds=len(seeds), preset=None, **settings)
+    agent.atla_adversary, agent._atla_surface, agent._atla_radius = adversary, surface, radius
+    agent.atla_adversaries = [adversary]
 
 
-def _mean_return(adversary) -> float:
-    """The adversary's mean recent episode return (NaN before its first finished episode)."""
-    ret = list(adversary.episode_returns)
+def _mean_return(returns) -> float:
+    """The mean of an adversary's recent episode returns (NaN before its first episode)."""
+    ret = list(returns)
     return sum(ret) / len(ret) if ret else float("nan")
 
 
 def adversary_phase(agent: Agent) -> dict:
-    """Train ``agent``'s adversaries (one per seed; built on first use) for one agent batch of
-    steps each at the current radius (:func:`adversary_radius`); returns logs
-    (``atla_adversary_return``: the adversary's mean episode return, minus the agent's;
-    ``atla_adversary_radius``). With ``S > 1`` seeds: their means, and each seed's values
+    """Train ``agent``'s adversary (built on first use) for one agent batch of steps (per seed)
+    at the current radius (:func:`adversary_radius`); returns logs (``atla_adversary_return``:
+    the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``). With
+    ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
     under ``"per_seed"``."""
-    if not getattr(agent, "atla_adversaries", None):
+    if getattr(agent, "atla_adversary", None) is None:
         _build_adversaries(agent)
     cfg = agent.config
     radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
-    returns = []
-    for adv, surface, r in zip(agent.atla_adversaries, agent._atla_surfaces, agent._atla_radii):
-        r.value = radius
-        surface.refresh()  # the agent's normaliser moved in its last update
-        if radius > 0:
-            adv.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
-        returns.append(_mean_return(adv))
+    adversary = agent.atla_adversary
+    agent._atla_radius.value = radius
+    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
+    if radius > 0:
+        adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
     if agent.num_seeds == 1:
-        return {"atla_adversary_return": returns[0], "atla_adversary_radius": radius}
+        return {"atla_adversary_return": _mean_return(adversary.episode_returns),
+                "atla_adversary_radius": radius}
+    returns = [_mean_return(r) for r in adversary.seed_episode_returns]
     finite = [x for x in returns if x == x]
     return {"atla_adversary_return": sum(finite) / len(finite) if finite else float("nan"),
             "atla_adversary_radius": radius,
@@ -179,20 +250,15 @@ def adversary_phase(agent: Agent) -> dict:
 
 def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]`` (``[S, N, d]`` with the
-    seed axis: seed ``s``'s rows by adversary ``s``, sampled with ``seed`` folded in with
-    ``s``), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
+    seed axis: seed ``s``'s rows by slice ``s`` of the adversary's seed axis, one draw for all
+    seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
     schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
     through. Stopped. Runs inside the rollout."""
     from agents._victim import _victim
 
-    advs = agent.atla_adversaries
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
-    if agent.num_seeds == 1:
-        a = advs[0].model.distribution(safe).sample(seed=seed)
-    else:  # a static loop over the seeds at trace time: adversary s on seed s's rows
-        a = tf.stack([adv.model.distribution(safe[k]).sample(
-            seed=tf.random.experimental.stateless_fold_in(seed, k)) for k, adv in enumerate(advs)])
+    a = agent.atla_adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
     scale = _victim(agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit of eps
     seen = safe + agent.robust_schedule.eps * tf.tanh(a) * scale
     return tf.stop_gradient(tf.where(finite, seen, obs))

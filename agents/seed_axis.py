@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents.envs import make_vec_env
+from agents.envs import VecEnv, make_vec_env
 from agents.graph_backend import GraphBackendEnv
 from agents.graph_envs import GraphEnvState
 
@@ -141,10 +141,59 @@ class SeedVecEnv:
             env.close()
 
 
+class SeedBlockVecEnv(VecEnv):
+    """One gymnasium vector env of ``S * num_envs`` copies as the seed axis' env: block ``s``
+    (copies ``s·num_envs`` on) first reset from ``seeds[s]`` as :func:`make_vec_env` of that
+    seed alone resets it (copy ``i`` from ``seeds[s] + i``); its finished episodes reported
+    with ``s``. What a factory's ``make_seed_vector_env`` builds is stepped this way (the
+    adversary MDP of ATLA with a seed axis: one victim call per step for all seeds,
+    :mod:`agents.atla`)."""
+
+    def __init__(self, vec: Any, seeds: Sequence[int]):
+        self.seeds = [int(s) for s in seeds]
+        if vec.num_envs % len(self.seeds):
+            raise ValueError(f"env: make_seed_vector_env built {vec.num_envs} envs for "
+                             f"{len(self.seeds)} seeds")
+        n = vec.num_envs // len(self.seeds)
+        super().__init__(vec, seed=[s + i for s in self.seeds for i in range(n)])
+        self.envs_per_seed = n
+        self._episode_seeds: list[int] = []
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every copy (the first time each block from its seed; with ``seed``: block
+        ``s`` from ``seed + s``, as :class:`SeedVecEnv`)."""
+        if seed is not None:
+            seed = [seed + k + i for k in range(len(self.seeds))
+                    for i in range(self.envs_per_seed)]
+        return super().reset(seed)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As :meth:`VecEnv.step`, noting the seed of each finished episode."""
+        out = super().step(actions)
+        done = out[2] | out[3]
+        self._episode_seeds.extend((np.nonzero(done)[0] // self.envs_per_seed).tolist())
+        return out
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        which, self._episode_seeds = self._episode_seeds, []
+        return [(int(k), r, n) for k, (r, n) in zip(which, super().drain_episodes())]
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """``(return, length)`` of every seed's finished episodes."""
+        return [(r, n) for _k, r, n in self.drain_seed_episodes()]
+
+
 def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
-    """The training env of an ``S``-seed agent (``S = len(seeds)``)."""
+    """The training env of an ``S``-seed agent (``S = len(seeds)``); an env factory with a
+    ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one vector env of all
+    seeds' copies (:class:`SeedBlockVecEnv`)."""
     if config.backend == "graph":
         return SeedGraphEnv(config.env, config.num_envs, seeds)
+    make_seed_vector = getattr(config.env, "make_seed_vector_env", None)
+    if make_seed_vector is not None:
+        return SeedBlockVecEnv(make_seed_vector(len(seeds), config.num_envs, config.async_envs),
+                               seeds)
     return SeedVecEnv([make_vec_env(config.env, config.num_envs, seed=s,
                                     async_envs=config.async_envs) for s in seeds])
 
@@ -211,4 +260,4 @@ def import_seed(agent: Any, index: int, one: Any) -> None:
     agent.seed_rejected_steps[index] = one.rejected_steps
 
 
-__all__ = ["SeedGraphEnv", "SeedVecEnv", "export_seed", "import_seed", "make_seed_env"]
+__all__ = ["SeedBlockVecEnv", "SeedGraphEnv", "SeedVecEnv", "export_seed", "import_seed", "make_seed_env"]

@@ -1,8 +1,10 @@
 """ATLA and ATLA+SA on the seed axis (``num_seeds=S > 1`` with ``robust="atla"``/``"atla-sa"``).
 
-Seed ``s`` must meet its own adversary, built as seed ``s``'s adversary alone, trained against
-seed ``s``'s own policy (a live slice of the stacked variables, not a copy), and applied to
-seed ``s``'s rows inside the compiled rollout; with ``S = 1`` ATLA is bit for bit what it was
+Seed ``s`` must meet its own adversary: slice ``s`` of one adversary PPO with a seed axis, built
+as seed ``s``'s adversary alone, trained in one env of all seeds' copies whose block ``s`` is seed
+``s``'s own adversary env against seed ``s``'s own policy (read live from the stacked variables,
+one victim call per step for all seeds), and applied to seed ``s``'s rows inside the compiled
+rollout; with ``S = 1`` ATLA is bit for bit what it was
 before the axis (digests of commit 8228735, on both backends).
 """
 
@@ -68,49 +70,108 @@ def _obs(shape, seed=0):
     return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
 
-def test_each_seeds_adversary_is_its_own_and_sees_its_seeds_live_policy():
+def _alone(many, s):
+    """The adversary seed ``s`` of ``many`` builds alone, its weights set to slice ``s`` of
+    ``many``'s adversary."""
+    alone = agents.PPO(seed=many.seeds[s], robust="atla", normalize_obs=True, **SMALL)
+    atla._build_adversaries(alone)
+    alone.atla_adversary.set_weights([w[s] for w in many.atla_adversary.get_weights()])
+    return alone.atla_adversary
+
+
+def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
     many = _pair()
-    obs = _obs([64, 4])
-    acts = []
-    for s in range(2):
-        adv, surface = many.atla_adversaries[s], many._atla_surfaces[s]
-        # its env's victim is seed s's surface, whose actions are those of seed s alone
-        assert adv.env.vec.surface is surface
-        one = many.export(s)
-        np.testing.assert_array_equal(surface.act(obs), one.act(obs, deterministic=True))
-        np.testing.assert_allclose(surface.scale, np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8),
-                                   rtol=1e-6)
-        acts.append(surface.act(obs))
-        # the adversary is exactly the one seed s's agent builds alone
+    adv, surface = many.atla_adversary, many._atla_surface
+    assert many.atla_adversaries == [adv] and adv.num_seeds == 2
+    assert adv.seeds == [s + 104_729 for s in many.seeds]
+    assert adv.env.vec.surface is surface and adv.env.num_envs == 4
+    for s in range(2):  # slice s is exactly the adversary seed s's agent builds alone
         alone = agents.PPO(seed=many.seeds[s], robust="atla", normalize_obs=True, **SMALL)
         atla._build_adversaries(alone)
         for a, b in zip(adv.get_weights(), alone.atla_adversary.get_weights()):
+            np.testing.assert_array_equal(a[s], b)
+    # block s of the victims' rows acts (and scales) as seed s alone, live: a negated head
+    # flips most greedy actions, a wider normaliser widens the unit of eps
+    obs = _obs([128, 4])
+    for step in range(2):
+        acts = surface.act(obs)
+        for s in range(2):
+            block = slice(64 * s, 64 * (s + 1))
+            np.testing.assert_array_equal(acts[block],
+                                          many.export(s).act(obs[block], deterministic=True))
+            std = np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8)
+            np.testing.assert_allclose(surface.scale[2 * s:2 * s + 2],  # num_envs rows a seed
+                                       np.broadcast_to(std, (2, 4)), rtol=1e-6)
+        if step == 0:
+            before = acts
+            head = many.model.policy_net.weights_[-1]
+            head.assign(-head)
+            many._obs_rms().var.assign(many._obs_rms().var * 4.0)
+            surface.refresh()
+    assert (acts != before).mean() > 0.5
+
+
+def test_each_seeds_block_sees_its_own_victim():
+    many = _pair()
+    surface = many._atla_surface
+    obs = np.concatenate([_obs([64, 4])] * 2)  # the same rows in both blocks
+    acts = surface.act(obs)
+    assert (acts[:64] != acts[64:]).any()
+    for v in many.model.variables:  # swap the two seeds' policies and normalisers
+        v.assign(tf.reverse(v, [0]))
+    surface.refresh()
+    swapped = surface.act(obs)
+    np.testing.assert_array_equal(swapped[:64], acts[64:])
+    np.testing.assert_array_equal(swapped[64:], acts[:64])
+
+
+def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_step():
+    from agents.adversary import AdversaryVectorEnv, victim_surface
+    from agents.envs import VecEnv
+
+    many = _pair()
+    adv, surface = many.atla_adversary, many._atla_surface
+    many._atla_radius.value = 0.5  # large enough to end episodes
+    alone = []
+    for s in range(2):  # what seed s's adversary alone steps (make_vec_env of its factory)
+        one = victim_surface(many, "agent", s)
+        alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many._atla_radius),
+                            seed=adv.seeds[s]))
+    env, calls = adv.env, []
+    act = surface._act
+    surface._act = lambda x: calls.append(x.shape) or act(x)
+    got = env.reset()
+    np.testing.assert_array_equal(got, np.concatenate([e.reset() for e in alone]))
+    rng, ended = np.random.default_rng(1), 0
+    for t in range(60):
+        actions = rng.normal(size=[4, 4]).astype(np.float32)
+        got = env.step(actions)
+        want = [np.concatenate(x) for x in zip(*(e.step(actions[2 * s:2 * s + 2])
+                                                 for s, e in enumerate(alone)))]
+        for a, b in zip(got, want):  # obs, reward, terminated, truncated, final_obs
             np.testing.assert_array_equal(a, b)
-    assert (acts[0] != acts[1]).any()
-    # live, not a copy: the surfaces follow the seeds' variables as they change (a negated
-    # head flips every greedy action of two; a wider normaliser widens the unit of eps)
-    head = many.model.policy_net.weights_[-1]
-    head.assign(-head)
-    rms = many._obs_rms()
-    rms.var.assign(rms.var * 4.0)
+        assert len(calls) == t + 1 and calls[-1] == (2, 2, 4)
+        ended += int((got[2] | got[3]).sum())
+    assert ended >= 4
+    seeds = env.drain_seed_episodes()
     for s in range(2):
-        many._atla_surfaces[s].refresh()
-        now = many._atla_surfaces[s].act(obs)
-        np.testing.assert_array_equal(now, many.export(s).act(obs, deterministic=True))
-        assert (now != acts[s]).mean() > 0.5
-        np.testing.assert_allclose(many._atla_surfaces[s].scale,
-                                   np.sqrt(rms.var.numpy()[s] + 1e-8), rtol=1e-6)
+        assert [(r, n) for k, r, n in seeds if k == s] == alone[s].drain_episodes()
 
 
 def _expected(many, obs, seed):
-    """Seed s's rows perturbed by adversary s alone, with the step's seed folded in with s."""
-    out = []
-    for s, adv in enumerate(many.atla_adversaries):
-        a = adv.model.distribution(obs[s]).sample(
-            seed=tf.random.experimental.stateless_fold_in(seed, s)).numpy()
-        scale = np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8).astype(np.float32)
-        out.append(obs[s] + np.float32(many.robust_schedule.eps.numpy()) * np.tanh(a) * scale)
-    return np.stack(out)
+    """Seed s's rows perturbed by the adversary seed s builds alone (given slice s's
+    weights), the draw of its distribution stacked over the seeds (one sample)."""
+    import tensorflow_probability as tfp
+
+    means, stds = [], []
+    for s in range(2):
+        dist = _alone(many, s).model.distribution(obs[s])
+        means.append(dist.mean())
+        stds.append(dist.stddev())
+    a = tfp.distributions.Independent(tfp.distributions.Normal(tf.stack(means), tf.stack(stds)),
+                                      1).sample(seed=seed).numpy()
+    scale = np.sqrt(many._obs_rms().var.numpy() + 1e-8).astype(np.float32)[:, None]
+    return obs + np.float32(many.robust_schedule.eps.numpy()) * np.tanh(a) * scale
 
 
 @pytest.mark.parametrize("backend", ["gymnasium", "graph"])
@@ -140,17 +201,25 @@ def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
 def test_a_short_atla_run_on_the_seed_axis(cls, backend, robust):
     many = cls(num_seeds=2, seed=0, backend=backend, robust=robust, robust_eps_warmup=0.0,
                **SMALL)
+    atla._build_adversaries(many)
+    initial = [w.numpy() for w in many.atla_adversary.model.trainable]
     logs = []
     many.learn(32, progress_bar=False, callbacks=lambda a, lg: logs.append(dict(lg)))
     assert many.trace_counts["rollout" if backend == "gymnasium" else "iteration"] == 1
     for w in many.get_weights():
         assert w.shape[0] == 2 and np.isfinite(w).all()
-    for adv in many.atla_adversaries:  # both adversaries took their steps and moved
-        assert int(adv.num_timesteps.numpy()) == 32 and int(adv.num_updates.numpy()) == 2
-        assert np.isfinite(np.concatenate([w.ravel() for w in adv.get_weights()])).all()
+    adv = many.atla_adversary  # one adversary of two seeds: both slices took steps and moved
+    assert adv.num_seeds == 2 and adv.trace_counts["rollout"] == 1
+    assert int(adv.num_timesteps.numpy()) == 32 and int(adv.num_updates.numpy()) == 2
+    for w in adv.model.trainable:
+        assert np.isfinite(w.numpy()).all()
+    for s in range(2):
+        assert any(not np.array_equal(w.numpy()[s], w0[s])
+                   for w, w0 in zip(adv.model.trainable, initial))
+    assert all(len(r) > 0 for r in adv.seed_episode_returns)
     per_seed = logs[-1]["per_seed"]
-    assert per_seed["atla_adversary_return"] == [atla._mean_return(a)
-                                                 for a in many.atla_adversaries]
+    assert per_seed["atla_adversary_return"] == [atla._mean_return(r)
+                                                 for r in adv.seed_episode_returns]
     assert per_seed["atla_adversary_radius"] == pytest.approx([0.1, 0.1])
     assert logs[-1]["atla_adversary_return"] == pytest.approx(
         np.nanmean(per_seed["atla_adversary_return"]))
@@ -190,6 +259,23 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     assert int(many.num_timesteps.numpy()) == 0
     with pytest.raises(ValueError, match=r"^index: must be an int in \[0, 2\), got 2$"):
         many._seed_axis_surface().seed_slice(2)
+    # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
+    from agents.adversary import _Radius
+    from agents.atla import _seed_factory, seed_victim_surface
+    from agents.seed_axis import SeedBlockVecEnv
+
+    pair = _pair()
+    factory = _seed_factory(seed_victim_surface(pair, 2), _Radius(0.1))
+    with pytest.raises(ValueError, match=r"^env: this adversary MDP steps the victims of all "
+                                         r"seeds together; build its agent with num_seeds=2 "
+                                         r"\(make_seed_vector_env\)$"):
+        factory()
+    with pytest.raises(ValueError, match=r"^num_envs: the victims' surface holds 2 seeds x 2 "
+                                         r"envs, got 2 x 3$"):
+        factory.make_seed_vector_env(2, 3)
+    with pytest.raises(ValueError, match=r"^env: make_seed_vector_env built 4 envs for 3 "
+                                         r"seeds$"):
+        SeedBlockVecEnv(factory.make_seed_vector_env(2, 2), [0, 1, 2])
 
 
 CLI_ATLA = ["train-agent", "--algo", "ppo", "--seeds", "0-1", "--steps", "32", "--preset", "none",
@@ -238,8 +324,8 @@ def test_cli_atla_seeds_interrupted_then_resumed(tmp_path, capsys, monkeypatch):
     record, calls = Agent._record_update, []
 
     def interrupting(self, logs, failures):
-        calls.append(self.num_seeds)  # the adversaries (one seed each) record updates too
-        if calls.count(2) == 1:
+        calls.append(self.config.robust)  # the adversary (no robust training) records too
+        if calls.count("atla") == 1:
             os.kill(os.getpid(), signal.SIGINT)
         return record(self, logs, failures)
 
