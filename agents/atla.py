@@ -188,10 +188,10 @@ def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
 
 
 # -- building and training the adversary -------------------------------------------------------
-def _build_adversaries(agent: Agent) -> None:
-    """``agent``'s adversary (module doc): ``atla_adversary`` (also ``atla_adversaries``, a
-    list of that one PPO), its victim surface ``_atla_surface`` and radius ``_atla_radius``;
-    with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
+def _build_adversary(agent: Agent) -> None:
+    """``agent``'s adversary (module doc): ``atla_adversary``, its victim surface
+    ``_atla_surface`` and radius ``_atla_radius``; with ``S > 1`` seeds one PPO with a seed
+    axis of ``S`` against all seeds' victims."""
     from agents.adversary import DEFAULT_PPO, _factory, check_inter_op_threads, victim_surface
     from agents.ppo import PPO
 
@@ -212,7 +212,6 @@ def _build_adversaries(agent: Agent) -> None:
         adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
                         num_seeds=len(seeds), preset=None, **settings)
     agent.atla_adversary, agent._atla_surface, agent._atla_radius = adversary, surface, radius
-    agent.atla_adversaries = [adversary]
 
 
 def _mean_return(returns) -> float:
@@ -228,7 +227,7 @@ def adversary_phase(agent: Agent) -> dict:
     ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
     under ``"per_seed"``."""
     if getattr(agent, "atla_adversary", None) is None:
-        _build_adversaries(agent)
+        _build_adversary(agent)
     cfg = agent.config
     radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
