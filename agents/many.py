@@ -4,7 +4,8 @@
 :mod:`agents.dqn`): one program for all seeds, batched matmuls, per-seed environments, losses,
 clipping, guard, Adam, normalisation, replay buffers and ``target_kl`` masks, on either backend (the
 graph backend compiles the whole iteration of every seed into one call), robust training included
-(``robust="atla"``: one learned adversary per seed, :mod:`agents.atla`; not in the checkpoints).
+(``robust="atla"``: each seed against its own slice of one learned adversary with a seed axis,
+:mod:`agents.atla`; not in the checkpoints).
 It trains through the one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every``
 (one ordinary saved agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
 :class:`robustgrad.interrupts.TrainingInterrupted`) and the non-finite stop work as for one
