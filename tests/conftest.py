@@ -43,6 +43,22 @@ def central_difference(f, x, eps=1e-6):
     return g
 
 
+def load_benchmark(name):
+    """The module of ``benchmarks/<name>.py`` (a script, not a package), loaded without leaving
+    its repo-root ``sys.path`` entry behind."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved  # the script puts its repo root first; leave sys.path as it was
+    return module
+
+
 def cli_command(*args):
     """``python -m robustgrad.cli ARGS`` in this interpreter."""
     return [sys.executable, "-m", "robustgrad.cli", *args]

@@ -3,34 +3,19 @@ both sides are configured alike, and the reported rates are the arithmetic the d
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import pytest
 
-_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(_DIR, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path  # the script puts its repo root first; leave sys.path as it was
-    return module
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("rl_vs_jax")
+    return load_benchmark("rl_vs_jax")
 
 
 def test_our_config_is_purejaxrls(bench):
     """Every PureJaxRL setting the runner passes has the same value in our config."""
-    ref = _load("_purejaxrl_runner")._config(200_000)
+    ref = load_benchmark("_purejaxrl_runner")._config(200_000)
     ours = bench.ppo_config("graph")
     pairs = {"LR": ours.learning_rate, "NUM_ENVS": ours.num_envs, "NUM_STEPS": ours.n_steps,
              "UPDATE_EPOCHS": ours.n_epochs, "NUM_MINIBATCHES": ours.n_minibatches,

@@ -4,27 +4,17 @@ differ and by how much."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "seeded_identity.py")
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("seeded_identity", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path  # the script puts its repo root first; leave sys.path as it was
-    return module
+    return load_benchmark("seeded_identity")
 
 
 def test_every_shipped_preset_has_a_cli_row(bench):

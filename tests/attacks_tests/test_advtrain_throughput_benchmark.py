@@ -4,23 +4,17 @@ The PyTorch side needs a separate virtualenv and is not exercised."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks",
-                     "advtrain_throughput.py")
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("advtrain_throughput", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("advtrain_throughput")
 
 
 def test_ours_steps_run_on_a_tiny_preactresnet(bench):
