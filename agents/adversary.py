@@ -94,8 +94,12 @@ class VictimSurface:
         self.clip = None if stats is None else float(stats[2])
         # a concrete function skips tf.function's per-call signature matching (~35% of a call)
         self._act = tf.function(policy.deterministic_actions).get_concrete_function(
-            tf.TensorSpec((None,) + self.obs_shape, tf.float32))
+            tf.TensorSpec(self._batch_shape() + self.obs_shape, tf.float32))
         self.refresh()
+
+    def _batch_shape(self) -> tuple:
+        """The leading shape of the observations the victim's policy takes: ``(B,)``."""
+        return (None,)
 
     def refresh(self) -> None:
         """Re-read the unit of eps (after the victim's normaliser moved)."""
@@ -111,21 +115,15 @@ class VictimSurface:
         return self._act(np.asarray(obs, np.float32)).numpy()
 
 
-def victim_surface(agent: Any, argument: str = "victim", seed_index: int | None = None
-                   ) -> VictimSurface:
+def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
     """The adapter to ``agent`` (its ``policy_surface()``); ``TypeError`` naming what is
     missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
-    Box observation space and a gymnasium env id. ``seed_index``: seed ``seed_index`` of an
-    agent with a seed axis (``num_seeds > 1``), read live from its stacked variables
-    (:meth:`agents.PolicySurface.seed_slice`: what block ``seed_index`` of ATLA's seed-axis
-    adversary env sees, :class:`agents.atla.SeedVictimSurface`)."""
+    Box observation space and a gymnasium env id (an agent with a seed axis:
+    :func:`agents.atla.seed_victim_surface`)."""
     from agents.policy import surface_of
 
     _check_victim(agent, argument)
-    if seed_index is None:
-        policy = surface_of(agent, argument)
-    else:
-        policy = agent._seed_axis_surface().seed_slice(seed_index)
+    policy = surface_of(agent, argument)
     _check_victim_env(agent, argument)
     return VictimSurface(agent, policy)
 

@@ -132,16 +132,12 @@ class SeedVictimSurface(VictimSurface):
     Built by :func:`seed_victim_surface`."""
 
     def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
-        self.agent, self.policy = agent, policy
-        self.env_id = agent.config.env
-        self.obs_shape = tuple(policy.obs_shape)
-        self.discrete = bool(policy.discrete)
         self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
-        stats = policy.obs_statistics()
-        self.clip = None if stats is None else float(stats[2])
-        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
-            tf.TensorSpec((self.num_seeds, None) + self.obs_shape, tf.float32))
-        self.refresh()
+        super().__init__(agent, policy)
+
+    def _batch_shape(self) -> tuple:
+        """The seed-axis policy takes ``[S, n, d]``."""
+        return (self.num_seeds, None)
 
     def refresh(self) -> None:
         """Re-read every seed's unit of eps (after the agent's normalisers moved)."""

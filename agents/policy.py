@@ -203,103 +203,10 @@ class PolicySurface:
             return tf.broadcast_to(w[:, None, :], [self.num_seeds, batch, k])
         return tf.broadcast_to(w[None], [batch, k])
 
-    def seed_slice(self, index: int) -> PolicySurface:
-        """Seed ``index`` of a surface with a seed axis as a one-seed surface (observations
-        ``[B, d]``) that reads slice ``index`` of the stacked weights, ``log_std`` and normaliser
-        *live* at every call (not a copy: it follows the seeds' training). Its outputs are those
-        of the ordinary agent holding that seed's weights (``agent.export(index)``), bit for bit.
-        Certification takes the exported agent (``layers`` is ``None`` here). A learned
-        adversary trained against one seed of an ``S``-seed agent (ATLA, :mod:`agents.atla`)
-        sees its victim through it.
-
-        >>> import agents
-        >>> many = agents.PPO(env="CartPole-v1", num_seeds=2, seed=5, n_steps=8, num_envs=2,
-        ...                   preset=None)
-        >>> one = many._seed_axis_surface().seed_slice(1)
-        >>> obs = np.ones([3, 4], np.float32)
-        >>> bool(np.array_equal(one.outputs(obs), many.export(1).policy_surface().outputs(obs)))
-        True
-        """
-        if self.num_seeds is None or self.seed_layers is None:
-            raise ValueError("seed_slice: only a surface with a seed axis and its stacked layers "
-                             "(seed_layers) has seeds to slice")
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or \
-                not 0 <= index < self.num_seeds:
-            raise ValueError(f"index: must be an int in [0, {self.num_seeds}), got {index!r}")
-        return _SeedSlice(self, int(index))
-
     def __repr__(self):
         seeds = "" if self.num_seeds is None else f", num_seeds={self.num_seeds}"
         return (f"PolicySurface(kind={self.kind!r}, obs_shape={self.obs_shape}, "
                 f"normalized={self.normalized}, critic={self.has_critic}{seeds})")
-
-
-class _SliceStatistics:
-    """Seed ``index`` of an :class:`agents.networks.SeedRunningMeanStd` as the one-seed
-    normaliser :class:`PolicySurface` reads (``mean``, ``var`` read live; the same arithmetic as
-    :meth:`agents.envs.RunningMeanStd.normalize`)."""
-
-    def __init__(self, rms: Any, index: int):
-        self._rms, self._index = rms, index
-        self.epsilon, self.clip = rms.epsilon, rms.clip
-
-    @property
-    def mean(self) -> tf.Tensor:
-        return self._rms.mean[self._index]
-
-    @property
-    def var(self) -> tf.Tensor:
-        return self._rms.var[self._index]
-
-    def normalize(self, x: tf.Tensor) -> tf.Tensor:
-        mean = tf.cast(self.mean, x.dtype)
-        std = tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)
-        return tf.clip_by_value((x - mean) / std, -self.clip, self.clip)
-
-
-def _slice_network(layers, activation: str, index: int) -> Callable[[tf.Tensor], tf.Tensor]:
-    """``x [B, d] -> [B, k]`` through slice ``index`` of stacked ``((W [S, in, out], b [S, out]),
-    ...)``, the ops of :class:`agents.networks.MLP` for one seed."""
-    act = {"tanh": tf.tanh, "relu": tf.nn.relu}[activation]
-
-    def network(x):
-        x = tf.reshape(x, (tf.shape(x)[0], -1))
-        for i, (w, b) in enumerate(layers):
-            x = tf.matmul(x, w[index]) + b[index]
-            if i < len(layers) - 1:
-                x = act(x)
-        return x
-    return network
-
-
-class _SeedSlice(PolicySurface):
-    """Seed ``index`` of a seed-axis surface (:meth:`PolicySurface.seed_slice`)."""
-
-    def __init__(self, parent: PolicySurface, index: int):
-        self._parent, self._index = parent, index
-        super().__init__(
-            parent.kind, _slice_network(parent.seed_layers, parent.activation, index),
-            obs_shape=parent.obs_shape,
-            normalizer=None if parent._rms is None else _SliceStatistics(parent._rms, index),
-            value=None if parent.value is None else self._value,
-            log_std=None if parent.log_std is None else parent.log_std[index],
-            action_low=parent.action_low, action_high=parent.action_high)
-
-    def _value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
-        """``V(obs) [B]`` of seed ``index`` (every seed's critic evaluated, its row taken)."""
-        obs = tf.convert_to_tensor(obs, tf.float32)
-        every = tf.broadcast_to(obs[None], tf.concat([[self._parent.num_seeds], tf.shape(obs)], 0))
-        return self._parent.value(every)[self._index]
-
-    @property
-    def log_std(self) -> tf.Tensor | None:
-        """Seed ``index``'s ``log σ [k]``, read live (``None`` for a discrete policy)."""
-        log_std = self._parent.log_std
-        return None if log_std is None else log_std[self._index]
-
-    @log_std.setter
-    def log_std(self, _value: Any) -> None:  # PolicySurface.__init__ assigns it: read live
-        pass
 
 
 def surface_of(agent: Any, argument: str = "agent") -> PolicySurface:
