@@ -187,6 +187,38 @@ def _run(kind, n, steps, settings, tree=None, eps=None) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _show_axis_row(label: str, row: dict, tail: str) -> None:
+    """One timed row of the seed-axis mains (steady and with-compile rates, costs), then
+    ``tail`` (returns)."""
+    print(f"{label}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
+          f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
+          f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
+          f"{row['incl_compile_steps_per_wall_second']:7.0f} /wall s; compile "
+          f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall) per "
+          f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
+          f"{tail}", flush=True)
+
+
+def _show_axis_ratio(label: str, axis: dict, sequential: dict) -> None:
+    """The seed axis' rates over the sequential runs', steady and including compile."""
+    r = {k: axis[k] / sequential[k] for k in (
+        "steps_per_cpu_second", "steps_per_wall_second", "incl_compile_steps_per_cpu_second",
+        "incl_compile_steps_per_wall_second")}
+    print(f"{label}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per CPU s, "
+          f"{r['steps_per_wall_second']:.2f}x per wall s steady; "
+          f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
+          f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
+
+
+def _finish(load: tuple, rows: dict, **record) -> None:
+    """The load average before and after, and every row as JSON with ``record``."""
+    after = os.getloadavg()
+    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
+          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(json.dumps({"rows": rows, "load_before": load, "load_after": after, **record}))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=50_000, help="env steps per seed")
@@ -245,12 +277,7 @@ def main(argv=None) -> None:
             print(f"{kind} x{n}: this / compared = "
                   f"{a['steps_per_cpu_second'] / b['steps_per_cpu_second']:.2f}x per CPU s, "
                   f"{a['steps_per_wall_second'] / b['steps_per_wall_second']:.2f}x per wall s")
-    after = os.getloadavg()
-    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
-          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
-                      "steps": args.steps, "settings": args.settings}))
+    _finish(load, rows, steps=args.steps, settings=args.settings)
 
 
 def _dqn_main(args) -> None:
@@ -261,31 +288,15 @@ def _dqn_main(args) -> None:
             name = f"dqn {backend} {kind} x{args.seeds}"
             row = rows[name] = _run(f"dqn-{kind}-{backend}", args.seeds, args.steps,
                                     args.settings)
-            print(f"{name:>30}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
-                  f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
-                  f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
-                  f"{row['incl_compile_steps_per_wall_second']:7.0f} /wall s; compile "
-                  f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall) per "
-                  f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
-                  f"returns {[round(r) for r in row['eval_returns']]}", flush=True)
+            _show_axis_row(name.rjust(30), row,
+                           f"returns {[round(r) for r in row['eval_returns']]}")
     for backend in ("graph", "gymnasium"):
-        a, b = (rows[f"dqn {backend} {k} x{args.seeds}"] for k in ("axis", "sequential"))
-        r = {k: a[k] / b[k] for k in ("steps_per_cpu_second", "steps_per_wall_second",
-                                      "incl_compile_steps_per_cpu_second",
-                                      "incl_compile_steps_per_wall_second")}
-        print(f"{backend}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per CPU s, "
-              f"{r['steps_per_wall_second']:.2f}x per wall s steady; "
-              f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
-              f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
+        _show_axis_ratio(backend, *(rows[f"dqn {backend} {k} x{args.seeds}"]
+                                    for k in ("axis", "sequential")))
     axis = {b: rows[f"dqn {b} axis x{args.seeds}"]["steps_per_cpu_second"]
             for b in ("graph", "gymnasium")}
     print(f"seed axis: graph / gymnasium = {axis['graph'] / axis['gymnasium']:.2f}x per CPU s")
-    after = os.getloadavg()
-    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
-          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
-                      "steps": args.steps, "algo": "dqn"}))
+    _finish(load, rows, steps=args.steps, algo="dqn")
 
 
 def _sa_ppo_main(args) -> None:
@@ -296,28 +307,12 @@ def _sa_ppo_main(args) -> None:
         name = f"{algo} {kind} x{args.seeds}"
         row = rows[name] = _run(f"{algo.replace('-', '')}-{kind}", args.seeds, args.steps,
                                 args.settings, eps=args.eps)
-        print(f"{name:>24}: {row['steps_per_cpu_second']:7.0f} steps/CPU s, "
-              f"{row['steps_per_wall_second']:7.0f} steps/wall s steady; incl. compile "
-              f"{row['incl_compile_steps_per_cpu_second']:7.0f} /CPU s, "
-              f"{row['incl_compile_steps_per_wall_second']:7.0f} /wall s; compile "
-              f"{row['compile_cpu_s']:5.1f} CPU s ({row['compile_wall_s']:5.1f} wall) per "
-              f"agent; full {row['full_cpu_s']:.0f} CPU s ({row['full_wall_s']:.0f} wall); "
-              f"{row['steps_per_seed']} steps per seed; clean returns "
-              f"{[round(r, 1) for r in row['eval_returns']]}", flush=True)
-    a, b = (rows[f"{algo} {k} x{args.seeds}"] for k in ("axis", "sequential"))
-    r = {k: a[k] / b[k] for k in ("steps_per_cpu_second", "steps_per_wall_second",
-                                  "incl_compile_steps_per_cpu_second",
-                                  "incl_compile_steps_per_wall_second")}
-    print(f"{algo.upper()} eps {args.eps}: seed axis / sequential = {r['steps_per_cpu_second']:.2f}x per "
-          f"CPU s, {r['steps_per_wall_second']:.2f}x per wall s steady; "
-          f"{r['incl_compile_steps_per_cpu_second']:.2f}x per CPU s, "
-          f"{r['incl_compile_steps_per_wall_second']:.2f}x per wall s incl. compile")
-    after = os.getloadavg()
-    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, after: "
-          f"{after[0]:.1f} {after[1]:.1f} {after[2]:.1f} on {os.cpu_count()} CPUs; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(json.dumps({"rows": rows, "load_before": load, "load_after": after,
-                      "steps": args.steps, "algo": algo, "eps": args.eps}))
+        _show_axis_row(name.rjust(24), row,
+                       f"{row['steps_per_seed']} steps per seed; clean returns "
+                       f"{[round(r, 1) for r in row['eval_returns']]}")
+    _show_axis_ratio(f"{algo.upper()} eps {args.eps}",
+                     *(rows[f"{algo} {k} x{args.seeds}"] for k in ("axis", "sequential")))
+    _finish(load, rows, steps=args.steps, algo=algo, eps=args.eps)
 
 
 if __name__ == "__main__":
