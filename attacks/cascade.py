@@ -45,10 +45,13 @@ from ._base import Attack, call_model
 from .norms import norm as batch_norm
 from .report import AttackRecord
 
-__all__ = ["AttackRun", "BudgetOutcome", "attack_subset", "predict_labels", "predict_logits",
-           "run_cascade"]
+__all__ = ["CARRIED", "MISCLASSIFIED", "ROBUST", "AttackRun", "BudgetOutcome", "attack_subset",
+           "predict_labels", "predict_logits", "run_cascade"]
 
 _TOLERANCE = 1e-6  # slack of the budget and bounds test of every attack's output
+
+ROBUST, CARRIED, MISCLASSIFIED = -1, -2, -3
+"""Values of :attr:`BudgetOutcome.broken_by` for examples no attack broke at that eps."""
 
 
 def predict_logits(model: Callable, x: np.ndarray, batch_size: int) -> np.ndarray:
@@ -101,6 +104,13 @@ class BudgetOutcome:
         at this one.
       outside_budget: labels of the attacks whose outputs left the ball or the bounds.
       gradient_passes, forward_passes: example-rows spent at this eps, predictions included.
+      broken_by: ``[N]`` int, per example the position of the first attack that broke it at this
+        eps, or :data:`ROBUST` (-1), :data:`CARRIED` (-2: broken at a smaller eps),
+        :data:`MISCLASSIFIED` (-3: wrong on the clean input).
+      tallies: per record, the integer counts it was computed from (``robust``,
+        ``attacked_correct``, ``hits``) and its successful distances' ``distance_sum``,
+        ``distance_count``, ``distance_max``: what merging the outcomes of several chunks needs
+        (:mod:`attacks.results`).
     """
 
     eps: float
@@ -113,6 +123,8 @@ class BudgetOutcome:
     outside_budget: list[str]
     gradient_passes: int
     forward_passes: int
+    broken_by: np.ndarray | None = None
+    tallies: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
     @property
     def robust_accuracy(self) -> float:
@@ -175,7 +187,10 @@ def _attack_budget(model, x, y, targets, correct, attacks, eps, eps_index, previ
     x_worst = previous_worst.copy()
     broken_by_any = np.zeros(n, bool)
     broken_by_gradient_free = 0
-    records, outside_budget = [], []
+    records, outside_budget, tallies = [], [], []
+    broken_by = np.full(n, ROBUST, np.int64)
+    broken_by[~correct] = MISCLASSIFIED
+    broken_by[correct & previously_broken] = CARRIED
     gradient_passes = forward_passes = 0
     for attack_index, (label, attack) in enumerate(attacks):
         if progress is not None:
@@ -194,6 +209,7 @@ def _attack_budget(model, x, y, targets, correct, attacks, eps, eps_index, previ
         x_worst[attacked[newly_broken[attacked]]] = run.x_adv[newly_broken[attacked]]
         broken_by_any |= misclassified
         broken = int(newly_broken.sum())
+        broken_by[newly_broken & (broken_by == ROBUST)] = attack_index
         if attack.gradient_free and cascade and attack_index > 0:
             broken_by_gradient_free += broken
         if cascade:
@@ -202,11 +218,17 @@ def _attack_budget(model, x, y, targets, correct, attacks, eps, eps_index, previ
         else:
             robust_accuracy = float((correct & ~misclassified).mean())
         hits = run.predicted == targets[attacked] if targeted else misclassified[attacked]
+        successful = run.distances[misclassified[attacked] & correct[attacked]]
         records.append(_record(
             label, attack, eps, norm, run, robust_accuracy=robust_accuracy,
             attacked_correct=correct[attacked], hits=hits, broken=broken,
-            successful_distances=run.distances[misclassified[attacked] & correct[attacked]],
-            targeted=targeted))
+            successful_distances=successful, targeted=targeted))
+        robust_count = still_robust if cascade else correct & ~misclassified
+        tallies.append({
+            "robust": int(robust_count.sum()), "attacked_correct": int(correct[attacked].sum()),
+            "hits": int(hits[correct[attacked]].sum()),
+            "distance_sum": float(successful.sum()), "distance_count": len(successful),
+            "distance_max": float(successful.max()) if len(successful) else float("nan")})
         gradient_passes += run.gradient_passes
         forward_passes += run.forward_passes + len(attacked)
     regressed = 0
@@ -218,7 +240,7 @@ def _attack_budget(model, x, y, targets, correct, attacks, eps, eps_index, previ
                          carried=int(previously_broken.sum()),
                          broken_by_gradient_free=broken_by_gradient_free, regressed=regressed,
                          outside_budget=outside_budget, gradient_passes=gradient_passes,
-                         forward_passes=forward_passes)
+                         forward_passes=forward_passes, broken_by=broken_by, tallies=tallies)
 
 
 def run_cascade(model: Callable, x: np.ndarray, y: np.ndarray,

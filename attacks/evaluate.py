@@ -45,6 +45,9 @@ by an attack would contradict the bounds: the report warns.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -67,6 +70,16 @@ from .checks import (
 )
 from .registry import ATTACK_NAMES, AttackSpec, make_attack, parse_attacks
 from .report import AttackRecord, EvaluationReport
+from .results import (
+    DEFAULT_CHUNK_SIZE,
+    ResultsStore,
+    chunk_base_seed,
+    data_digest,
+    margins,
+    merge_outcomes,
+    model_digest,
+    split_chunks,
+)
 
 __all__ = ["evaluate", "EvaluationReport", "AttackRecord", "make_attack", "ATTACK_NAMES"]
 
@@ -77,7 +90,9 @@ def evaluate(model: Callable, x: Any, y: Any,
              norm: str = "linf", clip_min: Any = None, clip_max: Any = None,
              cascade: bool = True, seed: int = 0, sanity_checks: bool = True,
              n_examples: int = 8, progress: Callable[[int, int, str], None] | None = None,
-             target_seed: int = 1, certify: str | None = None) -> EvaluationReport:
+             target_seed: int = 1, certify: str | None = None,
+             results_dir: str | os.PathLike | None = None,
+             chunk_size: int | None = None) -> EvaluationReport:
     """Evaluate ``model``'s robustness to ``attacks`` at each budget in ``eps``.
 
     Args:
@@ -107,6 +122,21 @@ def evaluate(model: Callable, x: Any, y: Any,
         ``"ibp"``, ``"crown-ibp"``): also certify every budget (L-inf or L2) and report the
         certified accuracy and the undecided examples (``report.certified``). The model must be
         a Keras model of layers the bound engine supports (checked before any work).
+      results_dir: a folder where every chunk's per-example outcome is committed as it finishes
+        (:class:`attacks.results.ResultsStore`); when it already holds chunks of the same
+        evaluation (same model weights, data, attacks, eps, norm, bounds, seeds, chunk size:
+        else ``ValueError`` naming the difference) they are reused, never attacked again: an
+        interrupted evaluation resumes where it stopped and ends per example equal to an
+        uninterrupted one. Implies chunks (:data:`attacks.results.DEFAULT_CHUNK_SIZE`).
+      chunk_size: examples per chunk: the cascade runs on each chunk on its own with random
+        streams that depend only on ``seed`` and the chunk's index (one chunk = the unchunked
+        evaluation). Chunked evaluations fill ``report.per_example`` (labels, clean predictions,
+        and per eps robustness, the first attack that broke each example, the logit margin at
+        the worst-case input).
+
+    Example, resumable (run it twice: the second call attacks nothing)::
+
+        report = evaluate(model, x, y, "autoattack", eps=0.1, results_dir="runs/eval/results")
     """
     x_tensor = _validate.check_x(x)
     inputs = x_tensor.numpy()
@@ -123,6 +153,9 @@ def evaluate(model: Callable, x: Any, y: Any,
     n_examples = _checks.positive_int(n_examples, "n_examples", minimum=0)
     check_classification_data(model, x_tensor, y)  # shapes, labels vs outputs: before any work
     certify = _check_certify(certify, model, norm)
+    if chunk_size is not None or results_dir is not None:
+        chunk_size = _checks.positive_int(DEFAULT_CHUNK_SIZE if chunk_size is None
+                                          else chunk_size, "chunk_size", maximum=10**9)
     if progress is not None and not callable(progress):
         raise _checks.ArgumentTypeError(
             f"progress must be a callable progress(done, total, description) or None, "
@@ -149,18 +182,36 @@ def evaluate(model: Callable, x: Any, y: Any,
         for message in input_gradient_warnings(model, inputs, labels, batch_size):
             _warn(found, message)
 
-    total_units = (len(budgets) * (len(named_attacks) + (1 if certify else 0))
+    chunks = split_chunks(n, chunk_size) if chunk_size else [(0, n)]
+    attack_units = len(chunks) * len(budgets) * len(named_attacks)
+    total_units = (attack_units + len(budgets) * (1 if certify else 0)
                    + (1 if sanity_checks else 0))
 
     def report_progress(done: int, description: str) -> None:
         if progress is not None:
             progress(done, total_units, description)
 
-    outcomes = run_cascade(
-        model, inputs, labels, named_attacks, budgets, norm=norm, clip_min=clip_min,
-        clip_max=clip_max, correct=correct,
-        targets=_random_targets(labels, num_classes, target_seed), batch_size=batch_size,
-        cascade=cascade, seed=seed, progress=report_progress)
+    targets = _random_targets(labels, num_classes, target_seed)
+    per_example: dict[str, np.ndarray] = {}
+    if chunk_size is None:
+        outcomes = run_cascade(
+            model, inputs, labels, named_attacks, budgets, norm=norm, clip_min=clip_min,
+            clip_max=clip_max, correct=correct, targets=targets, batch_size=batch_size,
+            cascade=cascade, seed=seed, progress=report_progress)
+    else:
+        store = None if results_dir is None else ResultsStore(results_dir, _settings(
+            model, inputs, labels, named_attacks, budgets, norm, clip_min, clip_max, cascade,
+            seed, target_seed, chunk_size))
+        outcomes, margin = _cascade_in_chunks(
+            model, inputs, labels, correct, targets, named_attacks, budgets, chunks, store,
+            report_progress, norm=norm, clip_min=clip_min, clip_max=clip_max,
+            batch_size=batch_size, cascade=cascade, seed=seed)
+        per_example = {"index": np.arange(n), "label": labels,
+                       "clean_prediction": clean_predictions, "correct": correct}
+        for o, m in zip(outcomes, margin):
+            per_example[f"robust@{o.eps:g}"] = o.robust
+            per_example[f"broken_by@{o.eps:g}"] = o.broken_by
+            per_example[f"margin@{o.eps:g}"] = m
     gradient_free = {label: attack.gradient_free for label, attack in named_attacks}
     for outcome in outcomes:
         for message in budget_warnings(outcome, gradient_free, n, cascade=cascade,
@@ -170,7 +221,7 @@ def evaluate(model: Callable, x: Any, y: Any,
     certified = {}
     if certify:
         for k, outcome in enumerate(outcomes):
-            report_progress(len(budgets) * len(named_attacks) + k,
+            report_progress(attack_units + k,
                             f"certify ({certify}) eps={outcome.eps:g}")
             certified[outcome.eps] = _certify_budget(model, inputs, labels, outcome, certify,
                                                      norm, clip_min, clip_max, batch_size)
@@ -199,10 +250,68 @@ def evaluate(model: Callable, x: Any, y: Any,
         carried={outcome.eps: outcome.carried for outcome in outcomes},
         gradient_passes=int(gradient_passes), forward_passes=int(forward_passes),
         seconds=time.perf_counter() - started, certify=certify, certified=certified,
+        per_example=per_example,
         examples={} if n_examples == 0 else {
             outcome.eps: _example_grid(model, inputs, labels, clean_predictions, correct,
                                        outcome, n_examples, batch_size)
             for outcome in outcomes})
+
+
+def _settings(model: Any, inputs: np.ndarray, labels: np.ndarray,
+              named_attacks: Sequence[tuple[str, Attack]], budgets: list[float], norm: str,
+              clip_min: Any, clip_max: Any, cascade: bool, seed: int, target_seed: int,
+              chunk_size: int) -> dict[str, Any]:
+    """What a resumed evaluation must share with the one that wrote its results."""
+    def bound(b: Any) -> Any:
+        a = np.asarray(b, np.float64)
+        return float(a) if a.ndim == 0 else hashlib.sha256(a.tobytes()).hexdigest()
+
+    return {"n": len(inputs), "data": data_digest(inputs, labels), "model": model_digest(model),
+            "attacks": [[label, type(attack).__name__,
+                         json.loads(json.dumps(attack.config, default=repr, sort_keys=True))]
+                        for label, attack in named_attacks],
+            "eps": budgets, "norm": norm, "clip_min": bound(clip_min),
+            "clip_max": bound(clip_max), "cascade": bool(cascade), "seed": seed,
+            "target_seed": target_seed, "chunk_size": chunk_size}
+
+
+def _cascade_in_chunks(model: Callable, inputs: np.ndarray, labels: np.ndarray,
+                       correct: np.ndarray, targets: np.ndarray,
+                       named_attacks: Sequence[tuple[str, Attack]], budgets: list[float],
+                       chunks: list[tuple[int, int]], store: ResultsStore | None,
+                       progress: Callable[[int, str], None], *, norm: str, clip_min: Any,
+                       clip_max: Any, batch_size: int, cascade: bool,
+                       seed: int) -> tuple[list[BudgetOutcome], list[np.ndarray]]:
+    """The cascade on each chunk on its own (seeded by :func:`attacks.results.chunk_base_seed`),
+    committed to ``store`` as each finishes and read back from it where it already holds the
+    chunk; returns the merged outcomes and the per-eps margins ``[N]``."""
+    finished = set(store.finished()) if store is not None else set()
+    units = len(budgets) * len(named_attacks)
+    parts, margin_parts = [], []
+    for c, (start, stop) in enumerate(chunks):
+        if c in finished:
+            outcomes, margin = store.load(c, start, stop - start, budgets)  # type: ignore[union-attr]
+        else:
+            rows = slice(start, stop)
+
+            def chunk_progress(done: int, description: str, c: int = c) -> None:
+                label = f"chunk {c + 1}/{len(chunks)} " if len(chunks) > 1 else ""
+                progress(c * units + done, label + description)
+
+            outcomes = run_cascade(
+                model, inputs[rows], labels[rows], named_attacks, budgets, norm=norm,
+                clip_min=clip_min, clip_max=clip_max, correct=correct[rows],
+                targets=targets[rows], batch_size=batch_size, cascade=cascade,
+                seed=chunk_base_seed(seed, c), progress=chunk_progress)
+            margin = [margins(model, o.x_worst, labels[rows], batch_size) for o in outcomes]
+            for o in outcomes:
+                o.forward_passes += len(o.robust)  # the margins' forward pass
+            if store is not None:
+                store.commit(c, start, outcomes, margin)
+        parts.append(outcomes)
+        margin_parts.append(margin)
+    merged = merge_outcomes(parts)
+    return merged, [np.concatenate([m[k] for m in margin_parts]) for k in range(len(budgets))]
 
 
 def _check_certify(certify: Any, model: Any, norm: str) -> str | None:

@@ -92,6 +92,12 @@ class EvaluationReport:
     #: "undecided_count", "seconds"}``: the certificate's lower bound beside the attacks' upper
     #: bound, and the fraction of examples neither decides
     certified: dict[float, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: a chunked evaluation's per-example arrays ``[N]`` (``index``, ``label``,
+    #: ``clean_prediction``, ``correct``, and per eps ``robust@EPS``, ``broken_by@EPS`` (the
+    #: position of the first attack that broke the example, -1 robust, -2 broken at a smaller
+    #: eps, -3 wrong on the clean input), ``margin@EPS`` (the logit margin at the worst-case
+    #: input)); written as ``per_example.npz`` by :meth:`save`
+    per_example: dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     def table(self) -> str:
         """The report as text: a row per attack and eps, the worst case, the work, warnings."""
@@ -138,7 +144,8 @@ class EvaluationReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready Python values (no image arrays; non-finite numbers -> None)."""
-        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "examples"}
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k not in ("examples", "per_example")}
         fields["worst_case"] = {str(e): acc for e, acc in self.worst_case.items()}
         fields["carried"] = {str(e): count for e, count in self.carried.items()}
         fields["certified"] = {str(e): dict(c) for e, c in self.certified.items()}
@@ -236,7 +243,30 @@ class EvaluationReport:
         paths["txt"] = os.path.join(out_dir, "report.txt")
         if self.examples:
             paths["examples"] = self.plot_examples(os.path.join(out_dir, "examples.png"))
+        if self.per_example:
+            paths["per_example"] = os.path.join(out_dir, "per_example.npz")
+            with replacing(paths["per_example"]) as tmp:
+                np.savez_compressed(tmp, **self.per_example)
         return paths
+
+    def summary(self, model: str, dataset: str) -> dict[str, Any]:
+        """A RobustBench-style entry a user can quote and compare: the model's and the
+        dataset's names, the threat model, clean and robust accuracy per eps (the worst case
+        over the attacks; with ``"autoattack"`` the AutoAttack robust accuracy), the attacks in
+        order, the examples and the seconds.
+
+        >>> r = EvaluationReport("linf", [0.1], ["fgsm"], 4, 1.0, [], {0.1: 0.5}, True,
+        ...                      (0.0, 1.0), [], 8, 4, 1.5)
+        >>> r.summary("mine", "digits")["robust_accuracy"]
+        {'0.1': 0.5}
+        """
+        return _json_ready({
+            "model": model, "dataset": dataset, "threat_model": self.norm.capitalize(),
+            "eps": self.eps, "clean_accuracy": self.clean_accuracy,
+            "robust_accuracy": {f"{e:g}": self.worst_case[e] for e in self.eps},
+            "attacks": self.attacks, "cascade": self.cascade, "examples": self.n,
+            "seconds": self.seconds, "warnings": len(self.warnings),
+            "library": "robustgrad"})
 
 
 def _json_ready(value: Any) -> Any:

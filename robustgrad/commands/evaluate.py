@@ -6,14 +6,21 @@ Example::
         --attacks fgsm,pgd,apgd-ce,square --eps 0.05,0.1 --out runs/eval
 
 Prints the report table and writes ``report.json``, ``report.txt``, ``robust_accuracy.png``
-(robust accuracy against eps) and ``examples.png`` (clean / adversarial / perturbation) under
-``--out`` (default ``runs/evaluate``), which must be empty or new unless ``--overwrite``. A
-progress bar runs on stderr when it is a terminal.
+(robust accuracy against eps), ``examples.png`` (clean / adversarial / perturbation),
+``per_example.npz`` (each example's label, clean prediction, and per eps whether it stayed
+robust, which attack broke it, its logit margin) and ``summary.json`` (a RobustBench-style entry)
+under ``--out`` (default ``runs/evaluate``), which must be empty or new unless ``--overwrite``
+or ``--resume``. The examples run in chunks of ``--chunk-size``, each committed to
+``--out/results/`` as it finishes: after Ctrl-C or a kill, ``--resume`` with the same flags
+continues where the run stopped and never attacks a finished chunk again. A progress bar runs
+on stderr when it is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 
 from robustgrad.cli import UsageError, user_errors
 
@@ -58,7 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"output directory for the report and figures (default {DEFAULT_OUT})")
     p.add_argument("--overwrite", action="store_true",
-                   help="write into a non-empty --out (its report files are replaced)")
+                   help="write into a non-empty --out (its report files and results replaced)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the evaluation committed in --out/results (same model, data, "
+                        "attacks, eps, norm, bounds, seed and chunk size; a difference is named)")
+    p.add_argument("--chunk-size", type=int, default=None, metavar="N",
+                   help="examples per committed chunk (default 1000): the most an interruption "
+                        "loses")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -96,9 +109,19 @@ def validate(args: argparse.Namespace) -> None:
                              + ", ".join(CERTIFY))
         if args.norm not in ("linf", "l2"):
             raise UsageError(f"--certify certifies linf or l2 balls, not --norm {args.norm}")
+        if args.chunk_size is not None:
+            _checks.positive_int(args.chunk_size, "--chunk-size", maximum=10**9)
     check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
-    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the results in --out; --overwrite replaces them: "
+                         "give one")
+    if args.resume:
+        if not os.path.isfile(os.path.join(args.out, "results", "manifest.json")):
+            raise UsageError(f"--resume: {args.out} holds no evaluation to resume (no "
+                             "results/manifest.json); run without --resume")
+    else:
+        check_output_dir(args.out, "--out", overwrite=args.overwrite)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"evaluating {args.model} on {len(x)} examples of {args.data}: attacks "
           f"{','.join(label for label, _ in specs)}, {args.norm} eps {eps_text}", flush=True)
     progress = EvaluationProgress(enabled=not args.no_progress)
+    results = os.path.join(args.out, "results")
+    if args.overwrite and not args.resume and os.path.isdir(results):
+        shutil.rmtree(results)  # --overwrite: a new evaluation, not the old one's chunks
     try:
         # attacks.evaluate checks the model against the data (shapes, label range) before any
         # attack runs: those ValueErrors are the user's
@@ -136,11 +162,25 @@ def run(args: argparse.Namespace) -> int:
                 model, x, np.asarray(y), specs, args.eps_values, args.batch_size, norm=args.norm,
                 clip_min=lo, clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
                 sanity_checks=not args.no_sanity_checks, progress=progress,
-                certify=args.certify)
+                certify=args.certify, results_dir=results, chunk_size=args.chunk_size)
     finally:
         progress.close()
     print(report.table())
     with removed_if_empty_on_error(args.out):
         paths = report.save(args.out)
+        paths["summary"] = _write_summary(report, args)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _write_summary(report, args: argparse.Namespace) -> str:
+    """``summary.json``: the report's RobustBench-style entry (model file name, dataset)."""
+    import json
+
+    from robustgrad.atomic import replacing
+
+    path = os.path.join(args.out, "summary.json")
+    name = os.path.splitext(os.path.basename(os.path.normpath(args.model)))[0]
+    with replacing(path) as tmp, open(tmp, "w") as f:
+        json.dump(report.summary(name, args.data), f, indent=2)
+    return path
