@@ -17,7 +17,7 @@ import socket
 import types
 from collections.abc import Iterator
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 INSTALL_HINT = "pip install 'robustgrad[distributed]'"
 # run in every worker before the actor's class (and TensorFlow) is imported: TensorFlow's native

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities
+from robustgrad.checks import looks_like_probabilities
 
 from . import _validate
 from ._chunks import (  # noqa: F401  (re-exported: the attack modules import them from here)

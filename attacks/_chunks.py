@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:  # the prepared call is built in attacks._base, which imports this module
     from ._base import Prepared

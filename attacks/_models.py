@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import ArgumentTypeError
+from robustgrad.checks import ArgumentTypeError
 
 from . import _validate
 

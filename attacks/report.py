@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 from robustgrad.atomic import replacing, save_figure
 
 __all__ = ["AttackRecord", "EvaluationReport"]

@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from robustgrad._checks import nonnegative, number, positive_int, scalar_output
+from robustgrad.checks import nonnegative, number, positive_int, scalar_output
 from robustgrad.data import load_digits
 from robustgrad.meta import FunctionalModel, mlp
 from robustgrad.tape import unrecorded

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:  # keras loads TensorFlow: only imported when a display is shown
     import keras

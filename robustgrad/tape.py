@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names, scalar_output
+from robustgrad.checks import leaf_names, scalar_output
 from robustgrad.input_gradients import input_gradient  # noqa: F401 - re-exported
 
 __all__ = [
@@ -87,7 +87,7 @@ _SCALAR_HINT = "reduce it (e.g. tf.reduce_mean) or use vjp/jacobian for non-scal
 
 
 def _check_scalar(value, what: str = "fn"):
-    """``fn``'s return value as a floating scalar tensor (:func:`robustgrad._checks.scalar_output`
+    """``fn``'s return value as a floating scalar tensor (:func:`robustgrad.checks.scalar_output`
     with the hint that fits a derivative transform)."""
     return scalar_output(value, what, hint=_SCALAR_HINT)
 

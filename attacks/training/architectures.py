@@ -50,7 +50,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from robustgrad._checks import number, positive_int
+from robustgrad.checks import number, positive_int
 
 from .models import _cnn_layers
 

@@ -73,7 +73,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import NORMS, choice
+from robustgrad.checks import NORMS, choice
 
 from .. import norms as _norms
 from .crafting import ascend, cross_entropy, kl_to_logits

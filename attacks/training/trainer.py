@@ -35,7 +35,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import _checks, transforms
+from robustgrad import checks as _checks
+from robustgrad import transforms
 
 from .crafting import accuracy, cross_entropy, robust_correct
 from .methods import get_method

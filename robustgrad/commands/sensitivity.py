@@ -196,7 +196,7 @@ def _figures(out, results, y, num_classes, image_shape):
 
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands._files import check_model_file, check_output_dir
 
     with user_errors(ValueError):

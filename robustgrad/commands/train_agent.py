@@ -126,7 +126,7 @@ _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
 
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ValueError`` naming the flag)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
 
     given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
     if args.robust is None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from robustgrad._checks import scalar_output
+from robustgrad.checks import scalar_output
 
 if TYPE_CHECKING:
     from robustgrad.meta._models import FunctionalModel

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import choice, nonnegative, number, positive_int
+from robustgrad.checks import choice, nonnegative, number, positive_int
 from robustgrad.meta._adapt import (
     adapted_query_losses,
     batched_mse,

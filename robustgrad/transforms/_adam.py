@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import choice, nonnegative, number
+from robustgrad.checks import choice, nonnegative, number
 from robustgrad.transforms._base import (
     EmptyState,
     GradientTransformation,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from robustgrad._checks import nonnegative, number
+from robustgrad.checks import nonnegative, number
 from robustgrad.transforms._base import (
     EmptyState,  # noqa: F401  (the doctests' state)
     GradientTransformation,

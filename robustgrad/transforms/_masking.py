@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names
+from robustgrad.checks import leaf_names
 from robustgrad.transforms._base import (
     GradientTransformation,
     _as_tensor,
