@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from test_docs import ROOT, public_modules
 
 OURS = ("robustgrad", "attacks", "agents")
@@ -228,3 +229,25 @@ def test_the_private_import_scan_sees_every_form():
     assert private_core_names(source) == [
         "1: robustgrad._checks.choice", "2: robustgrad._checks", "3: robustgrad.bounds._engine",
         "4: robustgrad.tape._as_source", "5: robustgrad._native_stderr"]
+
+
+@pytest.mark.parametrize("package", ["attacks", "agents"])
+def test_the_package_all_lists_every_name_its_init_imports(package):
+    """``__all__`` of ``attacks`` and ``agents`` is exactly the names their ``__init__`` imports
+    (the re-exports), once each and sorted, and every one of them resolves."""
+    tree = ast.parse((ROOT / package / "__init__.py").read_text())
+    imported = sorted(alias.asname or alias.name for node in tree.body
+                      if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names)
+    module = importlib.import_module(package)
+    assert module.__all__ == imported
+    assert all(hasattr(module, name) for name in module.__all__)
+
+
+def test_the_three_packages_ship_their_type_hints():
+    """A ``py.typed`` marker (PEP 561) in each package, listed as package data."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]
+    for package in OURS:
+        assert (ROOT / package / "py.typed").is_file(), package
+        assert "py.typed" in package_data[package], package
