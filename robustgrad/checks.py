@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -90,7 +90,13 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def positive_int(value: Any, name: str, *, minimum: int = 1, maximum: int | None = None,
+@overload
+def positive_int(value: Any, name: str, *, minimum: int | None = 1, maximum: int | None = None,
+                 allow_none: Literal[False] = False) -> int: ...
+@overload
+def positive_int(value: Any, name: str, *, minimum: int | None = 1, maximum: int | None = None,
+                 allow_none: bool) -> int | None: ...
+def positive_int(value: Any, name: str, *, minimum: int | None = 1, maximum: int | None = None,
                  allow_none: bool = False) -> int | None:
     """``value`` as an ``int`` in ``[minimum, maximum]``.
 
@@ -113,7 +119,7 @@ def positive_int(value: Any, name: str, *, minimum: int = 1, maximum: int | None
         v = int(value)
     elif isinstance(value, (numbers.Real, np.floating)) and math.isfinite(value) \
             and float(value).is_integer():
-        v = int(value)
+        v = int(float(value))
     else:
         raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
     if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):

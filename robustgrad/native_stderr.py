@@ -66,7 +66,7 @@ def filtered_native_stderr() -> Iterator[None]:
     except (AttributeError, ValueError, OSError):  # no real stderr (embedded interpreter)
         yield
         return
-    for stream in (sys.stderr, sys.__stderr__):
+    for stream in filter(None, (sys.stderr, sys.__stderr__)):
         with contextlib.suppress(Exception):
             stream.flush()
     saved = os.dup(fd)
@@ -75,7 +75,7 @@ def filtered_native_stderr() -> Iterator[None]:
         try:
             yield
         finally:
-            for stream in (sys.stderr, sys.__stderr__):
+            for stream in filter(None, (sys.stderr, sys.__stderr__)):
                 with contextlib.suppress(Exception):
                     stream.flush()
             os.dup2(saved, fd)

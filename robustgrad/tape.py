@@ -283,18 +283,19 @@ def value_and_grad(
                 raise ValueError(
                     f"argnums={argnums!r} is out of range for {len(args)} positional argument(s)"
                 )
-        args = list(args)
-        names, sources = [], []
+        call_args = list(args)
+        names: list[str] = []
+        sources = []
         for n in nums:
             struct = tf.nest.map_structure(
-                lambda leaf, _n=n: _as_source(leaf, f"argument {_n}"), args[n]
+                lambda leaf, _n=n: _as_source(leaf, f"argument {_n}"), call_args[n]
             )
-            args[n] = struct
+            call_args[n] = struct
             sources.append(struct)
             names.extend(leaf_names(struct, f"argument {n}"))
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(tf.nest.flatten(sources))
-            out = fn(*args, **kwargs)
+            out = fn(*call_args, **kwargs)
         if has_aux:
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise ValueError("fn was declared has_aux=True, so it must return (value, aux)")

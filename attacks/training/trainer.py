@@ -189,7 +189,7 @@ class AdversarialTrainer(keras.Model):
         self.beta_final = float(beta_final)
         self.sigma = float(sigma)
         self.noise_draws = int(noise_draws)
-        self._grad_step = None
+        self._grad_step: transforms.GradientStep | None = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
         # the eps warm-up and the stateless random stream.

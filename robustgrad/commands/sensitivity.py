@@ -120,12 +120,12 @@ def _analyse(name, path, model, x, y, args, lo, hi):
             seed=args.seed, return_points=True)
         lips.append(v.numpy())
         methods.add(method)
-    lips = np.concatenate(lips)
+    lipschitz = np.concatenate(lips)
     rec["lipschitz_seconds"] = time.perf_counter() - t
-    rec["local_lipschitz"] = _stats(lips)
+    rec["local_lipschitz"] = _stats(lipschitz)
     rec["local_lipschitz_method"] = sorted(methods)
     rec["total_seconds"] = time.perf_counter() - t0
-    arrays = {"saliency": sal, "smoothgrad": sg, "spectral": spec, "lipschitz": lips,
+    arrays = {"saliency": sal, "smoothgrad": sg, "spectral": spec, "lipschitz": lipschitz,
               "class_jacobian": cj}
     return rec, arrays
 

@@ -229,7 +229,7 @@ def plot_learning_curve(history, path, title):
 
 def run(args: argparse.Namespace) -> int:
     import agents
-    from agents.callbacks import EvalCallback, TensorBoardCallback
+    from agents.callbacks import Callback, EvalCallback, TensorBoardCallback
 
     out = args.out or os.path.join("runs", args.algo)
     ckpt = os.path.join(out, "checkpoint")
@@ -350,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     if remaining > 0:
         try:
-            callbacks = []
+            callbacks: list[Callback] = []
             if eval_every is not None:
                 best_dir = os.path.join(out, "best")
                 evaluator = EvalCallback(eval_every, keep_best=keep_best,
