@@ -26,10 +26,12 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
-# ruff, then the layering contracts of pyproject.toml [tool.importlinter] (import-linter)
+# ruff, the layering contracts of pyproject.toml [tool.importlinter] (import-linter), then the
+# type checker over robustgrad/, attacks/ and agents/ ([tool.mypy])
 lint: $(STAMP)
 	$(BIN)/ruff check robustgrad attacks agents tests benchmarks examples docs/_ext
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # the documentation site, offline, warnings as errors (mkdocs.yml; output in build/site)
 docs: $(STAMP)

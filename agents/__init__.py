@@ -22,3 +22,13 @@ from agents.ppo import PPO  # noqa: F401
 from agents.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
 from agents.reinforce import REINFORCE  # noqa: F401
 from agents.robust_sarsa import fit_q_pi  # noqa: F401
+
+__all__ = [
+    "A2C", "A2CConfig", "ALGORITHMS", "ALGORITHM_NAMES", "Agent", "AgentAttackReport", "Callback",
+    "Collector", "DQN", "DQNConfig", "EvalCallback", "GRAPH_ENV_IDS", "GraphCollector",
+    "GraphVecEnv", "GymnasiumCollector", "LearnedAdversary", "NonFiniteTrainingError",
+    "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface",
+    "REINFORCE", "REINFORCEConfig", "TensorBoardCallback", "VecEnv", "algorithm",
+    "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env", "load",
+    "load_adversary", "make_vec_env", "summarize_runs", "train_adversary", "train_many",
+]

@@ -17,12 +17,12 @@ import socket
 import types
 from collections.abc import Iterator
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 INSTALL_HINT = "pip install 'robustgrad[distributed]'"
 # run in every worker before the actor's class (and TensorFlow) is imported: TensorFlow's native
 # start-up lines would otherwise reach the driver's terminal, which the main process hides
-WORKER_SETUP_HOOK = "robustgrad._native_stderr.quiet_tensorflow_startup"
+WORKER_SETUP_HOOK = "robustgrad.native_stderr.quiet_tensorflow_startup"
 _TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
 
@@ -52,7 +52,7 @@ def worker_runtime_env() -> dict:
     as in this process, and :data:`WORKER_SETUP_HOOK`.
 
     >>> worker_runtime_env()["worker_process_setup_hook"]
-    'robustgrad._native_stderr.quiet_tensorflow_startup'
+    'robustgrad.native_stderr.quiet_tensorflow_startup'
     """
     env_vars = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     if os.environ.get("PYTHONPATH"):

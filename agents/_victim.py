@@ -34,7 +34,7 @@ import tensorflow as tf
 
 import attacks
 from agents.policy import surface_of
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 if TYPE_CHECKING:
     from agents.base import Agent

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 from robustgrad.atomic import replacing
 
 if TYPE_CHECKING:

@@ -57,7 +57,7 @@ from agents.observation_attacks import (
     perturbation_scale,
     step_seed,
 )
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 if TYPE_CHECKING:
     from agents.base import Agent

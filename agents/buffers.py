@@ -42,7 +42,7 @@ import math
 
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 from robustgrad.memory import check_allocation
 
 _FIELDS = ("obs", "next_obs", "actions", "rewards", "terminated")

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from agents._victim import _surface
 from agents.policy import PolicySurface
-from robustgrad import _checks
+from robustgrad import checks as _checks
 from robustgrad.bounds import affine_stack_bounds, margin_spec
 
 __all__ = ["CERTIFY_METHODS", "certified_actions", "certified_fraction", "check_certifiable",

@@ -26,7 +26,7 @@ from agents.presets import (  # noqa: F401 - re-exported: agents.config.make_con
     make_config,
     preset_for,
 )
-from robustgrad._checks import choice, nonnegative, number, positive_int, probability
+from robustgrad.checks import choice, nonnegative, number, positive_int, probability
 
 
 def _positive(value: Any, name: str) -> float:

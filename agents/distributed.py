@@ -57,7 +57,7 @@ from agents._ray_setup import (  # noqa: F401 - re-exported: agents.distributed.
     init_ray,
 )
 from agents.collectors import Collector
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:
     from agents.base import Agent

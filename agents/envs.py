@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 from gymnasium.vector import AutoresetMode
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
 

@@ -28,7 +28,7 @@ import tensorflow as tf  # noqa: F401 - used by the doctest above
 
 from agents.envs import make_vec_env
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv
-from robustgrad._checks import choice
+from robustgrad.checks import choice
 
 if TYPE_CHECKING:
     from agents.config import AgentConfig

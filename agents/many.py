@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from agents.config import DQNConfig, OnPolicyConfig
-from robustgrad._checks import ArgumentTypeError, choice, positive_int
 from robustgrad.atomic import save_figure
+from robustgrad.checks import ArgumentTypeError, choice, positive_int
 
 
 def _agent_class(config: OnPolicyConfig | DQNConfig):

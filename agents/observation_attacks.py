@@ -49,7 +49,7 @@ from agents._victim import (  # noqa: F401  (perturbation_* re-exported: public 
     perturbation_norms,
     perturbation_scale,
 )
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 if TYPE_CHECKING:
     import gymnasium as gym

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 if TYPE_CHECKING:
     from agents.adversary import VictimSurface

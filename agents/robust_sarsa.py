@@ -34,7 +34,7 @@ import attacks
 from agents._step import make_adam_step
 from agents.envs import make_vec_env
 from agents.networks import MLP
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 if TYPE_CHECKING:
     from agents.base import Agent

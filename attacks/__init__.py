@@ -44,3 +44,15 @@ from .training import (  # noqa: F401
     make_classifier,
     make_model,
 )
+
+__all__ = [
+    "APGD", "ARCHITECTURES", "ATTACK_NAMES", "AdversarialTrainer", "Attack", "AttackRecord",
+    "AttackResult", "BIM", "CarliniWagnerL2", "CatastrophicOverfittingGuard", "DeepFool",
+    "EpochCheckpoint", "EvaluationReport", "FAB", "FGM", "FGSM", "MIM", "PGD", "Square", "apgd",
+    "basic_iterative_method", "carlini_wagner_l2", "certify", "class_jacobian_norms", "deepfool",
+    "describe_attacks", "evaluate", "fab", "fast_gradient_method", "jacobian_spectral_norm",
+    "local_lipschitz", "make_attack", "make_classifier", "make_model", "margin_lower_bounds",
+    "momentum_iterative_method", "norms", "objectives", "parse_attack", "parse_attacks",
+    "projected_gradient_descent", "saliency", "select_output", "sensitivity", "smooth_certify",
+    "smooth_predict", "smoothgrad", "square", "training", "verified_accuracy", "verified_mask",
+]

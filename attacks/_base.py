@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities
+from robustgrad.checks import looks_like_probabilities
 
 from . import _validate
 from ._chunks import (  # noqa: F401  (re-exported: the attack modules import them from here)
@@ -236,7 +236,8 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
     forward = 0
     num_classes = None
     if eager:
-        pkey = (bool(training), bool(need_gradient), tuple(xc.shape[1:].as_list()), cdtype.name)
+        pkey: tuple = (bool(training), bool(need_gradient), tuple(xc.shape[1:].as_list()),
+                       cdtype.name)
         powner = owner
         if inspect.ismethod(owner):  # bound methods are ephemeral: key on their object
             pkey, powner = (owner.__func__,) + pkey, owner.__self__
@@ -256,11 +257,11 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
         zeros = tf.zeros([tf.shape(xc)[0]], tf.int64)
         loss_call = weak_caller(loss_fn)
 
-        def value_fn(xa, y_, yt_):
+        def loss_value_fn(xa, y_, yt_):
             v = loss_call(xa)
             return tf.cast(v, xa.dtype), tf.zeros([tf.shape(xa)[0]], tf.bool)
 
-        return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, value_fn,
+        return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, loss_value_fn,
                         0, eager, ("loss_fn",), chunk)
 
     model_call = weak_caller(model, training)
@@ -342,14 +343,19 @@ class Attack:
     """
 
     name = "attack"
-    norms = ("linf", "l2", "l1")
+    norms: tuple[str, ...] = ("linf", "l2", "l1")
     gradient_free = False
     #: whether the run function takes ``early_stop`` (freeze examples once broken); the
     #: evaluation cascade turns it on where it is declared, never by inspecting signatures
     supports_early_stop: bool = False
     #: whether ``targeted=True`` (``y`` holds target classes) is meaningful for the attack
     supports_targeted: bool = True
-    _run = None  # staticmethod(model, x, y, **kw) -> AttackResult
+
+    @staticmethod
+    def _run(model: Any, x: Any, y: Any, **kw: Any) -> AttackResult:
+        """The attack itself (each subclass sets its function); keyword-only parameters are the
+        configuration the constructor accepts."""
+        raise NotImplementedError
 
     def __init__(self, **config):
         sig = inspect.signature(type(self)._run)

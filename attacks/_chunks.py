@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:  # the prepared call is built in attacks._base, which imports this module
     from ._base import Prepared
@@ -142,12 +142,14 @@ def run_in_chunks(p: Prepared, call: Callable[..., Any]) -> tuple[tf.Tensor, lis
     Returns ``(x_adv [B, ...], [count, ...])``: Python ints when eager, tensors in graph mode.
     """
     n = p.x.shape[0]
+    counts: list | None
     if not p.eager or n is None or n <= p.batch_size:
         out = call(p.x, p.y, p.y_true, None)
         out = out if isinstance(out, tuple) else (out,)
         counts = [int(c) for c in out[1:]] if p.eager else list(out[1:])
         return finish(p, out[0]), counts
-    pieces, counts = [], None
+    pieces: list[tf.Tensor] = []
+    counts = None
     for k, start in enumerate(range(0, n, p.batch_size)):
         rows = slice(start, start + p.batch_size)
         out = call(p.x[rows], tf.nest.map_structure(lambda t, r=rows: t[r], p.y),
@@ -156,5 +158,5 @@ def run_in_chunks(p: Prepared, call: Callable[..., Any]) -> tuple[tf.Tensor, lis
         pieces.append(finish(p, out[0], p.x[rows]))
         chunk_counts = [int(c) for c in out[1:]]
         counts = chunk_counts if counts is None else [a + b for a, b in zip(counts, chunk_counts)]
-    return tf.concat(pieces, 0), counts
+    return tf.concat(pieces, 0), counts or []
 

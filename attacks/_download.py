@@ -121,6 +121,7 @@ def ensure_file(remote: RemoteFile, *, what: str, download: bool = True,
     except OSError as exc:
         raise DownloadError(f"{what}: cannot create the cache directory {directory} ({exc}); "
                             f"set ROBUSTGRAD_DATA_DIR to a writable directory") from None
+    tmp: str | None
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(dest) + ".", suffix=".part",
                                dir=directory)
     try:

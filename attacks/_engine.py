@@ -238,5 +238,5 @@ def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init
                 warnings.warn(message, UserWarning, stacklevel=2)
         return x_adv, rows, frows
 
-    call.compiled = compiled  # the tf.function (its traces)
+    call.__dict__["compiled"] = compiled  # the tf.function (its traces), as call.compiled
     return call

@@ -140,8 +140,9 @@ def _read_members(source: str, wanted: list[str]) -> dict[str, bytes]:
         with tarfile.open(source, "r:*") as tar:
             for info in tar:
                 name = info.name[2:] if info.name.startswith("./") else info.name
-                if info.isfile() and name in wanted:
-                    found[name] = tar.extractfile(info).read()
+                data = tar.extractfile(info) if info.isfile() and name in wanted else None
+                if data is not None:
+                    found[name] = data.read()
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{source}: not a readable .tar.gz archive ({exc}; a truncated "
                          "download?)") from None

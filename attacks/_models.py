@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import ArgumentTypeError
+from robustgrad.checks import ArgumentTypeError
 
 from . import _validate
 
@@ -55,11 +55,13 @@ def weak_caller(fn: Callable, training: Any = None) -> Callable:
     """``f(x)`` calling ``fn`` (``call_model(fn, x, training)`` unless ``training`` is None)
     through a weak reference, so a cached compiled loop does not keep the model alive."""
     accepts = _accepts_training(fn) if training is not None else False
+    ref: Callable[[], Any]
     try:
         ref = weakref.WeakMethod(fn) if inspect.ismethod(fn) else weakref.ref(fn)
     except TypeError:
-        def ref():
+        def strong():
             return fn
+        ref = strong
 
     def f(x):
         m = ref()

@@ -1,7 +1,7 @@
 """Argument checks for the attacks: fail loud, early, naming the argument.
 
 Scalars, integers and choices are checked by the project's one validation family,
-:mod:`robustgrad._checks` (messages read ``"{name} must be ..., got ..."``); this module adds
+:mod:`robustgrad.checks` (messages read ``"{name} must be ..., got ..."``); this module adds
 only what is specific to attacks: the batch ``x``, its bounds and its labels.
 
 All checks run eagerly, before any compiled work. Inside someone else's ``tf.function``
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 __all__ = [
     "check_eps",
@@ -69,12 +69,12 @@ def check_nonnegative(v: Any, name: str, allow_inf: bool = False) -> Any:
 
 
 def check_positive_int(v: Any, name: str, minimum: int = 1) -> int:
-    """``v`` as an ``int >= minimum`` (:func:`robustgrad._checks.positive_int`)."""
+    """``v`` as an ``int >= minimum`` (:func:`robustgrad.checks.positive_int`)."""
     return _checks.positive_int(v, name, minimum=minimum)
 
 
 def check_choice(v: Any, name: str, choices: Iterable) -> Any:
-    """``v`` if it is one of ``choices`` (:func:`robustgrad._checks.choice`)."""
+    """``v`` if it is one of ``choices`` (:func:`robustgrad.checks.choice`)."""
     return _checks.choice(v, name, choices)
 
 

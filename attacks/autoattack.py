@@ -44,7 +44,7 @@ Square(steps=5000, p_init=0.8, rescale_schedule=False)
 
 from __future__ import annotations
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 from ._base import Attack
 from .apgd import APGD

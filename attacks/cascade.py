@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 from ._base import Attack, call_model
 from .norms import norm as batch_norm

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad import bounds as _bounds
-from robustgrad._checks import choice, norm_name, number, positive_int
+from robustgrad.checks import choice, norm_name, number, positive_int
 
 from . import _validate
 from ._models import call_model, check_classification_data

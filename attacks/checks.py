@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 from robustgrad.input_gradients import ZERO_GRADIENT_FRACTION  # one threshold for both
 
 from ._base import call_model

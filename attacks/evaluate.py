@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 from . import _validate
 from ._base import Attack, check_classification_data

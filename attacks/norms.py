@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import NORMS, norm_name
+from robustgrad.checks import NORMS, norm_name
 
 __all__ = [
     "NORMS",
@@ -56,7 +56,7 @@ _TINY = 1e-12
 def canonical_norm(norm: Any) -> str:
     """``"linf"``, ``"l2"`` or ``"l1"`` for any accepted spelling; ``ValueError`` otherwise.
 
-    The project's one norm-name check, :func:`robustgrad._checks.norm_name`: the strings
+    The project's one norm-name check, :func:`robustgrad.checks.norm_name`: the strings
     ``linf``/``l_inf``/``inf``/``l∞``, ``l2``/``2``/``l_2``, ``l1``/``1``/``l_1`` (any case),
     ``np.inf``/``float("inf")``, ``2`` and ``1``.
 

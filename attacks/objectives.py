@@ -65,7 +65,8 @@ def _other_max(logits, y):
     return z_y, z_other
 
 
-def cw_margin(logits: tf.Tensor, y: Any, targeted: bool = False, confidence: float = None) -> tf.Tensor:
+def cw_margin(logits: tf.Tensor, y: Any, targeted: bool = False,
+              confidence: float | None = None) -> tf.Tensor:
     """CW margin: untargeted ``max_{j!=y} z_j - z_y``; targeted ``z_y - max_{j!=y} z_j``.
 
     With ``confidence`` (kappa) the margin is capped at ``kappa`` (``min(margin, kappa)``), the

@@ -56,7 +56,7 @@ def train_digits_cnn(epochs: int = 15, seed: int = 0,
     """
     import keras
 
-    from robustgrad._checks import positive_int
+    from robustgrad.checks import positive_int
     from robustgrad.data import load_digits
 
     positive_int(epochs, "epochs")

@@ -36,7 +36,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 
 from ._base import Attack
 from .apgd import APGD
@@ -153,7 +153,7 @@ def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
     (labelled by its ``name``), or a ``(label, Attack)`` pair (returned as is).
 
     The label of a name is the name in lower case without surrounding spaces. Raises
-    ``ValueError`` for an unknown name or a bad count, :class:`robustgrad._checks.ArgumentTypeError`
+    ``ValueError`` for an unknown name or a bad count, :class:`robustgrad.checks.ArgumentTypeError`
     (a ``TypeError`` and a ``ValueError``) for anything else.
     """
     if isinstance(spec, Attack):

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from robustgrad import _checks
+from robustgrad import checks as _checks
 from robustgrad.atomic import replacing, save_figure
 
 __all__ = ["AttackRecord", "EvaluationReport"]
@@ -124,9 +124,9 @@ class EvaluationReport:
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
         out = [head, line, "-" * len(line)]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-        for e, c in self.carried.items():
-            if c:
-                out.append(f"eps={e:g}: {c} examples already broken at a smaller eps count as "
+        for e, count in self.carried.items():
+            if count:
+                out.append(f"eps={e:g}: {count} examples already broken at a smaller eps count as "
                            "broken (worst case over every budget up to eps)")
         for e, c in self.certified.items():
             out.append(f"eps={e:g}: certified {c['certified_accuracy']:.3f} <= accuracy under "

@@ -48,7 +48,7 @@ from .norms import canonical_norm, clip_to_bounds, project, project_l1_box
 __all__ = ["square", "Square"]
 
 
-def p_schedule(p_init: float | None, it: int, n_iters: int, rescale: bool = True) -> float:
+def p_schedule(p_init: float, it: int, n_iters: int, rescale: bool = True) -> float:
     """The fraction of pixels changed at iteration ``it``: the paper's schedule (halvings after
     iterations 10, 50, 200, 500, 1000, 2000, 4000, 6000, 8000), stretched to ``n_iters`` as if
     it were 10000 when ``rescale``, at its own iteration counts otherwise (AutoAttack's

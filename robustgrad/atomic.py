@@ -172,7 +172,7 @@ def write_entries(directory: str, entries: Sequence[str], writer: Callable[[str]
 
 
 @contextlib.contextmanager
-def replacing(path: str) -> Iterator[str]:
+def replacing(path: str | os.PathLike[str]) -> Iterator[str]:
     """Write one file crash-safely: the block writes the temporary path it is given (same
     directory, same extension, so format-by-extension writers such as ``savefig`` work), which
     replaces ``path`` only when the block succeeds. A failure (a full disk) leaves ``path`` as

@@ -9,7 +9,7 @@ no TensorFlow. A command module exposes
 * ``validate(args)`` (optional): the checks that need no TensorFlow, run before it loads;
 * ``run(args) -> int``: the work, importing TensorFlow, ``attacks`` and ``agents`` inside.
 
-Errors: a :class:`UsageError` (or a :class:`robustgrad._checks.ArgumentTypeError`) raised by a
+Errors: a :class:`UsageError` (or a :class:`robustgrad.checks.ArgumentTypeError`) raised by a
 command is the user's mistake -- a bad flag value, a missing or unreadable file, an output
 directory that would be overwritten -- and prints one line ``robustgrad: error: ...`` with exit
 status 2, without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception is an
@@ -157,10 +157,10 @@ def build_parser(load_commands: str | None = None) -> argparse.ArgumentParser:
 
 def is_user_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the user's mistake: a :class:`UsageError`, or a wrong argument type
-    caught by the project's validation (:class:`robustgrad._checks.ArgumentTypeError`)."""
+    caught by the project's validation (:class:`robustgrad.checks.ArgumentTypeError`)."""
     if isinstance(exc, UsageError):
         return True
-    checks = sys.modules.get("robustgrad._checks")  # not imported for nothing (numpy is slow)
+    checks = sys.modules.get("robustgrad.checks")  # not imported for nothing (numpy is slow)
     return checks is not None and isinstance(exc, checks.ArgumentTypeError)
 
 

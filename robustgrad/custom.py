@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from robustgrad._checks import number
+from robustgrad.checks import number
 
 __all__ = [
     "clip_gradient",
@@ -42,7 +42,7 @@ def _float_tensor(x, what: str = "x"):
 
 def _number_or_tensor(value, name: str, **bounds):
     """A tensor passes unchecked (the graph's users check it: it may be a schedule, or
-    per-element bounds); a Python/NumPy number is checked by :func:`robustgrad._checks.number`."""
+    per-element bounds); a Python/NumPy number is checked by :func:`robustgrad.checks.number`."""
     return value if tf.is_tensor(value) else number(value, name, **bounds)
 
 

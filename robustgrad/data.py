@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import number, positive_int
+from robustgrad.checks import number, positive_int
 
 __all__ = ["load_digits", "make_dataset"]
 

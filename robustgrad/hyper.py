@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from robustgrad._checks import nonnegative, number, positive_int, scalar_output
+from robustgrad.checks import nonnegative, number, positive_int, scalar_output
 from robustgrad.data import load_digits
 from robustgrad.meta import FunctionalModel, mlp
 from robustgrad.tape import unrecorded
@@ -70,6 +70,14 @@ __all__ = [
 class _HDMixin:
     """Shared machinery: a global hypergradient step on the learning-rate variable before the
     per-variable updates."""
+
+    # given by keras.optimizers.Optimizer, the optimiser's __init__ and its build()
+    _learning_rate: Any
+    _prev_directions: list[Any]
+    _last_hypergradient: Any
+    hypergradient_lr: float
+    _get_variable_index: Callable[[Any], int]
+    update_step: Callable[..., Any]
 
     def _check_lr_variable(self):
         if not isinstance(self._learning_rate, keras.Variable):
@@ -222,7 +230,7 @@ def make_batches(num_examples: int, batch_size: int, steps: int, seed: int = 0) 
         raise ValueError(f"batch_size={batch_size} exceeds the {num_examples} training examples")
     rng = np.random.default_rng(seed)
     per_epoch = num_examples // batch_size
-    out = []
+    out: list[np.ndarray] = []
     while len(out) < steps:
         perm = rng.permutation(num_examples)
         out += [perm[i * batch_size:(i + 1) * batch_size] for i in range(per_epoch)]

@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities
+from robustgrad.checks import looks_like_probabilities
 
 __all__ = ["ZERO_GRADIENT_FRACTION", "input_gradient", "zero_gradient_message"]
 

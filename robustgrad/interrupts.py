@@ -59,6 +59,9 @@ class InterruptFlag:
         return signal.Signals(self.signum).name if self.signum is not None else None
 
 
+_FLAG_ATTRIBUTE = "_robustgrad_flag"  # the flag of the handler a deferred_interrupts block installs
+
+
 @contextlib.contextmanager
 def deferred_interrupts(what: str = "training",
                         signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM),
@@ -78,9 +81,9 @@ def deferred_interrupts(what: str = "training",
         yield flag
         return
     previous = {s: signal.getsignal(s) for s in signals}
-    outer = [h for h in previous.values() if getattr(h, "_robustgrad_flag", None) is not None]
+    outer = [f for h in previous.values() if (f := getattr(h, _FLAG_ATTRIBUTE, None)) is not None]
     if outer:  # nested: report the outer block's flag
-        yield outer[0]._robustgrad_flag
+        yield outer[0]
         return
 
     def handler(signum, frame):
@@ -91,7 +94,7 @@ def deferred_interrupts(what: str = "training",
               "safe point and writing a checkpoint (send it again to abort at once)",
               file=stream or sys.stderr, flush=True)
 
-    handler._robustgrad_flag = flag
+    setattr(handler, _FLAG_ATTRIBUTE, flag)  # what a nested block finds
     for s in signals:
         signal.signal(s, handler)
     try:

@@ -24,7 +24,8 @@ __all__ = ["gradient_stats", "variable_names", "write_gradient_summaries"]
 def variable_names(variables: Sequence[Any]) -> list[str]:
     """Unique display names: Keras 3 ``path`` (``"sequential/dense/kernel"``), else a tf.Variable's
     name without ``":0"``, else ``"var_<i>"``; duplicates get ``"_1"``, ``"_2"``... suffixes."""
-    names, seen = [], {}
+    names: list[str] = []
+    seen: dict[str, int] = {}
     for i, v in enumerate(variables):
         name = getattr(v, "path", None)
         if not isinstance(name, str) or not name:

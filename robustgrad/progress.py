@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:  # keras loads TensorFlow: only imported when a display is shown
     import keras
@@ -194,7 +194,7 @@ def keras_progress(epochs: int, steps_per_epoch: int, enabled: bool = True,
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             """Advance the bar by one batch and show the running loss."""
             self.seen += 1
-            figures = {"epoch": f"{self._epoch + 1}/{epochs}"}
+            figures: dict[str, Any] = {"epoch": f"{self._epoch + 1}/{epochs}"}
             if logs and "loss" in logs:
                 figures["loss"] = float(logs["loss"])
             if self.progress is not None:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import choice, nonnegative, norm_name, number, positive_int
+from robustgrad.checks import choice, nonnegative, norm_name, number, positive_int
 
 __all__ = [
     "crossentropy",

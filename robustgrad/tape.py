@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names, scalar_output
+from robustgrad.checks import leaf_names, scalar_output
 from robustgrad.input_gradients import input_gradient  # noqa: F401 - re-exported
 
 __all__ = [
@@ -87,7 +87,7 @@ _SCALAR_HINT = "reduce it (e.g. tf.reduce_mean) or use vjp/jacobian for non-scal
 
 
 def _check_scalar(value, what: str = "fn"):
-    """``fn``'s return value as a floating scalar tensor (:func:`robustgrad._checks.scalar_output`
+    """``fn``'s return value as a floating scalar tensor (:func:`robustgrad.checks.scalar_output`
     with the hint that fits a derivative transform)."""
     return scalar_output(value, what, hint=_SCALAR_HINT)
 
@@ -283,18 +283,19 @@ def value_and_grad(
                 raise ValueError(
                     f"argnums={argnums!r} is out of range for {len(args)} positional argument(s)"
                 )
-        args = list(args)
-        names, sources = [], []
+        call_args = list(args)
+        names: list[str] = []
+        sources = []
         for n in nums:
             struct = tf.nest.map_structure(
-                lambda leaf, _n=n: _as_source(leaf, f"argument {_n}"), args[n]
+                lambda leaf, _n=n: _as_source(leaf, f"argument {_n}"), call_args[n]
             )
-            args[n] = struct
+            call_args[n] = struct
             sources.append(struct)
             names.extend(leaf_names(struct, f"argument {n}"))
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(tf.nest.flatten(sources))
-            out = fn(*args, **kwargs)
+            out = fn(*call_args, **kwargs)
         if has_aux:
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise ValueError("fn was declared has_aux=True, so it must return (value, aux)")

@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.graph_envs.classic_control import DYNAMICS, RNG_ALG, Dynamics
-from robustgrad._checks import ArgumentTypeError, choice, positive_int
+from robustgrad.checks import ArgumentTypeError, choice, positive_int
 
 GRAPH_ENV_IDS: tuple[str, ...] = tuple(DYNAMICS)
 """The gymnasium ids that have a compiled implementation."""

@@ -57,7 +57,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.graph_envs.core import GraphEnvSpec, GraphEnvState, graph_env
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 
 class GraphVecEnv:

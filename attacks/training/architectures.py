@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 
-from robustgrad._checks import number, positive_int
+from robustgrad.checks import number, positive_int
 
 from .models import _cnn_layers
 
@@ -301,12 +301,16 @@ def make_model(arch: str, input_shape: Any, num_classes: int, **options: Any) ->
     key = {"preact-resnet18": "preactresnet18", "preactresnet-18": "preactresnet18",
            "preact-resnet-18": "preactresnet18", "wide-resnet": "wideresnet"}.get(key, key)
     match = _WRN_NAME.match(key)
+    builder: Callable[..., Any]
+    fixed: dict[str, Any]
     if match:
         builder = wide_resnet
         fixed = {"depth": int(match.group(1)), "widen_factor": int(match.group(2))}
     elif key in ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet"):
-        builder = {"cnn": _cnn, "mlp": mlp, "ibp-small": ibp_small,
-                   "preactresnet18": preact_resnet18, "wideresnet": wide_resnet}[key]
+        builders: dict[str, Callable[..., Any]] = {
+            "cnn": _cnn, "mlp": mlp, "ibp-small": ibp_small, "preactresnet18": preact_resnet18,
+            "wideresnet": wide_resnet}
+        builder = builders[key]
         fixed = {}
     else:
         raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)} (or "

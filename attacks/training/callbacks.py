@@ -56,12 +56,12 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
         self.drop = float(drop)
         self.verbose = verbose
         self.best = -1.0
-        self.best_weights = None
-        self.best_epoch = None
-        self.collapsed_epoch = None
-        self.history = []
-        self._fn = None
-        self._fn_model = None
+        self.best_weights: list[np.ndarray] | None = None
+        self.best_epoch: int | None = None
+        self.collapsed_epoch: int | None = None
+        self.history: list[float] = []
+        self._fn: Any = None
+        self._fn_model: Any = None
 
     def _measure(self) -> float:
         """PGD accuracy of the classifier on the guard subset (one compiled call)."""
@@ -88,6 +88,8 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
             self.best, self.best_epoch = acc, epoch
             self.best_weights = [w.numpy() for w in self.model.weights]
         elif acc < self.best - self.drop:
+            # a best epoch exists: acc < best - drop needs best > -1
+            assert self.best_epoch is not None and self.best_weights is not None
             self.collapsed_epoch = epoch
             if self.verbose:
                 print(f"\ncatastrophic overfitting at epoch {epoch + 1}: PGD accuracy on the "
@@ -268,7 +270,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.batch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch")
         self.batches_done = 0
         self._offset = 0  # batches of the first epoch of this fit done before it (resume)
-        self._metric_values = None
+        self._metric_values: list[np.ndarray] | None = None
         extra = dict(extra or {})  # more trackables to checkpoint (a WeightAveraging's state)
         trainer._maybe_build_grad_step()
         if trainer.gradient_step is not None:
@@ -369,7 +371,7 @@ class ScalarLogger(keras.callbacks.Callback):
         self.log_dir = log_dir
         self._meta = summary_pb2.SummaryMetadata()
         self._meta.plugin_data.plugin_name = "scalars"
-        self._writers = {}
+        self._writers: dict[str, Any] = {}
 
     def _writer(self, run):
         if run not in self._writers:
@@ -403,7 +405,7 @@ class EpochTimer(keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
         self.seconds: list[float] = []
-        self._t0 = None
+        self._t0: float | None = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         """Start the epoch's clock."""
@@ -415,7 +417,9 @@ class EpochTimer(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         """Record the seconds from the epoch's start to its last training batch."""
-        self.seconds.append(getattr(self, "_last", self._t0) - self._t0)
+        start = self._t0
+        if start is not None:  # keras begins every epoch it ends
+            self.seconds.append(getattr(self, "_last", start) - start)
         self._t0 = None
 
     @property

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 
 __all__ = ["augment_dataset", "epoch_dataset", "random_crop_flip", "steps_per_epoch"]
 

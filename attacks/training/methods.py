@@ -73,7 +73,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import NORMS, choice
+from robustgrad.checks import NORMS, choice
 
 from .. import norms as _norms
 from .crafting import ascend, cross_entropy, kl_to_logits
@@ -348,9 +348,9 @@ from .certified import CrownIbp, Ibp, worst_case_logits  # noqa: E402, F401  (li
 from .noise import Gaussian  # noqa: E402  (it subclasses TrainingMethod, defined above)
 from .smoothadv import SmoothAdv  # noqa: E402  (likewise)
 
-_REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in (Madry(), Trades(), Fast(), Free(),
-                                                             Mart(), Awp(), Ibp(), CrownIbp(),
-                                                             Clean(), Gaussian(), SmoothAdv())}
+_ALL: tuple[TrainingMethod, ...] = (Madry(), Trades(), Fast(), Free(), Mart(), Awp(), Ibp(),
+                                    CrownIbp(), Clean(), Gaussian(), SmoothAdv())
+_REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in _ALL}
 
 #: the certified-training methods (their loss bounds the model; the model must be supported
 #: by :mod:`robustgrad.bounds`)

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import looks_like_probabilities, positive_int
+from robustgrad.checks import looks_like_probabilities, positive_int
 
 __all__ = ["check_classifier", "freeze_layers", "make_classifier"]
 

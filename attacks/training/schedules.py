@@ -35,7 +35,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from robustgrad._checks import choice, number, positive_int
+from robustgrad.checks import choice, number, positive_int
 
 __all__ = ["OPTIMIZERS", "SCHEDULES", "StepSchedule", "learning_rate_schedule", "make_optimizer"]
 

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import number, positive_int
+from robustgrad.checks import number, positive_int
 
 from .crafting import ascend, cross_entropy
 from .methods import StepOutputs, TrainingMethod, _loss_and_gradients

@@ -35,7 +35,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from robustgrad import _checks, transforms
+from robustgrad import checks as _checks
+from robustgrad import transforms
 
 from .crafting import accuracy, cross_entropy, robust_correct
 from .methods import get_method
@@ -188,7 +189,7 @@ class AdversarialTrainer(keras.Model):
         self.beta_final = float(beta_final)
         self.sigma = float(sigma)
         self.noise_draws = int(noise_draws)
-        self._grad_step = None
+        self._grad_step: transforms.GradientStep | None = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
         # the eps warm-up and the stateless random stream.

@@ -54,6 +54,11 @@ class Activation(Rule):
 
     linear = False
 
+    @staticmethod
+    def fn(z):
+        """The activation itself, element-wise."""
+        raise NotImplementedError
+
     def interval(self, bounds, dtype):
         (lo, hi), = bounds
         return self.fn(lo), self.fn(hi)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import (
+from robustgrad.checks import (
     ArgumentTypeError,
     choice,
     nonnegative,

@@ -57,6 +57,15 @@ class Affine(Rule):
     ``apply_abs`` (|L| r), ``transpose`` (L^T a, a: [N, *out] -> [N, *in]) and ``offset`` (c,
     broadcastable to [B, *out], or None)."""
 
+    def apply(self, x, dtype):
+        raise NotImplementedError
+
+    def apply_abs(self, r, dtype):
+        raise NotImplementedError
+
+    def transpose(self, a, in_shape, dtype):
+        raise NotImplementedError
+
     def offset(self, dtype):
         return None
 

@@ -146,6 +146,6 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
                          f"and {upper.shape.as_list()}")
     spec = None if C is None else tf.cast(tf.convert_to_tensor(C), lower.dtype)
     weights, biases = list(weights), list(biases)
-    activations = _check_stack(weights, biases, activations, lower, method, spec)
-    graph = StackGraph(weights, biases, activations)
+    layer_activations = _check_stack(weights, biases, activations, lower, method, spec)
+    graph = StackGraph(weights, biases, layer_activations)
     return _engine.propagate_any_batch(graph, lower, upper, spec, None, method)

@@ -25,8 +25,9 @@ def prior_history(out: str, epochs_done: int) -> dict:
         return {}
     if not isinstance(prior, dict):
         return {}
-    history = prior.get("history") if isinstance(prior.get("history"), dict) else {}
-    seconds = prior.get("epoch_seconds") if isinstance(prior.get("epoch_seconds"), list) else []
+    history, seconds = prior.get("history"), prior.get("epoch_seconds")
+    history = history if isinstance(history, dict) else {}
+    seconds = seconds if isinstance(seconds, list) else []
     return {"history": {k: list(v)[:epochs_done] for k, v in history.items()
                         if isinstance(v, list)},
             "epoch_seconds": seconds[:epochs_done],

@@ -20,7 +20,7 @@ import time
 STEPS = 50_000
 
 
-def run(out_dir: str, steps: int = STEPS, seed: int = 0, progress: bool = True) -> dict:
+def run(out_dir: str | os.PathLike[str], steps: int = STEPS, seed: int = 0, progress: bool = True) -> dict:
     """Train, evaluate and save the demo agent; returns its mean return, time and directory."""
     import agents
     from robustgrad.commands.train_agent import plot_learning_curve
@@ -50,7 +50,7 @@ ATTACK_EPS = (0.05, 0.1, 0.15)
 EPISODES = 5
 
 
-def run_robust(out_dir: str, vanilla_dir: str, steps: int = STEPS, seed: int = 0,
+def run_robust(out_dir: str | os.PathLike[str], vanilla_dir: str, steps: int = STEPS, seed: int = 0,
                progress: bool = True) -> dict:
     """Train SA-PPO (Zhang et al. 2020; same settings as the demo's PPO, eps
     :data:`ROBUST_EPS`, kappa :data:`ROBUST_KAPPA`), evaluate it and the vanilla agent saved in

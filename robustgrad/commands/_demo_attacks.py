@@ -24,7 +24,7 @@ ROBUST_EPS = 0.1
 ROBUST_EPOCHS = 15
 
 
-def run(out_dir: str = "runs/demo"):
+def run(out_dir: str | os.PathLike[str] = "runs/demo"):
     """Train, evaluate (:data:`ATTACKS` at L-inf :data:`EPS`), write the report; returns the
     :class:`attacks.EvaluationReport`."""
     import attacks
@@ -47,14 +47,14 @@ def run(out_dir: str = "runs/demo"):
                               clip_min=0.0, clip_max=1.0)
     paths = report.save(out)
     print(report.table())
-    print(f"[attacks] wrote {', '.join(paths.values())} ({time.perf_counter() - t0:.0f} s)")
+    print(f"[attacks] wrote {', '.join(map(str, paths.values()))} ({time.perf_counter() - t0:.0f} s)")
     print(f"[attacks] re-run from the command line: robustgrad evaluate --model {model_path} "
           f"--data digits --attacks {','.join(ATTACKS)} --eps {','.join(f'{e:g}' for e in EPS)} "
           f"--out {out} --overwrite")
     return report
 
 
-def run_robust(out_dir: str = "runs/demo", plain_report=None) -> dict:
+def run_robust(out_dir: str | os.PathLike[str] = "runs/demo", plain_report=None) -> dict:
     """Train the digits CNN adversarially (``fast``), evaluate it like the plain one, print the
     comparison; returns ``{"eps": [...], "plain": [...], "robust": [...]}`` (worst-case robust
     accuracy per eps, clean accuracy first at eps 0)."""

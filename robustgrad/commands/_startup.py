@@ -8,7 +8,7 @@ absl::InitializeLog()" warning, the oneDNN notice (``port.cc``), the CUDA stubs
 driver), the CPU feature guard. :func:`import_tensorflow` points fd 2 at a temporary file for
 exactly that span, restores it, and writes back everything it caught except those known lines,
 so a real error, a Python warning or a traceback is never hidden (the filter lives in
-:mod:`robustgrad._native_stderr`, which Ray workers use too). ``TF_CPP_MIN_LOG_LEVEL`` (set
+:mod:`robustgrad.native_stderr`, which Ray workers use too). ``TF_CPP_MIN_LOG_LEVEL`` (set
 to 2 unless the user set it) quiets TensorFlow's later info lines as usual.
 
 Example:
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from robustgrad._native_stderr import (  # noqa: F401 - re-exported for the command line
+from robustgrad.native_stderr import (  # noqa: F401 - re-exported for the command line
     filtered_native_stderr,
     is_startup_noise,
     quiet_tensorflow_startup,

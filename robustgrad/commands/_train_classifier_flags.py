@@ -185,7 +185,7 @@ def check_values(args: argparse.Namespace) -> None:
     """Each flag's value on its own and the exclusive pairs (:class:`robustgrad.cli.UsageError`
     naming the flag); fills ``--norm``'s default. The checks against ``--out`` follow in the
     command's ``validate``."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
 
     if args.method not in METHODS:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "

@@ -96,7 +96,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     import dataclasses
 
     import agents
-    from agents.config import make_config
+    from agents.config import DQNConfig, OnPolicyConfig, make_config
     from robustgrad.cli import UsageError
 
     out = args.out or os.path.join("runs", args.algo)
@@ -156,7 +156,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
             agent, resumed = resumed, None
         else:
             cfg = dataclasses.replace(config, seed=group[0])
-            if seed_axis:
+            if seed_axis and isinstance(cfg, (OnPolicyConfig, DQNConfig)):  # (those with num_seeds)
                 cfg = dataclasses.replace(cfg, num_seeds=len(group))
             agent = cls(cfg, seeds=group if len(group) > 1 else None)
         try:

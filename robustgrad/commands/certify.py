@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def validate(args: argparse.Namespace) -> None:
     """Every flag, before TensorFlow loads."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 

@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_eps(text: str, flag: str = "--eps") -> list[float]:
     """``"0.05,0.1"`` -> ``[0.05, 0.1]``: at least one finite budget >= 0."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
 
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
@@ -91,7 +91,7 @@ def parse_eps(text: str, flag: str = "--eps") -> list[float]:
 
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
 
     args.eps_values = parse_eps(args.eps)

@@ -108,7 +108,7 @@ def _check_not_a_factory(directory: str) -> None:
 
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands._files import check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 

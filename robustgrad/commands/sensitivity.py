@@ -120,12 +120,12 @@ def _analyse(name, path, model, x, y, args, lo, hi):
             seed=args.seed, return_points=True)
         lips.append(v.numpy())
         methods.add(method)
-    lips = np.concatenate(lips)
+    lipschitz = np.concatenate(lips)
     rec["lipschitz_seconds"] = time.perf_counter() - t
-    rec["local_lipschitz"] = _stats(lips)
+    rec["local_lipschitz"] = _stats(lipschitz)
     rec["local_lipschitz_method"] = sorted(methods)
     rec["total_seconds"] = time.perf_counter() - t0
-    arrays = {"saliency": sal, "smoothgrad": sg, "spectral": spec, "lipschitz": lips,
+    arrays = {"saliency": sal, "smoothgrad": sg, "spectral": spec, "lipschitz": lipschitz,
               "class_jacobian": cj}
     return rec, arrays
 
@@ -196,7 +196,7 @@ def _figures(out, results, y, num_classes, image_shape):
 
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands._files import check_model_file, check_output_dir
 
     with user_errors(ValueError):

@@ -126,7 +126,7 @@ _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
 
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ValueError`` naming the flag)."""
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
 
     given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
     if args.robust is None:
@@ -229,7 +229,7 @@ def plot_learning_curve(history, path, title):
 
 def run(args: argparse.Namespace) -> int:
     import agents
-    from agents.callbacks import EvalCallback, TensorBoardCallback
+    from agents.callbacks import Callback, EvalCallback, TensorBoardCallback
 
     out = args.out or os.path.join("runs", args.algo)
     ckpt = os.path.join(out, "checkpoint")
@@ -350,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     if remaining > 0:
         try:
-            callbacks = []
+            callbacks: list[Callback] = []
             if eval_every is not None:
                 best_dir = os.path.join(out, "best")
                 evaluator = EvalCallback(eval_every, keep_best=keep_best,

@@ -108,12 +108,12 @@ def _inherit_settings(args, saved: dict):
     :func:`_resolve_settings`."""
     from attacks.training.run_settings import SavedRun
 
-    saved = SavedRun.of(saved)
+    run = SavedRun.of(saved)
     given = {k: getattr(args, k, None) for k in (*_SETTING_FLAGS, "recipe")}
-    for key, value in saved.inherited(given).items():
+    for key, value in run.inherited(given).items():
         setattr(args, key, value)
-    args._saved = saved
-    return saved
+    args._saved = run
+    return run
 
 
 def _resolve_settings(args):
@@ -135,7 +135,7 @@ def _resolve_settings(args):
 
 def _settings_line(args, settings) -> str:
     v, o = settings.values, settings.origin
-    shown = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule", "momentum",
+    shown: tuple[str, ...] = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule", "momentum",
              "weight_decay", "steps", "step_size", "label_smoothing", "early_stop", "augment")
     if args.method in CERTIFIED:
         shown = (*shown[:3], "warmup_epochs", "warmup_delay_epochs", "kappa_final",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from robustgrad._checks import scalar_output
+from robustgrad.checks import scalar_output
 
 if TYPE_CHECKING:
     from robustgrad.meta._models import FunctionalModel
@@ -97,6 +97,9 @@ def tiled(model: FunctionalModel, n_tasks: int | tf.Tensor) -> list[tf.Tensor]:
 def batched_mse(model: FunctionalModel, params: Sequence[Any], x: tf.Tensor,
                 y: tf.Tensor) -> tf.Tensor:
     """Per-task MSE ``[T]`` of ``model.batched_apply(params, x)`` (task axis first everywhere)."""
+    if model.batched_apply is None:
+        raise ValueError(f"batched_mse needs a model with a batched_apply (as mlp builds), got "
+                         f"{model.name!r}")
     pred = model.batched_apply(params, x)
     err = tf.square(pred - tf.cast(y, pred.dtype))
     return tf.reduce_mean(tf.reshape(err, [tf.shape(err)[0], -1]), axis=1)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from robustgrad._checks import choice, nonnegative, number, positive_int
+from robustgrad.checks import choice, nonnegative, number, positive_int
 from robustgrad.meta._adapt import (
     adapted_query_losses,
     batched_mse,
@@ -89,7 +89,7 @@ class MetaLearner(tf.Module):
         self._meta_step_fn = tf.function(self._meta_step_impl, reduce_retracing=True)
         self._adapt_fn = tf.function(self._adapt_impl, reduce_retracing=True)
         self._eval_fn = tf.function(self._eval_impl, reduce_retracing=True)
-        self._grads_fn = None
+        self._grads_fn: Callable | None = None
 
     # -- adaptation ----------------------------------------------------------------------------
     def _adapt_impl(self, x, y, steps, lr):
@@ -189,7 +189,7 @@ class MetaLearner(tf.Module):
         meta_batch_size = positive_int(meta_batch_size, "meta_batch_size")
         log_every = positive_int(log_every, "log_every", minimum=0)
         sample = tasks_source.sample if hasattr(tasks_source, "sample") else tasks_source
-        hist = {"loss": [], "pre_loss": []}
+        hist: dict[str, list] = {"loss": [], "pre_loss": []}
         for i in range(iterations):
             out = self.meta_step(sample(meta_batch_size))
             hist["loss"].append(out["loss"])

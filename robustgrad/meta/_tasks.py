@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import number, positive_int
+from robustgrad.checks import number, positive_int
 
 __all__ = ["SinusoidTasks", "Tasks", "split_tasks"]
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 from robustgrad.transforms._base import (
     GradientTransformation,
     _as_tensor,

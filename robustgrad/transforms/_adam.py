@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import choice, nonnegative, number
+from robustgrad.checks import choice, nonnegative, number
 from robustgrad.transforms._base import (
     EmptyState,
     GradientTransformation,
@@ -54,6 +54,7 @@ from robustgrad.transforms._base import (
     _flatten_checked,
     _leaf_dtype,
     chain,
+    tag_update,
 )
 
 __all__ = ["ScaleByAdamState", "ScaleByScheduleState", "adam", "scale_by_adam",
@@ -177,8 +178,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
         out = tf.nest.pack_sequence_as(updates, [direction(m, v) for m, v in pairs])
         return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
 
-    update._rg_adam = spec  # read by GradientStep's fused path
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, tag_update(update, _rg_adam=spec))
 
 
 def _lr_kind(learning_rate):
@@ -253,8 +253,7 @@ def scale_by_learning_rate(learning_rate: float | tf.Variable | Callable[[tf.Ten
                                     updates)
         return out, new_state
 
-    update._rg_lr = (kind, rate)  # read by GradientStep's fused path
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, tag_update(update, _rg_lr=(kind, rate)))
 
 
 def adam(learning_rate: float | tf.Variable | Callable[[tf.Tensor], Any] = 1e-3,

@@ -200,6 +200,14 @@ def global_norm(tree: Any) -> tf.Tensor:
     return norm
 
 
+def tag_update(update: Callable, **info: Any) -> Callable:
+    """``update`` with ``info`` set as attributes: what GradientStep's fused Adam path reads back
+    with ``getattr`` (``_rg_chain``, ``_rg_adam``, ``_rg_lr``)."""
+    for name, value in info.items():
+        setattr(update, name, value)
+    return update
+
+
 # --------------------------------------------------------------------------------------------
 # identity and chain
 # --------------------------------------------------------------------------------------------
@@ -242,5 +250,4 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
                 new_state.append(s)
         return updates, tuple(new_state)
 
-    update._rg_chain = ts  # the parts, for GradientStep's fused Adam path
-    return GradientTransformation(init, update)
+    return GradientTransformation(init, tag_update(update, _rg_chain=ts))  # the parts, for the fused path

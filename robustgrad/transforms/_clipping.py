@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from robustgrad._checks import nonnegative, number
+from robustgrad.checks import nonnegative, number
 from robustgrad.transforms._base import (
     EmptyState,  # noqa: F401  (the doctests' state)
     GradientTransformation,
@@ -114,6 +114,7 @@ def _unitwise_norm(x):
     rank = x.shape.rank
     if rank is None:
         raise ValueError("adaptive_clip needs tensors of known rank")
+    axes: int | list[int] | None
     if rank <= 1:
         axes = None
     elif rank in (2, 3):

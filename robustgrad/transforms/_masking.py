@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names
+from robustgrad.checks import leaf_names
 from robustgrad.transforms._base import (
     GradientTransformation,
     _as_tensor,
@@ -71,7 +71,7 @@ def masked(inner: GradientTransformation, mask: Any | Callable[[str], bool],
             if not isinstance(m, bool):
                 raise TypeError(f"mask: leaf {i} is {type(m).__name__}; expected a Python bool "
                                 "(or pass a callable mask(name) -> bool)")
-    cache = {}
+    cache: dict[str, Any] = {}
 
     def resolve(tree, where):
         if callable(mask):

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad._checks import positive_int
+from robustgrad.checks import positive_int
 from robustgrad.errors import NonFiniteGradientError
 from robustgrad.transforms._base import (
     EmptyState,  # noqa: F401  (the doctests' state)

@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from robustgrad._checks import leaf_names
+from robustgrad.checks import leaf_names
 from robustgrad.errors import NonFiniteGradientError
 from robustgrad.transforms._accumulate import AccumulateState
 from robustgrad.transforms._adam import _fused_adam_apply, _fused_adam_plan

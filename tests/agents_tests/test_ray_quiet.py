@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agents import _ray_setup
-from robustgrad._native_stderr import is_startup_noise
+from robustgrad.native_stderr import is_startup_noise
 
 WORKER_PREFIX = re.compile(r"^(\x1b\[\d+m)?\([^)]*pid=\d+[^)]*\)(\x1b\[0m)? ")  # Ray's "(pid=N) "
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

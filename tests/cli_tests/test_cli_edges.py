@@ -157,7 +157,7 @@ def test_internal_error_keeps_its_traceback(monkeypatch, tiny_model, tmp_path):
 
 def test_validation_type_error_is_a_user_error_and_debug_shows_traceback(monkeypatch, tiny_model,
                                                                          tmp_path, capsys):
-    from robustgrad import _checks
+    from robustgrad import checks as _checks
     from robustgrad.commands import evaluate
 
     monkeypatch.setattr(evaluate, "run", lambda args: _checks.positive_int("3", "--limit"))

@@ -12,12 +12,15 @@ a documented method of one of our own base classes may keep the base's docstring
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from test_docs import public_modules
+import pytest
+from test_docs import ROOT, public_modules
 
 OURS = ("robustgrad", "attacks", "agents")
 HINTED = ("attacks", "agents")          # packages whose public API must carry type hints
@@ -189,3 +192,62 @@ def test_the_checks_see_a_missing_docstring_and_missing_hints():
     Base.__module__ = Child.__module__ = "agents.example"
     assert has_docstring(Child.run, Child, "run") and not has_docstring(Child.extra, Child, "extra")
     assert [n for n, _, _ in _members(Child)] == ["run", "extra"]
+
+
+def private_core_names(source: str) -> list[str]:
+    """The private ``robustgrad`` modules and names ``source`` imports (``from robustgrad._x import
+    y``, ``from robustgrad.x import _y``, ``import robustgrad._x``) or names in a dotted string
+    (a Ray set-up hook), each as ``'line: dotted.name'``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "robustgrad":
+            found += [f"{node.lineno}: {node.module}.{alias.name}" for alias in node.names
+                      if any(p.startswith("_") for p in [*node.module.split("."), alias.name])]
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: {alias.name}" for alias in node.names
+                      if alias.name.split(".")[0] == "robustgrad"
+                      and any(p.startswith("_") for p in alias.name.split("."))]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [f"{node.lineno}: {m}"
+                      for m in re.findall(r"\brobustgrad(?:\.\w+)*\._\w+", node.value)]
+    return found
+
+
+def test_attacks_and_agents_use_only_public_modules_of_the_core():
+    found = [f"{path.relative_to(ROOT)}:{hit}" for package in ("attacks", "agents")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for hit in private_core_names(path.read_text())]
+    assert not found, "private robustgrad modules used from attacks/agents:\n" + "\n".join(found)
+
+
+def test_the_private_import_scan_sees_every_form():
+    source = ("from robustgrad._checks import choice\nfrom robustgrad import _checks, tape\n"
+              "import robustgrad.bounds._engine\nfrom robustgrad.tape import _as_source\n"
+              "HOOK = 'robustgrad._native_stderr.quiet'\n"
+              "from robustgrad.checks import choice\nimport robustgrad.bounds\nfrom . import _x\n")
+    assert private_core_names(source) == [
+        "1: robustgrad._checks.choice", "2: robustgrad._checks", "3: robustgrad.bounds._engine",
+        "4: robustgrad.tape._as_source", "5: robustgrad._native_stderr"]
+
+
+@pytest.mark.parametrize("package", ["attacks", "agents"])
+def test_the_package_all_lists_every_name_its_init_imports(package):
+    """``__all__`` of ``attacks`` and ``agents`` is exactly the names their ``__init__`` imports
+    (the re-exports), once each and sorted, and every one of them resolves."""
+    tree = ast.parse((ROOT / package / "__init__.py").read_text())
+    imported = sorted(alias.asname or alias.name for node in tree.body
+                      if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names)
+    module = importlib.import_module(package)
+    assert module.__all__ == imported
+    assert all(hasattr(module, name) for name in module.__all__)
+
+
+def test_the_three_packages_ship_their_type_hints():
+    """A ``py.typed`` marker (PEP 561) in each package, listed as package data."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]
+    for package in OURS:
+        assert (ROOT / package / "py.typed").is_file(), package
+        assert "py.typed" in package_data[package], package

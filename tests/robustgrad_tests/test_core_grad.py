@@ -232,7 +232,7 @@ def test_check_connected_names_every_unconnected_source():
 def test_leaf_names_one_helper_for_messages():
     import collections
 
-    from robustgrad._checks import leaf_names
+    from robustgrad.checks import leaf_names
 
     pair = collections.namedtuple("Pair", "w b")
     tree = {"z": tf.ones(1), "a": [tf.ones(1), pair(tf.ones(1), tf.ones(1))]}
@@ -249,7 +249,7 @@ def test_leaf_names_one_helper_for_messages():
 
 
 def test_scalar_output_is_the_one_scalar_check():
-    from robustgrad._checks import ArgumentTypeError, scalar_output
+    from robustgrad.checks import ArgumentTypeError, scalar_output
 
     assert scalar_output(tf.constant(2.0, tf.float64)).dtype == tf.float64
     with pytest.raises(ValueError, match=r"loss must return a scalar \(shape \[\]\), got shape "

@@ -11,7 +11,8 @@ real error, a Python warning or a traceback is never hidden.
 
 Used by the command line (:mod:`robustgrad.commands._startup`) and by Ray rollout workers
 (:func:`quiet_tensorflow_startup` is their set-up hook, so that the workers print no more than
-the main process). This module imports only the standard library.
+the main process); public so that other worker processes can start as quietly. This module
+imports only the standard library.
 
 Example:
   >>> bool(is_startup_noise("I0000 00:00:1796.980825    6593 port.cc:153] oneDNN custom operations are on."))
@@ -54,13 +55,18 @@ def is_startup_noise(line: str) -> bool:
 @contextlib.contextmanager
 def filtered_native_stderr() -> Iterator[None]:
     """Catch what anything (native code included) writes to fd 2 inside the block; afterwards,
-    restore fd 2 and write back every line that is not :func:`is_startup_noise`."""
+    restore fd 2 and write back every line that is not :func:`is_startup_noise`.
+
+    >>> with filtered_native_stderr():
+    ...     print("standard output is not touched")
+    standard output is not touched
+    """
     try:
         fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
     except (AttributeError, ValueError, OSError):  # no real stderr (embedded interpreter)
         yield
         return
-    for stream in (sys.stderr, sys.__stderr__):
+    for stream in filter(None, (sys.stderr, sys.__stderr__)):
         with contextlib.suppress(Exception):
             stream.flush()
     saved = os.dup(fd)
@@ -69,7 +75,7 @@ def filtered_native_stderr() -> Iterator[None]:
         try:
             yield
         finally:
-            for stream in (sys.stderr, sys.__stderr__):
+            for stream in filter(None, (sys.stderr, sys.__stderr__)):
                 with contextlib.suppress(Exception):
                     stream.flush()
             os.dup2(saved, fd)
