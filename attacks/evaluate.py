@@ -210,7 +210,7 @@ def evaluate(model: Callable, x: Any, y: Any,
                        "clean_prediction": clean_predictions, "correct": correct}
         for o, m in zip(outcomes, margin):
             per_example[f"robust@{o.eps:g}"] = o.robust
-            per_example[f"broken_by@{o.eps:g}"] = o.broken_by
+            per_example[f"broken_by@{o.eps:g}"] = np.asarray(o.broken_by)
             per_example[f"margin@{o.eps:g}"] = m
     gradient_free = {label: attack.gradient_free for label, attack in named_attacks}
     for outcome in outcomes:

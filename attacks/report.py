@@ -246,7 +246,7 @@ class EvaluationReport:
         if self.per_example:
             paths["per_example"] = os.path.join(out_dir, "per_example.npz")
             with replacing(paths["per_example"]) as tmp:
-                np.savez_compressed(tmp, **self.per_example)
+                np.savez_compressed(tmp, **dict[str, Any](self.per_example))
         return paths
 
     def summary(self, model: str, dataset: str) -> dict[str, Any]:

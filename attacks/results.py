@@ -182,7 +182,7 @@ class ResultsStore:
             arrays[f"x_worst_{k}"] = np.asarray(o.x_worst)
             arrays[f"margin_{k}"] = np.asarray(m, np.float64)
         with replacing(self.path(chunk)) as tmp:
-            np.savez_compressed(tmp, **arrays)
+            np.savez_compressed(tmp, **dict[str, Any](arrays))
 
     def load(self, chunk: int, start: int, size: int,
              budgets: Sequence[float]) -> tuple[list[BudgetOutcome], list[np.ndarray]]:
