@@ -4,11 +4,13 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 """
 
 # public re-exports (ruff: F401 is expected here)
+from agents import atla, robust  # noqa: F401 - the robust training plug-ins (agents.plugin)
+from agents._loading import load  # noqa: F401
 from agents.a2c import A2C  # noqa: F401
 from agents.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
 from agents.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
 from agents.attack_report import AgentAttackReport  # noqa: F401
-from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
+from agents.base import Agent, NonFiniteTrainingError  # noqa: F401
 from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
 from agents.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
 from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401

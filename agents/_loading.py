@@ -1,4 +1,4 @@
-"""Loading a saved agent: :func:`load` (re-exported as ``agents.load`` and ``agents.base.load``).
+"""Loading a saved agent: :func:`load` (re-exported as ``agents.load``).
 
 A directory written by :meth:`agents.Agent.save` holds one agent (``config.json``, ``agent.json``,
 ``weights/``), or an agent of several seeds (``seeds.json`` naming ``seed_<s>/``, each an ordinary
@@ -7,24 +7,44 @@ saved agent), which comes back whole. Moved out of ``agents/base.py`` (one conce
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agents.persistence import loaded_checkpoint_dir, read_metadata
+from agents.persistence import (
+    SEEDS_FILE,
+    _read_json,
+    check_config_matches,
+    check_saved_env,
+    loaded_checkpoint_dir,
+    read_metadata,
+)
 
 if TYPE_CHECKING:
     from agents.base import Agent
 
-SEEDS_FILE = "seeds.json"  # a saved agent of several seeds: one ordinary agent per seed beside it
+_TABLE: dict[str, type[Agent]] = {}
+ALGORITHM_TABLE: Mapping[str, type[Agent]] = MappingProxyType(_TABLE)
+"""``name -> agent class`` that :func:`load` reads (read-only), filled by the algorithms wing
+above this module (:mod:`agents.registry` calls :func:`register_algorithms` when it is imported,
+which ``import agents`` does): the core loads an agent of any algorithm without importing one."""
+
+
+def register_algorithms(*classes: type[Agent]) -> None:
+    """Enter agent classes in :data:`ALGORITHM_TABLE` under their ``algo`` (a name taken by
+    another class is a ``ValueError``)."""
+    for cls in classes:
+        if _TABLE.get(cls.algo, cls) is not cls:
+            raise ValueError(f"algo: {cls.algo!r} is already {_TABLE[cls.algo].__name__}")
+        _TABLE[cls.algo] = cls
 
 
 def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict, env: Any) -> None:
     """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
     ``env`` is given (``agents.persistence``)."""
-    import dataclasses
-
-    from agents.persistence import check_config_matches, check_saved_env
-
     fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
     check_config_matches(directory, cls.algo, cfg, fields)
     check_saved_env(cfg, directory, env)
@@ -42,9 +62,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
     (resume a run on Ray workers).
     """
-    import agents
-
-    algorithms = agents.ALGORITHMS
+    algorithms = ALGORITHM_TABLE
     directory = os.fspath(directory)
     if os.path.exists(os.path.join(directory, SEEDS_FILE)):
         if rollout_workers is not None:
@@ -68,11 +86,6 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
 
 def _load_seeds(directory: str, env: Any, algorithms: dict, overrides: dict) -> Agent:
     """An agent of several seeds saved by :meth:`Agent.save` (``seeds.json`` + ``seed_<s>/``)."""
-    import dataclasses
-    import json
-
-    from agents.persistence import _read_json
-
     info = _read_json(os.path.join(directory, SEEDS_FILE))
     seeds = info.get("seeds")
     cls = algorithms.get(info.get("algo"))
@@ -83,9 +96,8 @@ def _load_seeds(directory: str, env: Any, algorithms: dict, overrides: dict) -> 
     try:
         config = dataclasses.replace(ones[0].config, num_seeds=len(seeds))
         many = cls(config, seeds=[int(s) for s in seeds])
-        from agents.seed_axis import import_seed
         for k, one in enumerate(ones):
-            import_seed(many, k, one)
+            many.import_seed(k, one)
     finally:
         for one in ones:
             one.close()

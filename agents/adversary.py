@@ -50,11 +50,17 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from agents._loading import load
+from agents.base import Agent
+from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
+from agents.observation_attacks import check_box_observations
+from agents.paad import director_perturbation
+from agents.policy import surface_of
+from agents.ppo import PPO
 from robustgrad import _checks
 from robustgrad.atomic import replacing
 
 if TYPE_CHECKING:
-    from agents.base import Agent
     from agents.policy import PolicySurface
 
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "AdversaryVectorEnv",
@@ -120,8 +126,6 @@ def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
     missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
     Box observation space and a gymnasium env id (an agent with a seed axis:
     :func:`agents.atla.seed_victim_surface`)."""
-    from agents.policy import surface_of
-
     _check_victim(agent, argument)
     policy = surface_of(agent, argument)
     _check_victim_env(agent, argument)
@@ -129,16 +133,12 @@ def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
 
 
 def _check_victim(agent: Any, argument: str) -> None:
-    from agents.base import Agent
-
     if not isinstance(agent, Agent):
         raise TypeError(f"{argument} must be an agents.Agent with a policy surface "
                         f"(policy_surface()), got {type(agent).__name__}")
 
 
 def _check_victim_env(agent: Any, argument: str) -> None:
-    from agents.observation_attacks import check_box_observations
-
     check_box_observations(agent.env.single_observation_space, argument)
     if not isinstance(agent.config.env, str):
         raise ValueError(f"{argument}: a learned adversary needs a victim trained on a "
@@ -338,8 +338,6 @@ class LearnedAdversary:
 
 
 def _victim_return(adversary: LearnedAdversary, n_episodes: int, seed: int) -> float:
-    from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
-
     k = min(int(n_episodes), 8)
     env = make_vec_env(adversary.surface.env_id, k, seed=seed)
     targets = episodes_split_evenly(int(n_episodes), k)
@@ -369,8 +367,6 @@ def _factory(surface: VictimSurface, radius: _Radius, perturb, action_dim):
 
 
 def _adversary_ppo(factory, seed: int, overrides: dict | None):
-    from agents.ppo import PPO
-
     cfg = {**DEFAULT_PPO, **(overrides or {})}
     return PPO(env=factory, seed=seed, preset=None, **cfg)
 
@@ -409,8 +405,6 @@ def train_adversary(victim: Agent, eps: float, steps: int = 100_000, *, seed: in
     seed = _checks.positive_int(seed, "seed", minimum=0)
     perturb, action_dim = None, None
     if kind == "paad":
-        from agents.paad import director_perturbation
-
         perturb, action_dim = director_perturbation(victim, surface, **kind_kwargs)
     elif kind_kwargs:
         raise TypeError(f"unexpected keyword(s) for kind='optimal': {sorted(kind_kwargs)}")
@@ -472,8 +466,6 @@ def load_adversary(directory: str, victim: Agent) -> LearnedAdversary:
     """The adversary saved by :meth:`LearnedAdversary.save`, attached to ``victim``;
     ``ValueError`` when ``victim``'s env or observation shape is not the one it was trained
     against."""
-    import agents
-
     path = os.path.join(os.fspath(directory), ADVERSARY_FILE)
     if not os.path.exists(path):
         raise ValueError(f"directory: {directory!r} holds no learned adversary (missing "
@@ -488,9 +480,7 @@ def load_adversary(directory: str, victim: Agent) -> LearnedAdversary:
     kind, eps = meta["kind"], float(meta["eps"])
     perturb, action_dim = None, None
     if kind == "paad":
-        from agents.paad import director_perturbation
-
         perturb, action_dim = director_perturbation(victim, surface)
     factory = _factory(surface, _Radius(eps), perturb, action_dim)
-    agent = agents.load(directory, env=factory)
+    agent = load(directory, env=factory)
     return LearnedAdversary(agent, surface, eps, kind, cost=meta.get("cost"), perturb=perturb)

@@ -62,21 +62,29 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
+from agents._victim import _victim
 from agents.adversary import (
+    DEFAULT_PPO,
     AdversaryVectorEnv,
     VictimSurface,
     _check_victim,
     _check_victim_env,
+    _factory,
     _Radius,
+    check_inter_op_threads,
+    victim_surface,
 )
+from agents.plugin import register_robustness
+from agents.ppo import PPO
+from agents.robust import SA, Scheduled
 
 if TYPE_CHECKING:
     from agents.base import Agent
     from agents.config import AgentConfig
     from agents.policy import PolicySurface
 
-__all__ = ["ATLA_MODES", "SeedVictimSurface", "adversary_phase", "adversary_radius",
-           "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
+__all__ = ["ATLA", "ATLA_MODES", "ATLASA", "SeedVictimSurface", "adversary_phase",
+           "adversary_radius", "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
@@ -185,12 +193,9 @@ def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
 
 # -- building and training the adversary -------------------------------------------------------
 def _build_adversary(agent: Agent) -> None:
-    """``agent``'s adversary (module doc): ``atla_adversary``, its victim surface
-    ``_atla_surface`` and radius ``_atla_radius``; with ``S > 1`` seeds one PPO with a seed
-    axis of ``S`` against all seeds' victims."""
-    from agents.adversary import DEFAULT_PPO, _factory, check_inter_op_threads, victim_surface
-    from agents.ppo import PPO
-
+    """``agent``'s adversary (module doc), held by its ATLA plug-in (``agent.robustness``:
+    ``adversary``, its victim ``surface`` and ``radius``) and shown as ``agent.atla_adversary``;
+    with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
     check_inter_op_threads()
     if agent.rollout_workers is not None:
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
@@ -207,7 +212,7 @@ def _build_adversary(agent: Agent) -> None:
         surface = seed_victim_surface(agent, cfg.num_envs)
         adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
                         num_seeds=len(seeds), preset=None, **settings)
-    agent.atla_adversary, agent._atla_surface, agent._atla_radius = adversary, surface, radius
+    agent.robustness.adopt(adversary, surface, radius)
 
 
 def _mean_return(returns) -> float:
@@ -222,14 +227,15 @@ def adversary_phase(agent: Agent) -> dict:
     the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``). With
     ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
     under ``"per_seed"``."""
-    if getattr(agent, "atla_adversary", None) is None:
+    plugin = agent.robustness
+    if plugin.adversary is None:
         _build_adversary(agent)
     cfg = agent.config
-    radius = adversary_radius(float(agent.robust_schedule.eps.numpy()), cfg.robust_eps,
+    radius = adversary_radius(float(plugin.schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
-    adversary = agent.atla_adversary
-    agent._atla_radius.value = radius
-    agent._atla_surface.refresh()  # the agent's normaliser moved in its last update
+    adversary = plugin.adversary
+    plugin.radius.value = radius
+    plugin.surface.refresh()  # the agent's normaliser moved in its last update
     if radius > 0:
         adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
     if agent.num_seeds == 1:
@@ -249,11 +255,55 @@ def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tenso
     seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
     schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
     through. Stopped. Runs inside the rollout."""
-    from agents._victim import _victim
-
+    plugin = agent.robustness
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
-    a = agent.atla_adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
+    a = plugin.adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
     scale = _victim(agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit of eps
-    seen = safe + agent.robust_schedule.eps * tf.tanh(a) * scale
+    seen = safe + plugin.schedule.eps * tf.tanh(a) * scale
     return tf.stop_gradient(tf.where(finite, seen, obs))
+
+
+# -- the plug-in (agents.plugin) ------------------------------------------------------------------
+class ATLA(Scheduled):
+    """``robust="atla"``: the agent's rollout perceives its learned adversary's perturbation
+    (:func:`atla_observations`); before each iteration the adversary trains against the agent
+    (:func:`adversary_phase`, which builds it on first use). Holds the adversary (``adversary``,
+    also ``agent.atla_adversary``), its victim ``surface`` and training ``radius``."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        self.adversary: PPO | None = None
+        self.surface: VictimSurface | None = None
+        self.radius: _Radius | None = None
+
+    def adopt(self, adversary: PPO, surface: VictimSurface, radius: _Radius) -> None:
+        """Take ``adversary`` (built by :func:`_build_adversary`) as the agent's adversary."""
+        self.adversary, self.surface, self.radius = adversary, surface, radius
+        self.agent.atla_adversary = adversary  # the public name of the agent's adversary
+
+    def perceive(self, obs, seed):
+        return atla_observations(self.agent, obs,
+                                 tf.random.experimental.stateless_fold_in(seed, 1))
+
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        super().before_iteration(steps_done, total)
+        return adversary_phase(self.agent)
+
+    def record(self, logs: dict) -> None:
+        """With ``S > 1`` seeds each seed's ``history`` entry also records its adversary's
+        return and radius."""
+        agent = self.agent
+        if agent.num_seeds > 1:
+            per_seed = logs.get("per_seed", {})
+            for key in ("atla_adversary_return", "atla_adversary_radius"):
+                for k, history in enumerate(agent.seed_histories):
+                    history[-1][key] = per_seed[key][k]
+
+
+class ATLASA(ATLA, SA):
+    """``robust="atla-sa"``: :class:`ATLA` plus SA's regulariser (:class:`agents.robust.SA`)."""
+
+
+register_robustness("atla", ATLA)
+register_robustness("atla-sa", ATLASA)

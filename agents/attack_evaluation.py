@@ -24,9 +24,7 @@ observations both paths give the same perturbations.
 
 from __future__ import annotations
 
-import copy
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +45,10 @@ from agents.attack_report import (
     monotonicity_warnings,
     worst_cases,
 )
-from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
+from agents.certify import certified_rows, check_certifiable
+from agents.episodes import _actions_differ, _run_episodes
 from agents.observation_attacks import (
+    _FUNCTIONS,
     ATTACK_NAMES,
     ObservationAttack,
     check_agent,
@@ -66,15 +66,6 @@ if TYPE_CHECKING:
 __all__ = ["ObservationAttackWrapper", "check_evaluation", "evaluate_under_attack"]
 
 _BUDGET_TOL = 1e-5  # relative slack on ‖δ‖ <= eps (float32 rounding of s + δ·std)
-
-
-def _actions_differ(a, b, space) -> np.ndarray:
-    """Per row: the attacked action differs (discrete) or moved by > 1% of the action range."""
-    a, b = np.asarray(a), np.asarray(b)
-    if isinstance(space, gym.spaces.Discrete):
-        return a != b
-    span = np.where(np.isfinite(space.high - space.low), space.high - space.low, 1.0)
-    return np.any(np.abs(a - b) > 0.01 * span, axis=-1)
 
 
 def _check_budget(norms, eps, who):
@@ -117,63 +108,6 @@ class ObservationAttackWrapper(gym.ObservationWrapper):
         changed = _actions_differ(a_adv, a_clean, self.agent.env.single_action_space)
         self.action_changed.append(bool(changed[0]))
         return adv[0].astype(np.asarray(observation).dtype)
-
-
-# -- episodes -----------------------------------------------------------------------------------
-def _run_episodes(agent, n_episodes, num_envs, seed, perturb=None, random_actions=False,
-                  record_states=False):
-    """Whole episodes split evenly over ``num_envs`` copies (as ``Agent.evaluate``).
-
-    ``perturb(obs, t) -> (obs_adv, norms, actions at obs_adv, actions at obs)``. Returns a
-    dict of returns, lengths, changed fraction, perturbation norms, steps per second and env
-    0's first trajectory (``record_states``: also ``states``, every observation acted on).
-    """
-    env = make_vec_env(agent.config.env, num_envs, seed=seed)
-    space = env.single_action_space
-    rng = np.random.default_rng(seed)
-    if random_actions and not isinstance(space, gym.spaces.Discrete):
-        space = copy.deepcopy(space)  # its own generator, seeded: the baseline repeats
-        space.seed(int(rng.integers(2**31)))
-    targets = episodes_split_evenly(n_episodes, num_envs)
-    counts = np.zeros(num_envs, int)
-    returns, lengths, changed, norms, trajectory, states = [], [], [], [], [], []
-    first_done = False
-    steps = 0
-    start = time.perf_counter()
-    try:
-        obs = env.reset()
-        t = 0
-        while (counts < targets).any():
-            active = counts < targets
-            if random_actions:
-                actions = np.array([space.sample() for _ in range(num_envs)]) \
-                    if not isinstance(space, gym.spaces.Discrete) \
-                    else rng.integers(0, space.n, num_envs)
-            elif perturb is not None:
-                seen, n, actions, clean = perturb(obs, t)
-                norms.append(n[active])
-                changed.append(_actions_differ(actions, clean, space)[active])
-            else:
-                actions = agent.act(obs, deterministic=True)
-            if not first_done:
-                trajectory.append(obs[0].tolist())
-            if record_states:
-                states.append(np.asarray(obs, np.float32)[active])
-            obs, _r, term, trunc, _f = env.step(actions)
-            steps += int(active.sum())
-            t += 1
-            done = term | trunc
-            first_done = first_done or bool(done[0])
-            take_finished_episodes(env, done, counts, targets, returns, lengths)
-    finally:
-        env.close()
-    seconds = time.perf_counter() - start
-    norms = np.concatenate(norms) if norms else np.zeros(0)
-    return {"returns": [float(r) for r in returns], "lengths": [int(v) for v in lengths],
-            "action_changed": float(np.mean(np.concatenate(changed))) if changed else 0.0,
-            "norms": norms, "steps_per_second": steps / max(seconds, 1e-9),
-            "trajectory": trajectory,
-            "states": np.concatenate(states) if states else np.zeros((0,) + tuple(agent.obs_shape))}
 
 
 # -- the evaluation -----------------------------------------------------------------------------
@@ -223,8 +157,6 @@ def _check_attack_kwargs(attack_kwargs: Any, attacks: Sequence[str]) -> dict:
     an attack being evaluated (``{"steps": 20}`` for ``{"mad": {"steps": 20}}``) or a keyword
     the attack does not take would otherwise be ignored without a word."""
     import inspect
-
-    from agents.observation_attacks import _FUNCTIONS
 
     if attack_kwargs is None:
         return {}
@@ -289,8 +221,6 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
     """
     attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale, adversary_steps)
     if certify is not None:
-        from agents.certify import certified_rows, check_certifiable
-
         check_certifiable(agent, certify, norm)
         if scale is not None:
             raise ValueError("certify: certified actions are in the agent's own units; leave "

@@ -12,6 +12,7 @@ that make up its checkpoint. Where experience comes from is the agent's collecto
 from __future__ import annotations
 
 import collections
+import json
 import os
 import tempfile
 import time
@@ -21,13 +22,14 @@ from contextlib import nullcontext
 import numpy as np
 import tensorflow as tf
 
-from agents._loading import SEEDS_FILE, load  # noqa: F401 - agents.base.load, as before
 from agents.callbacks import Callback, ProgressBar, as_callbacks
-from agents.collectors import CollectingAgent, make_collector
-from agents.config import AUTO, AgentConfig, make_config
+from agents.collectors import CollectingAgent, Collector
+from agents.config import AUTO, AgentConfig, check_seeds, make_config
 from agents.envs import run_episodes
-from agents.persistence import read_metadata, restore_weights, write_agent
+from agents.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
+from agents.plugin import RobustnessPlugin, robustness_for
 from agents.policy import PolicySurface
+from robustgrad.atomic import replacing
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientTransformation
@@ -77,6 +79,13 @@ class Agent(CollectingAgent):
     algo: str = ""
     config_cls: type[AgentConfig] = AgentConfig
     rollout_workers = None  # agents.distributed.RolloutWorkers when rollouts run on Ray
+    # the backends wing, given by the algorithm (the core imports none of it): the factory of
+    # the agent's collector from its config and seeds (agents.backend.make_collector) and the
+    # class of its Ray rollout workers (agents.distributed.RolloutWorkers; None: no Ray)
+    make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
+    rollout_workers_cls: type | None = None
+    value_based = False  # True: the agent learns Q-values (DQN), else a policy
+    robustness: RobustnessPlugin  # robust training (agents.plugin), from config.robust
 
     def __init__(self, config: AgentConfig | None = None, *,
                  transform: GradientTransformation | None = None,
@@ -87,8 +96,10 @@ class Agent(CollectingAgent):
         # rollout_workers: collect on that many Ray actors (agents/distributed.py), on the
         # cluster at ray_address ("auto" or HOST:PORT) or a local Ray with num_cpus CPUs
         if rollout_workers is not None:
-            from agents.distributed import check_rollout_args
-            check_rollout_args(rollout_workers, ray_address, num_cpus)
+            if self.rollout_workers_cls is None:
+                raise ValueError(f"rollout_workers: PPO, A2C, REINFORCE and DQN collect on Ray "
+                                 f"workers, got {type(self).__name__}")
+            self.rollout_workers_cls.check_args(rollout_workers, ray_address, num_cpus)
         if config is None:
             config = make_config(self.config_cls, self.algo, preset, **overrides)
         elif preset != AUTO:
@@ -108,7 +119,7 @@ class Agent(CollectingAgent):
         self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
         self.num_seeds = len(self.seeds)
         # where experience comes from (agents.collectors); self.env: its environments
-        self.collector = make_collector(config, self.seeds)
+        self.collector = type(self).make_collector(config, self.seeds)
         self.env = self.collector.env
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape
@@ -132,10 +143,11 @@ class Agent(CollectingAgent):
         self._env_ready = False
         self._batch_checked = False  # the first batch from the collector is checked once
         self._build()
+        self.robustness = robustness_for(self)  # after the networks it reads
         self._act_fn = tf.function(own_function(self._act_graph), reduce_retracing=True)
         if rollout_workers is not None:
-            from agents.distributed import RolloutWorkers
-            self.rollout_workers = RolloutWorkers(self, rollout_workers, ray_address, num_cpus)
+            self.rollout_workers = self.rollout_workers_cls(self, rollout_workers, ray_address,
+                                                            num_cpus)
             self.collector = self.rollout_workers
 
     @staticmethod
@@ -147,7 +159,6 @@ class Agent(CollectingAgent):
         if seeds is None:
             seeds = [config.seed + i for i in range(n)]
         else:
-            from agents.many import check_seeds
             seeds = check_seeds(seeds)
             if len(seeds) != n or seeds[0] != config.seed:
                 raise ValueError(f"seeds: must hold config.num_seeds = {n} seeds starting with "
@@ -196,8 +207,18 @@ class Agent(CollectingAgent):
         of the way to the next checkpoint); ``failures``: consecutive fully rejected updates per
         seed so far. Default: one iteration (``_train_iteration``); an algorithm that runs several
         per compiled call (:mod:`agents.onpolicy`) sets each iteration's ``logs["steps"]`` and
-        queues each one's finished episodes in ``_queued_episodes``."""
-        return [self._train_iteration(steps_done, total)]
+        queues each one's finished episodes in ``_queued_episodes``. The robustness plug-in's
+        phase (:mod:`agents.plugin`) runs before each iteration."""
+        extra = self.robustness.before_iteration(steps_done, total)
+        logs, n = self._train_iteration(steps_done, total)
+        self.robustness.after_iteration(logs, extra)
+        return [(logs, n)]
+
+    @property
+    def robust_schedule(self):
+        """The eps/kappa schedule of robust training (:class:`agents.robust.RobustSchedule`), or
+        ``None`` (``robust=None``)."""
+        return self.robustness.schedule
 
     def _act_graph(self, obs, deterministic):
         raise NotImplementedError
@@ -373,6 +394,7 @@ class Agent(CollectingAgent):
                                  "episode_return_per_seed": values})
         else:
             logs["episode_return"] = histories[0][-1]["episode_return"]
+        self.robustness.record(logs)
         return failures
 
     # -- acting -------------------------------------------------------------------------------
@@ -452,11 +474,12 @@ class Agent(CollectingAgent):
         weights, optimiser state, statistics, step counts and history)."""
         raise ValueError(f"export: {self.algo} has no seed axis")
 
+    def import_seed(self, index: int, one: Agent) -> None:
+        """The inverse of :meth:`export`: ``one`` (an ordinary agent of seed
+        ``self.seeds[index]``) becomes slice ``index`` of this agent of several seeds."""
+        raise ValueError(f"import_seed: {self.algo} has no seed axis")
+
     def _save_seeds(self, directory: str) -> str:
-        import json
-
-        from robustgrad.atomic import replacing
-
         os.makedirs(directory, exist_ok=True)
         for k, seed in enumerate(self.seeds):
             one = self.export(k)

@@ -13,6 +13,8 @@ import os
 from collections.abc import Callable, Iterable
 from typing import IO, TYPE_CHECKING, Any
 
+from agents._loading import load
+
 if TYPE_CHECKING:  # agents.base imports this module
     from agents.base import Agent
 
@@ -196,8 +198,6 @@ class EvalCallback(Callback):
     def load_best(self, directory: str, env: Any = None) -> None:
         """Continue from a ``best_dir`` written by an earlier (interrupted) run: take its
         best return, step and weights as the ones to beat (``--resume`` uses this)."""
-        from agents.base import load  # agents.base imports this module
-
         with open(os.path.join(directory, "best.json")) as f:
             best = json.load(f)
         self.best_return, self.best_steps = float(best["mean_return"]), int(best["steps"])

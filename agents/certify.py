@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents._victim import _surface
+from agents.episodes import _run_episodes
 from agents.policy import PolicySurface
 from robustgrad import _checks
 from robustgrad.bounds import affine_stack_bounds, margin_spec
@@ -234,8 +235,6 @@ def certify_agent(agent: Any, eps: float | Sequence[float] = (0.05, 0.1, 0.2),
     >>> row["method"], row["n_states"] > 0, 0.0 <= row["certified_fraction"] <= 1.0
     ('crown', True, True)
     """
-    from agents.attack_evaluation import _run_episodes
-
     check_certifiable(agent, method)
     budgets = sorted({float(_checks.nonnegative(e, "eps")) for e in np.atleast_1d(eps).tolist()})
     n_episodes = _checks.positive_int(n_episodes, "n_episodes")

@@ -36,7 +36,7 @@ The first batch an agent receives is checked once, eagerly (:func:`check_batch`)
 wrong shape or dtype, or first observations holding NaN or inf, is a ``ValueError`` naming the
 field. Later NaN observations are an environment's glitch, left to the non-finite guard (the
 update that sees one is rejected and counted, as before). The agent builds its collector from its
-config (:func:`make_collector`); passing a collector object of one's own is not offered: the
+config (:func:`agents.backend.make_collector`); passing a collector object of one's own is not offered: the
 agent's checkpoint, its Ray workers and the fused graph iteration depend on building it.
 
 >>> import agents
@@ -350,24 +350,5 @@ class CollectingAgent:
             exc.add_note(msg)
 
 
-def make_collector(config: Any, seeds: Sequence[int]) -> Collector:
-    """The local collector of an agent's ``config``: :class:`GraphCollector` for
-    ``backend="graph"``, :class:`GymnasiumCollector` otherwise; with several ``seeds`` (the seed
-    axis) over ``len(seeds) * num_envs`` environments."""
-    graph = getattr(config, "backend", "gymnasium") == "graph"
-    if len(seeds) > 1 and graph:
-        from agents.graph_backend import episode_capacity
-        from agents.seed_axis import SeedGraphEnv
-        env = SeedGraphEnv(config.env, config.num_envs, seeds,
-                           episode_capacity=episode_capacity(config, len(seeds)))
-    elif len(seeds) > 1:
-        from agents.seed_axis import make_seed_env
-        env = make_seed_env(config, seeds)
-    else:
-        from agents.graph_backend import make_training_env
-        env = make_training_env(config)
-    return GraphCollector(env) if graph else GymnasiumCollector(env)
-
-
 __all__ = ["BATCH_FIELDS", "CollectingAgent", "Collector", "GraphCollector", "GymnasiumCollector",
-           "check_batch", "make_collector"]
+           "check_batch"]

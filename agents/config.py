@@ -14,10 +14,12 @@ live in :mod:`agents.presets` and are re-exported here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agents.envs import check_env_id
+from agents.graph_envs import GRAPH_ENV_IDS
 from agents.presets import (  # noqa: F401 - re-exported: agents.config.make_config etc.
     AUTO,
     PRESETS_FILE,
@@ -26,7 +28,14 @@ from agents.presets import (  # noqa: F401 - re-exported: agents.config.make_con
     make_config,
     preset_for,
 )
-from robustgrad._checks import choice, nonnegative, number, positive_int, probability
+from robustgrad._checks import (
+    ArgumentTypeError,
+    choice,
+    nonnegative,
+    number,
+    positive_int,
+    probability,
+)
 
 
 def _positive(value: Any, name: str) -> float:
@@ -142,7 +151,6 @@ class AgentConfig:
         self.seed = positive_int(self.seed, "seed", minimum=None)
         choice(self.backend, "backend", ("gymnasium", "graph"))
         if self.backend == "graph":
-            from agents.graph_envs import GRAPH_ENV_IDS
             if self.env not in GRAPH_ENV_IDS:
                 raise ValueError(f"backend='graph' needs env to be one of {GRAPH_ENV_IDS} "
                                  f"(the compiled environments), got {self.env!r}")
@@ -428,3 +436,28 @@ class DQNConfig(AgentConfig):
                              f"{self.batch_size}")
 
 
+def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None,
+                first_seed: int = 0) -> list[int]:
+    """The list of seeds from ``seeds`` (distinct ints >= 0) or ``num_seeds`` (an int >= 1:
+    ``first_seed, first_seed + 1, ...``); exactly one of the two.
+
+    >>> check_seeds(num_seeds=3, first_seed=4)
+    [4, 5, 6]
+    >>> check_seeds(num_seeds=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_seeds must be an int >= 1, got 0
+    """
+    if (seeds is None) == (num_seeds is None):
+        raise ValueError("give exactly one of seeds (a list of ints) and num_seeds (an int)")
+    if num_seeds is not None:
+        n = positive_int(num_seeds, "num_seeds")
+        return [first_seed + i for i in range(n)]
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise ArgumentTypeError(f"seeds must be a list of ints >= 0, got {seeds!r}")
+    out = [positive_int(s, "seeds", minimum=0) for s in seeds]
+    if not out:
+        raise ValueError("seeds must hold at least one seed, got []")
+    if len(set(out)) != len(out):
+        raise ValueError(f"seeds must be distinct, got {out}")
+    return out

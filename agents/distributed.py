@@ -153,17 +153,15 @@ class RolloutWorkers(Collector):
     """
 
     remote = True
+    check_args = staticmethod(check_rollout_args)  # what Agent(rollout_workers=...) checks first
 
     def __init__(self, agent: Agent, num_workers: int, address: str | None = None,
                  num_cpus: int | None = None, max_restarts: int = 3,
                  cpus_per_worker: float = 1.0, startup_timeout: float = 300.0):
-        from agents.dqn import DQN
-        from agents.onpolicy import OnPolicyAgent
-
         num_workers = positive_int(num_workers, "rollout_workers")
         num_cpus = positive_int(num_cpus, "num_cpus", allow_none=True)
         max_restarts = positive_int(max_restarts, "max_restarts", minimum=0)
-        if not isinstance(agent, (OnPolicyAgent, DQN)):
+        if getattr(type(agent), "rollout_workers_cls", None) is not type(self):
             raise ValueError(f"rollout_workers: PPO, A2C, REINFORCE and DQN collect on Ray "
                              f"workers, got {type(agent).__name__}")
         cfg = agent.config
@@ -197,7 +195,7 @@ class RolloutWorkers(Collector):
                                max_task_retries=0)(_RolloutWorker)
         self.actors = []
         # a DQN worker only collects: its replay buffer is never written, keep it minimal
-        small = {"buffer_size": cfg.batch_size} if isinstance(agent, DQN) else {}
+        small = {"buffer_size": cfg.batch_size} if hasattr(cfg, "buffer_size") else {}
         for k in range(num_workers):
             wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
                                        checkpoint_dir=None, checkpoint_every=0,

@@ -49,15 +49,18 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from agents import _sums, robust
+from agents import _sums
 from agents._step import SeedAxisAdamStep, make_adam_step
+from agents.backend import make_collector
 from agents.base import Agent, own_function
 from agents.buffers import ReplayBuffer
 from agents.config import DQNConfig
+from agents.distributed import RolloutWorkers
 from agents.networks import QNetwork
 from agents.policy import PolicySurface
 from agents.returns import td_target
 from agents.schedules import linear
+from agents.seed_axis import export_seed, import_seed
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
@@ -93,6 +96,10 @@ class DQN(Agent):
 
     algo = "dqn"
     config_cls = DQNConfig
+    value_based = True
+    # where experience comes from (the backends wing, agents.backend and agents.distributed)
+    make_collector = staticmethod(make_collector)
+    rollout_workers_cls = RolloutWorkers
     fuse_graph_iteration = True
     """``backend="graph"``: collection and gradient steps in one compiled call (``False``: the
     two calls of the gymnasium backend, kept to compare the two)."""
@@ -132,10 +139,6 @@ class DQN(Agent):
         self._obs = tf.Variable(tf.zeros((self.env.num_envs,) + self.obs_shape), trainable=False,
                                 name="obs")
         self.trace_counts = collections.Counter()
-        self.robust_schedule = None  # robust="sa"/"adv": eps and kappa of agents.robust
-        if cfg.robust is not None:
-            self.robust_schedule = robust.RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
-                                                         cfg.robust_eps_warmup)
         # own_function: one trace per agent, not read as retracing when many agents are built
         self._collect = tf.function(own_function(self._collect_graph))
         self._record = tf.function(own_function(self._record_graph))
@@ -186,8 +189,12 @@ class DQN(Agent):
         >>> one.config.seed, one.num_seeds, one.q.net.weights_[0].shape.as_list()
         (6, 1, [4, 8])
         """
-        from agents.seed_axis import export_seed
         return export_seed(self, index)
+
+    def import_seed(self, index: int, one: DQN) -> None:
+        """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
+        :func:`agents.seed_axis.import_seed`)."""
+        import_seed(self, index, one)
 
     def _env_q(self, obs):
         """``Q(obs, .)`` ``[E, n_actions]`` at the training envs' observations ``obs [E, ...]``
@@ -360,26 +367,16 @@ class DQN(Agent):
         """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
         ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
         the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
-        cfg = self.config
-        obs = batch["obs"]
-        if cfg.robust == "adv":  # the update sees attacked s in Q(s, a); the buffer is clean
-            obs = robust.adversarial_observations(self, obs, cfg.robust_attack,
-                                                  self.robust_schedule.eps,
-                                                  cfg.robust_steps, self._seed())
-        obs_adv, greedy = obs, tf.zeros(self._lead + (cfg.batch_size,), tf.int32)
-        if cfg.robust == "sa":
-            obs_adv, greedy = robust.sa_dqn_observations(self, obs, self.robust_schedule.eps,
-                                                         cfg.robust_steps, self._seed(),
-                                                         cfg.robust_method)
+        robustness = self.robustness  # agents.plugin: robust="adv", SA-DQN
+        obs = robustness.learner_observations(batch["obs"])  # the buffer keeps clean ones
+        inputs = robustness.regularizer_inputs(obs)  # outside the tape
         with tf.GradientTape() as tape:
             loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
                                     batch["next_obs"], batch["terminated"], weights)
             hinge = tf.zeros(self._lead)
-            if cfg.robust == "sa":  # SA-DQN (Zhang et al. 2020)
-                hinge = robust.attacked_q_margin(self, obs_adv, greedy) \
-                    if cfg.robust_method != "convex" else robust.convex_margin_hinge(
-                        self, obs, self.robust_schedule.eps, greedy)
-                loss = loss + self.robust_schedule.kappa * hinge
+            if inputs is not None:
+                term, hinge = robustness.regularizer(obs, inputs)
+                loss = loss + term
         grads = tape.gradient(loss, self.variables)  # of the sum over seeds: each seed's own
         step = self._apply_gradients(grads)
         self.grad_steps.assign_add(1)
@@ -425,8 +422,6 @@ class DQN(Agent):
         if cfg.learning_rate_final is not None:
             lr = linear(lr, cfg.learning_rate_final, steps_done, total)
         self.optimizer.learning_rate.assign(lr)
-        if self.robust_schedule is not None:
-            self.robust_schedule.update(steps_done, total)
         explore = cfg.exploration_fraction * total
         beta = linear(cfg.priority_beta, 1.0, steps_done, total)
         if self.collector.fused and self.fuse_graph_iteration:  # one compiled call

@@ -36,47 +36,19 @@ from typing import Any
 
 import numpy as np
 
-from agents.config import DQNConfig, OnPolicyConfig
-from robustgrad._checks import ArgumentTypeError, choice, positive_int
+from agents.config import DQNConfig, OnPolicyConfig, check_seeds  # noqa: F401 - agents.many.check_seeds, as before
+from agents.registry import ALGORITHMS
+from robustgrad._checks import choice, positive_int
 from robustgrad.atomic import save_figure
 
 
 def _agent_class(config: OnPolicyConfig | DQNConfig):
-    from agents.registry import ALGORITHMS
-
     cls = next((c for c in ALGORITHMS.values() if c.config_cls is type(config)
                 and isinstance(config, (OnPolicyConfig, DQNConfig))), None)
     if cls is None:
         raise ValueError(f"config must be a PPOConfig, A2CConfig, REINFORCEConfig or DQNConfig "
                          f"(the agents with a seed axis), got {type(config).__name__}")
     return cls
-
-
-def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None,
-                first_seed: int = 0) -> list[int]:
-    """The list of seeds from ``seeds`` (distinct ints >= 0) or ``num_seeds`` (an int >= 1:
-    ``first_seed, first_seed + 1, ...``); exactly one of the two.
-
-    >>> check_seeds(num_seeds=3, first_seed=4)
-    [4, 5, 6]
-    >>> check_seeds(num_seeds=0)
-    Traceback (most recent call last):
-    ...
-    ValueError: num_seeds must be an int >= 1, got 0
-    """
-    if (seeds is None) == (num_seeds is None):
-        raise ValueError("give exactly one of seeds (a list of ints) and num_seeds (an int)")
-    if num_seeds is not None:
-        n = positive_int(num_seeds, "num_seeds")
-        return [first_seed + i for i in range(n)]
-    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
-        raise ArgumentTypeError(f"seeds must be a list of ints >= 0, got {seeds!r}")
-    out = [positive_int(s, "seeds", minimum=0) for s in seeds]
-    if not out:
-        raise ValueError("seeds must hold at least one seed, got []")
-    if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {out}")
-    return out
 
 
 def train_many(config: OnPolicyConfig | DQNConfig, seeds: Sequence[int] | None = None,

@@ -49,13 +49,12 @@ from agents._victim import (  # noqa: F401  (perturbation_* re-exported: public 
     perturbation_norms,
     perturbation_scale,
 )
+from agents.base import Agent
+from agents.robust_sarsa import QPi, fit_q_pi
 from robustgrad import _checks
 
 if TYPE_CHECKING:
     import gymnasium as gym
-
-    from agents.base import Agent
-    from agents.robust_sarsa import QPi
 
 __all__ = [
     "ATTACK_NAMES",
@@ -109,8 +108,6 @@ def check_agent(agent: Any) -> None:
     Traceback (most recent call last):
     TypeError: agent must be an agents.Agent (...), got str (a path: load it first with ...)
     """
-    from agents.base import Agent
-
     if not isinstance(agent, Agent):
         hint = (" (a path: load it first with agents.load(path))"
                 if isinstance(agent, (str, os.PathLike)) else "")
@@ -381,8 +378,6 @@ class ObservationAttack:
     def _fn(self):
         if self._compiled is None:
             if self.name == "rs" and self.q_pi is None:
-                from agents.robust_sarsa import fit_q_pi
-
                 self.q_pi = fit_q_pi(self.agent, steps=self.rs_steps)
             name, agent, norm, scale, q_pi, kw = (self.name, self.agent, self.norm, self.scale,
                                                   self.q_pi, self.kwargs)

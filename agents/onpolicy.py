@@ -41,14 +41,17 @@ import tensorflow_probability as tfp
 
 from agents._iterations import IterationsPerCall
 from agents._step import SeedAxisAdamStep, make_adam_step
+from agents.backend import make_collector
 from agents.base import Agent, own_function
 from agents.collectors import check_batch
 from agents.config import OnPolicyConfig
+from agents.distributed import RolloutWorkers
 from agents.envs import RunningMeanStd
 from agents.networks import ActorCritic, SeedRunningMeanStd
 from agents.policy import PolicySurface
 from agents.returns import bootstrap_values, discounted_returns, gae
 from agents.schedules import linear
+from agents.seed_axis import export_seed, import_seed
 
 if TYPE_CHECKING:
     import tensorflow_probability as tfp
@@ -69,6 +72,9 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     """Base of the actor-critic agents; subclasses implement ``_update``."""
 
     config_cls = OnPolicyConfig
+    # where experience comes from (the backends wing, agents.backend and agents.distributed)
+    make_collector = staticmethod(make_collector)
+    rollout_workers_cls = RolloutWorkers
     monte_carlo = False  # REINFORCE: returns independent of the value estimates
 
     def _build(self):
@@ -169,8 +175,12 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         >>> one.config.seed, one.num_seeds, one.model.policy_net.weights_[0].shape.as_list()
         (6, 1, [4, 64])
         """
-        from agents.seed_axis import export_seed
         return export_seed(self, index)
+
+    def import_seed(self, index: int, one: OnPolicyAgent) -> None:
+        """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
+        :func:`agents.seed_axis.import_seed`)."""
+        import_seed(self, index, one)
 
     def _obs_rms(self):
         return self.model.obs_norm.rms if self.config.normalize_obs else None
@@ -231,12 +241,6 @@ class OnPolicyAgent(IterationsPerCall, Agent):
             action_high=None if self.discrete else space.high, activation=cfg.activation,
             **kwargs)
 
-    def _perceived(self, obs, seed):
-        """What the policy sees of the rollout's ``obs`` ``[N, d]`` (and what is stored and
-        learned from): ``obs`` itself; ``robust="adv"`` returns it attacked (agents.robust).
-        ``seed``: the step's stateless seed ``[2]`` int32."""
-        return obs
-
     def _act_graph(self, obs, deterministic):
         dist = self.model.distribution(obs)
         if deterministic:
@@ -284,7 +288,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         carry = collector.begin(horizon)
         seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
         for t in tf.range(horizon):
-            obs = self._perceived(obs, seeds[:, t])
+            obs = self.robustness.perceive(obs, seeds[:, t])  # robust="adv", ATLA: attacked
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
@@ -374,12 +378,19 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
-        """One gradient step on the whole batch (REINFORCE, A2C)."""
+        """One gradient step on the whole batch (REINFORCE, A2C), with the robustness plug-in's
+        term when it has one (``sa_kl`` in the statistics: SA-A2C)."""
+        inputs = self.robustness.regularizer_inputs(obs)  # outside the tape
+        robust_stats = {}
         with tf.GradientTape() as tape:
             loss, stats = self._losses(obs, actions, advantages, returns)
+            if inputs is not None:
+                term, robust_stats["sa_kl"] = self.robustness.regularizer(obs, inputs)
+                loss = loss + term
         step = self._apply_gradients(self._gradients(tape, loss))
         stats = dict(stats)
         stats["loss"] = loss
+        stats.update(robust_stats)
         stats["grad_norm"] = step["grad_norm"]
         stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
         stats["updates_tried"] = tf.ones(self._lead)

@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
+from agents._victim import _victim
 from robustgrad import _checks
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def policy_direction_objective(discrete: bool) -> Callable:
 def _policy_in_units(victim: Agent):
     """The victim's policy outputs as a function of ``u = s / scale`` and ``scale [d]``: the
     one place PA-AD reaches into the victim (the policy surface's adapter)."""
-    from agents._victim import _victim
-
     v = _victim(victim, None)
     return v.policy, v.scale()
 

@@ -34,6 +34,7 @@ __all__ = ["ENTRIES", "COMMIT", "check_config_matches", "check_saved_env", "load
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
+SEEDS_FILE = "seeds.json"  # a saved agent of several seeds: one ordinary agent per seed beside it
 
 
 def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, meta: dict,

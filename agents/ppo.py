@@ -16,22 +16,22 @@ import tensorflow as tf
 from agents import _sums
 from agents.config import PPOConfig
 from agents.onpolicy import OnPolicyAgent, _mean, _normalize
-from agents.robust import RobustOnPolicy
 
 
-class PPO(RobustOnPolicy, OnPolicyAgent):
+class PPO(OnPolicyAgent):
     """PPO agent. ``PPO(env="CartPole-v1", seed=0).learn(100_000)``; see :class:`PPOConfig`.
 
     ``robust="sa"`` is SA-PPO (Zhang et al. 2020): each minibatch's loss gets
     ``kappa * KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
-    (:mod:`agents.robust`); ``robust="adv"`` acts on attacked observations.
+    (:mod:`agents.robust`); ``robust="adv"`` acts on attacked observations. Robust training
+    enters through the agent's plug-in (``self.robustness``, :mod:`agents.plugin`).
     """
 
     algo = "ppo"
     config_cls = PPOConfig
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
-        cfg = self.config
+        cfg, robustness = self.config, self.robustness
         lead = self._lead  # (S,) with the seed axis: every statistic below is per seed
         batch = cfg.n_steps * cfg.num_envs
         mb = batch // cfg.n_minibatches
@@ -56,7 +56,7 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
                     self._rows(x, k * mb, mb) for x in shuffled)
                 if cfg.normalize_advantages:
                     mb_adv = _normalize(mb_adv)
-                mb_obs_adv = self._sa_observations(mb_obs)
+                mb_robust = robustness.regularizer_inputs(mb_obs)  # outside the tape
                 with tf.GradientTape() as tape:
                     dist = self.model.distribution(mb_obs)
                     logratio = dist.log_prob(mb_act) - mb_logp_old
@@ -71,7 +71,7 @@ class PPO(RobustOnPolicy, OnPolicyAgent):
                             tf.square(new_v - mb_ret), tf.square(v_clipped - mb_ret)))
                     else:
                         v_loss = 0.5 * _mean(tf.square(new_v - mb_ret))
-                    sa_loss, sa_kl = self._sa_term(mb_obs, mb_obs_adv)
+                    sa_loss, sa_kl = robustness.regularizer(mb_obs, mb_robust)
                     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss + sa_loss
                 step = self._apply_gradients(self._gradients(tape, loss),
                                              active if lead else None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from agents._loading import register_algorithms
 from agents.a2c import A2C
 from agents.base import Agent
 from agents.dqn import DQN
@@ -24,6 +25,7 @@ from agents.reinforce import REINFORCE
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "algorithm", "algorithm_of_config"]
 
+register_algorithms(PPO, A2C, REINFORCE, DQN)  # the table agents.load reads (agents._loading)
 ALGORITHMS = MappingProxyType({cls.algo: cls for cls in (PPO, A2C, REINFORCE, DQN)})
 """``name -> agent class`` (read-only)."""
 

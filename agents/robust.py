@@ -55,9 +55,10 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents import atla
 from agents import observation_attacks as oa
 from agents._victim import _surface
+from agents.certify import difference_upper_bounds, greedy_margin_lower_bounds, output_bounds
+from agents.plugin import RobustnessPlugin, register_robustness
 from agents.schedules import linear
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ if TYPE_CHECKING:
 
 tfd = tfp.distributions
 
-__all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "RobustSchedule",
-           "adversarial_observations", "attacked_q_margin", "clean_distribution",
+__all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "SA", "Adversarial", "RobustSchedule",
+           "Scheduled", "adversarial_observations", "attacked_q_margin", "clean_distribution",
            "convex_categorical_kl", "convex_gaussian_kl", "convex_margin_hinge",
            "convex_policy_regularizer", "policy_kl", "q_margin_hinge", "sa_dqn_observations",
            "sa_observations", "sa_policy_regularizer"]
@@ -209,8 +210,6 @@ def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     around each ``obs [B, d]``, ``a*`` the greedy action at ``obs`` (stopped; or ``greedy``), the
     margin bounds by ``method`` with the margin merged into the last layer. An upper bound of
     SA-DQN's hinge at any ``s_hat`` in the ball; differentiable w.r.t. the weights."""
-    from agents.certify import greedy_margin_lower_bounds
-
     _, lb = greedy_margin_lower_bounds(_surface(agent), tf.stop_gradient(obs), eps, method,
                                        greedy)
     return _batch_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
@@ -223,8 +222,6 @@ def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     the mean over the ball of radius ``eps`` around ``obs [B, d]`` and ``mu(s)`` stopped: an upper
     bound of ``max_{s_hat} KL(pi(.|s) || pi(.|s_hat))`` (both sides share sigma). Differentiable
     w.r.t. the policy's weights and ``log_std``."""
-    from agents.certify import output_bounds
-
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
     lb, ub = output_bounds(surface, obs, eps, method)
@@ -242,8 +239,6 @@ def convex_categorical_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     difference merged into the last layer). Since ``log pi(a|s_hat) = -logsumexp_j (z_j - z_a)``,
     this is an upper bound of ``max_{s_hat} KL(pi(.|s) || pi(.|s_hat))``, exact at ``eps = 0``;
     differentiable w.r.t. the policy's weights."""
-    from agents.certify import difference_upper_bounds
-
     surface = _surface(agent)
     obs = tf.stop_gradient(obs)
     logp = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
@@ -274,73 +269,75 @@ def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: flo
     return tf.stop_gradient(tf.where(finite, adv, obs))
 
 
-class RobustOnPolicy:
-    """Mixin of PPO and A2C: the ``robust`` config fields at work.
+class Scheduled(RobustnessPlugin):
+    """A robust training method with an eps/kappa schedule (:class:`RobustSchedule`, from the
+    config's ``robust_eps``, ``robust_kappa``, ``robust_eps_warmup``), updated before each
+    iteration; the iteration's logs carry ``robust_eps`` and ``robust_kappa``."""
 
-    Builds the :class:`RobustSchedule`, updates it before each iteration, attacks the rollout's
-    observations for ``robust="adv"`` and gives the update :meth:`_sa_term`.
-    """
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        cfg = agent.config
+        self.schedule = RobustSchedule(cfg.robust_eps, cfg.robust_kappa, cfg.robust_eps_warmup)
 
-    def _build(self):
-        super()._build()
-        cfg = self.config
-        self.robust_schedule = None
-        if cfg.robust is not None:
-            self.robust_schedule = RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
-                                                  cfg.robust_eps_warmup)
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        self.schedule.update(steps_done, total)
+        return {}
 
-    def _perceived(self, obs, seed):
-        if atla.uses_atla(self.config):
-            return atla.atla_observations(self, obs, tf.random.experimental.stateless_fold_in(
-                seed, 1))
-        if self.config.robust != "adv":
-            return obs
-        seed = tf.random.experimental.stateless_fold_in(seed, 1)
-        return adversarial_observations(self, obs, self.config.robust_attack,
-                                        self.robust_schedule.eps, self.config.robust_steps, seed)
-
-    def _sa_observations(self, obs):
-        """``s_hat`` of the SA regulariser for a minibatch (``None`` unless ``robust="sa"``);
-        computed outside the gradient tape."""
-        if not atla.uses_sa(self.config):
-            return None
-        if self.config.robust_method == "convex":  # no search: the bound covers the ball
-            return tf.stop_gradient(obs)
-        return sa_observations(self, obs, self.robust_schedule.eps, self.config.robust_steps,
-                               self._seed(), self.config.robust_method)
-
-    def _sa_term(self, obs, obs_adv):
-        """``(kappa * KL, KL)`` for the loss and the logs (``robust_method="convex"``: its bound
-        instead of the KL); zeros without ``robust="sa"``."""
-        if obs_adv is None:
-            return tf.constant(0.0), tf.constant(0.0)
-        if self.config.robust_method == "convex":
-            kl = convex_policy_regularizer(self, obs, self.robust_schedule.eps)
-        else:
-            kl = sa_policy_regularizer(self, obs, obs_adv)
-        return self.robust_schedule.kappa * kl, kl
-
-    def _train_iteration(self, steps_done, total):
-        if self.robust_schedule is not None:
-            self.robust_schedule.update(steps_done, total)
-        extra = atla.adversary_phase(self) if atla.uses_atla(self.config) else {}
-        logs, n = super()._train_iteration(steps_done, total)
-        per_seed = extra.pop("per_seed", None)  # ATLA on the seed axis: each seed's adversary
+    def after_iteration(self, logs: dict, extra: dict) -> None:
+        extra = dict(extra)
+        per_seed = extra.pop("per_seed", None)  # a method's own values for each seed
         logs.update(extra)
         if per_seed is not None:
             logs["per_seed"].update(per_seed)
-        if self.robust_schedule is not None:
-            logs["robust_eps"] = float(self.robust_schedule.eps.numpy())
-            logs["robust_kappa"] = float(self.robust_schedule.kappa.numpy())
-        return logs, n
+        logs["robust_eps"] = float(self.schedule.eps.numpy())
+        logs["robust_kappa"] = float(self.schedule.kappa.numpy())
 
-    def _record_update(self, logs, failures):
-        """The driver's bookkeeping; with ATLA on the seed axis each seed's ``history`` entry
-        also records its adversary's return and radius (:mod:`agents.atla`)."""
-        failures = super()._record_update(logs, failures)
-        per_seed = logs.get("per_seed", {})
-        if self.num_seeds > 1 and atla.uses_atla(self.config):
-            for key in ("atla_adversary_return", "atla_adversary_radius"):
-                for k, history in enumerate(self.seed_histories):
-                    history[-1][key] = per_seed[key][k]
-        return failures
+
+class SA(Scheduled):
+    """``robust="sa"``: the state-adversarial regulariser (module doc) in the loss, ``kappa``
+    times SA-PPO/SA-A2C's KL at the inner maximiser ``robust_method`` (its convex bound for
+    ``"convex"``), or SA-DQN's hinge for a Q-learner."""
+
+    def regularizer_inputs(self, obs):
+        agent, cfg = self.agent, self.agent.config
+        if agent.value_based:
+            return sa_dqn_observations(agent, obs, self.schedule.eps, cfg.robust_steps,
+                                       agent._seed(), cfg.robust_method)
+        if cfg.robust_method == "convex":  # no search: the bound covers the ball
+            return tf.stop_gradient(obs)
+        return sa_observations(agent, obs, self.schedule.eps, cfg.robust_steps, agent._seed(),
+                               cfg.robust_method)
+
+    def regularizer(self, obs, inputs):
+        if inputs is None:
+            return super().regularizer(obs, inputs)
+        agent, convex = self.agent, self.agent.config.robust_method == "convex"
+        if agent.value_based:  # SA-DQN (Zhang et al. 2020)
+            obs_adv, greedy = inputs
+            term = convex_margin_hinge(agent, obs, self.schedule.eps, greedy) if convex \
+                else attacked_q_margin(agent, obs_adv, greedy)
+        else:
+            term = convex_policy_regularizer(agent, obs, self.schedule.eps) if convex \
+                else sa_policy_regularizer(agent, obs, inputs)
+        return self.schedule.kappa * term, term
+
+
+class Adversarial(Scheduled):
+    """``robust="adv"``: the agent lives in the perturbed MDP of ``robust_attack`` (module doc):
+    an on-policy agent acts on, stores and learns from attacked rollout observations; a
+    Q-learner's update sees attacked ``s`` in ``Q(s, a)`` (its replay buffer stays clean)."""
+
+    def perceive(self, obs, seed):
+        cfg = self.agent.config
+        return adversarial_observations(self.agent, obs, cfg.robust_attack, self.schedule.eps,
+                                        cfg.robust_steps,
+                                        tf.random.experimental.stateless_fold_in(seed, 1))
+
+    def learner_observations(self, obs):
+        cfg = self.agent.config
+        return adversarial_observations(self.agent, obs, cfg.robust_attack, self.schedule.eps,
+                                        cfg.robust_steps, self.agent._seed())
+
+
+register_robustness("sa", SA)
+register_robustness("adv", Adversarial)

@@ -232,7 +232,7 @@ def test_atla_trains_against_its_adversary():
     agent.learn(64, progress_bar=False)
     assert int(agent.atla_adversary.num_timesteps.numpy()) == 64
     # the rollout saw attacked observations: stored obs differ from a clean replay by <= eps
-    seen = agent._perceived(np.zeros([2, 4], np.float32), np.array([1, 2], np.int32)).numpy()
+    seen = agent.robustness.perceive(np.zeros([2, 4], np.float32), np.array([1, 2], np.int32)).numpy()
     assert 0 < np.abs(seen).max() <= 0.1 + 1e-6
     with pytest.raises(ValueError, match="ATLA trains an actor-critic"):
         agents.DQN(env="CartPole-v1", robust="atla")

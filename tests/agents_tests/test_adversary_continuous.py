@@ -65,11 +65,11 @@ def test_atla_adversary_follows_the_agents_normaliser():
     agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True,
                        robust="atla", robust_eps=0.2, robust_eps_warmup=0.0)
     agent.learn(64, progress_bar=False)
-    first = agent._atla_surface.scale.copy()
+    first = agent.robustness.surface.scale.copy()
     now = agent.policy_surface().obs_scale().numpy()
     assert np.abs(now - first).max() > 1e-3  # the last agent update moved the normaliser
     adversary_phase(agent)
-    np.testing.assert_allclose(agent._atla_surface.scale, now, rtol=1e-6)
+    np.testing.assert_allclose(agent.robustness.surface.scale, now, rtol=1e-6)
 
 
 def test_the_random_policy_baseline_repeats_on_a_continuous_space():

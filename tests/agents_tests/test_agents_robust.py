@@ -90,11 +90,11 @@ def test_adv_rollout_acts_on_attacked_observations():
                        robust="adv", robust_attack="random", robust_eps=0.3,
                        robust_eps_warmup=0.0)
     obs = tf.constant(OBS[:2])
-    seen = agent._perceived(obs, tf.constant([5, 6])).numpy()
+    seen = agent.robustness.perceive(obs, tf.constant([5, 6])).numpy()
     delta = np.abs(seen - OBS[:2])
     assert delta.max() <= 0.3 + 1e-6 and delta.max() > 0.05
     nan_obs = tf.constant([[np.nan, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], tf.float32)
-    seen = agent._perceived(nan_obs, tf.constant([5, 6])).numpy()
+    seen = agent.robustness.perceive(nan_obs, tf.constant([5, 6])).numpy()
     assert np.isnan(seen[0, 0]) and np.all(np.isfinite(seen[1]))  # the guard still sees NaN
     agent.learn(64, progress_bar=False)
     assert agent.trace_counts["rollout"] == 1

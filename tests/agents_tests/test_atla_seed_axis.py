@@ -81,7 +81,7 @@ def _alone(many, s):
 
 def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
     many = _pair()
-    adv, surface = many.atla_adversary, many._atla_surface
+    adv, surface = many.atla_adversary, many.robustness.surface
     assert adv.num_seeds == 2
     assert adv.seeds == [s + 104_729 for s in many.seeds]
     assert adv.env.vec.surface is surface and adv.env.num_envs == 4
@@ -113,7 +113,7 @@ def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
 
 def test_each_seeds_block_sees_its_own_victim():
     many = _pair()
-    surface = many._atla_surface
+    surface = many.robustness.surface
     obs = np.concatenate([_obs([64, 4])] * 2)  # the same rows in both blocks
     acts = surface.act(obs)
     assert (acts[:64] != acts[64:]).any()
@@ -130,12 +130,12 @@ def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_
     from agents.envs import VecEnv
 
     many = _pair()
-    adv, surface = many.atla_adversary, many._atla_surface
-    many._atla_radius.value = 0.5  # large enough to end episodes
+    adv, surface = many.atla_adversary, many.robustness.surface
+    many.robustness.radius.value = 0.5  # large enough to end episodes
     alone = []
     for s in range(2):  # what seed s's adversary alone steps (make_vec_env of its factory)
         one = victim_surface(many.export(s), "agent")
-        alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many._atla_radius),
+        alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many.robustness.radius),
                             seed=adv.seeds[s]))
     env, calls = adv.env, []
     act = surface._act
