@@ -4,23 +4,23 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 """
 
 # public re-exports (ruff: F401 is expected here)
-from agents import atla, robust  # noqa: F401 - the robust training plug-ins (agents.plugin)
-from agents._loading import load  # noqa: F401
-from agents.a2c import A2C  # noqa: F401
-from agents.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
-from agents.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
-from agents.attack_report import AgentAttackReport  # noqa: F401
-from agents.base import Agent, NonFiniteTrainingError  # noqa: F401
-from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
-from agents.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
-from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
-from agents.dqn import DQN  # noqa: F401
+from agents.algorithms.a2c import A2C  # noqa: F401
+from agents.algorithms.dqn import DQN  # noqa: F401
+from agents.algorithms.many import summarize_runs, train_many  # noqa: F401
+from agents.algorithms.ppo import PPO  # noqa: F401
+from agents.algorithms.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
+from agents.algorithms.reinforce import REINFORCE  # noqa: F401
+from agents.core._loading import load  # noqa: F401
+from agents.core.base import Agent, NonFiniteTrainingError  # noqa: F401
+from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
+from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
+from agents.core.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
+from agents.core.policy import PolicySurface  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
-from agents.many import summarize_runs, train_many  # noqa: F401
-from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
-from agents.policy import PolicySurface  # noqa: F401
-from agents.ppo import PPO  # noqa: F401
-from agents.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
-from agents.reinforce import REINFORCE  # noqa: F401
-from agents.robust_sarsa import fit_q_pi  # noqa: F401
+from agents.robustness import atla, robust  # noqa: F401 - the robust training plug-ins (agents.core.plugin)
+from agents.robustness.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
+from agents.robustness.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
+from agents.robustness.attack_report import AgentAttackReport  # noqa: F401
+from agents.robustness.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
+from agents.robustness.robust_sarsa import fit_q_pi  # noqa: F401

@@ -1,6 +1,6 @@
 """Several on-policy iterations per compiled call (``iterations_per_call = K > 1``, graph
 backend; PureJaxRL compiles its whole training into one call), a mixin of
-:class:`agents.onpolicy.OnPolicyAgent`.
+:class:`agents.algorithms.onpolicy.OnPolicyAgent`.
 
 ``_iterations(lrs, failures)`` runs ``n <= K`` iterations
 in a ``tf.while_loop`` inside one compiled call (XLA too), each as ``_iteration``, with its

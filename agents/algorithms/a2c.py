@@ -4,13 +4,13 @@ Short ``n_steps`` rollouts from ``num_envs`` environments, n-step (or GAE) advan
 bootstrapped from the critic, and one gradient step per rollout on
 ``policy_loss - ent_coef * entropy + vf_coef * value_loss``. Defaults follow
 Stable-Baselines3's A2C, with Adam (eps 1e-5) instead of RMSprop. ``robust="sa"`` is SA-A2C
-(Zhang et al. 2020): ``+ kappa * KL(pi(.|s) || pi(.|s_hat))`` (:mod:`agents.robust`).
+(Zhang et al. 2020): ``+ kappa * KL(pi(.|s) || pi(.|s_hat))`` (:mod:`agents.robustness.robust`).
 """
 
 from __future__ import annotations
 
-from agents.config import A2CConfig
-from agents.onpolicy import OnPolicyAgent
+from agents.algorithms.onpolicy import OnPolicyAgent
+from agents.core.config import A2CConfig
 
 
 class A2C(OnPolicyAgent):

@@ -3,7 +3,7 @@ optional prioritised experience replay (Schaul et al. 2016).
 
 One iteration of ``learn``: ``train_freq`` steps of every environment with an
 epsilon-greedy policy (one compiled loop over the collector's traceable step,
-:mod:`agents.collectors`), recorded into a replay buffer held in ``tf.Variable``s, then,
+:mod:`agents.core.collectors`), recorded into a replay buffer held in ``tf.Variable``s, then,
 once ``learning_starts`` env steps have been taken, ``gradient_steps`` compiled gradient steps
 on minibatches. The algorithm asks its collector, not the backend: a ``fused`` collector
 (``backend="graph"``: the env is TensorFlow ops, its state in the loop carry) runs the
@@ -27,18 +27,18 @@ collection of their copy (``Agent.collect``) and the learner records their batch
   ``target <- tau * online + (1 - tau) * target``.
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md section 8): the same functions with a leading
-``[S, ...]`` on the networks (online and target, :class:`agents.networks.QNetwork` with a list
-of seeds), the observation statistics, Adam (:class:`agents._step.SeedAxisAdamStep`: per-seed
-clipping, guard and moments) and the replay buffer (:class:`agents.buffers.ReplayBuffer` with
+``[S, ...]`` on the networks (online and target, :class:`agents.core.networks.QNetwork` with a list
+of seeds), the observation statistics, Adam (:class:`agents.core._step.SeedAxisAdamStep`: per-seed
+clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.ReplayBuffer` with
 ``num_seeds``: each seed samples its own minibatch from its own transitions, with its own
-priorities). The environments are ``S * num_envs`` (:mod:`agents.seed_axis`), acted on
+priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_axis`), acted on
 epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
 step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
 ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
 minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
-(:mod:`agents.robust`).
+(:mod:`agents.robustness.robust`).
 """
 
 from __future__ import annotations
@@ -49,18 +49,18 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from agents import _sums
-from agents._step import SeedAxisAdamStep, make_adam_step
-from agents.backend import make_collector
-from agents.base import Agent, own_function
-from agents.buffers import ReplayBuffer
-from agents.config import DQNConfig
-from agents.distributed import RolloutWorkers
-from agents.networks import QNetwork
-from agents.policy import PolicySurface
-from agents.returns import td_target
-from agents.schedules import linear
-from agents.seed_axis import export_seed, import_seed
+from agents.backends.distributed import RolloutWorkers
+from agents.backends.factory import make_collector
+from agents.backends.seed_axis import export_seed, import_seed
+from agents.core import _sums
+from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core.base import Agent, own_function
+from agents.core.buffers import ReplayBuffer
+from agents.core.config import DQNConfig
+from agents.core.networks import QNetwork
+from agents.core.policy import PolicySurface
+from agents.core.returns import td_target
+from agents.core.schedules import linear
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
@@ -97,7 +97,7 @@ class DQN(Agent):
     algo = "dqn"
     config_cls = DQNConfig
     value_based = True
-    # where experience comes from (the backends wing, agents.backend and agents.distributed)
+    # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
     make_collector = staticmethod(make_collector)
     rollout_workers_cls = RolloutWorkers
     fuse_graph_iteration = True
@@ -164,7 +164,7 @@ class DQN(Agent):
         self._obs.assign(obs)
 
     def _seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
-        """``(per seed, shared)`` variables for :func:`agents.seed_axis.export_seed`: networks,
+        """``(per seed, shared)`` variables for :func:`agents.backends.seed_axis.export_seed`: networks,
         observation statistics, Adam's moments and count, the replay buffer's contents and
         priorities (each ``[S, ...]`` with the seed axis); the step counts, learning rate,
         epsilon and the buffer's position and size (one for all seeds)."""
@@ -179,7 +179,7 @@ class DQN(Agent):
     def export(self, index: int) -> DQN:
         """Seed ``self.seeds[index]`` as an ordinary (one-seed) DQN: its online and target
         networks, Adam moments and count, observation statistics, replay buffer, step counts,
-        ``history`` and recent returns (:func:`agents.seed_axis.export_seed`). It saves,
+        ``history`` and recent returns (:func:`agents.backends.seed_axis.export_seed`). It saves,
         loads, evaluates, is certified and attacked like any other.
 
         >>> import agents
@@ -193,7 +193,7 @@ class DQN(Agent):
 
     def import_seed(self, index: int, one: DQN) -> None:
         """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
-        :func:`agents.seed_axis.import_seed`)."""
+        :func:`agents.backends.seed_axis.import_seed`)."""
         import_seed(self, index, one)
 
     def _env_q(self, obs):
@@ -240,7 +240,7 @@ class DQN(Agent):
         rand = rng.uniform([n], 0, self.n_actions, dtype=tf.int32)
         return tf.where(u < eps, rand, greedy)
 
-    # -- collection (agents.collectors: the collector steps the environments) ---------------
+    # -- collection (agents.core.collectors: the collector steps the environments) ---------------
     def _collection(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
         return self._collect(tf.constant(n_steps), tf.constant(steps_done, tf.int64),
                              tf.constant(explore_steps, tf.float32),
@@ -258,7 +258,7 @@ class DQN(Agent):
 
     def _collect_graph(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
         """``n_steps`` epsilon-greedy steps of every env of the collector (its traceable step);
-        returns the batch of :mod:`agents.collectors` ``[n_steps, num_envs, ...]`` and each
+        returns the batch of :mod:`agents.core.collectors` ``[n_steps, num_envs, ...]`` and each
         step's ``epsilon [n_steps]``. Step ``t`` is env step ``steps_done + t * total_envs`` of
         this ``learn`` budget and ``timesteps + t * total_envs`` overall (``total_envs``: every
         env of every rollout worker), which set epsilon. The observation statistics are
@@ -367,7 +367,7 @@ class DQN(Agent):
         """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
         ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
         the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
-        robustness = self.robustness  # agents.plugin: robust="adv", SA-DQN
+        robustness = self.robustness  # agents.core.plugin: robust="adv", SA-DQN
         obs = robustness.learner_observations(batch["obs"])  # the buffer keeps clean ones
         inputs = robustness.regularizer_inputs(obs)  # outside the tape
         with tf.GradientTape() as tape:

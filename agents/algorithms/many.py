@@ -1,11 +1,11 @@
 """Many seeds in one run: ``train_many(config, seeds, steps)``, and the statistics over seeds.
 
-``train_many`` is the agent with a seed axis (``num_seeds = len(seeds)``, :mod:`agents.onpolicy`,
-:mod:`agents.dqn`): one program for all seeds, batched matmuls, per-seed environments, losses,
+``train_many`` is the agent with a seed axis (``num_seeds = len(seeds)``, :mod:`agents.algorithms.onpolicy`,
+:mod:`agents.algorithms.dqn`): one program for all seeds, batched matmuls, per-seed environments, losses,
 clipping, guard, Adam, normalisation, replay buffers and ``target_kl`` masks, on either backend (the
 graph backend compiles the whole iteration of every seed into one call), robust training included
 (``robust="atla"``: each seed against its own slice of one learned adversary with a seed axis,
-:mod:`agents.atla`; not in the checkpoints).
+:mod:`agents.robustness.atla`; not in the checkpoints).
 It trains through the one ``learn`` driver, so callbacks, ``checkpoint_dir``/``checkpoint_every``
 (one ordinary saved agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
 :class:`robustgrad.interrupts.TrainingInterrupted`) and the non-finite stop work as for one
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.config import DQNConfig, OnPolicyConfig, check_seeds  # noqa: F401 - agents.many.check_seeds, as before
-from agents.registry import ALGORITHMS
+from agents.algorithms.registry import ALGORITHMS
+from agents.core.config import DQNConfig, OnPolicyConfig, check_seeds  # noqa: F401 - agents.algorithms.many.check_seeds, as before
 from robustgrad._checks import choice, positive_int
 from robustgrad.atomic import save_figure
 

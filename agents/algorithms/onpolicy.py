@@ -1,7 +1,7 @@
 """On-policy actor-critic machinery shared by REINFORCE, A2C and PPO.
 
 Two compiled functions per iteration, each traced once; one, ``_iteration()``, when the
-collector is ``fused`` (:mod:`agents.collectors`: ``backend="graph"``, the environment is
+collector is ``fused`` (:mod:`agents.core.collectors`: ``backend="graph"``, the environment is
 TensorFlow ops stepped inside the rollout). The algorithm asks its collector, never the backend:
 
 * ``_rollout()``: ``n_steps`` steps of the collector's environments in one ``tf.function``
@@ -17,17 +17,17 @@ at exactly 1) and updated afterwards, skipping non-finite rows.
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md section 8, PureJaxRL's ``vmap`` over seeds written
 as batched ops): the same functions with a leading ``[S, ...]`` on every tensor. Networks are
-stacked (:class:`agents.networks.ActorCritic` with a list of seeds), the environments are
-``S * num_envs`` (:mod:`agents.seed_axis`), losses are reduced per seed and summed (seed ``s``'s
+stacked (:class:`agents.core.networks.ActorCritic` with a list of seeds), the environments are
+``S * num_envs`` (:mod:`agents.backends.seed_axis`), losses are reduced per seed and summed (seed ``s``'s
 loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients), clipping, the non-finite guard and Adam act per seed
-(:class:`agents._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
+(:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
 examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
 ``S = 1`` the axis is absent and every op is the ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend):
-:mod:`agents._iterations`.
+:mod:`agents.algorithms._iterations`.
 """
 
 from __future__ import annotations
@@ -39,19 +39,19 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents._iterations import IterationsPerCall
-from agents._step import SeedAxisAdamStep, make_adam_step
-from agents.backend import make_collector
-from agents.base import Agent, own_function
-from agents.collectors import check_batch
-from agents.config import OnPolicyConfig
-from agents.distributed import RolloutWorkers
+from agents.algorithms._iterations import IterationsPerCall
+from agents.backends.distributed import RolloutWorkers
+from agents.backends.factory import make_collector
+from agents.backends.seed_axis import export_seed, import_seed
+from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core.base import Agent, own_function
+from agents.core.collectors import check_batch
+from agents.core.config import OnPolicyConfig
+from agents.core.networks import ActorCritic, SeedRunningMeanStd
+from agents.core.policy import PolicySurface
+from agents.core.returns import bootstrap_values, discounted_returns, gae
+from agents.core.schedules import linear
 from agents.envs import RunningMeanStd
-from agents.networks import ActorCritic, SeedRunningMeanStd
-from agents.policy import PolicySurface
-from agents.returns import bootstrap_values, discounted_returns, gae
-from agents.schedules import linear
-from agents.seed_axis import export_seed, import_seed
 
 if TYPE_CHECKING:
     import tensorflow_probability as tfp
@@ -72,7 +72,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     """Base of the actor-critic agents; subclasses implement ``_update``."""
 
     config_cls = OnPolicyConfig
-    # where experience comes from (the backends wing, agents.backend and agents.distributed)
+    # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
     make_collector = staticmethod(make_collector)
     rollout_workers_cls = RolloutWorkers
     monte_carlo = False  # REINFORCE: returns independent of the value estimates
@@ -165,7 +165,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     def export(self, index: int) -> OnPolicyAgent:
         """Seed ``self.seeds[index]`` as an ordinary (one-seed) agent of the same class: its
         weights, Adam moments and count, observation and reward statistics, step counts,
-        ``history`` and recent returns (:func:`agents.seed_axis.export_seed`). It saves, loads,
+        ``history`` and recent returns (:func:`agents.backends.seed_axis.export_seed`). It saves, loads,
         evaluates and is attacked like any other.
 
         >>> import agents
@@ -179,7 +179,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
 
     def import_seed(self, index: int, one: OnPolicyAgent) -> None:
         """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
-        :func:`agents.seed_axis.import_seed`)."""
+        :func:`agents.backends.seed_axis.import_seed`)."""
         import_seed(self, index, one)
 
     def _obs_rms(self):
@@ -226,7 +226,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     def _seed_axis_surface(self) -> PolicySurface:
         """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
         each seed's through its own network and normaliser (robust training on the seed axis,
-        :mod:`agents.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
+        :mod:`agents.robustness.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
         net = self.model.policy_net
         return self._surface(num_seeds=self.num_seeds,
                              seed_layers=list(zip(net.weights_, net.biases)))
@@ -251,7 +251,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
             a = tf.clip_by_value(a, self._low, self._high)
         return a
 
-    # -- rollout (agents.collectors: the collector steps the environments) ------------------
+    # -- rollout (agents.core.collectors: the collector steps the environments) ------------------
     def _sample_actions(self, obs, seed):
         """Actions ``[N]`` int32 (discrete) or ``[N, d]`` float32 drawn from the policy at the
         (finite) observations ``obs`` with the stateless ``seed``. Discrete: the draw
@@ -269,7 +269,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     def _rollout_graph(self):
         """``n_steps`` steps of the collector's environments with the policy (its traceable
         step: ``tf.numpy_function`` around a gymnasium env, or the env's TensorFlow ops); the
-        batch of :mod:`agents.collectors` with layouts ``[T, (S,) N, ...]``."""
+        batch of :mod:`agents.core.collectors` with layouts ``[T, (S,) N, ...]``."""
         self.trace_counts["rollout"] += 1
         horizon, n_envs = self.config.n_steps, self.config.num_envs
         envs = self._lead + (n_envs,)  # [(S,) N]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from agents import _sums
-from agents.config import PPOConfig
-from agents.onpolicy import OnPolicyAgent, _mean, _normalize
+from agents.algorithms.onpolicy import OnPolicyAgent, _mean, _normalize
+from agents.core import _sums
+from agents.core.config import PPOConfig
 
 
 class PPO(OnPolicyAgent):
@@ -23,8 +23,8 @@ class PPO(OnPolicyAgent):
 
     ``robust="sa"`` is SA-PPO (Zhang et al. 2020): each minibatch's loss gets
     ``kappa * KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
-    (:mod:`agents.robust`); ``robust="adv"`` acts on attacked observations. Robust training
-    enters through the agent's plug-in (``self.robustness``, :mod:`agents.plugin`).
+    (:mod:`agents.robustness.robust`); ``robust="adv"`` acts on attacked observations. Robust training
+    enters through the agent's plug-in (``self.robustness``, :mod:`agents.core.plugin`).
     """
 
     algo = "ppo"

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from agents._loading import register_algorithms
-from agents.a2c import A2C
-from agents.base import Agent
-from agents.dqn import DQN
-from agents.ppo import PPO
-from agents.reinforce import REINFORCE
+from agents.algorithms.a2c import A2C
+from agents.algorithms.dqn import DQN
+from agents.algorithms.ppo import PPO
+from agents.algorithms.reinforce import REINFORCE
+from agents.core._loading import register_algorithms
+from agents.core.base import Agent
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "algorithm", "algorithm_of_config"]
 
-register_algorithms(PPO, A2C, REINFORCE, DQN)  # the table agents.load reads (agents._loading)
+register_algorithms(PPO, A2C, REINFORCE, DQN)  # the table agents.load reads (agents.core._loading)
 ALGORITHMS = MappingProxyType({cls.algo: cls for cls in (PPO, A2C, REINFORCE, DQN)})
 """``name -> agent class`` (read-only)."""
 
@@ -45,7 +45,7 @@ def algorithm(name: str, argument: str = "algo") -> type[Agent]:
 def algorithm_of_config(config_cls: type) -> type[Agent]:
     """The agent class whose ``config_cls`` is ``config_cls`` (exactly).
 
-    >>> from agents.config import A2CConfig
+    >>> from agents.core.config import A2CConfig
     >>> algorithm_of_config(A2CConfig).algo
     'a2c'
     """

@@ -9,8 +9,8 @@ episode never does).
 
 from __future__ import annotations
 
-from agents.config import REINFORCEConfig
-from agents.onpolicy import OnPolicyAgent
+from agents.algorithms.onpolicy import OnPolicyAgent
+from agents.core.config import REINFORCEConfig
 
 
 class REINFORCE(OnPolicyAgent):

@@ -1,6 +1,6 @@
 """Ray set-up for the rollout workers: argument and address checks, connecting or starting Ray.
 
-Private to :mod:`agents` (moved out of ``agents/distributed.py``, which re-exports the public
+Private to :mod:`agents` (moved out of ``agents/backends/distributed.py``, which re-exports the public
 names: ``check_rollout_args``, ``check_ray_address``, ``init_ray``, ``INSTALL_HINT``). Ray is
 imported only when a function needs it, so the checks run before any heavy import.
 

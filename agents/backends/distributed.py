@@ -2,7 +2,7 @@
 
 ``agents.PPO(config, rollout_workers=K)`` splits the agent's ``num_envs`` environments over
 ``K`` Ray actors (:class:`RolloutWorkers`, the Ray implementation of the collector contract of
-:mod:`agents.collectors`). Each actor owns a copy of the agent built from the same config with
+:mod:`agents.core.collectors`). Each actor owns a copy of the agent built from the same config with
 ``num_envs // K`` sub-environments (its own local collector). One collection, the same for
 every algorithm:
 
@@ -36,7 +36,7 @@ env is reset before the next ``learn``).
 
 Ray Core only (actors and the object store): ``pip install 'robustgrad[distributed]'``.
 The Ray set-up (argument and address checks, :func:`init_ray`) lives in
-``agents/_ray_setup.py`` and is re-exported here.
+``agents/backends/_ray_setup.py`` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -49,18 +49,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from agents._ray_setup import (  # noqa: F401 - re-exported: agents.distributed.init_ray etc.
+from agents.backends._ray_setup import (  # noqa: F401 - re-exported: agents.backends.distributed.init_ray etc.
     INSTALL_HINT,
     _import_ray,
     check_ray_address,
     check_rollout_args,
     init_ray,
 )
-from agents.collectors import Collector
+from agents.core.collectors import Collector
 from robustgrad._checks import positive_int
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
 _KEY_INDEX = -1  # Philox state is [counter, counter, key]
 
@@ -124,7 +124,7 @@ class _RolloutWorker:
         ``policy_state``, sampling from random stream ``worker_id``. Returns the batch as numpy
         arrays, the finished episodes, the collection's wall time and the random stream's end
         state (stream offset removed). An exception of ``env.step`` reaches the learner as
-        itself (``agents.collectors``)."""
+        itself (``agents.core.collectors``)."""
         agent = self.agent
         agent.load_policy_state(policy_state, stream=self.worker_id)
         start = time.perf_counter()
@@ -143,7 +143,7 @@ class _RolloutWorker:
 
 class RolloutWorkers(Collector):
     """``num_workers`` Ray actors that collect an agent's batches: the Ray implementation of the
-    collector contract (:mod:`agents.collectors`; ``remote``: the workers' copies collect).
+    collector contract (:mod:`agents.core.collectors`; ``remote``: the workers' copies collect).
 
     Built by ``Agent(..., rollout_workers=K, ray_address=..., num_cpus=...)``; see the
     module docstring. ``agent.config.num_envs`` must be a multiple of ``K``. Each actor

@@ -31,7 +31,7 @@ from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv
 from robustgrad._checks import choice
 
 if TYPE_CHECKING:
-    from agents.config import AgentConfig
+    from agents.core.config import AgentConfig
 
 
 class GraphBackendEnv(GraphVecEnv):
@@ -49,7 +49,7 @@ def episode_capacity(config: AgentConfig, num_seeds: int = 1) -> int | None:
     every episode a compiled call can finish (each env at most one per step), ``iterations_per_call
     * n_steps * num_envs * num_seeds``, when that exceeds the env's default (``None``: the default).
 
-    >>> from agents.config import PPOConfig
+    >>> from agents.core.config import PPOConfig
     >>> cfg = PPOConfig(backend="graph", num_envs=4, n_steps=128, iterations_per_call=8)
     >>> episode_capacity(cfg), episode_capacity(PPOConfig(backend="graph"))
     (4096, None)

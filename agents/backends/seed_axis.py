@@ -3,7 +3,8 @@ between an ``S``-seed agent and ``S`` ordinary agents.
 
 An agent built with ``num_seeds=S > 1`` (:class:`agents.PPO`, :class:`agents.A2C`,
 :class:`agents.REINFORCE`, :class:`agents.DQN`) is the same code as the one-seed agent with a
-leading seed axis on every tensor (:mod:`agents.onpolicy`, :mod:`agents.dqn`); it steps the
+leading seed axis on every tensor (:mod:`agents.algorithms.onpolicy`, :mod:`agents.algorithms.dqn`); it steps
+the
 ``S * num_envs`` environments of this module, seed ``s``'s block of ``num_envs`` first reset
 from seed ``s`` as it would be alone:
 
@@ -21,7 +22,7 @@ loads, evaluates and is attacked like any other; :func:`import_seed` is the inve
 
 >>> env = SeedGraphEnv("CartPole-v1", 2, seeds=[3, 4])
 >>> obs = env.reset()
->>> from agents.graph_backend import GraphBackendEnv
+>>> from agents.backends.graph_backend import GraphBackendEnv
 >>> bool((obs[2:] == GraphBackendEnv("CartPole-v1", 2, seed=4).reset()).all())
 True
 """
@@ -35,8 +36,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from agents.backends.graph_backend import GraphBackendEnv
 from agents.envs import VecEnv, make_vec_env
-from agents.graph_backend import GraphBackendEnv
 from agents.graph_envs import GraphEnvState
 
 
@@ -147,7 +148,7 @@ class SeedBlockVecEnv(VecEnv):
     seed alone resets it (copy ``i`` from ``seeds[s] + i``); its finished episodes reported
     with ``s``. What a factory's ``make_seed_vector_env`` builds is stepped this way (the
     adversary MDP of ATLA with a seed axis: one victim call per step for all seeds,
-    :mod:`agents.atla`)."""
+    :mod:`agents.robustness.atla`)."""
 
     def __init__(self, vec: Any, seeds: Sequence[int]):
         self.seeds = [int(s) for s in seeds]

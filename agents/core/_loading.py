@@ -2,7 +2,7 @@
 
 A directory written by :meth:`agents.Agent.save` holds one agent (``config.json``, ``agent.json``,
 ``weights/``), or an agent of several seeds (``seeds.json`` naming ``seed_<s>/``, each an ordinary
-saved agent), which comes back whole. Moved out of ``agents/base.py`` (one concept per module).
+saved agent), which comes back whole. Moved out of ``agents/core/base.py`` (one concept per module).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agents.persistence import (
+from agents.core.persistence import (
     SEEDS_FILE,
     _read_json,
     check_config_matches,
@@ -24,12 +24,12 @@ from agents.persistence import (
 )
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
 _TABLE: dict[str, type[Agent]] = {}
 ALGORITHM_TABLE: Mapping[str, type[Agent]] = MappingProxyType(_TABLE)
 """``name -> agent class`` that :func:`load` reads (read-only), filled by the algorithms wing
-above this module (:mod:`agents.registry` calls :func:`register_algorithms` when it is imported,
+above this module (:mod:`agents.algorithms.registry` calls :func:`register_algorithms` when it is imported,
 which ``import agents`` does): the core loads an agent of any algorithm without importing one."""
 
 
@@ -44,7 +44,7 @@ def register_algorithms(*classes: type[Agent]) -> None:
 
 def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict, env: Any) -> None:
     """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
-    ``env`` is given (``agents.persistence``)."""
+    ``env`` is given (``agents.core.persistence``)."""
     fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
     check_config_matches(directory, cls.algo, cfg, fields)
     check_saved_env(cfg, directory, env)

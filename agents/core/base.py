@@ -5,8 +5,8 @@ An algorithm subclass provides ``_build()`` (networks, optimiser, compiled funct
 environment steps taken), ``_collection(**kwargs)`` (its compiled collection over the
 collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
 that make up its checkpoint. Where experience comes from is the agent's collector
-(:mod:`agents.collectors`, built from the config; the collection side of the agent, ``collect``,
-``policy_state`` and the weights, lives there too); loading is :mod:`agents._loading`.
+(:mod:`agents.core.collectors`, built from the config; the collection side of the agent, ``collect``,
+``policy_state`` and the weights, lives there too); loading is :mod:`agents.core._loading`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from contextlib import nullcontext
 import numpy as np
 import tensorflow as tf
 
-from agents.callbacks import Callback, ProgressBar, as_callbacks
-from agents.collectors import CollectingAgent, Collector
-from agents.config import AUTO, AgentConfig, check_seeds, make_config
+from agents.core.callbacks import Callback, ProgressBar, as_callbacks
+from agents.core.collectors import CollectingAgent, Collector
+from agents.core.config import AUTO, AgentConfig, check_seeds, make_config
+from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
+from agents.core.plugin import RobustnessPlugin, robustness_for
+from agents.core.policy import PolicySurface
 from agents.envs import run_episodes
-from agents.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
-from agents.plugin import RobustnessPlugin, robustness_for
-from agents.policy import PolicySurface
 from robustgrad.atomic import replacing
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
@@ -78,14 +78,14 @@ class Agent(CollectingAgent):
 
     algo: str = ""
     config_cls: type[AgentConfig] = AgentConfig
-    rollout_workers = None  # agents.distributed.RolloutWorkers when rollouts run on Ray
+    rollout_workers = None  # agents.backends.distributed.RolloutWorkers when rollouts run on Ray
     # the backends wing, given by the algorithm (the core imports none of it): the factory of
-    # the agent's collector from its config and seeds (agents.backend.make_collector) and the
-    # class of its Ray rollout workers (agents.distributed.RolloutWorkers; None: no Ray)
+    # the agent's collector from its config and seeds (agents.backends.factory.make_collector) and the
+    # class of its Ray rollout workers (agents.backends.distributed.RolloutWorkers; None: no Ray)
     make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
     rollout_workers_cls: type | None = None
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
-    robustness: RobustnessPlugin  # robust training (agents.plugin), from config.robust
+    robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
 
     def __init__(self, config: AgentConfig | None = None, *,
                  transform: GradientTransformation | None = None,
@@ -93,7 +93,7 @@ class Agent(CollectingAgent):
                  ray_address: str | None = None, num_cpus: int | None = None,
                  seeds: Sequence[int] | None = None, **overrides):
         # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
-        # rollout_workers: collect on that many Ray actors (agents/distributed.py), on the
+        # rollout_workers: collect on that many Ray actors (agents/backends/distributed.py), on the
         # cluster at ray_address ("auto" or HOST:PORT) or a local Ray with num_cpus CPUs
         if rollout_workers is not None:
             if self.rollout_workers_cls is None:
@@ -118,7 +118,7 @@ class Agent(CollectingAgent):
                              "the compiled iteration; use backend='gymnasium' with Ray workers")
         self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
         self.num_seeds = len(self.seeds)
-        # where experience comes from (agents.collectors); self.env: its environments
+        # where experience comes from (agents.core.collectors); self.env: its environments
         self.collector = type(self).make_collector(config, self.seeds)
         self.env = self.collector.env
         self._check_spaces(self.env)
@@ -206,9 +206,9 @@ class Agent(CollectingAgent):
         ...]``. ``until``: env steps after which the call must end (what is left of the budget, or
         of the way to the next checkpoint); ``failures``: consecutive fully rejected updates per
         seed so far. Default: one iteration (``_train_iteration``); an algorithm that runs several
-        per compiled call (:mod:`agents.onpolicy`) sets each iteration's ``logs["steps"]`` and
+        per compiled call (:mod:`agents.algorithms.onpolicy`) sets each iteration's ``logs["steps"]`` and
         queues each one's finished episodes in ``_queued_episodes``. The robustness plug-in's
-        phase (:mod:`agents.plugin`) runs before each iteration."""
+        phase (:mod:`agents.core.plugin`) runs before each iteration."""
         extra = self.robustness.before_iteration(steps_done, total)
         logs, n = self._train_iteration(steps_done, total)
         self.robustness.after_iteration(logs, extra)
@@ -216,7 +216,7 @@ class Agent(CollectingAgent):
 
     @property
     def robust_schedule(self):
-        """The eps/kappa schedule of robust training (:class:`agents.robust.RobustSchedule`), or
+        """The eps/kappa schedule of robust training (:class:`agents.robustness.robust.RobustSchedule`), or
         ``None`` (``robust=None``)."""
         return self.robustness.schedule
 
@@ -251,7 +251,7 @@ class Agent(CollectingAgent):
         ``schedule_start`` says that many steps of a longer schedule were already done
         (``--resume`` uses it so a resumed run continues the schedule where it stopped).
 
-        ``callbacks``: :class:`agents.callbacks.Callback` objects or callables
+        ``callbacks``: :class:`agents.core.callbacks.Callback` objects or callables
         ``fn(agent, logs)``; returning ``False`` stops training. Raises
         :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
         rejected updates (the weights are untouched by rejected updates).
@@ -318,7 +318,7 @@ class Agent(CollectingAgent):
                     err, self.collector.error = self.collector.error, None
                     if err is None:
                         raise
-                    # the environment's own exception (agents.collectors re-raises it)
+                    # the environment's own exception (agents.core.collectors re-raises it)
                     self._save_crash_checkpoint(err)
                     raise err from None
                 for logs, steps in results:
@@ -453,7 +453,7 @@ class Agent(CollectingAgent):
         steps, learning curve), ``weights/`` (a TF checkpoint of every variable: networks,
         optimiser, guard, normalisation, RNG) and ``normalization.npz`` (the observation
         statistics as plain arrays). No pickle. Crash-safe: a kill at any moment leaves the
-        previous or the new version complete (see :mod:`agents.persistence`).
+        previous or the new version complete (see :mod:`agents.core.persistence`).
 
         An agent of several seeds writes ``seed_<s>/`` (each an ordinary saved agent, written
         as it is exported) and ``seeds.json`` naming them; :func:`load` brings it back whole."""

@@ -13,10 +13,10 @@ import os
 from collections.abc import Callable, Iterable
 from typing import IO, TYPE_CHECKING, Any
 
-from agents._loading import load
+from agents.core._loading import load
 
-if TYPE_CHECKING:  # agents.base imports this module
-    from agents.base import Agent
+if TYPE_CHECKING:  # agents.core.base imports this module
+    from agents.core.base import Agent
 
 
 class Callback:
@@ -149,7 +149,7 @@ class EvalCallback(Callback):
 
     Example::
 
-        cb = agents.callbacks.EvalCallback(every=5_000, n_episodes=10, keep_best=True)
+        cb = agents.core.callbacks.EvalCallback(every=5_000, n_episodes=10, keep_best=True)
         agent = agents.DQN(env="CartPole-v1", seed=0)
         agent.learn(100_000, callbacks=[cb])
         agent.evaluate(20)     # the best-evaluated weights, scored on fresh episodes

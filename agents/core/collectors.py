@@ -1,6 +1,7 @@
 """One collector contract for every backend: where an agent's experience comes from.
 
-An algorithm (:mod:`agents.onpolicy`, :mod:`agents.dqn`) never asks which backend it runs on; it
+An algorithm (:mod:`agents.algorithms.onpolicy`, :mod:`agents.algorithms.dqn`) never asks which backend it
+runs on; it
 asks its :class:`Collector` (DESIGN.md section 8, the ``env`` of PureJaxRL's ``make_train`` and
 Acme's actors). A collector declares
 
@@ -9,7 +10,7 @@ Acme's actors). A collector declares
 * ``reset() -> obs [num_envs, *obs_shape] float32``;
 * ``collect(rollout, **kwargs) -> batch``: one batch of experience with the agent's current
   policy. ``rollout`` is the agent's compiled collection, which steps this collector through its
-  traceable step (below); a local collector runs it here, :class:`agents.distributed.RolloutWorkers`
+  traceable step (below); a local collector runs it here, :class:`agents.backends.distributed.RolloutWorkers`
   (Ray actors) runs the same function of the workers' copies, each through their own
   collector's public ``collect`` (``Agent.collect``);
 * ``drain_episodes() -> [(return, length), ...]``: the episodes finished since the last drain
@@ -36,7 +37,8 @@ The first batch an agent receives is checked once, eagerly (:func:`check_batch`)
 wrong shape or dtype, or first observations holding NaN or inf, is a ``ValueError`` naming the
 field. Later NaN observations are an environment's glitch, left to the non-finite guard (the
 update that sees one is rejected and counted, as before). The agent builds its collector from its
-config (:func:`agents.backend.make_collector`); passing a collector object of one's own is not offered: the
+config (:func:`agents.backends.factory.make_collector`); passing a collector object of one's own is not
+offered: the
 agent's checkpoint, its Ray workers and the fused graph iteration depend on building it.
 
 >>> import agents
@@ -202,7 +204,7 @@ class GymnasiumCollector(_LocalCollector):
 
 
 class GraphCollector(_LocalCollector):
-    """Environments in TensorFlow ops (:class:`agents.graph_backend.GraphBackendEnv`, or the seed
+    """Environments in TensorFlow ops (:class:`agents.backends.graph_backend.GraphBackendEnv`, or the seed
     axis' ``SeedGraphEnv``): the env state is the loop's carry (read and written once per
     collection), the finished episodes are recorded once after the loop; ``fused``."""
 
@@ -268,7 +270,7 @@ class CollectingAgent:
         for v, w in zip(variables, weights):
             v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
 
-    # -- collection (agents.collectors) --------------------------------------------------------
+    # -- collection (agents.core.collectors) --------------------------------------------------------
     def _reset_env(self):
         obs = self.collector.reset()
         lead = (self.collector.num_envs,)
@@ -289,12 +291,12 @@ class CollectingAgent:
         raise NotImplementedError
 
     def collect(self, policy_state: dict | None = None, reset: bool = False, **kwargs) -> dict:
-        """One batch of experience from this agent's collector (:mod:`agents.collectors`) with
+        """One batch of experience from this agent's collector (:mod:`agents.core.collectors`) with
         its current policy, or with ``policy_state`` (from :meth:`policy_state`) loaded first.
         ``reset``: reset the environments first (they are reset anyway before the first batch
         and after an environment error). ``kwargs``: the algorithm's collection arguments (DQN:
         ``n_steps``, ``steps_done``, ``explore_steps``, ``timesteps``, ``total_envs``). The
-        first batch is checked (:func:`agents.collectors.check_batch`). Ray rollout workers call
+        first batch is checked (:func:`agents.core.collectors.check_batch`). Ray rollout workers call
         this on their copy of the agent."""
         if policy_state is not None:
             self.load_policy_state(policy_state)

@@ -5,7 +5,7 @@ validates everything it can before an environment is built, and raises
 ``ValueError`` naming the offending field. ``to_dict``/``from_dict`` round-trip
 through JSON (an env factory is not serialisable: it is saved as ``None`` and must be
 passed again to :func:`agents.load`). The tuned presets (``presets.json``, :func:`make_config`)
-live in :mod:`agents.presets` and are re-exported here.
+live in :mod:`agents.core.presets` and are re-exported here.
 
 >>> PPOConfig(n_steps=64, n_minibatches=4).to_dict()["n_steps"]
 64
@@ -18,9 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.envs import check_env_id
-from agents.graph_envs import GRAPH_ENV_IDS
-from agents.presets import (  # noqa: F401 - re-exported: agents.config.make_config etc.
+from agents.core.presets import (  # noqa: F401 - re-exported: agents.core.config.make_config etc.
     AUTO,
     PRESETS_FILE,
     get_preset,
@@ -28,6 +26,8 @@ from agents.presets import (  # noqa: F401 - re-exported: agents.config.make_con
     make_config,
     preset_for,
 )
+from agents.envs import check_env_id
+from agents.graph_envs import GRAPH_ENV_IDS
 from robustgrad._checks import (
     ArgumentTypeError,
     choice,
@@ -88,12 +88,12 @@ class AgentConfig:
     """Name of the tuned preset (``agents/presets.json``) the other fields were taken from
     (``None``: dataclass defaults and overrides only). Recorded, not re-applied on load."""
     robust: str | None = None
-    """Robust training against observation perturbations (:mod:`agents.robust`): ``None``
+    """Robust training against observation perturbations (:mod:`agents.robustness.robust`): ``None``
     (plain training), ``"sa"`` (state-adversarial regulariser: SA-PPO/SA-A2C's
     ``kappa * max KL(pi(.|s) || pi(.|s_hat))``, SA-DQN's hinge on the greedy action's Q-margin;
     Zhang et al., NeurIPS 2020), ``"adv"`` (train on observations attacked by
     ``robust_attack``) or ``"atla"`` / ``"atla-sa"`` (PPO, A2C: alternate with a learned
-    adversary, plus SA's regulariser for ``"atla-sa"``; :mod:`agents.atla`). REINFORCE has no
+    adversary, plus SA's regulariser for ``"atla-sa"``; :mod:`agents.robustness.atla`). REINFORCE has no
     robust variant."""
     robust_eps: float = 0.1
     """L-inf radius of the observation ball, in standard deviations when ``normalize_obs``
@@ -110,21 +110,21 @@ class AgentConfig:
     robust_method: str = "pgd"
     """Inner maximiser of SA-PPO/SA-A2C's KL (``robust="sa"``): ``"pgd"`` (the ``mad``
     attack), ``"sgld"`` (SA-PPO's stochastic gradient Langevin dynamics,
-    :func:`agents.observation_attacks.sgld_mad_attack`) or ``"convex"`` (no search: CROWN-IBP
-    bounds over the ball, :func:`agents.robust.convex_policy_regularizer`). SA-DQN takes
+    :func:`agents.robustness.observation_attacks.sgld_mad_attack`) or ``"convex"`` (no search: CROWN-IBP
+    bounds over the ball, :func:`agents.robustness.robust.convex_policy_regularizer`). SA-DQN takes
     ``"pgd"`` or ``"convex"``."""
     robust_eps_warmup: float = 0.75
     """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
     ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
     atla_start_radius: float | None = None
-    """ATLA's adversary radius curriculum (``robust="atla"`` / ``"atla-sa"``; :mod:`agents.atla`):
+    """ATLA's adversary radius curriculum (``robust="atla"`` / ``"atla-sa"``; :mod:`agents.robustness.atla`):
     ``None`` trains the adversary at the agent's radius (the schedule's eps, rising from 0); a
     radius >= ``robust_eps`` (same units) trains it at a radius shrinking linearly from this one
     to ``robust_eps`` over ``robust_eps_warmup`` of the budget, while the agent meets its
-    perturbations at the schedule's eps (:func:`agents.atla.adversary_radius`)."""
+    perturbations at the schedule's eps (:func:`agents.robustness.atla.adversary_radius`)."""
     robust_attack: str = "action"
     """The attack of ``robust="adv"`` (``"random"``, ``"action"``, ``"mad"`` or ``"critic"``;
-    see :mod:`agents.observation_attacks`). The default, PGD away from the greedy action, is the
+    see :mod:`agents.robustness.observation_attacks`). The default, PGD away from the greedy action, is the
     attack of the adversarial-training baselines (Kos & Song 2017, Pattanaik et al. 2018); on
     CartPole it did better than ``"mad"``, which at 100k steps kept a median of 128.5 / 170
     under Robust Sarsa at eps 0.05 against ``"action"``'s 295.5 / 246.5 (seeds 3 / 0); at 200k
@@ -218,16 +218,16 @@ class OnPolicyConfig(AgentConfig):
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
-    leading seed axis (:mod:`agents.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
+    leading seed axis (:mod:`agents.algorithms.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
     ordinary agent. Robust training works on the axis: ``"sa"`` and ``"adv"`` (each seed attacked
-    against its own policy, :mod:`agents.robust`), ``"atla"`` and ``"atla-sa"`` (each seed
-    against its own learned adversary, :mod:`agents.atla`); not a custom ``transform``."""
+    against its own policy, :mod:`agents.robustness.robust`), ``"atla"`` and ``"atla-sa"`` (each seed
+    against its own learned adversary, :mod:`agents.robustness.atla`); not a custom ``transform``."""
     iterations_per_call: int = 1
     """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
     ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
     ``iterations_per_call`` iterations. Bit-identical to 1 (weights, optimiser state, history);
     what changes is when Python sees the agent: callbacks, checkpoints and interrupts act at call
-    boundaries (:meth:`agents.Agent.learn`; :mod:`agents.onpolicy`). 1 (the default) keeps a
+    boundaries (:meth:`agents.Agent.learn`; :mod:`agents.algorithms.onpolicy`). 1 (the default) keeps a
     callback per iteration; the gymnasium backend and robust training need 1."""
 
     def __post_init__(self):
@@ -405,9 +405,9 @@ class DQNConfig(AgentConfig):
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose networks,
     optimiser, observation statistics and replay buffer carry a leading seed axis
-    (:mod:`agents.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. SA-DQN and
+    (:mod:`agents.algorithms.dqn`); ``agent.export(s)`` gives seed ``s`` as an ordinary agent. SA-DQN and
     adversarial training (``robust="sa"``, ``"adv"``) work on the axis (each seed attacked against
-    its own Q-network, :mod:`agents.robust`); not a custom ``transform``."""
+    its own Q-network, :mod:`agents.robustness.robust`); not a custom ``transform``."""
 
     def __post_init__(self):
         super().__post_init__()

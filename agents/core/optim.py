@@ -1,6 +1,6 @@
 """Deprecated: the agents' Adam is now the core's transformation, ``robustgrad.transforms.adam``.
 
-``agents.optim.Adam(variables, learning_rate, beta_1, beta_2, eps)`` is kept as a thin alias with
+``agents.core.optim.Adam(variables, learning_rate, beta_1, beta_2, eps)`` is kept as a thin alias with
 the same interface (``apply_gradients``, ``apply``, ``learning_rate``, ``iterations``, ``m``,
 ``v``) and the same PyTorch-style epsilon; it warns with a ``DeprecationWarning``. New code::
 
@@ -34,7 +34,7 @@ class Adam(tf.Module):
     def __init__(self, variables: Sequence[tf.Variable], learning_rate: float = 3e-4,
                  beta_1: float = 0.9, beta_2: float = 0.999, eps: float = 1e-5,
                  name: str = "adam"):
-        warnings.warn("agents.optim.Adam is deprecated; use robustgrad.transforms.adam (with "
+        warnings.warn("agents.core.optim.Adam is deprecated; use robustgrad.transforms.adam (with "
                       "transforms.GradientStep)", DeprecationWarning, stacklevel=2)
         super().__init__(name=name)
         self.learning_rate = tf.Variable(float(learning_rate), trainable=False, name="lr")

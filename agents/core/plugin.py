@@ -1,8 +1,10 @@
 """Robust training as a plug-in: the protocol an algorithm calls, and the table of methods.
 
 An agent holds one plug-in, ``agent.robustness``, built from its config (``robust``) by
-:func:`robustness_for` right after the algorithm's networks. The algorithms (:mod:`agents.onpolicy`,
-:mod:`agents.ppo`, :mod:`agents.dqn`) call its hooks and never ask which method it is; the
+:func:`robustness_for` right after the algorithm's networks. The algorithms
+(:mod:`agents.algorithms.onpolicy`,
+:mod:`agents.algorithms.ppo`, :mod:`agents.algorithms.dqn`) call its hooks and never ask which method it is;
+the
 learn driver (:class:`agents.Agent`) calls the phase between iterations:
 
 * **what the agent perceives**: :meth:`RobustnessPlugin.perceive` (the on-policy rollout: what the
@@ -18,7 +20,8 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
 :class:`RobustnessPlugin` itself is the plug-in of ``robust=None``: every hook leaves the agent as
 it is. The methods live in the robustness wing, above the algorithms, and enter
 :data:`ROBUSTNESS` through :func:`register_robustness` when :mod:`agents` is imported
-(:mod:`agents.robust`: ``"sa"``, ``"adv"``; :mod:`agents.atla`: ``"atla"``, ``"atla-sa"``). A new
+(:mod:`agents.robustness.robust`: ``"sa"``, ``"adv"``; :mod:`agents.robustness.atla`: ``"atla"``,
+``"atla-sa"``). A new
 method is one module there: a subclass and its registry entry.
 
 >>> import agents
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
 __all__ = ["ROBUSTNESS", "RobustnessPlugin", "register_robustness", "robustness_for"]
 

@@ -65,12 +65,12 @@ class PolicySurface:
         discrete ones, or when unbounded).
       layers: the network as ``((W [in, out], b [out]), ...)`` (``tf.Variable``s, read live),
         with ``activation`` (``"tanh"``/``"relu"``) between them and none after the last: what
-        bound propagation (:mod:`agents.certify`) takes. ``None``: the network is opaque (attacks
+        bound propagation (:mod:`agents.robustness.certify`) takes. ``None``: the network is opaque (attacks
         work, certification does not).
       num_seeds: ``S`` for the surface of an agent with a seed axis (``num_seeds=S > 1``, used by
-        robust training on the seed axis, :mod:`agents.robust`): every observation batch is then
+        robust training on the seed axis, :mod:`agents.robustness.robust`): every observation batch is then
         ``[S, B, d]`` and every output ``[S, B, k]`` (seed ``s``'s rows through seed ``s``'s
-        network and normaliser, a :class:`agents.networks.SeedRunningMeanStd`), ``log_std`` is
+        network and normaliser, a :class:`agents.core.networks.SeedRunningMeanStd`), ``log_std`` is
         ``[S, k]`` and :meth:`obs_scale` ``[S, d]``. ``layers`` is then ``None`` (certification
         takes one network) and ``seed_layers`` holds the stacked ``((W [S, in, out], b [S, out]),
         ...)`` that the convex regulariser bounds per seed. ``None``: no seed axis.

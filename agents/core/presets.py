@@ -1,9 +1,9 @@
 """Tuned presets of the agents: reading ``agents/presets.json`` and building a config from one.
 
 ``agents/presets.json`` maps ``"<algo>-<env id>"`` to an entry whose ``config`` holds config
-fields (see :mod:`agents.config`). :func:`make_config` resolves ``preset=AUTO`` (the preset for
+fields (see :mod:`agents.core.config`). :func:`make_config` resolves ``preset=AUTO`` (the preset for
 the algorithm and env when one is shipped), a preset name or ``None``, and applies overrides on
-top. Moved out of ``agents/config.py``, which re-exports every name here.
+top. Moved out of ``agents/core/config.py``, which re-exports every name here.
 
 >>> preset_for("dqn", "CartPole-v1")
 'dqn-CartPole-v1'
@@ -18,11 +18,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agents.config import AgentConfig
+    from agents.core.config import AgentConfig
 
 _log = logging.getLogger("agents")
 
-PRESETS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets.json")
+PRESETS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "presets.json")  # agents/presets.json
 """The presets shipped with the package: ``{"<algo>-<env id>": {"config": {...}, ...}}``."""
 
 _presets_cache: dict | None = None
@@ -97,7 +98,7 @@ def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = A
     only). The config records the preset name in ``preset``. Unknown fields raise
     ``ValueError`` naming them.
 
-    >>> from agents.config import PPOConfig
+    >>> from agents.core.config import PPOConfig
     >>> make_config(PPOConfig, "ppo", env="CartPole-v1", seed=3).preset
     'ppo-CartPole-v1'
     >>> make_config(PPOConfig, "ppo", preset=None, env="CartPole-v1").n_steps

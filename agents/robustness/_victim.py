@@ -8,7 +8,7 @@ otherwise, or what ``scale=`` gives (``"raw"`` or an array ``[d]``).
 :class:`_Victim` holds the surface's policy, value and greedy actions as callables of ``u``
 (cached per agent and scale, so the compiled attack loops keyed on them trace once), and
 :func:`_in_scaled_space` maps a batch in and out: ``ŝ = s + δ · scale`` with ``‖δ‖ ≤ eps``.
-Public names are re-exported by :mod:`agents.observation_attacks`.
+Public names are re-exported by :mod:`agents.robustness.observation_attacks`.
 
 The seed axis (an agent of ``num_seeds=S > 1`` in robust training, DESIGN.md sections 7-8): its
 surface declares ``num_seeds`` and observations come as ``[S, B, d]``. One engine call attacks
@@ -33,11 +33,11 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
-from agents.policy import surface_of
+from agents.core.policy import surface_of
 from robustgrad import _checks
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
 __all__ = ["perturbation_norms", "perturbation_scale"]
 

@@ -5,7 +5,7 @@ optimal adversary", ICLR 2021 (ATLA): for a fixed victim policy ``π``, perturbi
 observations is itself an MDP. Its state is the victim's (clean) observation ``s [d]``, its
 action ``a ∈ R^d``, squashed by ``tanh`` into ``[-1, 1]^d`` and scaled to the ball:
 ``ŝ = s + r · tanh(a) · scale`` (``scale [d]`` the unit of eps the victim uses, see
-:func:`agents.observation_attacks.perturbation_scale`; ``‖tanh(a)‖∞ ≤ 1`` keeps the step in
+:func:`agents.robustness.observation_attacks.perturbation_scale`; ``‖tanh(a)‖∞ ≤ 1`` keeps the step in
 the L∞ ball of radius ``r``); the victim acts on ``ŝ`` (deterministically, as in the
 evaluation); the adversary's reward is minus the victim's, and episodes end when the victim's
 do. :class:`AdversaryEnv` is that MDP as a gymnasium wrapper, :class:`AdversaryVectorEnv` its
@@ -26,7 +26,7 @@ Two lessons from building it (issue 25 §3), both on by default:
 
 The victim is reached through one adapter, :func:`victim_surface` (its deterministic actions
 and the unit of eps), so the agents' declared policy surface can replace it in one place.
-:mod:`agents.paad` reuses the MDP with a different perturbation (PA-AD's director).
+:mod:`agents.robustness.paad` reuses the MDP with a different perturbation (PA-AD's director).
 
 >>> import agents
 >>> victim = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
@@ -50,18 +50,18 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from agents._loading import load
-from agents.base import Agent
+from agents.algorithms.ppo import PPO
+from agents.core._loading import load
+from agents.core.base import Agent
+from agents.core.policy import surface_of
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
-from agents.observation_attacks import check_box_observations
-from agents.paad import director_perturbation
-from agents.policy import surface_of
-from agents.ppo import PPO
+from agents.robustness.observation_attacks import check_box_observations
+from agents.robustness.paad import director_perturbation
 from robustgrad import _checks
 from robustgrad.atomic import replacing
 
 if TYPE_CHECKING:
-    from agents.policy import PolicySurface
+    from agents.core.policy import PolicySurface
 
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "AdversaryVectorEnv",
            "LearnedAdversary", "VictimSurface", "adversary_for", "check_adversary_request",
@@ -125,7 +125,7 @@ def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
     """The adapter to ``agent`` (its ``policy_surface()``); ``TypeError`` naming what is
     missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
     Box observation space and a gymnasium env id (an agent with a seed axis:
-    :func:`agents.atla.seed_victim_surface`)."""
+    :func:`agents.robustness.atla.seed_victim_surface`)."""
     _check_victim(agent, argument)
     policy = surface_of(agent, argument)
     _check_victim_env(agent, argument)
@@ -382,7 +382,7 @@ def train_adversary(victim: Agent, eps: float, steps: int = 100_000, *, seed: in
       victim: the fixed agent (deterministic actions). eps: L∞ radius in its units (> 0).
       steps: the adversary PPO's budget of env steps (> 0).
       kind: ``"optimal"`` (ATLA's adversary, this module) or ``"paad"`` (PA-AD's director,
-        :mod:`agents.paad`; ``kind_kwargs`` go to its actor: ``pgd_steps``).
+        :mod:`agents.robustness.paad`; ``kind_kwargs`` go to its actor: ``pgd_steps``).
       start_radius: the curriculum's first radius (default ``4 · eps``; ``eps``: none);
         ``curriculum``: fraction of ``steps`` over which it shrinks linearly to eps.
       eval_every, eval_episodes, eval_seed: after the curriculum, score the adversary every

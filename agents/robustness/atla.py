@@ -2,7 +2,7 @@
 
 Zhang, Chen, Boning, Hsieh, "Robust reinforcement learning on state observations with learned
 optimal adversary", ICLR 2021. The agent (PPO or A2C) lives in the perturbed MDP of its
-current adversary, and the adversary (a PPO in the adversary MDP of :mod:`agents.adversary`)
+current adversary, and the adversary (a PPO in the adversary MDP of :mod:`agents.robustness.adversary`)
 is trained against the current agent; the two alternate, one iteration each (the paper's
 ATLA-PPO schedule alternates the two learners with equal budgets; here every agent
 iteration of ``n_steps · num_envs`` env steps is preceded by as many adversary steps):
@@ -14,7 +14,7 @@ iteration of ``n_steps · num_envs`` env steps is preceded by as many adversary 
    in the agent's graph), stores and learns from ``ŝ`` as ``robust="adv"`` does.
 
 The radius ``r`` is the robust schedule's eps (rising from 0 to ``robust_eps`` over
-``robust_eps_warmup`` of the budget, :class:`agents.robust.RobustSchedule`): by default the
+``robust_eps_warmup`` of the budget, :class:`agents.robustness.robust.RobustSchedule`): by default the
 adversary's curriculum grows with the agent's. With ``atla_start_radius`` the adversary trains
 at a radius *shrinking* from that value to ``robust_eps`` over the same warm-up
 (:func:`adversary_radius`), the standalone adversary's lesson (issue 25: at a radius where
@@ -28,18 +28,18 @@ SA-Reg"). Policies are MLPs: the paper's best ATLA agents are LSTMs; recurrent p
 not implemented here. The adversary's weights are not part of the agent's checkpoint: a loaded
 ``robust="atla"`` agent that learns again starts a fresh adversary. Costs about twice a plain
 update per env step in env steps (the adversary's rollouts), more in time: each adversary
-vector step calls the agent once (:class:`agents.adversary.AdversaryVectorEnv`).
+vector step calls the agent once (:class:`agents.robustness.adversary.AdversaryVectorEnv`).
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
 adversary, trained against seed ``s``'s own policy at the radius the schedule gives; the agent's
 ``S`` seeds still roll out and update in one compiled call. The adversaries are one PPO with a
 seed axis of its own (``agent.atla_adversary``, ``num_seeds=S``, seeds ``seeds[s] + 104_729``,
 the same settings: slice ``s`` is exactly the adversary seed ``s`` builds alone), whose env is
-one :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
+one :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
 victims (:class:`SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
 unit of eps and answered by seed ``s``'s policy, read live from the stacked variables; one
 victim call per vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env
-alone, :class:`agents.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
+alone, :class:`agents.backends.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
 observations are perturbed by slice ``s`` of that network (one draw for all seeds). The logs
 carry each seed's ``atla_adversary_return`` (from the adversary's seed ``s`` episodes) and
 ``atla_adversary_radius`` under ``"per_seed"`` (the top level: their mean), and each seed's
@@ -62,8 +62,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
-from agents._victim import _victim
-from agents.adversary import (
+from agents.algorithms.ppo import PPO
+from agents.core.plugin import register_robustness
+from agents.robustness._victim import _victim
+from agents.robustness.adversary import (
     DEFAULT_PPO,
     AdversaryVectorEnv,
     VictimSurface,
@@ -74,14 +76,12 @@ from agents.adversary import (
     check_inter_op_threads,
     victim_surface,
 )
-from agents.plugin import register_robustness
-from agents.ppo import PPO
-from agents.robust import SA, Scheduled
+from agents.robustness.robust import SA, Scheduled
 
 if TYPE_CHECKING:
-    from agents.base import Agent
-    from agents.config import AgentConfig
-    from agents.policy import PolicySurface
+    from agents.core.base import Agent
+    from agents.core.config import AgentConfig
+    from agents.core.policy import PolicySurface
 
 __all__ = ["ATLA", "ATLA_MODES", "ATLASA", "SeedVictimSurface", "adversary_phase",
            "adversary_radius", "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
@@ -90,7 +90,7 @@ ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
 
 ADVERSARY_PPO = {"anneal_lr": False, "n_minibatches": 1}
-"""Overrides of :data:`agents.adversary.DEFAULT_PPO` for the ATLA adversary (its ``learn`` is
+"""Overrides of :data:`agents.robustness.adversary.DEFAULT_PPO` for the ATLA adversary (its ``learn`` is
 called once per agent iteration: a learning rate annealed per call would restart each time);
 its ``num_envs`` and ``n_steps`` are the agent's. One minibatch: 10 gradient steps per phase.
 The paper's MuJoCo configs (ATLA_robust_RL ``configs/hopper_atla_ppo_best.py``) update the
@@ -136,7 +136,7 @@ class SeedVictimSurface(VictimSurface):
     ``[S, n, d]`` (each block by its own seed's weights and normaliser, read live), ``scale
     [S·n, d]`` each row its seed's unit of eps (so the one-seed ``_squash_step`` perturbs
     every block in its own units). ATLA's adversary with a seed axis trains on an
-    :class:`agents.adversary.AdversaryVectorEnv` of ``S · n`` copies against it (module doc).
+    :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · n`` copies against it (module doc).
     Built by :func:`seed_victim_surface`."""
 
     def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
@@ -162,7 +162,7 @@ class SeedVictimSurface(VictimSurface):
 def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
                         ) -> SeedVictimSurface:
     """:class:`SeedVictimSurface` of an agent with a seed axis (``num_seeds > 1``), ``n =
-    envs_per_seed`` rows per seed; checked as :func:`agents.adversary.victim_surface` checks."""
+    envs_per_seed`` rows per seed; checked as :func:`agents.robustness.adversary.victim_surface` checks."""
     _check_victim(agent, argument)
     policy = agent._seed_axis_surface()
     _check_victim_env(agent, argument)
@@ -172,8 +172,8 @@ def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
 def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
     """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
     ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
-    :class:`agents.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
-    per vector step for all seeds; :func:`agents.seed_axis.make_seed_env` seeds each block as
+    :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
+    per vector step for all seeds; :func:`agents.backends.seed_axis.make_seed_env` seeds each block as
     that seed alone)."""
     def make():
         raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
@@ -264,7 +264,7 @@ def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tenso
     return tf.stop_gradient(tf.where(finite, seen, obs))
 
 
-# -- the plug-in (agents.plugin) ------------------------------------------------------------------
+# -- the plug-in (agents.core.plugin) ------------------------------------------------------------------
 class ATLA(Scheduled):
     """``robust="atla"``: the agent's rollout perceives its learned adversary's perturbation
     (:func:`atla_observations`); before each iteration the adversary trains against the agent
@@ -302,7 +302,7 @@ class ATLA(Scheduled):
 
 
 class ATLASA(ATLA, SA):
-    """``robust="atla-sa"``: :class:`ATLA` plus SA's regulariser (:class:`agents.robust.SA`)."""
+    """``robust="atla-sa"``: :class:`ATLA` plus SA's regulariser (:class:`agents.robustness.robust.SA`)."""
 
 
 register_robustness("atla", ATLA)

@@ -2,7 +2,7 @@
 
 :func:`evaluate_under_attack` runs whole episodes on a vector env of several copies stepping
 together, one batch attack per step (the fast path), for every attack and budget, and returns
-an :class:`agents.attack_report.AgentAttackReport`: per attack and eps the mean / median / std /
+an :class:`agents.robustness.attack_report.AgentAttackReport`: per attack and eps the mean / median / std /
 min episode return, the fraction of steps whose action the attack changed, the mean perturbation norm (checked
 ``<= eps``) and env steps per second; the worst case over attacks per eps (the papers' minimum
 over attacks of the mean return) and over every budget up to eps (RL attacks are not monotone
@@ -31,23 +31,23 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from agents._victim import _surface
-from agents.adversary import (
+from agents.robustness._victim import _surface
+from agents.robustness.adversary import (
     LEARNED_ATTACKS,
     adversary_for,
     check_adversary_request,
     train_adversary,
 )
-from agents.attack_report import (
+from agents.robustness.attack_report import (
     AgentAttackReport,
     _normalized,
     _stats,
     monotonicity_warnings,
     worst_cases,
 )
-from agents.certify import certified_rows, check_certifiable
-from agents.episodes import _actions_differ, _run_episodes
-from agents.observation_attacks import (
+from agents.robustness.certify import certified_rows, check_certifiable
+from agents.robustness.episodes import _actions_differ, _run_episodes
+from agents.robustness.observation_attacks import (
     _FUNCTIONS,
     ATTACK_NAMES,
     ObservationAttack,
@@ -60,9 +60,9 @@ from agents.observation_attacks import (
 from robustgrad import _checks
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
-# the report (AgentAttackReport, worst_cases, monotonicity_warnings) lives in agents.attack_report
+# the report (AgentAttackReport, worst_cases, monotonicity_warnings) lives in agents.robustness.attack_report
 __all__ = ["ObservationAttackWrapper", "check_evaluation", "evaluate_under_attack"]
 
 _BUDGET_TOL = 1e-5  # relative slack on ‖δ‖ <= eps (float32 rounding of s + δ·std)
@@ -77,7 +77,7 @@ def _check_budget(norms, eps, who):
 class ObservationAttackWrapper(gym.ObservationWrapper):
     """Perturb each observation ``agent`` sees in ``env`` (a 1-D Box env) with ``attack``.
 
-    ``attack``: a name of :data:`agents.observation_attacks.ATTACK_NAMES` or an
+    ``attack``: a name of :data:`agents.robustness.observation_attacks.ATTACK_NAMES` or an
     :class:`ObservationAttack`. Step ``t`` (counted over the wrapper's life) uses the seed
     ``step_seed(seed, t)``. Records ``perturbation_norms`` (in eps units) and
     ``action_changed`` (the agent's deterministic action differs on ŝ) per step.
@@ -208,15 +208,15 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         observation std of the first clean episode) or an array ``[d]``.
       rs_steps: victim steps for Robust Sarsa's ``Q^π`` (trained once, shared over eps).
       attack_kwargs: per attack name, extra keywords (``{"mad": {"steps": 20}}``; for a learned
-        attack, keywords of :func:`agents.adversary.train_adversary`).
+        attack, keywords of :func:`agents.robustness.adversary.train_adversary`).
       adversary_steps: training budget (env steps) of each learned adversary (``optimal``,
-        ``paad``): one is trained per budget eps with :func:`agents.adversary.train_adversary`;
+        ``paad``): one is trained per budget eps with :func:`agents.robustness.adversary.train_adversary`;
         its row holds its ``cost`` (steps, wall and CPU seconds).
-      adversaries: already trained :class:`agents.adversary.LearnedAdversary` objects, used
+      adversaries: already trained :class:`agents.robustness.adversary.LearnedAdversary` objects, used
         instead of training one where their kind and eps match.
       certify: a bound method (``"crown"``, ``"crown-ibp"``, ``"ibp"``): also the fraction of the
         clean run's visited states whose greedy action is certified at every eps
-        (:mod:`agents.certify`; discrete policies and DQN, L-inf, the agent's units).
+        (:mod:`agents.robustness.certify`; discrete policies and DQN, L-inf, the agent's units).
     All arguments are checked before any episode runs.
     """
     attacks, budgets, norm = check_evaluation(agent, attacks, eps, norm, scale, adversary_steps)

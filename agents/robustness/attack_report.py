@@ -76,7 +76,7 @@ class AgentAttackReport:
     trajectories: dict
     certified: list = dataclasses.field(default_factory=list)
     """``certify=``: per eps the fraction of the clean run's visited states whose greedy action is
-    certified (:func:`agents.certify.certified_rows`); empty otherwise."""
+    certified (:func:`agents.robustness.certify.certified_rows`); empty otherwise."""
 
     def row(self, attack: str, eps: float) -> dict:
         """The row of ``attack`` at budget ``eps``."""

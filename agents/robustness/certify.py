@@ -16,7 +16,7 @@ exactly to the box the network sees.
   against Adversarial Perturbations on State Observations", the convex-relaxation variant of
   SA-PPO/SA-DQN): :func:`greedy_margin_lower_bounds`, :func:`difference_upper_bounds` and
   :func:`output_bounds` are unchecked and
-  differentiable w.r.t. the weights, for use inside a compiled update (:mod:`agents.robust`).
+  differentiable w.r.t. the weights, for use inside a compiled update (:mod:`agents.robustness.robust`).
 
 >>> import numpy as np, agents
 >>> dqn = agents.DQN(env="CartPole-v1", seed=0, preset=None, hidden_sizes=(16,))
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from agents._victim import _surface
-from agents.episodes import _run_episodes
-from agents.policy import PolicySurface
+from agents.core.policy import PolicySurface
+from agents.robustness._victim import _surface
+from agents.robustness.episodes import _run_episodes
 from robustgrad import _checks
 from robustgrad.bounds import affine_stack_bounds, margin_spec
 

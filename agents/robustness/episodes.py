@@ -1,6 +1,6 @@
 """Whole episodes of an agent on a fresh vector env: clean, under a perturbation, or with random
-actions; what attack evaluation (:mod:`agents.attack_evaluation`) and certification along the
-agent's own episodes (:func:`agents.certify.certify_agent`) run.
+actions; what attack evaluation (:mod:`agents.robustness.attack_evaluation`) and certification along the
+agent's own episodes (:func:`agents.robustness.certify.certify_agent`) run.
 
 >>> import agents
 >>> agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None)

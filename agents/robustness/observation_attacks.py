@@ -17,7 +17,7 @@ no second PGD loop here. Each attack is a pure, seeded batch function
 * ``critic``: minimise the agent's own ``V(ŝ)``; DQN: drive the greedy action to the action of
   lowest ``Q(s, ·)`` (targeted cross-entropy on the Q-values).
 * ``rs``: minimise ``Q^π(s, π(ŝ))`` with ``Q^π`` learned by Robust Sarsa
-  (:mod:`agents.robust_sarsa`; Zhang et al. 2020).
+  (:mod:`agents.robustness.robust_sarsa`; Zhang et al. 2020).
 
 Units. When the agent normalises observations the ball lives inside the normaliser:
 ``ŝ = s + δ · std`` with ``‖δ‖ ≤ eps`` (eps in standard deviations, as the papers); otherwise
@@ -42,15 +42,15 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
-from agents._victim import (  # noqa: F401  (perturbation_* re-exported: public names of this module)
+from agents.core.base import Agent
+from agents.robustness._victim import (  # noqa: F401  (perturbation_* re-exported: public names of this module)
     _in_scaled_space,
     _surface,
     _victim,
     perturbation_norms,
     perturbation_scale,
 )
-from agents.base import Agent
-from agents.robust_sarsa import QPi, fit_q_pi
+from agents.robustness.robust_sarsa import QPi, fit_q_pi
 from robustgrad import _checks
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ def rs_attack(agent: Agent, obs: tf.Tensor | np.ndarray, q_pi: QPi, *, eps: floa
               norm: str = "linf", steps: int = 10, step_size: float | None = None,
               seed: int | tf.Tensor = 0, scale: str | np.ndarray | None = None) -> tf.Tensor:
     """Robust Sarsa attack: minimise ``Q^π(s, π(ŝ))`` (discrete: the expectation under
-    ``π(·|ŝ)``; continuous: at the mean action), ``q_pi`` a :class:`agents.robust_sarsa.QPi`."""
+    ``π(·|ŝ)``; continuous: at the mean action), ``q_pi`` a :class:`agents.robustness.robust_sarsa.QPi`."""
     victim, eps, norm = _prepare(agent, obs, eps, norm, scale)
     steps = _checks.positive_int(steps, "steps")
     obs_t = tf.convert_to_tensor(obs, tf.float32)
@@ -349,7 +349,7 @@ def attack_observations(agent: Agent, obs: tf.Tensor | np.ndarray, attack: str, 
     if name == "rs":
         if q_pi is None:
             raise ValueError("q_pi: the 'rs' attack needs a learned Q^π "
-                             "(agents.robust_sarsa.fit_q_pi(agent))")
+                             "(agents.robustness.robust_sarsa.fit_q_pi(agent))")
         return rs_attack(agent, obs, q_pi, eps=eps, norm=norm, seed=seed, scale=scale, **kwargs)
     return _FUNCTIONS[name](agent, obs, eps=eps, norm=norm, seed=seed, scale=scale, **kwargs)
 

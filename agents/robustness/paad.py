@@ -2,7 +2,7 @@
 realises it with a gradient attack.
 
 Sun, Zhang, Liang, Zhang, Huang, "Who is the strongest enemy? Towards optimal and efficient
-evasion attacks in deep RL", ICLR 2022. The ``optimal`` adversary (:mod:`agents.adversary`)
+evasion attacks in deep RL", ICLR 2022. The ``optimal`` adversary (:mod:`agents.robustness.adversary`)
 searches the whole ball with RL; PA-AD splits the job. The *director*, a PPO in the same
 adversary MDP, chooses a direction ``h = tanh(a)`` in policy space: ``[A]`` over the actions
 for a discrete victim (mass to move toward actions with large ``h``), ``[k]`` over the action
@@ -18,7 +18,7 @@ The director's action has the victim's action size, not the observation's: on Ca
 numbers instead of 4, on MuJoCo a few instead of ~11-376, which is the paper's point.
 
 >>> import numpy as np, agents
->>> from agents.adversary import victim_surface
+>>> from agents.robustness.adversary import victim_surface
 >>> victim = agents.PPO(env="CartPole-v1", seed=0, num_envs=1, n_steps=32)
 >>> perturb, k = director_perturbation(victim, victim_surface(victim))
 >>> obs = np.zeros([2, 4], np.float32)
@@ -36,12 +36,12 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
-from agents._victim import _victim
+from agents.robustness._victim import _victim
 from robustgrad import _checks
 
 if TYPE_CHECKING:
-    from agents.adversary import VictimSurface
-    from agents.base import Agent
+    from agents.core.base import Agent
+    from agents.robustness.adversary import VictimSurface
 
 __all__ = ["director_perturbation", "policy_direction_objective"]
 

@@ -4,15 +4,15 @@ Zhang, Chen, Xiao, Li, Liu, Boning, Hsieh, "Robust deep reinforcement learning a
 adversarial perturbations on state observations", NeurIPS 2020:
 
 * **SA-PPO / SA-A2C**: ``loss += kappa * mean_s max_{s_hat in B(s, eps)} KL(pi(.|s) || pi(.|s_hat))``.
-  The inner max (``robust_method``) is the ``mad`` attack of :mod:`agents.observation_attacks`
+  The inner max (``robust_method``) is the ``mad`` attack of :mod:`agents.robustness.observation_attacks`
   (``"pgd"``: the :mod:`attacks` PGD engine, 10 steps of ``eps / 10`` by default, random start)
-  or its Langevin version (``"sgld"``: :func:`agents.observation_attacks.sgld_mad_attack`, the
+  or its Langevin version (``"sgld"``: :func:`agents.robustness.observation_attacks.sgld_mad_attack`, the
   paper's SA-PPO (SGLD) rows; gradient-sign steps of ``eps / 10`` with Gaussian noise of scale
   ``sqrt(2 * step / beta) / (i + 2)``, ``1 / beta = 1e-5``, one engine call through PGD's
   ``gradient_noise`` hook); the clean distribution is under ``tf.stop_gradient``, ``s_hat`` too,
   so the gradient reaches the policy only through ``pi(.|s_hat)``.
 * **convex** (``robust_method="convex"``, the papers' convex-relaxation variant): no inner search;
-  the policy's outputs are bounded over the whole ball by CROWN-IBP (:mod:`agents.certify`, the
+  the policy's outputs are bounded over the whole ball by CROWN-IBP (:mod:`agents.robustness.certify`, the
   core's :mod:`robustgrad.bounds`), an upper bound of the inner maximum that is differentiable
   w.r.t. the weights. DQN: :func:`convex_margin_hinge`, SA-DQN's hinge below on the *bounded*
   margin ``max_{a != a*} ub(Q(a) - Q(a*))``; SA-PPO/SA-A2C bound the same KL the search methods
@@ -31,9 +31,9 @@ The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): every function here
 observations of an ``S``-seed agent as ``[S, B, d]`` and returns each seed's regulariser ``[S]``
 (its mean over its own rows). Seed ``s``'s observations are attacked against seed ``s``'s own
 policy, in seed ``s``'s own normaliser units, by one engine call for all seeds (the ``S * B`` rows
-as examples of a model that keeps each seed's weights, :mod:`agents._victim`); the convex bounds
+as examples of a model that keeps each seed's weights, :mod:`agents.robustness._victim`); the convex bounds
 of all seeds are one bound call on the block-diagonal network of the ``S`` stacked ones
-(:mod:`agents.certify`; no weight couples two blocks).
+(:mod:`agents.robustness.certify`; no weight couples two blocks).
 
 eps and kappa rise linearly from 0 over ``robust_eps_warmup`` of the ``learn`` budget
 (:class:`RobustSchedule`, held in ``tf.Variable`` so the compiled update traces once). Budgets
@@ -55,16 +55,16 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents import observation_attacks as oa
-from agents._victim import _surface
-from agents.certify import difference_upper_bounds, greedy_margin_lower_bounds, output_bounds
-from agents.plugin import RobustnessPlugin, register_robustness
-from agents.schedules import linear
+from agents.core.plugin import RobustnessPlugin, register_robustness
+from agents.core.schedules import linear
+from agents.robustness import observation_attacks as oa
+from agents.robustness._victim import _surface
+from agents.robustness.certify import difference_upper_bounds, greedy_margin_lower_bounds, output_bounds
 
 if TYPE_CHECKING:
-    from agents.base import Agent
-    from agents.networks import ActorCritic
-    from agents.policy import PolicySurface
+    from agents.core.base import Agent
+    from agents.core.networks import ActorCritic
+    from agents.core.policy import PolicySurface
 
 tfd = tfp.distributions
 
@@ -125,7 +125,7 @@ class RobustSchedule(tf.Module):
 
 def clean_distribution(policy: ActorCritic | PolicySurface, obs: tf.Tensor) -> tfd.Distribution:
     """``pi(.|obs)`` of ``policy`` (an :class:`agents.PolicySurface` or an
-    :class:`agents.networks.ActorCritic`: anything with ``distribution(obs)``) with every
+    :class:`agents.core.networks.ActorCritic`: anything with ``distribution(obs)``) with every
     parameter under ``tf.stop_gradient`` (the fixed side of the KL)."""
     d = policy.distribution(obs)
     if isinstance(d, tfd.Categorical):
@@ -148,7 +148,7 @@ def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps:
                     seed: tf.Tensor, method: str = "pgd") -> tf.Tensor:
     """``s_hat`` maximising ``KL(pi(.|s) || pi(.|s_hat))`` in the eps-ball, under
     ``tf.stop_gradient``, ``[B, d]``: ``method="pgd"`` the ``mad`` attack (PGD with ``steps``
-    steps of ``eps / steps``), ``"sgld"`` :func:`agents.observation_attacks.sgld_mad_attack`
+    steps of ``eps / steps``), ``"sgld"`` :func:`agents.robustness.observation_attacks.sgld_mad_attack`
     (the same steps with SA-PPO's Langevin noise)."""
     attack = {"pgd": oa.mad_attack, "sgld": oa.sgld_mad_attack}[method]
     return tf.stop_gradient(_plain(attack)(agent, tf.stop_gradient(obs), eps=eps, steps=steps,

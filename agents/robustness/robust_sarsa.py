@@ -31,13 +31,13 @@ import numpy as np
 import tensorflow as tf
 
 import attacks
-from agents._step import make_adam_step
+from agents.core._step import make_adam_step
+from agents.core.networks import MLP
 from agents.envs import make_vec_env
-from agents.networks import MLP
 from robustgrad import _checks
 
 if TYPE_CHECKING:
-    from agents.base import Agent
+    from agents.core.base import Agent
 
 __all__ = ["QPi", "collect_transitions", "fit_q_pi"]
 

@@ -1,4 +1,4 @@
-"""State-adversarial training (agents.robust): SA-PPO/SA-A2C's KL regulariser, SA-DQN's hinge,
+"""State-adversarial training (agents.robustness.robust): SA-PPO/SA-A2C's KL regulariser, SA-DQN's hinge,
 adversarial observation training, their config fields, CLI flags and one-trace updates."""
 
 import gymnasium as gym
@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import robust
-from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
+from agents.core.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
+from agents.robustness import robust
 from robustgrad import cli
 
 from small_models import CARTPOLE_OBS, assert_kl_beats_random_points, sharpened_ppo

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import atla
+from agents.robustness import atla
 
 SMALL = dict(env="CartPole-v1", num_envs=2, n_steps=8, preset=None, robust_eps=0.1)
 
@@ -126,8 +126,8 @@ def test_each_seeds_block_sees_its_own_victim():
 
 
 def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_step():
-    from agents.adversary import AdversaryVectorEnv, victim_surface
     from agents.envs import VecEnv
+    from agents.robustness.adversary import AdversaryVectorEnv, victim_surface
 
     many = _pair()
     adv, surface = many.atla_adversary, many.robustness.surface
@@ -258,9 +258,9 @@ def test_what_atla_on_the_seed_axis_still_refuses():
         many.learn(16, progress_bar=False)
     assert int(many.num_timesteps.numpy()) == 0
     # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
-    from agents.adversary import _Radius
-    from agents.atla import _seed_factory, seed_victim_surface
-    from agents.seed_axis import SeedBlockVecEnv
+    from agents.backends.seed_axis import SeedBlockVecEnv
+    from agents.robustness.adversary import _Radius
+    from agents.robustness.atla import _seed_factory, seed_victim_surface
 
     pair = _pair()
     factory = _seed_factory(seed_victim_surface(pair, 2), _Radius(0.1))
@@ -315,7 +315,7 @@ def test_cli_atla_seeds_interrupted_then_resumed(tmp_path, capsys, monkeypatch):
     import shlex
     import signal
 
-    from agents.base import Agent
+    from agents.core.base import Agent
     from robustgrad.cli import main
 
     out = tmp_path / "run"

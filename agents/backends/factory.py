@@ -1,12 +1,13 @@
 """Where an agent's experience comes from, decided once from its config: :func:`make_collector`.
 
 The backends wing of :mod:`agents` (above the core, below the algorithms): the gymnasium vector
-envs (:mod:`agents.envs`), the compiled environments (:mod:`agents.graph_backend`), the seed
-axis' environments (:mod:`agents.seed_axis`) and Ray workers (:mod:`agents.distributed`). The
+envs (:mod:`agents.envs`), the compiled environments (:mod:`agents.backends.graph_backend`), the seed
+axis' environments (:mod:`agents.backends.seed_axis`) and Ray workers (:mod:`agents.backends.distributed`).
+The
 core's :class:`agents.Agent` does not import them: an algorithm gives it this factory (its
 ``make_collector`` class attribute) and its Ray workers (``rollout_workers_cls``).
 
->>> from agents.config import PPOConfig
+>>> from agents.core.config import PPOConfig
 >>> make_collector(PPOConfig(env="CartPole-v1", num_envs=2, backend="graph"), [0]).fused
 True
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents.collectors import Collector, GraphCollector, GymnasiumCollector
-from agents.graph_backend import episode_capacity, make_training_env
-from agents.seed_axis import SeedGraphEnv, make_seed_env
+from agents.backends.graph_backend import episode_capacity, make_training_env
+from agents.backends.seed_axis import SeedGraphEnv, make_seed_env
+from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector
 
 __all__ = ["make_collector"]
 
