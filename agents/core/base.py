@@ -4,9 +4,12 @@ An algorithm subclass provides ``_build()`` (networks, optimiser, compiled funct
 ``_train_iteration(budget_left, total)`` (collect + update, returns logs and the number of
 environment steps taken), ``_collection(**kwargs)`` (its compiled collection over the
 collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
-that make up its checkpoint. Where experience comes from is the agent's collector
-(:mod:`agents.core.collectors`, built from the config; the collection side of the agent, ``collect``,
-``policy_state`` and the weights, lives there too); loading is :mod:`agents.core._loading`.
+that make up its checkpoint, and the backends wing it runs on: ``make_collector(config, seeds)``
+(:func:`agents.backends.factory.make_collector`) and ``rollout_workers_cls`` (Ray). Where
+experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`; the
+collection side of the agent, ``collect``, ``policy_state`` and the weights, lives there too);
+robust training is the agent's plug-in ``robustness`` (:mod:`agents.core.plugin`), whose phase
+the learn driver runs between iterations; loading is :mod:`agents.core._loading`.
 """
 
 from __future__ import annotations
