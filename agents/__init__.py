@@ -14,7 +14,16 @@ from agents.core._loading import load  # noqa: F401
 from agents.core.base import Agent, NonFiniteTrainingError  # noqa: F401
 from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
 from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
-from agents.core.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
+from agents.core.config import (  # noqa: F401
+    ATLA,
+    SA,
+    A2CConfig,
+    Adversarial,
+    DQNConfig,
+    PPOConfig,
+    REINFORCEConfig,
+    RobustMethod,
+)
 from agents.core.policy import PolicySurface  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -218,7 +219,7 @@ class Agent(CollectingAgent):
         return [(logs, n)]
 
     @property
-    def robust_schedule(self):
+    def robust_schedule(self) -> Any:
         """The eps/kappa schedule of robust training (:class:`agents.robustness.robust.RobustSchedule`), or
         ``None`` (``robust=None``)."""
         return self.robustness.schedule

@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from agents.core.plugin import ROBUSTNESS
 from agents.core.presets import (  # noqa: F401 - re-exported: agents.core.config.make_config etc.
     AUTO,
     PRESETS_FILE,
@@ -41,6 +42,101 @@ from robustgrad._checks import (
 def _positive(value: Any, name: str) -> float:
     """A finite number > 0 (a learning rate, a clip coefficient)."""
     return number(value, name, minimum=0, min_inclusive=False)
+
+
+class RobustMethod:
+    """A typed robust training config: ``PPO(robust=SA(eps=0.05, kappa=0.5))``.
+
+    It stands for the flat ``robust*`` fields of :class:`AgentConfig` that it sets
+    (:meth:`fields`); the config keeps those (``config.robust`` becomes the method's name), so a
+    config saves, loads and prints as before and agents saved by earlier versions load. A field
+    left ``None`` keeps the config's value (the preset's or the default), so ``SA(eps=0.02)`` on
+    a DQN keeps its preset's kappa. ``config.robust_spec`` reads the fields back as one."""
+
+    name: ClassVar[str]
+    _FIELDS: ClassVar[dict[str, str]]  # attribute -> config field
+
+    def fields(self) -> dict:
+        """The config fields this method sets: ``robust`` and each attribute given."""
+        out = {"robust": self.name}
+        for attr, field in self._FIELDS.items():
+            value = getattr(self, attr)
+            if value is not None:
+                out[field] = value
+        return out
+
+
+@dataclass(frozen=True)
+class SA(RobustMethod):
+    """``robust="sa"``: the state-adversarial regulariser (SA-PPO, SA-A2C, SA-DQN;
+    :mod:`agents.robustness.robust`). ``eps``: the ball's radius; ``kappa``: the term's weight;
+    ``steps``, ``method``: the inner maximiser (``"pgd"``, ``"sgld"``, ``"convex"``);
+    ``warmup``: fraction of the budget over which eps and kappa rise from 0.
+
+    >>> PPOConfig(robust=SA(eps=0.05, kappa=0.5)).robust_spec
+    SA(eps=0.05, kappa=0.5, steps=10, method='pgd', warmup=0.75)
+    """
+
+    eps: float | None = None
+    kappa: float | None = None
+    steps: int | None = None
+    method: str | None = None
+    warmup: float | None = None
+    name: ClassVar[str] = "sa"
+    _FIELDS: ClassVar[dict[str, str]] = {
+        "eps": "robust_eps", "kappa": "robust_kappa", "steps": "robust_steps",
+        "method": "robust_method", "warmup": "robust_eps_warmup"}
+
+
+@dataclass(frozen=True)
+class Adversarial(RobustMethod):
+    """``robust="adv"``: train on observations attacked by ``attack`` (``"random"``,
+    ``"action"``, ``"mad"``, ``"critic"``) at radius ``eps`` with ``steps`` steps; ``warmup`` as
+    :class:`SA`.
+
+    >>> DQNConfig(robust=Adversarial(eps=0.02, attack="mad")).robust
+    'adv'
+    """
+
+    eps: float | None = None
+    attack: str | None = None
+    steps: int | None = None
+    warmup: float | None = None
+    name: ClassVar[str] = "adv"
+    _FIELDS: ClassVar[dict[str, str]] = {
+        "eps": "robust_eps", "attack": "robust_attack", "steps": "robust_steps",
+        "warmup": "robust_eps_warmup"}
+
+
+@dataclass(frozen=True)
+class ATLA(RobustMethod):
+    """``robust="atla"``: alternate with a learned adversary at radius ``eps``
+    (:mod:`agents.robustness.atla`; ``start_radius``: its curriculum, ``warmup`` as :class:`SA`);
+    with ``kappa`` also SA's regulariser (``robust="atla-sa"``, ``steps`` and ``method`` its inner
+    maximiser).
+
+    >>> PPOConfig(robust=ATLA(eps=0.1, kappa=0.2)).robust
+    'atla-sa'
+    """
+
+    eps: float | None = None
+    warmup: float | None = None
+    start_radius: float | None = None
+    kappa: float | None = None
+    steps: int | None = None
+    method: str | None = None
+    _FIELDS: ClassVar[dict[str, str]] = {
+        "eps": "robust_eps", "warmup": "robust_eps_warmup", "start_radius": "atla_start_radius",
+        "kappa": "robust_kappa", "steps": "robust_steps", "method": "robust_method"}
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """``"atla-sa"`` with a ``kappa``, else ``"atla"``."""
+        return "atla" if self.kappa is None else "atla-sa"
+
+
+ROBUST_METHODS = {"sa": SA, "adv": Adversarial, "atla": ATLA, "atla-sa": ATLA}
+"""``robust`` name -> its typed config class."""
 
 
 @dataclass
@@ -87,14 +183,16 @@ class AgentConfig:
     preset: str | None = None
     """Name of the tuned preset (``agents/presets.json``) the other fields were taken from
     (``None``: dataclass defaults and overrides only). Recorded, not re-applied on load."""
-    robust: str | None = None
+    robust: str | RobustMethod | None = None
     """Robust training against observation perturbations (:mod:`agents.robustness.robust`): ``None``
     (plain training), ``"sa"`` (state-adversarial regulariser: SA-PPO/SA-A2C's
     ``kappa * max KL(pi(.|s) || pi(.|s_hat))``, SA-DQN's hinge on the greedy action's Q-margin;
     Zhang et al., NeurIPS 2020), ``"adv"`` (train on observations attacked by
     ``robust_attack``) or ``"atla"`` / ``"atla-sa"`` (PPO, A2C: alternate with a learned
     adversary, plus SA's regulariser for ``"atla-sa"``; :mod:`agents.robustness.atla`). REINFORCE has no
-    robust variant."""
+    robust variant. A typed config
+    (:class:`SA`, :class:`Adversarial`, :class:`ATLA`: ``robust=SA(eps=0.05, kappa=0.5)``) sets
+    this field and the ``robust_*`` fields it names (``robust_spec`` reads them back as one)."""
     robust_eps: float = 0.1
     """L-inf radius of the observation ball, in standard deviations when ``normalize_obs``
     (inside the normaliser, as the papers) and in raw units otherwise."""
@@ -160,8 +258,11 @@ class AgentConfig:
                                  "is for backend='gymnasium'")
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
-        if self.robust is not None:
-            choice(self.robust, "robust", ("sa", "adv", "atla", "atla-sa"))
+        if isinstance(self.robust, RobustMethod):  # a typed config: the flat fields it names
+            for name, value in self.robust.fields().items():
+                setattr(self, name, value)
+        if self.robust is not None:  # the methods the robustness wing registered
+            choice(self.robust, "robust", tuple(ROBUSTNESS) or ("sa", "adv", "atla", "atla-sa"))
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
         self.robust_steps = positive_int(self.robust_steps, "robust_steps")
@@ -174,6 +275,18 @@ class AgentConfig:
             self.atla_start_radius = number(self.atla_start_radius, "atla_start_radius",
                                             minimum=self.robust_eps)
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
+
+    @property
+    def robust_spec(self) -> RobustMethod | None:
+        """The robust training fields as one typed config (:class:`SA`, :class:`Adversarial`,
+        :class:`ATLA`), or ``None`` (``robust=None``, or a method without a typed config)."""
+        cls = ROBUST_METHODS.get(self.robust)
+        if cls is None:  # robust=None, or a method registered without a typed config
+            return None
+        values = {attr: getattr(self, field) for attr, field in cls._FIELDS.items()}
+        if self.robust == "atla":
+            values.update(kappa=None, steps=None, method=None)
+        return cls(**values)
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict (an env factory becomes ``None``)."""

@@ -76,14 +76,14 @@ from agents.robustness.adversary import (
     check_inter_op_threads,
     victim_surface,
 )
-from agents.robustness.robust import SA, Scheduled
+from agents.robustness.robust import SAPlugin, ScheduledPlugin
 
 if TYPE_CHECKING:
     from agents.core.base import Agent
     from agents.core.config import AgentConfig
     from agents.core.policy import PolicySurface
 
-__all__ = ["ATLA", "ATLA_MODES", "ATLASA", "SeedVictimSurface", "adversary_phase",
+__all__ = ["ATLAPlugin", "ATLASAPlugin", "ATLA_MODES", "SeedVictimSurface", "adversary_phase",
            "adversary_radius", "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
@@ -265,7 +265,7 @@ def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tenso
 
 
 # -- the plug-in (agents.core.plugin) ------------------------------------------------------------------
-class ATLA(Scheduled):
+class ATLAPlugin(ScheduledPlugin):
     """``robust="atla"``: the agent's rollout perceives its learned adversary's perturbation
     (:func:`atla_observations`); before each iteration the adversary trains against the agent
     (:func:`adversary_phase`, which builds it on first use). Holds the adversary (``adversary``,
@@ -282,7 +282,7 @@ class ATLA(Scheduled):
         self.adversary, self.surface, self.radius = adversary, surface, radius
         self.agent.atla_adversary = adversary  # the public name of the agent's adversary
 
-    def perceive(self, obs, seed):
+    def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         return atla_observations(self.agent, obs,
                                  tf.random.experimental.stateless_fold_in(seed, 1))
 
@@ -301,9 +301,10 @@ class ATLA(Scheduled):
                     history[-1][key] = per_seed[key][k]
 
 
-class ATLASA(ATLA, SA):
-    """``robust="atla-sa"``: :class:`ATLA` plus SA's regulariser (:class:`agents.robustness.robust.SA`)."""
+class ATLASAPlugin(ATLAPlugin, SAPlugin):
+    """``robust="atla-sa"``: :class:`ATLAPlugin` plus SA's regulariser
+    (:class:`agents.robustness.robust.SAPlugin`)."""
 
 
-register_robustness("atla", ATLA)
-register_robustness("atla-sa", ATLASA)
+register_robustness("atla", ATLAPlugin)
+register_robustness("atla-sa", ATLASAPlugin)

@@ -50,7 +50,7 @@ observations, raw units otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -68,11 +68,11 @@ if TYPE_CHECKING:
 
 tfd = tfp.distributions
 
-__all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "SA", "Adversarial", "RobustSchedule",
-           "Scheduled", "adversarial_observations", "attacked_q_margin", "clean_distribution",
-           "convex_categorical_kl", "convex_gaussian_kl", "convex_margin_hinge",
-           "convex_policy_regularizer", "policy_kl", "q_margin_hinge", "sa_dqn_observations",
-           "sa_observations", "sa_policy_regularizer"]
+__all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "AdversarialPlugin", "RobustSchedule",
+           "SAPlugin", "ScheduledPlugin", "adversarial_observations", "attacked_q_margin",
+           "clean_distribution", "convex_categorical_kl", "convex_gaussian_kl",
+           "convex_margin_hinge", "convex_policy_regularizer", "policy_kl", "q_margin_hinge",
+           "sa_dqn_observations", "sa_observations", "sa_policy_regularizer"]
 
 # the attack functions hold no tensor-dependent Python control flow and call the engine
 # (itself not converted): AutoGraph need not convert them inside the compiled updates
@@ -269,7 +269,7 @@ def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: flo
     return tf.stop_gradient(tf.where(finite, adv, obs))
 
 
-class Scheduled(RobustnessPlugin):
+class ScheduledPlugin(RobustnessPlugin):
     """A robust training method with an eps/kappa schedule (:class:`RobustSchedule`, from the
     config's ``robust_eps``, ``robust_kappa``, ``robust_eps_warmup``), updated before each
     iteration; the iteration's logs carry ``robust_eps`` and ``robust_kappa``."""
@@ -293,12 +293,12 @@ class Scheduled(RobustnessPlugin):
         logs["robust_kappa"] = float(self.schedule.kappa.numpy())
 
 
-class SA(Scheduled):
+class SAPlugin(ScheduledPlugin):
     """``robust="sa"``: the state-adversarial regulariser (module doc) in the loss, ``kappa``
     times SA-PPO/SA-A2C's KL at the inner maximiser ``robust_method`` (its convex bound for
     ``"convex"``), or SA-DQN's hinge for a Q-learner."""
 
-    def regularizer_inputs(self, obs):
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         agent, cfg = self.agent, self.agent.config
         if agent.value_based:
             return sa_dqn_observations(agent, obs, self.schedule.eps, cfg.robust_steps,
@@ -308,7 +308,7 @@ class SA(Scheduled):
         return sa_observations(agent, obs, self.schedule.eps, cfg.robust_steps, agent._seed(),
                                cfg.robust_method)
 
-    def regularizer(self, obs, inputs):
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return super().regularizer(obs, inputs)
         agent, convex = self.agent, self.agent.config.robust_method == "convex"
@@ -322,22 +322,22 @@ class SA(Scheduled):
         return self.schedule.kappa * term, term
 
 
-class Adversarial(Scheduled):
+class AdversarialPlugin(ScheduledPlugin):
     """``robust="adv"``: the agent lives in the perturbed MDP of ``robust_attack`` (module doc):
     an on-policy agent acts on, stores and learns from attacked rollout observations; a
     Q-learner's update sees attacked ``s`` in ``Q(s, a)`` (its replay buffer stays clean)."""
 
-    def perceive(self, obs, seed):
+    def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         cfg = self.agent.config
         return adversarial_observations(self.agent, obs, cfg.robust_attack, self.schedule.eps,
                                         cfg.robust_steps,
                                         tf.random.experimental.stateless_fold_in(seed, 1))
 
-    def learner_observations(self, obs):
+    def learner_observations(self, obs: tf.Tensor) -> tf.Tensor:
         cfg = self.agent.config
         return adversarial_observations(self.agent, obs, cfg.robust_attack, self.schedule.eps,
                                         cfg.robust_steps, self.agent._seed())
 
 
-register_robustness("sa", SA)
-register_robustness("adv", Adversarial)
+register_robustness("sa", SAPlugin)
+register_robustness("adv", AdversarialPlugin)
