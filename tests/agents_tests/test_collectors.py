@@ -165,7 +165,7 @@ def test_a_remote_collector_has_no_traceable_step():
 
 def test_ray_workers_touch_no_private_member_of_the_agent():
     # the workers drive their copy through Agent.collect / load_policy_state / collector only
-    source = pathlib.Path(agents.__file__).parent / "distributed.py"
+    source = pathlib.Path(agents.__file__).parent / "backends" / "distributed.py"
     tree = ast.parse(source.read_text())
     private = sorted({f"{node.value.id}.{node.attr}" for node in ast.walk(tree)
                       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
