@@ -4,31 +4,32 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 """
 
 # public re-exports (ruff: F401 is expected here)
-from agents.a2c import A2C  # noqa: F401
-from agents.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
-from agents.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
-from agents.attack_report import AgentAttackReport  # noqa: F401
-from agents.base import Agent, NonFiniteTrainingError, load  # noqa: F401
-from agents.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
-from agents.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
-from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig  # noqa: F401
-from agents.dqn import DQN  # noqa: F401
+from agents.algorithms.a2c import A2C  # noqa: F401
+from agents.algorithms.dqn import DQN  # noqa: F401
+from agents.algorithms.many import summarize_runs, train_many  # noqa: F401
+from agents.algorithms.ppo import PPO  # noqa: F401
+from agents.algorithms.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
+from agents.algorithms.reinforce import REINFORCE  # noqa: F401
+from agents.core._loading import load  # noqa: F401
+from agents.core.base import Agent, NonFiniteTrainingError  # noqa: F401
+from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
+from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
+from agents.core.config import (  # noqa: F401
+    ATLA,
+    SA,
+    A2CConfig,
+    Adversarial,
+    DQNConfig,
+    PPOConfig,
+    REINFORCEConfig,
+    RobustMethod,
+)
+from agents.core.policy import PolicySurface  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
-from agents.many import summarize_runs, train_many  # noqa: F401
-from agents.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
-from agents.policy import PolicySurface  # noqa: F401
-from agents.ppo import PPO  # noqa: F401
-from agents.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
-from agents.reinforce import REINFORCE  # noqa: F401
-from agents.robust_sarsa import fit_q_pi  # noqa: F401
-
-__all__ = [
-    "A2C", "A2CConfig", "ALGORITHMS", "ALGORITHM_NAMES", "Agent", "AgentAttackReport", "Callback",
-    "Collector", "DQN", "DQNConfig", "EvalCallback", "GRAPH_ENV_IDS", "GraphCollector",
-    "GraphVecEnv", "GymnasiumCollector", "LearnedAdversary", "NonFiniteTrainingError",
-    "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface",
-    "REINFORCE", "REINFORCEConfig", "TensorBoardCallback", "VecEnv", "algorithm",
-    "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env", "load",
-    "load_adversary", "make_vec_env", "summarize_runs", "train_adversary", "train_many",
-]
+from agents.robustness import atla, robust  # noqa: F401 - the robust training plug-ins (agents.core.plugin)
+from agents.robustness.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
+from agents.robustness.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
+from agents.robustness.attack_report import AgentAttackReport  # noqa: F401
+from agents.robustness.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
+from agents.robustness.robust_sarsa import fit_q_pi  # noqa: F401

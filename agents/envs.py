@@ -60,13 +60,13 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     subprocesses (``AsyncVectorEnv``) instead of a loop in this process. A factory with a
     ``make_vector_env(num_envs, async_envs)`` attribute builds its own (same-step autoreset)
     vector env, whose copies step together (the learned adversary's MDP,
-    :class:`agents.adversary.AdversaryVectorEnv`, calls its victim once per vector step).
+    :class:`agents.robustness.adversary.AdversaryVectorEnv`, calls its victim once per vector step).
     """
     check_env_id(env)
     num_envs = positive_int(num_envs, "num_envs")
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
     make_vector = getattr(env, "make_vector_env", None)
-    if make_vector is not None:  # a factory that steps its copies together (agents.adversary)
+    if make_vector is not None:  # a factory that steps its copies together (agents.robustness.adversary)
         vec = make_vector(num_envs, async_envs)
         if _autoreset_mode(vec) != AutoresetMode.SAME_STEP:
             raise ValueError(f"env: make_vector_env must build a same-step autoreset vector env, "

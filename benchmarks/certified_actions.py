@@ -10,7 +10,7 @@ Two parts, one process:
 * ``certify``: a vanilla DQN and an SA-DQN convex (the ``dqn-CartPole-v1`` preset, ``--steps``
   each, the same seed, the preset's periodic evaluation keeping the best weights), then the
   clean return and the fraction of the clean run's visited states whose greedy action is
-  certified by CROWN at every ``--eps`` (:func:`agents.certify.certify_agent`).
+  certified by CROWN at every ``--eps`` (:func:`agents.robustness.certify.certify_agent`).
 
 Example::
 
@@ -60,15 +60,15 @@ def cost(args) -> dict:
 def certify(args) -> dict:
     """Train vanilla and SA-DQN convex, then certified fractions along their clean episodes."""
     import agents
-    from agents.callbacks import EvalCallback
-    from agents.certify import certify_agent
+    from agents.core.callbacks import EvalCallback
+    from agents.robustness.certify import certify_agent
 
     eps = [float(e) for e in args.eps.split(",")]
     out = {}
     for kind, kw in (("vanilla", {}), ("sa-convex", {"robust": "sa", "robust_method": "convex",
                                                       "robust_eps": args.robust_eps})):
         agent = agents.DQN(env="CartPole-v1", seed=args.seed, **kw)
-        learn = agents.config.get_preset(agent.config.preset).get("learn", {})
+        learn = agents.core.config.get_preset(agent.config.preset).get("learn", {})
         cb = [EvalCallback(learn["eval_every"], keep_best=True)] if learn.get("keep_best") else []
         wall, cpu = _timed(lambda agent=agent, cb=cb: agent.learn(args.steps, callbacks=cb,
                                                                   progress_bar=False))

@@ -145,7 +145,7 @@ def main(argv=None):
     p.add_argument("--robust-set", type=_assignment, action="append", default=[],
                    help="KEY=JSON config override of the robust agents only (repeatable)")
     p.add_argument("--atla-adversary", type=_assignment, action="append", default=[],
-                   help="KEY=JSON override of the ATLA adversary's PPO (agents.atla."
+                   help="KEY=JSON override of the ATLA adversary's PPO (agents.robustness.atla."
                         "ADVERSARY_PPO; e.g. the paper's n_minibatches=32, learning_rate=3e-3)")
     p.add_argument("--score", action="store_true",
                    help="also print the worst case's normalised score")
@@ -156,9 +156,9 @@ def main(argv=None):
     # inter-op stays >= 2: the victim acts inside the adversary's compiled rollout
     tf.config.threading.set_inter_op_parallelism_threads(max(2, args.threads))
     if args.atla_adversary:
-        import agents.atla
+        import agents.robustness.atla
 
-        agents.atla.ADVERSARY_PPO.update(dict(args.atla_adversary))
+        agents.robustness.atla.ADVERSARY_PPO.update(dict(args.atla_adversary))
     if args.save_dir:
         os.makedirs(args.save_dir, exist_ok=True)
     results = {}

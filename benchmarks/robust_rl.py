@@ -182,7 +182,7 @@ def _overrides(args, kind: str, robust_eps: float | None) -> dict:
 def _budget(args) -> int:
     if args.steps:
         return args.steps
-    from agents.config import get_preset, preset_for
+    from agents.core.config import get_preset, preset_for
 
     preset = preset_for(args.algo, args.env)
     return args.steps or (get_preset(preset)["steps"] if preset else 100_000)
@@ -207,10 +207,10 @@ def agent_name(args, kind: str, seed: int, robust_eps: float | None) -> str:
 
 
 def timed_callback(inner):
-    """``inner`` (an :class:`agents.callbacks.Callback`) wrapped so that the seconds spent
+    """``inner`` (an :class:`agents.core.callbacks.Callback`) wrapped so that the seconds spent
     inside it (the preset's periodic clean evaluations) add up in ``.seconds``, to take them
     out of the training time per env step."""
-    from agents.callbacks import Callback
+    from agents.core.callbacks import Callback
 
     class Timed(Callback):
         seconds = 0.0
@@ -238,8 +238,8 @@ def train(args, kind: str, seed: int, robust_eps: float | None):
     evaluation keeping the best weights, as ``robustgrad train-agent``); returns the agent and
     its record (steps, seconds, seconds inside the periodic evaluations)."""
     import agents
-    from agents.callbacks import EvalCallback
-    from agents.config import get_preset
+    from agents.core.callbacks import EvalCallback
+    from agents.core.config import get_preset
 
     overrides = _overrides(args, kind, robust_eps)
     cls = agents.algorithm(args.algo, "--algo")

@@ -91,7 +91,7 @@ def quiet_tensorflow_startup() -> None:
     """Import TensorFlow and list its devices with the native start-up lines filtered out
     (``TF_CPP_MIN_LOG_LEVEL`` set to 2 unless set already). A no-op once TensorFlow is imported.
 
-    The ``worker_process_setup_hook`` of the Ray workers of :mod:`agents.distributed`: it runs
+    The ``worker_process_setup_hook`` of the Ray workers of :mod:`agents.backends.distributed`: it runs
     in each worker before the actor's class (and TensorFlow with it) is imported."""
     if "tensorflow" in sys.modules:
         return

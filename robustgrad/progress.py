@@ -8,7 +8,7 @@ stream is not a terminal, so logs and CI output hold no bar fragments. Three ada
 * :class:`EvaluationProgress`: the ``progress(done, total, desc)`` callable of
   :func:`attacks.evaluate`;
 * :func:`keras_progress`: a Keras callback for ``fit`` (one bar over all epochs' batches);
-* ``agents.callbacks.ProgressBar``: the bar of ``Agent.learn``.
+* ``agents.core.callbacks.ProgressBar``: the bar of ``Agent.learn``.
 
 This module imports neither TensorFlow nor ``tqdm`` until a display is actually shown.
 

@@ -85,7 +85,7 @@ def interrupt_cli_once_ready(args, marker, timeout=400):
 def local_ray():
     """A local Ray cluster of 3 CPUs for one test module (any earlier one shut down first)."""
     ray = pytest.importorskip("ray")
-    from agents.distributed import init_ray
+    from agents.backends.distributed import init_ray
 
     if ray.is_initialized():
         ray.shutdown()

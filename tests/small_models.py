@@ -64,7 +64,7 @@ def assert_kl_beats_random_points(model, obs, obs_adv, eps):
     """An inner maximiser's KL(pi(.|obs) || pi(.|obs_adv)) beats random points of the L-inf ball:
     per row above the mean KL of 20 random points, on >= 75% of rows above their best (10 steps
     of eps/10 from a random start is a heuristic max), and > 3x their mean on average."""
-    from agents import robust
+    from agents.robustness import robust
 
     kl_max = robust.policy_kl(model, obs, obs_adv).numpy()
     rng = np.random.default_rng(1)

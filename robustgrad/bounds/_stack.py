@@ -112,7 +112,7 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
         ``in`` is the width of ``x``.
       biases: ``n`` vectors ``[out_k]`` or ``None``.
       activations: ``"relu"``, ``"tanh"``, ``"sigmoid"`` or ``"linear"``: one name for every
-        hidden layer (the last layer linear, as in :class:`agents.networks.MLP`), or a sequence of
+        hidden layer (the last layer linear, as in :class:`agents.core.networks.MLP`), or a sequence of
         ``n - 1`` (the last layer linear) or ``n`` names (``None`` means ``"linear"``).
       lower, upper: float32 or float64 ``[B, in]`` (the weights are cast to this dtype).
       method: ``"crown"``, ``"ibp"``, ``"crown-ibp"`` or ``"alpha-crown"`` (default options;

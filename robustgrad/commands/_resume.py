@@ -59,7 +59,7 @@ def check_agent_resume(checkpoint: str, requested: Mapping[str, Any], *, overrid
     with ``env`` and ``seed``) against the checkpoint's config; ``steps`` (the budget) must not
     be below the steps the checkpoint already holds. Returns the allowed changes (the earlier
     resumes' record: :func:`agent_overrides`)."""
-    from agents.persistence import read_metadata
+    from agents.core.persistence import read_metadata
 
     meta, saved = read_metadata(checkpoint)
     done = int(meta["num_timesteps"])
@@ -76,14 +76,14 @@ def check_agent_resume(checkpoint: str, requested: Mapping[str, Any], *, overrid
 
 def read_checkpoint_steps(checkpoint: str) -> int:
     """The environment steps the agent checkpoint in ``checkpoint`` holds."""
-    from agents.persistence import read_metadata
+    from agents.core.persistence import read_metadata
 
     return int(read_metadata(checkpoint)[0]["num_timesteps"])
 
 
 def agent_overrides(checkpoint: str) -> list:
     """The ``overrides`` record kept in ``checkpoint/config.json`` (``[]`` when none)."""
-    from agents.persistence import read_metadata
+    from agents.core.persistence import read_metadata
 
     _, saved = read_metadata(checkpoint)
     record = saved.get("overrides", [])

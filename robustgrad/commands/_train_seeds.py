@@ -1,10 +1,11 @@
 """``robustgrad train-agent --seeds 0-7``: many seeds in one run, one directory per seed.
 
 Every algorithm trains its seeds in groups of up to :data:`GROUP_SIZE` as one agent with a seed
-axis (``num_seeds``, :mod:`agents.onpolicy`, :mod:`agents.dqn`: one program for the group, on
+axis (``num_seeds``, :mod:`agents.algorithms.onpolicy`, :mod:`agents.algorithms.dqn`: one program for the
+group, on
 either backend), robust training too (``--robust sa`` or ``adv``: each seed attacked against its
-own policy, :mod:`agents.robust`; ``--robust atla``/``atla-sa``: each seed against its own
-learned adversary, :mod:`agents.atla`, whose adversaries are not checkpointed: a resumed group
+own policy, :mod:`agents.robustness.robust`; ``--robust atla``/``atla-sa``: each seed against its own
+learned adversary, :mod:`agents.robustness.atla`, whose adversaries are not checkpointed: a resumed group
 starts fresh ones). Every group goes through the agents' one ``learn`` driver, so:
 
 * each seed is written to ``--out/seed_<s>/`` (an ordinary saved agent, its
@@ -72,7 +73,7 @@ def compact(seeds: list[int]) -> str:
     >>> compact([0, 1, 2, 5, 7, 8])
     '0-2,5,7-8'
     """
-    from agents.base import _compact
+    from agents.core.base import _compact
 
     return _compact(seeds)
 
@@ -96,7 +97,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
     import dataclasses
 
     import agents
-    from agents.config import DQNConfig, OnPolicyConfig, make_config
+    from agents.core.config import DQNConfig, OnPolicyConfig, make_config
     from robustgrad.cli import UsageError
 
     out = args.out or os.path.join("runs", args.algo)
@@ -198,7 +199,7 @@ def _write_group(args, agent, dirs) -> None:
 
 def _summarize(args, seeds, dirs, out, config) -> int:
     """``summary.json`` and ``learning_curves.png`` from the seed directories."""
-    from agents.many import learning_curves, plot_seed_curves, summarize_runs
+    from agents.algorithms.many import learning_curves, plot_seed_curves, summarize_runs
 
     evaluations, last_returns, curves = [], [], []
     written = [s for s in seeds if os.path.exists(os.path.join(dirs[s], "agent.json"))]

@@ -11,7 +11,8 @@ Example::
     robustgrad evaluate-agent --agent runs/ppo --attacks rs,optimal --eps 0.05 \\
         --adversary-steps 200000 --out runs/ppo-learned
 
-``optimal`` and ``paad`` are learned adversaries (``agents.adversary``, ``agents.paad``): one is
+``optimal`` and ``paad`` are learned adversaries (``agents.robustness.adversary``,
+``agents.robustness.paad``): one is
 trained per eps for ``--adversary-steps`` env steps, and the report gives each one's cost.
 
 Without ``--attacks``: full episodes on a fresh vector environment of the agent's env id, the
@@ -23,7 +24,7 @@ actions), the report table on stdout, progress on stderr, and under ``--out`` (d
 deviations of its observation normaliser when it has one, raw units otherwise (``--scale``).
 ``--certify crown|crown-ibp|ibp`` (discrete policies and DQN, L-inf): the fraction of the clean
 run's visited states whose greedy action is certified not to change within each eps
-(:mod:`agents.certify`), beside the attacked figures (in the report) or alone (without
+(:mod:`agents.robustness.certify`), beside the attacked figures (in the report) or alone (without
 ``--attacks``: printed, nothing written).
 """
 
@@ -38,12 +39,12 @@ from robustgrad.cli import UsageError, user_errors
 HELP = "evaluate an RL agent, clean and under observation attacks"
 
 DEFAULT_OUT = "runs/evaluate-agent"
-# the names of agents.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
+# the names of agents.robustness.observation_attacks.ATTACK_NAMES, repeated here so that flags are checked
 # before TensorFlow loads (tests/agents_tests/test_agents_obs_attacks.py checks that both agree)
 ATTACKS = ("random", "action", "mad", "critic", "rs")
-LEARNED = ("optimal", "paad")  # agents.adversary.LEARNED_ATTACKS (trained per victim and eps)
+LEARNED = ("optimal", "paad")  # agents.robustness.adversary.LEARNED_ATTACKS (trained per victim and eps)
 SCALES = ("auto", "raw", "std")
-# agents.certify.CERTIFY_METHODS, repeated so that flags are checked before TensorFlow loads
+# agents.robustness.certify.CERTIFY_METHODS, repeated so that flags are checked before TensorFlow loads
 CERTIFY = ("crown", "crown-ibp", "ibp")
 
 
@@ -183,7 +184,7 @@ def _clean(agent, args) -> int:
 
 
 def _certify_only(agent, args, seed) -> int:
-    from agents.certify import certify_agent, check_certifiable
+    from agents.robustness.certify import certify_agent, check_certifiable
 
     with user_errors(ValueError, prefix="--agent: "):
         check_certifiable(agent, args.certify)
@@ -202,7 +203,7 @@ def _certify_only(agent, args, seed) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import agents
-    from agents.attack_evaluation import check_evaluation
+    from agents.robustness.attack_evaluation import check_evaluation
     from robustgrad.commands._files import removed_if_empty_on_error
 
     if not hasattr(args, "attack_names"):  # called without the command line's validate step
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         check_evaluation(agent, args.attack_names, args.eps_values, args.norm, scale,
                          args.adversary_steps)
         if args.certify is not None:
-            from agents.certify import check_certifiable
+            from agents.robustness.certify import check_certifiable
 
             check_certifiable(agent, args.certify, args.norm)
     report = agents.evaluate_under_attack(

@@ -11,8 +11,8 @@ Example::
     robustgrad train-agent --algo ppo --env CartPole-v1 --robust sa --eps 0.2 --out runs/sappo
 
 ``--robust sa`` trains SA-PPO / SA-A2C / SA-DQN (Zhang et al. 2020), ``--robust adv`` on
-attacked observations (``agents.robust``), ``--robust atla`` / ``atla-sa`` alternates PPO / A2C
-with a learned adversary (``agents.atla``); ``--eps`` is the training radius (standard
+attacked observations (``agents.robustness.robust``), ``--robust atla`` / ``atla-sa`` alternates PPO / A2C
+with a learned adversary (``agents.robustness.atla``); ``--eps`` is the training radius (standard
 deviations with ``--normalize-obs``, raw units otherwise), reached after ``--eps-warmup`` of
 the budget; REINFORCE has no robust variant.
 
@@ -229,7 +229,7 @@ def plot_learning_curve(history, path, title):
 
 def run(args: argparse.Namespace) -> int:
     import agents
-    from agents.callbacks import Callback, EvalCallback, TensorBoardCallback
+    from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
 
     out = args.out or os.path.join("runs", args.algo)
     ckpt = os.path.join(out, "checkpoint")
@@ -254,12 +254,12 @@ def run(args: argparse.Namespace) -> int:
         if args.keep_best and args.eval_every is None:
             raise ValueError("--keep-best: needs --eval-every STEPS")
         overrides.update(_robust_overrides(args))
-        preset = agents.config.AUTO if args.preset is None else args.preset
+        preset = agents.core.config.AUTO if args.preset is None else args.preset
         if isinstance(preset, str) and preset.lower() == "none":
             preset = None
-        if preset not in (None, agents.config.AUTO):
+        if preset not in (None, agents.core.config.AUTO):
             try:
-                agents.config.get_preset(preset, args.algo)
+                agents.core.config.get_preset(preset, args.algo)
             except ValueError as exc:
                 raise ValueError(f"--{exc}") from None
             tuned_for = preset.split("-", 1)[1]
@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
             args.steps // 10, 1)
         overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
         if args.resume:  # a crash inside a save: the new checkpoint or the old one, said
-            from agents.persistence import recover_checkpoint
+            from agents.core.persistence import recover_checkpoint
 
             recovered = recover_checkpoint(ckpt)
             if recovered:
@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
             agent = cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
         learn_options = {}
         if agent.config.preset is not None:
-            learn_options = agents.config.get_preset(agent.config.preset).get("learn", {})
+            learn_options = agents.core.config.get_preset(agent.config.preset).get("learn", {})
         eval_every = args.eval_every or learn_options.get("eval_every")
         keep_best = args.keep_best or (args.eval_every is None
                                        and bool(learn_options.get("keep_best")))

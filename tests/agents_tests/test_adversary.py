@@ -1,11 +1,12 @@
-"""Learned adversaries (agents.adversary, agents.paad) and ATLA training (agents.atla)."""
+"""Learned adversaries (agents.robustness.adversary, agents.robustness.paad) and ATLA training
+(agents.robustness.atla)."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import agents
-from agents.adversary import (
+from agents.robustness.adversary import (
     LEARNED_ATTACKS,
     AdversaryEnv,
     AdversaryVectorEnv,
@@ -16,7 +17,7 @@ from agents.adversary import (
     train_adversary,
     victim_surface,
 )
-from agents.paad import director_perturbation
+from agents.robustness.paad import director_perturbation
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_adversary_ppo_on_the_vector_env_trains_as_on_its_copies(untrained):
     weights, counts = [], []
     for env in (vector, copies):
         calls["n"] = 0
-        adv = agents.PPO(env=env, seed=3, preset=None, **{**agents.adversary.DEFAULT_PPO, **ppo})
+        adv = agents.PPO(env=env, seed=3, preset=None, **{**agents.robustness.adversary.DEFAULT_PPO, **ppo})
         adv.learn(128, progress_bar=False)
         weights.append(adv.get_weights())
         counts.append(calls["n"])
@@ -232,7 +233,7 @@ def test_atla_trains_against_its_adversary():
     agent.learn(64, progress_bar=False)
     assert int(agent.atla_adversary.num_timesteps.numpy()) == 64
     # the rollout saw attacked observations: stored obs differ from a clean replay by <= eps
-    seen = agent._perceived(np.zeros([2, 4], np.float32), np.array([1, 2], np.int32)).numpy()
+    seen = agent.robustness.perceive(np.zeros([2, 4], np.float32), np.array([1, 2], np.int32)).numpy()
     assert 0 < np.abs(seen).max() <= 0.1 + 1e-6
     with pytest.raises(ValueError, match="ATLA trains an actor-critic"):
         agents.DQN(env="CartPole-v1", robust="atla")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import agents
-from agents.adversary import train_adversary, victim_surface
-from agents.atla import adversary_phase
+from agents.robustness.adversary import train_adversary, victim_surface
+from agents.robustness.atla import adversary_phase
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +65,11 @@ def test_atla_adversary_follows_the_agents_normaliser():
     agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True,
                        robust="atla", robust_eps=0.2, robust_eps_warmup=0.0)
     agent.learn(64, progress_bar=False)
-    first = agent._atla_surface.scale.copy()
+    first = agent.robustness.surface.scale.copy()
     now = agent.policy_surface().obs_scale().numpy()
     assert np.abs(now - first).max() > 1e-3  # the last agent update moved the normaliser
     adversary_phase(agent)
-    np.testing.assert_allclose(agent._atla_surface.scale, now, rtol=1e-6)
+    np.testing.assert_allclose(agent.robustness.surface.scale, now, rtol=1e-6)
 
 
 def test_the_random_policy_baseline_repeats_on_a_continuous_space():
@@ -77,7 +77,7 @@ def test_the_random_policy_baseline_repeats_on_a_continuous_space():
     (it drew from the action space's own unseeded generator: two evaluations with the same
     seed gave -1130.7 and -1202.4 on a Pendulum agent)."""
     import agents
-    from agents.attack_evaluation import _run_episodes
+    from agents.robustness.attack_evaluation import _run_episodes
 
     agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=1, n_steps=32)
     runs = [_run_episodes(agent, 2, 2, seed=3, random_actions=True)["returns"] for _ in range(2)]

@@ -14,8 +14,8 @@ import tensorflow as tf
 from gymnasium.vector import AutoresetMode
 
 import agents
+from agents.core.returns import bootstrap_values, discounted_returns, gae, td_target
 from agents.envs import RunningMeanStd, VecEnv
-from agents.returns import bootstrap_values, discounted_returns, gae, td_target
 
 # -- returns and targets ------------------------------------------------------------------
 
@@ -249,7 +249,7 @@ def test_distribution_and_q_values_differentiable_wrt_raw_obs(ppo, dqn):
         d = ppo.distribution(obs)
         lp = tf.reduce_sum(d.log_prob(tf.zeros(5, tf.int32)))
         q = tf.reduce_sum(dqn.q_values(obs)[:, 0])
-    assert isinstance(d, agents.networks.tfd.Categorical)
+    assert isinstance(d, agents.core.networks.tfd.Categorical)
     for out in (lp, q):
         g = tape.gradient(out, obs)
         assert g is not None and g.shape == obs.shape

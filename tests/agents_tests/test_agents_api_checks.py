@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import agents
-from agents.attack_evaluation import evaluate_under_attack
-from agents.observation_attacks import ObservationAttack
+from agents.robustness.attack_evaluation import evaluate_under_attack
+from agents.robustness.observation_attacks import ObservationAttack
 
 SMALL = dict(env="CartPole-v1", num_envs=2, n_steps=8, hidden_sizes=(8,), seed=0)
 
@@ -139,7 +139,7 @@ def test_an_env_id_naming_a_module_in_a_saved_config_is_refused_unless_passed(tm
 ])
 def test_attack_kwargs_are_checked_before_any_episode(ppo, monkeypatch, attack_kwargs, error,
                                                       message):
-    import agents.attack_evaluation as evaluation
+    import agents.robustness.attack_evaluation as evaluation
 
     monkeypatch.setattr(evaluation, "_run_episodes",
                         lambda *a, **k: pytest.fail("an episode ran before the check"))
@@ -156,9 +156,9 @@ def test_attack_kwargs_are_checked_before_any_episode(ppo, monkeypatch, attack_k
 ])
 def test_learned_attacks_kwargs_are_train_adversarys_keywords(ppo, monkeypatch, attack, kwargs,
                                                              message):
-    """A learned attack's keywords are those of agents.adversary.train_adversary (and PA-AD's
+    """A learned attack's keywords are those of agents.robustness.adversary.train_adversary (and PA-AD's
     actor's pgd_steps), checked before any episode or adversary training."""
-    import agents.attack_evaluation as evaluation
+    import agents.robustness.attack_evaluation as evaluation
 
     monkeypatch.setattr(evaluation, "_run_episodes",
                         lambda *a, **k: pytest.fail("an episode ran before the check"))

@@ -1,4 +1,4 @@
-"""Rollouts on Ray workers (agents/distributed.py): exactness, learning, faults, bad input.
+"""Rollouts on Ray workers (agents/backends/distributed.py): exactness, learning, faults, bad input.
 
 One local Ray instance for the module (started by a fixture, shut down at the end), and one
 PPO agent with two workers shared by the learning, restart and env-error tests (in that
@@ -26,8 +26,8 @@ ray = pytest.importorskip("ray")
 import gymnasium as gym  # noqa: E402
 
 import agents  # noqa: E402
-from agents.config import DQNConfig, PPOConfig  # noqa: E402
-from agents.distributed import check_ray_address, merge_moments  # noqa: E402
+from agents.backends.distributed import check_ray_address, merge_moments  # noqa: E402
+from agents.core.config import DQNConfig, PPOConfig  # noqa: E402
 from agents.envs import RunningMeanStd  # noqa: E402
 
 from conftest import recording  # noqa: E402
@@ -276,7 +276,7 @@ _CLUSTER_DRIVER = """
 import json, os, sys, time
 import ray
 import agents
-from agents.distributed import init_ray
+from agents.backends.distributed import init_ray
 address, tmp = sys.argv[1], sys.argv[2]
 init_ray(address)
 deadline = time.time() + 120

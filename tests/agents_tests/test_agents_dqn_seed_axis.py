@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents._step import SeedAxisAdamStep, make_adam_step
-from agents.buffers import ReplayBuffer
+from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core.buffers import ReplayBuffer
 from robustgrad.cli import main
 
 SMALL = dict(env="CartPole-v1", num_envs=2, preset=None, learning_starts=32, train_freq=8,
@@ -193,7 +193,7 @@ def test_exported_seeds_save_load_evaluate_certify_and_are_attacked(tmp_path):
     np.testing.assert_allclose(one.q_values(obs).numpy(),
                                many.q(tf.stack([tf.zeros([5, 4]), obs]))[1].numpy(), rtol=1e-6)
     np.testing.assert_array_equal(one.buffer.obs.numpy(), many.buffer.obs.numpy()[1])
-    from agents.certify import certified_actions
+    from agents.robustness.certify import certified_actions
     assert certified_actions(one, obs, 0.0).numpy().all()  # eps 0: every unique greedy action
     adv = agents.attack_observations(one, obs, "mad", eps=0.1, seed=0)
     std = np.sqrt(one.q.obs_norm.rms.var.numpy() + 1e-8)  # eps in the seed's own std units

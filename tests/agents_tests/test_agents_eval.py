@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import agents
-from agents.callbacks import EvalCallback
+from agents.core.callbacks import EvalCallback
 
 
 def _small_a2c(seed=3):

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.graph_backend import GraphBackendEnv
-from agents.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_many
+from agents.algorithms.many import bootstrap_ci, check_seeds, iqm, summarize_runs, train_many
+from agents.backends.graph_backend import GraphBackendEnv
 from robustgrad.cli import main
 from robustgrad.commands._train_seeds import parse_seeds
 
@@ -57,7 +57,7 @@ def test_seed_lists_and_num_seeds_are_checked():
         train_many(cfg, num_seeds=0, steps=32)
     with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig, "
                                          "REINFORCEConfig or DQNConfig"):
-        train_many(agents.config.AgentConfig(), seeds=[0], steps=32)
+        train_many(agents.core.config.AgentConfig(), seeds=[0], steps=32)
     with pytest.raises(ValueError, match="design must be one of"):
         train_many(cfg, seeds=[0], steps=32, design="fast")
 
@@ -285,7 +285,7 @@ def test_cli_seeds_interrupted_saves_per_seed_and_the_printed_resume_works(tmp_p
     import shlex
     import signal
 
-    from agents.base import Agent
+    from agents.core.base import Agent
     from robustgrad.commands import _train_seeds
 
     out = tmp_path / "run"

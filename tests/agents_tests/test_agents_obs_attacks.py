@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.attack_evaluation import (
+from agents.robustness.attack_evaluation import (
     ObservationAttackWrapper,
     evaluate_under_attack,
     monotonicity_warnings,
     worst_cases,
 )
-from agents.observation_attacks import (
+from agents.robustness.observation_attacks import (
     ObservationAttack,
     attack_observations,
     mad_attack,
@@ -20,7 +20,7 @@ from agents.observation_attacks import (
     perturbation_scale,
     step_seed,
 )
-from agents.robust_sarsa import fit_q_pi
+from agents.robustness.robust_sarsa import fit_q_pi
 
 GRADIENT_ATTACKS = ("action", "mad", "critic")
 
@@ -281,7 +281,7 @@ def test_non_box_observations_are_refused(trained, env):
 
 # -- the command line ---------------------------------------------------------------------------
 def test_cli_attack_names_match_the_library():
-    from agents.observation_attacks import ATTACK_NAMES
+    from agents.robustness.observation_attacks import ATTACK_NAMES
     from robustgrad.commands.evaluate_agent import ATTACKS
 
     assert ATTACKS == ATTACK_NAMES

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import config as agent_config
-from agents.buffers import ReplayBuffer
-from agents.schedules import linear
+from agents.core import config as agent_config
+from agents.core.buffers import ReplayBuffer
+from agents.core.schedules import linear
 from robustgrad.cli import main as cli_main
 
 ALGOS = agents.ALGORITHMS

@@ -1,4 +1,4 @@
-"""State-adversarial training (agents.robust): SA-PPO/SA-A2C's KL regulariser, SA-DQN's hinge,
+"""State-adversarial training (agents.robustness.robust): SA-PPO/SA-A2C's KL regulariser, SA-DQN's hinge,
 adversarial observation training, their config fields, CLI flags and one-trace updates."""
 
 import gymnasium as gym
@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import robust
-from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
+from agents.core.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
+from agents.robustness import robust
 from robustgrad import cli
 
 from small_models import CARTPOLE_OBS, assert_kl_beats_random_points, sharpened_ppo
@@ -90,11 +90,11 @@ def test_adv_rollout_acts_on_attacked_observations():
                        robust="adv", robust_attack="random", robust_eps=0.3,
                        robust_eps_warmup=0.0)
     obs = tf.constant(OBS[:2])
-    seen = agent._perceived(obs, tf.constant([5, 6])).numpy()
+    seen = agent.robustness.perceive(obs, tf.constant([5, 6])).numpy()
     delta = np.abs(seen - OBS[:2])
     assert delta.max() <= 0.3 + 1e-6 and delta.max() > 0.05
     nan_obs = tf.constant([[np.nan, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], tf.float32)
-    seen = agent._perceived(nan_obs, tf.constant([5, 6])).numpy()
+    seen = agent.robustness.perceive(nan_obs, tf.constant([5, 6])).numpy()
     assert np.isnan(seen[0, 0]) and np.all(np.isfinite(seen[1]))  # the guard still sees NaN
     agent.learn(64, progress_bar=False)
     assert agent.trace_counts["rollout"] == 1

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.base import own_function
+from agents.core.base import own_function
 from robustgrad.interrupts import TrainingInterrupted
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=None)
@@ -93,7 +93,7 @@ def test_the_gymnasium_backend_steps_each_seed_as_alone():
 
 
 def test_train_many_learns_and_returns_ordinary_agents(tmp_path):
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    cfg = agents.core.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
     trained = agents.train_many(cfg, seeds=[0, 3], steps=12_288)
     for seed, agent in zip((0, 3), trained):
         assert agent.num_seeds == 1 and agent.config.seed == seed
@@ -157,7 +157,7 @@ def test_seed_axis_bad_input_is_refused_before_work():
         agents.PPO(num_seeds=2, rollout_workers=2, **dict(SMALL, backend="gymnasium"))
     with pytest.raises(ValueError, match="config must be a PPOConfig, A2CConfig, "
                                          "REINFORCEConfig or DQNConfig"):
-        agents.train_many(agents.config.AgentConfig(), seeds=[0, 1], steps=32)
+        agents.train_many(agents.core.config.AgentConfig(), seeds=[0, 1], steps=32)
     many = agents.PPO(num_seeds=3, seed=4, **SMALL)
     for call in (lambda: many.evaluate(1), lambda: many.act(np.zeros(4))):
         with pytest.raises(ValueError, match=r"this agent holds 3 seeds \(4-6\); "
@@ -196,7 +196,7 @@ def test_many_agents_in_one_process_print_no_retracing_warning():
 
 @pytest.mark.slow
 def test_seeds_in_a_group_and_alone_reach_the_same_return_statistics():
-    cfg = agents.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    cfg = agents.core.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
     seeds = [0, 1, 2, 3]
     grouped = [a.evaluate(10)["mean_return"]
                for a in agents.train_many(cfg, seeds=seeds, steps=60_000)]

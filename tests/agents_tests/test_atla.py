@@ -1,4 +1,4 @@
-"""ATLA's adversary radius curriculum (agents.atla.adversary_radius, ``atla_start_radius``)."""
+"""ATLA's adversary radius curriculum (agents.robustness.atla.adversary_radius, ``atla_start_radius``)."""
 
 import math
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import agents
-import agents.adversary
-import agents.atla
-from agents.atla import adversary_radius
+import agents.robustness.adversary
+import agents.robustness.atla
+from agents.robustness.atla import adversary_radius
 
 
 def test_adversary_radius_shrinks_from_the_start_radius_to_eps():
@@ -26,22 +26,22 @@ def _radii_seen(monkeypatch, **config):
     """The radii of every perturbation of the ATLA adversary's own rollouts, per agent
     iteration (recorded where the adversary env applies them), and the agent's logs."""
     seen, logs = [], []
-    original = agents.adversary._squash_step
+    original = agents.robustness.adversary._squash_step
 
     def recording(obs, action, radius, scale):
         seen[-1].add(round(float(radius), 6))
         return original(obs, action, radius, scale)
 
-    monkeypatch.setattr(agents.adversary, "_squash_step", recording)
+    monkeypatch.setattr(agents.robustness.adversary, "_squash_step", recording)
     agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, robust="atla",
                        robust_eps=0.05, robust_eps_warmup=0.5, **config)
-    orig_phase = agents.atla.adversary_phase
+    orig_phase = agents.robustness.atla.adversary_phase
 
     def phase(a):
         seen.append(set())
         return orig_phase(a)
 
-    monkeypatch.setattr(agents.atla, "adversary_phase", phase)
+    monkeypatch.setattr(agents.robustness.atla, "adversary_phase", phase)
     agent.learn(64, progress_bar=False, callbacks=lambda a, lg: logs.append(dict(lg)))
     return agent, seen, logs
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import atla
+from agents.robustness import atla
 
 SMALL = dict(env="CartPole-v1", num_envs=2, n_steps=8, preset=None, robust_eps=0.1)
 
@@ -81,7 +81,7 @@ def _alone(many, s):
 
 def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
     many = _pair()
-    adv, surface = many.atla_adversary, many._atla_surface
+    adv, surface = many.atla_adversary, many.robustness.surface
     assert adv.num_seeds == 2
     assert adv.seeds == [s + 104_729 for s in many.seeds]
     assert adv.env.vec.surface is surface and adv.env.num_envs == 4
@@ -113,7 +113,7 @@ def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
 
 def test_each_seeds_block_sees_its_own_victim():
     many = _pair()
-    surface = many._atla_surface
+    surface = many.robustness.surface
     obs = np.concatenate([_obs([64, 4])] * 2)  # the same rows in both blocks
     acts = surface.act(obs)
     assert (acts[:64] != acts[64:]).any()
@@ -126,16 +126,16 @@ def test_each_seeds_block_sees_its_own_victim():
 
 
 def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_step():
-    from agents.adversary import AdversaryVectorEnv, victim_surface
     from agents.envs import VecEnv
+    from agents.robustness.adversary import AdversaryVectorEnv, victim_surface
 
     many = _pair()
-    adv, surface = many.atla_adversary, many._atla_surface
-    many._atla_radius.value = 0.5  # large enough to end episodes
+    adv, surface = many.atla_adversary, many.robustness.surface
+    many.robustness.radius.value = 0.5  # large enough to end episodes
     alone = []
     for s in range(2):  # what seed s's adversary alone steps (make_vec_env of its factory)
         one = victim_surface(many.export(s), "agent")
-        alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many._atla_radius),
+        alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many.robustness.radius),
                             seed=adv.seeds[s]))
     env, calls = adv.env, []
     act = surface._act
@@ -258,9 +258,9 @@ def test_what_atla_on_the_seed_axis_still_refuses():
         many.learn(16, progress_bar=False)
     assert int(many.num_timesteps.numpy()) == 0
     # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
-    from agents.adversary import _Radius
-    from agents.atla import _seed_factory, seed_victim_surface
-    from agents.seed_axis import SeedBlockVecEnv
+    from agents.backends.seed_axis import SeedBlockVecEnv
+    from agents.robustness.adversary import _Radius
+    from agents.robustness.atla import _seed_factory, seed_victim_surface
 
     pair = _pair()
     factory = _seed_factory(seed_victim_surface(pair, 2), _Radius(0.1))
@@ -315,7 +315,7 @@ def test_cli_atla_seeds_interrupted_then_resumed(tmp_path, capsys, monkeypatch):
     import shlex
     import signal
 
-    from agents.base import Agent
+    from agents.core.base import Agent
     from robustgrad.cli import main
 
     out = tmp_path / "run"

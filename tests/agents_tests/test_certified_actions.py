@@ -1,4 +1,5 @@
-"""Certified actions (agents.certify) and the SA convex-relaxation regulariser (agents.robust)."""
+"""Certified actions (agents.robustness.certify) and the SA convex-relaxation regulariser
+(agents.robustness.robust)."""
 
 import re
 
@@ -7,14 +8,14 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import robust
-from agents.certify import (
+from agents.robustness import robust
+from agents.robustness.certify import (
     certified_actions,
     certified_fraction,
     greedy_margin_lower_bounds,
     output_bounds,
 )
-from agents.observation_attacks import action_attack, mad_attack
+from agents.robustness.observation_attacks import action_attack, mad_attack
 
 OBS = np.random.default_rng(0).normal(0.0, 0.3, size=(32, 4)).astype(np.float32)
 
@@ -150,7 +151,7 @@ def test_convex_categorical_kl_upper_bounds_the_mad_kl(ppo):
     reg = float(robust.convex_categorical_kl(ppo, OBS, eps))
     assert reg >= kl_pgd.mean() - 1e-6 and reg >= kl_samples.max(0).mean() - 1e-6
     # per row, from the difference bounds; exact (zero) at eps 0
-    from agents.certify import difference_upper_bounds
+    from agents.robustness.certify import difference_upper_bounds
     ub = difference_upper_bounds(surface, OBS, eps, robust.CONVEX_BOUND).numpy()
     row = (np.exp(logp) * (logp + np.log(np.exp(ub).sum(-1)))).sum(-1)
     assert reg == pytest.approx(row.mean(), rel=1e-4)
@@ -224,7 +225,7 @@ def test_sa_ppo_convex_learns_cartpole():
 
 # -- evaluate-agent --certify ---------------------------------------------------------------
 def test_cli_names_match_the_library():
-    from agents.certify import CERTIFY_METHODS
+    from agents.robustness.certify import CERTIFY_METHODS
     from robustgrad.commands.evaluate_agent import CERTIFY
 
     assert CERTIFY == CERTIFY_METHODS
@@ -248,7 +249,7 @@ def test_evaluate_agent_certify_beside_the_attacks(dqn, tmp_path, capsys):
     assert set(rows) == {0.001, 0.05}
     assert rows[0.001]["certified_fraction"] >= rows[0.05]["certified_fraction"]
     # the same states through the library: the clean run of the same seed
-    from agents.certify import certify_agent
+    from agents.robustness.certify import certify_agent
 
     again = certify_agent(agents.load(saved), [0.001, 0.05], "crown", n_episodes=2,
                           seed=dqn.config.seed + 10_000, num_envs=2)

@@ -1,4 +1,4 @@
-"""The collector contract (agents/collectors.py): the algorithms ask their collector, seeded runs
+"""The collector contract (agents/core/collectors.py): the algorithms ask their collector, seeded runs
 are unchanged by it, malformed batches are refused at the first batch naming the field, and Ray
 workers use only the agent's public collection."""
 
@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.collectors import (
+from agents.core.collectors import (
     BATCH_FIELDS,
     Collector,
     GraphCollector,
@@ -121,7 +121,7 @@ def test_a_malformed_batch_is_refused_at_the_first_batch_naming_the_field(algo, 
 
 
 def test_the_batch_is_checked_once_not_in_the_hot_loop(monkeypatch):
-    import agents.collectors as collectors
+    import agents.core.collectors as collectors
 
     calls = []
     monkeypatch.setattr(collectors, "check_batch", lambda *a, **k: calls.append(1))
@@ -165,7 +165,7 @@ def test_a_remote_collector_has_no_traceable_step():
 
 def test_ray_workers_touch_no_private_member_of_the_agent():
     # the workers drive their copy through Agent.collect / load_policy_state / collector only
-    source = pathlib.Path(agents.__file__).parent / "distributed.py"
+    source = pathlib.Path(agents.__file__).parent / "backends" / "distributed.py"
     tree = ast.parse(source.read_text())
     private = sorted({f"{node.value.id}.{node.attr}" for node in ast.walk(tree)
                       if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)

@@ -13,8 +13,8 @@ import tensorflow as tf
 pytest.importorskip("mujoco")
 
 import agents  # noqa: E402
-from agents import robust  # noqa: E402
-from agents.observation_attacks import ATTACK_NAMES, ObservationAttack  # noqa: E402
+from agents.robustness import robust  # noqa: E402
+from agents.robustness.observation_attacks import ATTACK_NAMES, ObservationAttack  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

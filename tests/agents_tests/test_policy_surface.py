@@ -1,4 +1,5 @@
-"""The policy surface agents declare (agents.policy) and the algorithm registry (agents.registry)."""
+"""The policy surface agents declare (agents.core.policy) and the algorithm registry
+(agents.algorithms.registry)."""
 
 import re
 
@@ -8,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.observation_attacks import mad_attack
-from agents.policy import PolicySurface, surface_of
+from agents.core.policy import PolicySurface, surface_of
+from agents.robustness.observation_attacks import mad_attack
 
 OBS = np.random.default_rng(0).normal(0.0, 0.5, size=(8, 4)).astype(np.float32)
 

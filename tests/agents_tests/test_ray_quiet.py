@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agents import _ray_setup
+from agents.backends import _ray_setup
 from robustgrad.native_stderr import is_startup_noise
 
 WORKER_PREFIX = re.compile(r"^(\x1b\[\d+m)?\([^)]*pid=\d+[^)]*\)(\x1b\[0m)? ")  # Ray's "(pid=N) "

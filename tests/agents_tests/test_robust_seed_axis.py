@@ -15,9 +15,9 @@ import tensorflow as tf
 
 import agents
 import attacks
-from agents import observation_attacks as oa
-from agents import robust
-from agents._victim import _in_scaled_space
+from agents.robustness import observation_attacks as oa
+from agents.robustness import robust
+from agents.robustness._victim import _in_scaled_space
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, preset=None, robust_eps=0.1,
              robust_eps_warmup=0.5)

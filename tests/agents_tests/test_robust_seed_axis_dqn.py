@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import robust
+from agents.robustness import robust
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=1, preset=None, learning_starts=16,
              train_freq=8, gradient_steps=2, batch_size=8, buffer_size=64, hidden_sizes=(16,),
@@ -96,7 +96,7 @@ def test_a_short_robust_dqn_run_on_the_seed_axis(overrides):
 
 
 def test_certification_of_a_seed_axis_agent_names_export():
-    from agents.certify import certified_actions
+    from agents.robustness.certify import certified_actions
 
     many = agents.DQN(num_seeds=2, seed=0, **{k: v for k, v in SMALL.items()
                                               if not k.startswith("robust")})

@@ -1,4 +1,5 @@
-"""SA-PPO's SGLD inner maximiser (agents.observation_attacks.sgld_mad_attack, robust_method="sgld"):
+"""SA-PPO's SGLD inner maximiser (agents.robustness.observation_attacks.sgld_mad_attack,
+robust_method="sgld"):
 the schedule against a reference loop, the ball, eps 0, seeds, strength against random noise,
 config and CLI checks, and a short SA-PPO (SGLD) run that learns."""
 
@@ -7,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents import observation_attacks as oa
-from agents import robust
-from agents.config import DQNConfig, PPOConfig
+from agents.core.config import DQNConfig, PPOConfig
+from agents.robustness import observation_attacks as oa
+from agents.robustness import robust
 from robustgrad import cli
 
 from small_models import CARTPOLE_OBS, assert_kl_beats_random_points, sharpened_ppo

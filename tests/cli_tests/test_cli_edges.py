@@ -372,7 +372,7 @@ def test_evaluation_progress_follows_the_evaluate_contract():
 
 
 def test_agents_progress_bar_is_backed_by_the_shared_display():
-    from agents.callbacks import ProgressBar
+    from agents.core.callbacks import ProgressBar
 
     stream = _Terminal()
     bar = ProgressBar(1000, stream=stream)

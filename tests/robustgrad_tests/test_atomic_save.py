@@ -233,7 +233,7 @@ def test_the_seed_curves_plot_is_written_crash_safely(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    from agents.many import plot_seed_curves
+    from agents.algorithms.many import plot_seed_curves
 
     histories = [[{"steps": 32, "episode_return": 10.0}, {"steps": 64, "episode_return": 12.0}]] * 2
     path = tmp_path / "learning_curves.png"

@@ -143,7 +143,7 @@ def test_stack_entry_equals_the_keras_path_on_the_same_weights(activation, metho
         np.testing.assert_allclose(s, k, rtol=1e-6, atol=1e-6)
     spec = rb.margin_spec([2, 1, 0, 1], 3)
     keras_m = rb.compute_bounds(model, lower, upper, method=method, C=spec)
-    variables = [tf.Variable(w) for w in ws]  # tf.Variables as in agents.networks.MLP
+    variables = [tf.Variable(w) for w in ws]  # tf.Variables as in agents.core.networks.MLP
     stack_m = rb.affine_stack_bounds(variables, bs, [activation, activation], lower, upper,
                                      method=method, C=spec)
     for k, s in zip(keras_m, stack_m):

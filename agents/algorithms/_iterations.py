@@ -1,0 +1,103 @@
+"""Several on-policy iterations per compiled call (``iterations_per_call = K > 1``, graph
+backend; PureJaxRL compiles its whole training into one call), a mixin of
+:class:`agents.algorithms.onpolicy.OnPolicyAgent`.
+
+``_iterations(lrs, failures)`` runs ``n <= K`` iterations
+in a ``tf.while_loop`` inside one compiled call (XLA too), each as ``_iteration``, with its
+learning rate from ``lrs [K]`` (the annealing schedule, computed in Python as for ``K = 1``;
+NaN past the ``n``-th).
+Per iteration it keeps the statistics (packed in a ``TensorArray``, read once per call) and the
+count of finished episodes (so that each iteration's episodes go to its own ``history``
+entry); it stops early when a seed reaches ``max_nonfinite_updates`` consecutive fully rejected
+updates, where ``K = 1`` stops. ``n`` is cut so that the call ends with the budget and where a
+checkpoint is due; weights, optimiser state and history are bit-identical to ``K = 1``, and
+callbacks run at call boundaries (:meth:`agents.Agent.learn`).
+
+>>> import agents
+>>> agent = agents.PPO(env="CartPole-v1", backend="graph", n_steps=8, num_envs=2,
+...                    n_minibatches=1, n_epochs=1, iterations_per_call=4, seed=0)
+>>> _ = agent.learn(48)  # 3 iterations of 16 env steps: one compiled call
+>>> int(agent.num_timesteps.numpy()), len(agent.history), agent.trace_counts["iterations"]
+(48, 3, 1)
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+MAX_STATS = 32
+"""Room for an iteration's statistics in the packed per-call record of ``_iterations``."""
+
+
+class IterationsPerCall:
+    """The ``K > 1`` path of :meth:`agents.Agent.learn`'s ``_train_call`` (module doc): the
+    compiled loop (``_iterations_graph``, compiled as ``_iterations`` by the agent) and the
+    Python side that cuts ``K`` and hands each iteration's logs and episodes back in order."""
+
+    def _iterations_graph(self, lrs, failures):
+        """``n`` iterations (rollout, targets, update), ``lrs [K]`` float32 their learning rates
+        (NaN past the ``n``-th, ``1 <= n <= K``), ``failures [(S,)]`` int32 the consecutive
+        fully rejected updates so far: stops after an iteration that brings a seed to
+        ``max_nonfinite_updates``. Returns the packed
+        statistics ``[K, MAX_STATS, (S,)]`` (names in ``_stat_keys``), the collector's episode
+        count after each iteration ``[K]`` int64 and the number of iterations run."""
+        self.trace_counts["iterations"] += 1
+        size = lrs.shape[0]
+        packed = tf.TensorArray(tf.float32, size=size, element_shape=(MAX_STATS,) + self._lead)
+        counts = tf.TensorArray(tf.int64, size=size, element_shape=())
+        limit = self.config.max_nonfinite_updates
+        ran = tf.constant(0)
+        # n from lrs: an int32 argument n made XLA compile the call again for each n
+        n = tf.reduce_sum(tf.cast(tf.math.is_finite(lrs), tf.int32))
+        for i in tf.range(size):
+            self.optimizer.learning_rate.assign(lrs[i])
+            stats = self._train_graph(self._rollout_graph())
+            packed = packed.write(i, self._pack_stats(stats))
+            counts = counts.write(i, self.collector.episode_count())
+            failed = (stats["updates_tried"] > 0) & (stats["updates_applied"] == 0)
+            failures = tf.where(failed, failures + 1, 0)
+            ran = i + 1
+            if tf.logical_or(tf.reduce_any(failures >= limit), i + 1 >= n):
+                break
+        return packed.stack(), counts.stack(), ran
+
+    def _pack_stats(self, stats):
+        """An iteration's statistics as one ``[MAX_STATS, (S,)]`` float32 tensor (zero-padded;
+        the names, sorted, in ``_stat_keys``)."""
+        keys = sorted(stats)
+        if len(keys) > MAX_STATS:
+            raise ValueError(f"an iteration reports {len(keys)} statistics, more than "
+                             f"MAX_STATS = {MAX_STATS}")
+        self._stat_keys = keys
+        rows = [tf.broadcast_to(tf.cast(stats[k], tf.float32), self._lead) for k in keys]
+        return tf.stack(rows + [tf.zeros(self._lead)] * (MAX_STATS - len(keys)))
+
+    def _train_call(self, steps_done, total, until, failures):
+        """``iterations_per_call = K > 1`` (module doc): up to ``K`` iterations in one compiled
+        call, the last one the first to reach ``until`` env steps; their logs in order."""
+        cfg = self.config
+        k_max = cfg.iterations_per_call
+        if k_max == 1:
+            return super()._train_call(steps_done, total, until, failures)
+        n = cfg.n_steps * cfg.num_envs
+        k = max(1, min(k_max, -(-until // n)))
+        lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
+        packed, counts, ran = self._iterations(
+            tf.constant(lrs + [float("nan")] * (k_max - k), tf.float32),
+            tf.reshape(tf.constant(failures, tf.int32), self._lead))
+        ran = int(ran)
+        packed, counts = packed.numpy(), counts.numpy()
+        steps = int(self.num_timesteps.numpy())
+        self.num_timesteps.assign_add(n * ran)
+        self.num_updates.assign_add(ran)
+        # each iteration's finished episodes (the count is cumulative since the last drain)
+        episodes = self.collector.drain_seed_episodes()
+        lost = int(counts[ran - 1]) - len(episodes)  # beyond the ring buffer's capacity
+        bounds = [0] + [max(int(c) - lost, 0) for c in counts[:ran]]
+        self._queued_episodes = [episodes[a:b] for a, b in zip(bounds, bounds[1:])]
+        results = []
+        for i in range(ran):
+            logs = self._stats_logs(dict(zip(self._stat_keys, packed[i])), lrs[i])
+            logs["steps"] = steps + (i + 1) * n
+            results.append((logs, n))
+        return results

@@ -1,0 +1,463 @@
+"""Deep Q-Networks (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016) and
+optional prioritised experience replay (Schaul et al. 2016).
+
+One iteration of ``learn``: ``train_freq`` steps of every environment with an
+epsilon-greedy policy (one compiled loop over the collector's traceable step,
+:mod:`agents.core.collectors`), recorded into a replay buffer held in ``tf.Variable``s, then,
+once ``learning_starts`` env steps have been taken, ``gradient_steps`` compiled gradient steps
+on minibatches. The algorithm asks its collector, not the backend: a ``fused`` collector
+(``backend="graph"``: the env is TensorFlow ops, its state in the loop carry) runs the
+collection and the gradient steps of an iteration as one compiled call (``_iteration``; XLA
+too with ``jit_compile``), the same algorithm as the separate calls; Ray workers run the same
+collection of their copy (``Agent.collect``) and the learner records their batches:
+
+* TD target ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q(s', a))`` (Double
+  DQN; ``max_a Q_target(s', a)`` otherwise), built under ``tf.stop_gradient``. ``s'`` is
+  the *final* observation of an episode that ended, so truncated transitions bootstrap
+  and terminated ones do not.
+* Huber loss on ``Q(s, a)``, gradient through the non-finite guard and global-norm
+  clipping (default 10) to Adam.
+* minibatches drawn uniformly, or with ``prioritized_replay`` in proportion to
+  ``(|TD error| + eps) ** alpha`` with importance-sampling weights (Schaul et al. 2016),
+  beta annealed to 1 over the budget. Priorities live in a ``tf.Variable`` beside the
+  buffer; sampling is a stratified inverse-CDF lookup (``cumsum`` + ``searchsorted``) in
+  the compiled update, which compiles under XLA too.
+* every ``target_update_interval`` *environment* steps (as in Stable-Baselines3 and
+  CleanRL) the target network is copied (``tau == 1``) or Polyak-averaged:
+  ``target <- tau * online + (1 - tau) * target``.
+
+The seed axis (``num_seeds=S > 1``, DESIGN.md section 8): the same functions with a leading
+``[S, ...]`` on the networks (online and target, :class:`agents.core.networks.QNetwork` with a list
+of seeds), the observation statistics, Adam (:class:`agents.core._step.SeedAxisAdamStep`: per-seed
+clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.ReplayBuffer` with
+``num_seeds``: each seed samples its own minibatch from its own transitions, with its own
+priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_axis`), acted on
+epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
+``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
+gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
+step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
+ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
+minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
+(:mod:`agents.robustness.robust`).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from agents.backends.distributed import RolloutWorkers
+from agents.backends.factory import make_collector
+from agents.backends.seed_axis import export_seed, import_seed
+from agents.core import _sums
+from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core.base import Agent, own_function
+from agents.core.buffers import ReplayBuffer
+from agents.core.config import DQNConfig
+from agents.core.networks import QNetwork
+from agents.core.policy import PolicySurface
+from agents.core.returns import td_target
+from agents.core.schedules import linear
+
+TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
+"""The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
+
+
+def _mean(x: tf.Tensor) -> tf.Tensor:
+    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
+    return tf.reduce_mean(x) if x.shape.rank == 1 else tf.reduce_mean(x, axis=-1)
+
+
+def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
+    """Huber loss (smooth L1) of ``x`` elementwise: quadratic within ``delta``, linear outside."""
+    a = tf.abs(x)
+    return tf.where(a <= delta, 0.5 * tf.square(x), delta * (a - 0.5 * delta))
+
+
+class DQN(Agent):
+    """DQN agent for discrete actions; see :class:`DQNConfig`.
+
+    The greedy policy of a DQN can swing between good and poor late in training (on
+    CartPole-v1 the cart drifts out of bounds after 100-200 steps in the poor phases,
+    although the pole stays up); the default decaying learning rate (``learning_rate_final``)
+    narrows the swings but does not remove them. Evaluate during training and keep the
+    best weights with :class:`agents.EvalCallback`.
+
+    Example::
+
+        import agents
+        agent = agents.DQN(env="CartPole-v1", seed=0)
+        agent.learn(100_000, callbacks=[agents.EvalCallback(5_000, keep_best=True)])
+        agent.evaluate(20)["mean_return"]
+    """
+
+    algo = "dqn"
+    config_cls = DQNConfig
+    value_based = True
+    # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
+    make_collector = staticmethod(make_collector)
+    rollout_workers_cls = RolloutWorkers
+    fuse_graph_iteration = True
+    """``backend="graph"``: collection and gradient steps in one compiled call (``False``: the
+    two calls of the gymnasium backend, kept to compare the two)."""
+
+    def _check_spaces(self, env):
+        if not isinstance(env.single_action_space, gym.spaces.Discrete):
+            raise ValueError(f"env: DQN needs a Discrete action space, got "
+                             f"{env.single_action_space} (use PPO, A2C or REINFORCE)")
+
+    def _build(self):
+        cfg = self.config
+        n_actions = int(self.env.single_action_space.n)
+        self.n_actions = n_actions
+        many = self.num_seeds > 1
+        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
+        seed = self.seeds if many else cfg.seed
+        self.q = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
+                          cfg.normalize_obs, seed, name="q")
+        self.q_target = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
+                                 False, seed, name="q_target")
+        self.q_target.obs_norm = self.q.obs_norm  # one normaliser, owned by the online net
+        for t, s in zip(self.q_target.trainable, self.q.trainable):
+            t.assign(s)
+        self.variables = self.q.trainable
+        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
+            self.gradient_step = self.optimizer = SeedAxisAdamStep(
+                self.variables, cfg.learning_rate, cfg.max_grad_norm)
+        else:
+            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
+                                   cfg.prioritized_replay,
+                                   num_seeds=self.num_seeds if many else None,
+                                   jit_compile=cfg.jit_compile)
+        self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
+        self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
+        self._obs = tf.Variable(tf.zeros((self.env.num_envs,) + self.obs_shape), trainable=False,
+                                name="obs")
+        self.trace_counts = collections.Counter()
+        # own_function: one trace per agent, not read as retracing when many agents are built
+        self._collect = tf.function(own_function(self._collect_graph))
+        self._record = tf.function(own_function(self._record_graph))
+        self._train_steps = tf.function(own_function(self._train_graph),
+                                        jit_compile=cfg.jit_compile)
+        # backend="graph": collection + gradient steps of an iteration in one compiled call
+        self._iteration = tf.function(own_function(self._iteration_graph),
+                                      jit_compile=cfg.jit_compile)
+
+    def _checkpoint_modules(self):
+        return {"q": self.q, "q_target": self.q_target, "optimizer": self.optimizer,
+                "gradient_step": self.gradient_step, "buffer": self.buffer,
+                "grad_steps": self.grad_steps, "epsilon": self.epsilon}
+
+    def _obs_rms(self):
+        return self.q.obs_norm.rms if self.config.normalize_obs else None
+
+    def _model_variables(self):
+        # the target network shares the online network's normaliser: list it once
+        return list(self.q.variables) + list(self.q_target.net.variables)
+
+    def _on_env_reset(self, obs):
+        self._obs.assign(obs)
+
+    def _seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)`` variables for :func:`agents.backends.seed_axis.export_seed`: networks,
+        observation statistics, Adam's moments and count, the replay buffer's contents and
+        priorities (each ``[S, ...]`` with the seed axis); the step counts, learning rate,
+        epsilon and the buffer's position and size (one for all seeds)."""
+        opt, buf = self.optimizer, self.buffer
+        per_seed = self._model_variables() + list(opt.m) + list(opt.v) + [opt.iterations]
+        per_seed += [buf.obs, buf.next_obs, buf.actions, buf.rewards, buf.terminated,
+                     buf.priority, buf.max_priority]
+        shared = [opt.learning_rate, self.num_timesteps, self.num_updates, self.grad_steps,
+                  self.epsilon, buf.pos, buf.size]
+        return per_seed, shared
+
+    def export(self, index: int) -> DQN:
+        """Seed ``self.seeds[index]`` as an ordinary (one-seed) DQN: its online and target
+        networks, Adam moments and count, observation statistics, replay buffer, step counts,
+        ``history`` and recent returns (:func:`agents.backends.seed_axis.export_seed`). It saves,
+        loads, evaluates, is certified and attacked like any other.
+
+        >>> import agents
+        >>> many = agents.DQN(env="CartPole-v1", num_seeds=2, seed=5, hidden_sizes=(8,),
+        ...                   buffer_size=64, batch_size=8, preset=None)
+        >>> one = many.export(1)
+        >>> one.config.seed, one.num_seeds, one.q.net.weights_[0].shape.as_list()
+        (6, 1, [4, 8])
+        """
+        return export_seed(self, index)
+
+    def import_seed(self, index: int, one: DQN) -> None:
+        """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
+        :func:`agents.backends.seed_axis.import_seed`)."""
+        import_seed(self, index, one)
+
+    def _env_q(self, obs):
+        """``Q(obs, .)`` ``[E, n_actions]`` at the training envs' observations ``obs [E, ...]``
+        (``E = S * num_envs``, seed-major: each seed's block by its own network)."""
+        if not self._lead:
+            return self.q(obs)
+        q = self.q(tf.reshape(obs, self._lead + (self.config.num_envs,) + self.obs_shape))
+        return tf.reshape(q, [-1, self.n_actions])
+
+    # -- public model access -------------------------------------------------------------
+    def q_values(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
+        """``Q(obs, .)`` for a batch of raw observations, differentiable w.r.t. ``obs``."""
+        self._one_seed("q_values")
+        return self.q(tf.convert_to_tensor(obs, tf.float32))
+
+    def policy_surface(self) -> PolicySurface:
+        """The greedy policy as attacks and certification see it: the online network's
+        Q-values of the normalised observation (see :class:`agents.PolicySurface`)."""
+        self._one_seed("policy_surface")
+        net = self.q.net
+        return PolicySurface("q_values", net, obs_shape=self.obs_shape, normalizer=self._obs_rms(),
+                             layers=list(zip(net.weights_, net.biases)),
+                             activation=self.config.activation)
+
+    def _seed_axis_surface(self) -> PolicySurface:
+        """The greedy policies of all ``S`` seeds (``num_seeds > 1``) for robust training on the
+        seed axis: Q-values of observations ``[S, B, d]``, each seed's own network and
+        normaliser (:class:`agents.PolicySurface` ``num_seeds``)."""
+        net = self.q.net
+        return PolicySurface("q_values", net, obs_shape=self.obs_shape, normalizer=self._obs_rms(),
+                             activation=self.config.activation, num_seeds=self.num_seeds,
+                             seed_layers=list(zip(net.weights_, net.biases)))
+
+    def _act_graph(self, obs, deterministic):
+        greedy = tf.argmax(self.q(obs), axis=-1, output_type=tf.int32)
+        if deterministic or self.config.eval_epsilon == 0:
+            return greedy
+        return self._explore(greedy, tf.constant(self.config.eval_epsilon), self._act_rng)
+
+    def _explore(self, greedy, eps, rng):
+        n = tf.shape(greedy)[0]
+        u = rng.uniform([n])
+        rand = rng.uniform([n], 0, self.n_actions, dtype=tf.int32)
+        return tf.where(u < eps, rand, greedy)
+
+    # -- collection (agents.core.collectors: the collector steps the environments) ---------------
+    def _collection(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
+        return self._collect(tf.constant(n_steps), tf.constant(steps_done, tf.int64),
+                             tf.constant(explore_steps, tf.float32),
+                             tf.constant(timesteps, tf.int64), tf.constant(total_envs))
+
+    def _batch_shape(self, kwargs):
+        return int(kwargs["n_steps"]), (self.collector.num_envs,)
+
+    def _collection_args(self, steps_done, explore_steps) -> dict:
+        """The collection arguments of one iteration (plain numbers: Ray workers get them)."""
+        cfg = self.config
+        return {"n_steps": cfg.train_freq, "steps_done": int(steps_done),
+                "explore_steps": float(explore_steps),
+                "timesteps": int(self.num_timesteps.numpy()), "total_envs": cfg.num_envs}
+
+    def _collect_graph(self, n_steps, steps_done, explore_steps, timesteps, total_envs):
+        """``n_steps`` epsilon-greedy steps of every env of the collector (its traceable step);
+        returns the batch of :mod:`agents.core.collectors` ``[n_steps, num_envs, ...]`` and each
+        step's ``epsilon [n_steps]``. Step ``t`` is env step ``steps_done + t * total_envs`` of
+        this ``learn`` budget and ``timesteps + t * total_envs`` overall (``total_envs``: every
+        env of every rollout worker), which set epsilon. The observation statistics are
+        updated after each step, so that the next greedy action sees them."""
+        self.trace_counts["collect"] += 1
+        n = self.collector.num_envs
+        fields = (("obs", tf.float32, (n,) + self.obs_shape), ("actions", tf.int32, (n,)),
+                  ("rewards", tf.float32, (n,)), ("terminated", tf.bool, (n,)),
+                  ("truncated", tf.bool, (n,)), ("final_obs", tf.float32, (n,) + self.obs_shape),
+                  ("epsilon", tf.float32, ()))
+        tas = {k: tf.TensorArray(d, size=n_steps, element_shape=shape) for k, d, shape in fields}
+        obs = self._obs.read_value()
+        collector = self.collector
+        carry = collector.begin(n_steps)
+        for t in tf.range(n_steps):
+            step = t * total_envs
+            eps = self._collect_epsilon(tf.cast(steps_done, tf.float32) + tf.cast(step, tf.float32),
+                                        timesteps + tf.cast(step, tf.int64), explore_steps)
+            a = self._epsilon_greedy(obs, eps)
+            carry, (nobs, r, term, trunc, fin) = collector.step(carry, a, t)
+            tas = {k: tas[k].write(t, x)
+                   for k, x in zip(list(tas), (obs, a, r, term, trunc, fin, eps))}
+            self.q.obs_norm.update(obs)
+            obs = nobs
+        self._obs.assign(obs)
+        collector.end(carry)
+        return {k: ta.stack() for k, ta in tas.items()}
+
+    def _collect_epsilon(self, done, timesteps, explore_steps):
+        """Epsilon after ``done`` env steps of this ``learn`` budget (every env of every
+        rollout worker counts): linear from the initial to the final value over
+        ``explore_steps``, and 1 while ``timesteps < learning_starts``."""
+        cfg = self.config
+        eps = linear(cfg.exploration_initial_eps, cfg.exploration_final_eps, done, explore_steps)
+        return tf.where(timesteps < cfg.learning_starts, 1.0, eps)
+
+    def _epsilon_greedy(self, obs, eps):
+        """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
+        safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+        greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
+        return self._explore(greedy, eps, self.rng)
+
+    def _record_graph(self, batch, update_obs_stats):
+        """The learner's side of a collected batch, step by step in time order: transitions
+        into the replay buffer, the step count, the target-network update when due, the
+        observation statistics (``update_obs_stats``: unless the collection already updated
+        them, i.e. unless it ran elsewhere) and the last epsilon."""
+        self.trace_counts["record"] += 1
+        n = self.collector.num_envs // self.num_seeds  # env steps per seed (the step count's unit)
+        obs = batch["obs"]
+        for t in tf.range(tf.shape(batch["actions"])[0]):
+            self.buffer.add(obs[t], batch["actions"][t], batch["rewards"][t],
+                            batch["final_obs"][t], batch["terminated"][t])
+            self.num_timesteps.assign_add(n)
+            if self.num_timesteps % self.config.target_update_interval < n:
+                self._update_target()
+            if update_obs_stats:
+                self.q.obs_norm.update(obs[t])
+        self.epsilon.assign(batch["epsilon"][-1])
+        return self.buffer.size
+
+    # -- update --------------------------------------------------------------------------
+    def td_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor
+                   ) -> tf.Tensor:
+        """Double-DQN (or plain) TD targets ``[(S,) B]``, under ``tf.stop_gradient``."""
+        cfg = self.config
+        next_q_target = self.q_target(next_obs)
+        if cfg.double_dqn:
+            a_star = tf.argmax(self.q(next_obs), axis=-1, output_type=tf.int32)
+            next_q = tf.gather(next_q_target, a_star, batch_dims=a_star.shape.rank)
+        else:
+            next_q = tf.reduce_max(next_q_target, axis=-1)
+        return td_target(rewards, next_q, terminated, cfg.gamma)
+
+    def loss(self, obs: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor, next_obs: tf.Tensor,
+             terminated: tf.Tensor, weights: tf.Tensor | None = None
+             ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
+        targets; returns ``(loss, Q(obs, actions), TD errors)``. With the seed axis every input
+        is ``[S, B, ...]`` and the loss ``[S]``, each seed's mean over its own batch."""
+        target = self.td_targets(rewards, next_obs, terminated)
+        q = tf.gather(self.q(obs), actions, batch_dims=actions.shape.rank)
+        per_example = huber(q - target, self.config.huber_delta)
+        if weights is not None:
+            per_example = weights * per_example
+        return _mean(per_example), q, q - target
+
+    def _sample(self, beta):
+        """Minibatch indices into the replay buffer and their loss weights: uniform, or
+        proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
+        importance-sampling weights ``(N P(i)) ** -beta / max``."""
+        return self.buffer.sample(self.rng, self.config.batch_size, beta)
+
+    def _update_priorities(self, idx, td):
+        """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN
+        observation) gets priority 0, so that transition is not drawn again."""
+        cfg = self.config
+        self.buffer.update_priorities(idx, td, cfg.priority_alpha, cfg.priority_eps)
+
+    def _update_target(self):
+        tau = self.config.tau
+        for t, s in zip(self.q_target.trainable, self.q.trainable):
+            t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
+
+    def _gradient_step(self, batch, weights):
+        """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
+        ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
+        the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
+        robustness = self.robustness  # agents.core.plugin: robust="adv", SA-DQN
+        obs = robustness.learner_observations(batch["obs"])  # the buffer keeps clean ones
+        inputs = robustness.regularizer_inputs(obs)  # outside the tape
+        with tf.GradientTape() as tape:
+            loss, q, td = self.loss(obs, batch["actions"], batch["rewards"],
+                                    batch["next_obs"], batch["terminated"], weights)
+            hinge = tf.zeros(self._lead)
+            if inputs is not None:
+                term, hinge = robustness.regularizer(obs, inputs)
+                loss = loss + term
+        grads = tape.gradient(loss, self.variables)  # of the sum over seeds: each seed's own
+        step = self._apply_gradients(grads)
+        self.grad_steps.assign_add(1)
+        return {"loss": loss, "q_mean": _mean(q), "sa_hinge": hinge,
+                "grad_norm": step["grad_norm"],
+                "updates_applied": tf.cast(step["applied"], tf.float32)}, td
+
+    def _train_graph(self, n_steps, beta):
+        """``n_steps`` gradient steps on replay minibatches (each seed its own); returns
+        :data:`TRAIN_STATS` (``[S]`` each with the seed axis)."""
+        self.trace_counts["train"] += 1
+        cfg = self.config
+        sums = _sums.zeros(TRAIN_STATS[:-1], self._lead)
+        for _ in tf.range(n_steps):
+            idx, weights = self._sample(beta)
+            stats, td = self._gradient_step(self.buffer.gather(idx), weights)
+            if cfg.prioritized_replay:
+                self._update_priorities(idx, td)
+            sums = _sums.add(sums, stats)
+        n = tf.cast(n_steps, tf.float32)
+        stats = _sums.means(sums, n)
+        stats.update(updates_applied=sums["updates_applied"], updates_tried=n + tf.zeros(self._lead))
+        return stats
+
+    def _iteration_graph(self, n_steps, steps_done, explore_steps, gradient_steps, beta):
+        """Collection, recording and (once ``learning_starts`` env steps are taken) the gradient
+        steps of one iteration (a ``fused`` collector: one compiled call). Returns ``(trained,
+        stats)``: whether the gradient steps ran, and their :data:`TRAIN_STATS` (zeros if not)."""
+        self.trace_counts["iteration"] += 1
+        batch = self._collect_graph(n_steps, steps_done, explore_steps,
+                                    self.num_timesteps.read_value(),
+                                    self.collector.num_envs // self.num_seeds)  # per seed
+        self._record_graph(batch, False)
+        trained = self.num_timesteps >= max(self.config.learning_starts, self.config.batch_size)
+        stats = tf.cond(trained, lambda: self._train_graph(gradient_steps, beta),
+                        lambda: {k: tf.zeros(self._lead) for k in TRAIN_STATS})
+        return trained, stats
+
+    def _train_iteration(self, steps_done, total):
+        cfg = self.config
+        num_envs = cfg.num_envs
+        lr = cfg.learning_rate
+        if cfg.learning_rate_final is not None:
+            lr = linear(lr, cfg.learning_rate_final, steps_done, total)
+        self.optimizer.learning_rate.assign(lr)
+        explore = cfg.exploration_fraction * total
+        beta = linear(cfg.priority_beta, 1.0, steps_done, total)
+        if self.collector.fused and self.fuse_graph_iteration:  # one compiled call
+            trained, stats = self._iteration(
+                tf.constant(cfg.train_freq), tf.constant(steps_done, tf.int64),
+                tf.constant(explore, tf.float32), tf.constant(cfg.gradient_steps),
+                tf.constant(beta))
+            logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
+            logs.update(self._stats_logs(stats if bool(trained) else None))
+            if bool(trained):
+                self.num_updates.assign_add(1)
+            return logs, cfg.train_freq * num_envs
+        batch = self.collect(**self._collection_args(steps_done, explore))
+        self._record(batch, self.collector.remote)  # Ray: the workers' copies collected
+        logs = {"epsilon": float(self.epsilon.numpy()), "learning_rate": lr}
+        logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
+        if int(self.num_timesteps.numpy()) >= max(cfg.learning_starts, cfg.batch_size):
+            stats = self._train_steps(tf.constant(cfg.gradient_steps), tf.constant(beta))
+            logs.update(self._stats_logs(stats))
+            self.num_updates.assign_add(1)
+        else:
+            logs.update(self._stats_logs(None))
+        return logs, cfg.train_freq * num_envs
+
+    def _stats_logs(self, stats) -> dict:
+        """The logs of an iteration's :data:`TRAIN_STATS` (``None``: no gradient step yet). With
+        the seed axis: their means over seeds, and each seed's under ``"per_seed"``."""
+        if stats is None:
+            if not self._lead:
+                return {"updates_tried": 0.0}
+            zeros = [0.0] * self.num_seeds
+            return {"updates_tried": 0.0, "per_seed": {"updates_tried": zeros,
+                                                       "updates_applied": zeros}}
+        if not self._lead:
+            return {k: float(v) for k, v in stats.items()}
+        per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+        logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+        logs["per_seed"] = per_seed
+        return logs

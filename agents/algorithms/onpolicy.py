@@ -1,0 +1,449 @@
+"""On-policy actor-critic machinery shared by REINFORCE, A2C and PPO.
+
+Two compiled functions per iteration, each traced once; one, ``_iteration()``, when the
+collector is ``fused`` (:mod:`agents.core.collectors`: ``backend="graph"``, the environment is
+TensorFlow ops stepped inside the rollout). The algorithm asks its collector, never the backend:
+
+* ``_rollout()``: ``n_steps`` steps of the collector's environments in one ``tf.function``
+  loop through the collector's traceable step (``tf.numpy_function`` around a gymnasium env,
+  or the env's own ops). The policy samples in the graph; the whole rollout is one graph call
+  (no per-step Python beyond a gymnasium env itself). Ray workers run the same rollout of their
+  copy of the agent (``Agent.collect``).
+* ``_train(batch)``: values, bootstrap values of final observations, targets (GAE or
+  Monte-Carlo, under ``tf.stop_gradient``), then the algorithm's ``_update``.
+
+Observation statistics are frozen during a rollout and its update (so PPO's ratio starts
+at exactly 1) and updated afterwards, skipping non-finite rows.
+
+The seed axis (``num_seeds=S > 1``, DESIGN.md section 8, PureJaxRL's ``vmap`` over seeds written
+as batched ops): the same functions with a leading ``[S, ...]`` on every tensor. Networks are
+stacked (:class:`agents.core.networks.ActorCritic` with a list of seeds), the environments are
+``S * num_envs`` (:mod:`agents.backends.seed_axis`), losses are reduced per seed and summed (seed ``s``'s
+loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
+gradients), clipping, the non-finite guard and Adam act per seed
+(:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
+PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
+examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
+``S = 1`` the axis is absent and every op is the ordinary agent's.
+
+Several iterations per call (``iterations_per_call = K > 1``, graph backend):
+:mod:`agents.algorithms._iterations`.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from agents.algorithms._iterations import IterationsPerCall
+from agents.backends.distributed import RolloutWorkers
+from agents.backends.factory import make_collector
+from agents.backends.seed_axis import export_seed, import_seed
+from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core.base import Agent, own_function
+from agents.core.collectors import check_batch
+from agents.core.config import OnPolicyConfig
+from agents.core.networks import ActorCritic, SeedRunningMeanStd
+from agents.core.policy import PolicySurface
+from agents.core.returns import bootstrap_values, discounted_returns, gae
+from agents.core.schedules import linear
+from agents.envs import RunningMeanStd
+
+if TYPE_CHECKING:
+    import tensorflow_probability as tfp
+
+
+def _normalize(x):
+    """Standardise ``x [..., B]`` along its last axis (per seed with the seed axis)."""
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=x.shape.rank > 1)
+    return (x - mean) / (tf.sqrt(var) + 1e-8)
+
+
+def _mean(x):
+    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
+    return tf.reduce_mean(x, axis=-1)
+
+
+class OnPolicyAgent(IterationsPerCall, Agent):
+    """Base of the actor-critic agents; subclasses implement ``_update``."""
+
+    config_cls = OnPolicyConfig
+    # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
+    make_collector = staticmethod(make_collector)
+    rollout_workers_cls = RolloutWorkers
+    monte_carlo = False  # REINFORCE: returns independent of the value estimates
+
+    def _build(self):
+        cfg = self.config
+        space = self.env.single_action_space
+        if self.discrete:
+            n_out = int(space.n)
+        else:
+            if len(space.shape) != 1:
+                raise ValueError(f"env: Box action spaces must be 1-D, got shape {space.shape}")
+            n_out = int(space.shape[0])
+        many = self.num_seeds > 1
+        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
+        self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
+                                 cfg.activation, cfg.normalize_obs, cfg.log_std_init,
+                                 self.seeds if many else cfg.seed)
+        self.variables = self.model.trainable
+        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
+            self.gradient_step = self.optimizer = SeedAxisAdamStep(
+                self.variables, cfg.learning_rate, cfg.max_grad_norm)
+            self.reward_rms = SeedRunningMeanStd((), self.num_seeds, name="reward_rms")
+        else:
+            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
+                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
+            self.reward_rms = RunningMeanStd((), name="reward_rms")
+        envs = self._lead + (cfg.num_envs,)
+        self._ret_acc = tf.Variable(tf.zeros(envs), trainable=False, name="return_acc")
+        self._last_end = tf.Variable(tf.zeros(envs, tf.bool), trainable=False, name="last_end")
+        self._obs = tf.Variable(tf.zeros(envs + self.obs_shape), trainable=False, name="obs")
+        if not self.discrete:
+            self._low = tf.constant(self.env.action_low)
+            self._high = tf.constant(self.env.action_high)
+        self.trace_counts = collections.Counter()
+        self._rollout = tf.function(own_function(self._rollout_graph))
+        self._train = tf.function(own_function(self._train_graph), jit_compile=cfg.jit_compile)
+        # backend="graph": rollout + targets + update of an iteration in one compiled call
+        self._iteration = tf.function(own_function(self._iteration_graph),
+                                      jit_compile=cfg.jit_compile)
+        # iterations_per_call > 1: up to K iterations of _iteration in one compiled call
+        self._iterations = tf.function(own_function(self._iterations_graph),
+                                       jit_compile=cfg.jit_compile)
+        self._stat_keys: list[str] = []  # the statistics' names, set when _iterations traces
+
+    def _checkpoint_modules(self):
+        return {"model": self.model, "optimizer": self.optimizer,
+                "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
+                "return_acc": self._ret_acc}
+
+    # -- the seed axis: layouts --------------------------------------------------------------
+    def _split_envs(self, x):
+        """``[S * N, ...]`` (the env's batch) -> ``[S, N, ...]``; unchanged without the axis."""
+        if not self._lead:
+            return x
+        return tf.reshape(x, self._lead + (self.config.num_envs,) + tuple(x.shape[1:]))
+
+    def _join_envs(self, x):
+        """``[S, N, ...]`` -> ``[S * N, ...]`` (actions for the env); unchanged without it."""
+        if not self._lead:
+            return x
+        return tf.reshape(x, (-1,) + tuple(x.shape[2:]))
+
+    def _seed_major(self, x):
+        """A rollout tensor ``[T, (S,) N, ...]`` -> the update's ``[(S,) T * N, ...]``."""
+        rest = tuple(x.shape[2 + len(self._lead):])
+        if self._lead:
+            x = tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
+        return tf.reshape(x, self._lead + (-1,) + rest)
+
+    def _time_major(self, x):
+        """``[(S,) T * N]`` -> ``[T, (S,) N]`` (the layout of the returns' scans)."""
+        cfg = self.config
+        if not self._lead:
+            return tf.reshape(x, [cfg.n_steps, cfg.num_envs])
+        return tf.transpose(tf.reshape(x, self._lead + (cfg.n_steps, cfg.num_envs)), [1, 0, 2])
+
+    def _rows(self, x, start, size):
+        """Rows ``start:start + size`` of ``x [(S,) B, ...]`` (``size`` static; ``start`` may be
+        a tensor)."""
+        k = len(self._lead)
+        return tf.slice(x, [0] * k + [start] + [0] * (x.shape.rank - k - 1),
+                        list(self._lead) + [size] + list(x.shape[k + 1:]))
+
+    def _take(self, x, idx):
+        """Rows ``idx [(S,) mb]`` of ``x [(S,) B, ...]`` (each seed its own rows)."""
+        k = len(self._lead)
+        return tf.gather(x, idx, axis=k, batch_dims=k)
+
+    def export(self, index: int) -> OnPolicyAgent:
+        """Seed ``self.seeds[index]`` as an ordinary (one-seed) agent of the same class: its
+        weights, Adam moments and count, observation and reward statistics, step counts,
+        ``history`` and recent returns (:func:`agents.backends.seed_axis.export_seed`). It saves, loads,
+        evaluates and is attacked like any other.
+
+        >>> import agents
+        >>> many = agents.PPO(env="CartPole-v1", num_seeds=2, seed=5, n_steps=8, num_envs=2,
+        ...                   n_minibatches=1, n_epochs=1, preset=None)
+        >>> one = many.export(1)
+        >>> one.config.seed, one.num_seeds, one.model.policy_net.weights_[0].shape.as_list()
+        (6, 1, [4, 64])
+        """
+        return export_seed(self, index)
+
+    def import_seed(self, index: int, one: OnPolicyAgent) -> None:
+        """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
+        :func:`agents.backends.seed_axis.import_seed`)."""
+        import_seed(self, index, one)
+
+    def _obs_rms(self):
+        return self.model.obs_norm.rms if self.config.normalize_obs else None
+
+    def _model_variables(self):
+        return list(self.model.variables)
+
+    def _on_env_reset(self, obs):
+        self._obs.assign(self._split_envs(tf.convert_to_tensor(obs, tf.float32)))
+        self._ret_acc.assign(tf.zeros_like(self._ret_acc))
+        self._last_end.assign(tf.zeros_like(self._last_end))
+
+    # -- public model access -------------------------------------------------------------
+    def distribution(self, obs: tf.Tensor | np.ndarray) -> tfp.distributions.Distribution:
+        """The policy's TFP distribution for a batch of raw observations (differentiable).
+
+        Eagerly, NaN or infinite observations are a ``ValueError`` (inside a ``tf.function`` the
+        caller's graph is trusted: the rollout replaces them and the guard rejects the update)."""
+        self._one_seed("distribution")
+        obs = tf.convert_to_tensor(obs, tf.float32)
+        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(obs))):
+            rows = tf.reshape(tf.math.is_finite(obs), [tf.shape(obs)[0], -1]) \
+                if obs.shape.rank and obs.shape.rank > 1 else tf.reshape(tf.math.is_finite(obs), [1, -1])
+            bad = np.flatnonzero(~tf.reduce_all(rows, axis=1).numpy())
+            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()} of "
+                             f"{int(rows.shape[0])} hold NaN or inf")
+        return self.model.distribution(obs)
+
+    def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
+        """State values ``V(obs)`` for a batch of raw observations (differentiable)."""
+        self._one_seed("value")
+        return self.model.value(tf.convert_to_tensor(obs, tf.float32))
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as attacks and certification see it: logits or the Gaussian mean of the
+        normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
+        trained) and the action bounds (see :class:`agents.PolicySurface`)."""
+        net = self.model.policy_net
+        # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
+        return self._surface(layers=list(zip(net.weights_, net.biases))
+                             if net.weights_[0].shape.rank == 2 else None)
+
+    def _seed_axis_surface(self) -> PolicySurface:
+        """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
+        each seed's through its own network and normaliser (robust training on the seed axis,
+        :mod:`agents.robustness.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
+        net = self.model.policy_net
+        return self._surface(num_seeds=self.num_seeds,
+                             seed_layers=list(zip(net.weights_, net.biases)))
+
+    def _surface(self, **kwargs) -> PolicySurface:
+        m, cfg, space = self.model, self.config, self.env.single_action_space
+        return PolicySurface(
+            "logits" if self.discrete else "gaussian_mean", m.policy_net, obs_shape=self.obs_shape,
+            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
+            log_std=None if self.discrete else m.log_std,
+            action_low=None if self.discrete else space.low,
+            action_high=None if self.discrete else space.high, activation=cfg.activation,
+            **kwargs)
+
+    def _act_graph(self, obs, deterministic):
+        dist = self.model.distribution(obs)
+        if deterministic:
+            a = dist.mode()
+        else:
+            a = dist.sample(seed=self._seed(self._act_rng))
+        if not self.discrete:
+            a = tf.clip_by_value(a, self._low, self._high)
+        return a
+
+    # -- rollout (agents.core.collectors: the collector steps the environments) ------------------
+    def _sample_actions(self, obs, seed):
+        """Actions ``[N]`` int32 (discrete) or ``[N, d]`` float32 drawn from the policy at the
+        (finite) observations ``obs`` with the stateless ``seed``. Discrete: the draw
+        ``Categorical(logits).sample(seed=seed)`` makes (one ``stateless_categorical``), without
+        building the distribution object in the rollout's loop."""
+        if self.discrete:
+            logits = self.model.policy_net(self.model.obs_norm(obs))
+            if not self._lead:
+                return tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
+            flat = tf.reshape(logits, [-1, logits.shape[-1]])  # [S * N, actions]: one draw
+            draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)[:, 0]
+            return tf.reshape(draws, self._lead + (self.config.num_envs,))
+        return self.model.distribution(obs).sample(seed=seed)
+
+    def _rollout_graph(self):
+        """``n_steps`` steps of the collector's environments with the policy (its traceable
+        step: ``tf.numpy_function`` around a gymnasium env, or the env's TensorFlow ops); the
+        batch of :mod:`agents.core.collectors` with layouts ``[T, (S,) N, ...]``."""
+        self.trace_counts["rollout"] += 1
+        horizon, n_envs = self.config.n_steps, self.config.num_envs
+        envs = self._lead + (n_envs,)  # [(S,) N]
+        obs_shape = envs + self.obs_shape
+        a_dtype = tf.int32 if self.discrete else tf.float32
+        tas = {
+            "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
+            "actions": tf.TensorArray(a_dtype, size=horizon),
+            "rewards": tf.TensorArray(tf.float32, size=horizon, element_shape=envs),
+            "terminated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
+            "truncated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
+            "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
+        }
+        obs = self._obs.read_value()
+        collector = self.collector
+        carry = collector.begin(horizon)
+        seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
+        for t in tf.range(horizon):
+            obs = self.robustness.perceive(obs, seeds[:, t])  # robust="adv", ATLA: attacked
+            # a NaN observation must not break action selection; it is stored raw, so the
+            # update that sees it is rejected by the non-finite guard
+            safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
+            a = self._sample_actions(safe, seeds[:, t])
+            a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
+            carry, out = collector.step(carry, self._join_envs(a_env), t)
+            nobs, r, term, trunc, fin = (self._split_envs(x) for x in out)
+            tas["obs"] = tas["obs"].write(t, obs)
+            tas["actions"] = tas["actions"].write(t, a)
+            tas["rewards"] = tas["rewards"].write(t, r)
+            tas["terminated"] = tas["terminated"].write(t, term)
+            tas["truncated"] = tas["truncated"].write(t, trunc)
+            tas["final_obs"] = tas["final_obs"].write(t, fin)
+            obs = nobs
+        self._obs.assign(obs)
+        collector.end(carry)
+        batch = {k: v.stack() for k, v in tas.items()}
+        check_batch(batch, horizon, envs, self.obs_shape, self.discrete,  # static: at trace
+                    None if self.discrete else int(self.env.single_action_space.shape[0]))
+        return batch
+
+    def _iteration_graph(self):
+        """Rollout, targets and update of one iteration (``backend="graph"``: one call)."""
+        self.trace_counts["iteration"] += 1
+        return self._train_graph(self._rollout_graph())
+
+    # -- targets and update --------------------------------------------------------------
+    def _scale_rewards(self, rewards, ends):
+        """Divide rewards by the running std of the discounted return (gymnasium's
+        ``NormalizeReward``), updating the statistics with this rollout's returns."""
+        gamma = self.config.gamma
+
+        def body(carry, inp):
+            ret, prev_end = carry
+            r, end = inp
+            ret = r + gamma * ret * (1.0 - tf.cast(prev_end, tf.float32))
+            return ret, end
+
+        rets, ends_seq = tf.scan(body, (rewards, ends),
+                                 initializer=(self._ret_acc.read_value(),
+                                              self._last_end.read_value()))
+        self._ret_acc.assign(rets[-1])
+        self._last_end.assign(ends_seq[-1])
+        self.reward_rms.update(self._seed_major(rets))  # [(S,) T * N]: per seed
+        return self.reward_rms.scale(rewards)
+
+    def _train_graph(self, batch):
+        self.trace_counts["train"] += 1
+        cfg = self.config
+        obs = self._seed_major(batch["obs"])  # [(S,) T * N, ...]
+        fin = self._seed_major(batch["final_obs"])
+        actions = self._seed_major(batch["actions"])
+        term, trunc = batch["terminated"], batch["truncated"]  # [T, (S,) N]
+        ends = tf.logical_or(term, trunc)
+        rewards = batch["rewards"]
+        if cfg.normalize_reward:
+            rewards = self._scale_rewards(rewards, ends)
+        values = self._time_major(self.model.value(obs))
+        next_values = bootstrap_values(self._time_major(self.model.value(fin)), term)
+        if self.monte_carlo:
+            returns = discounted_returns(rewards, next_values, ends, cfg.gamma)
+            advantages = tf.stop_gradient(returns - values)
+        else:
+            advantages, returns = gae(rewards, values, next_values, ends, cfg.gamma,
+                                      cfg.gae_lambda)
+        logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
+        values = tf.stop_gradient(self._seed_major(values))
+        returns = self._seed_major(returns)
+        stats = self._update(obs, actions, logp_old, self._seed_major(advantages), returns,
+                             values)
+        var_y = tf.math.reduce_variance(returns, axis=-1)
+        stats["explained_variance"] = tf.where(
+            var_y > 0, 1.0 - tf.math.reduce_variance(returns - values, axis=-1) / var_y, np.nan)
+        self.model.obs_norm.update(obs)
+        return stats
+
+    def _losses(self, obs, actions, advantages, returns):
+        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch (per seed: ``[S]`` terms)."""
+        cfg = self.config
+        dist = self.model.distribution(obs)
+        logp = dist.log_prob(actions)
+        entropy = _mean(dist.entropy())
+        adv = _normalize(advantages) if cfg.normalize_advantages else advantages
+        pg_loss = -_mean(logp * tf.stop_gradient(adv))
+        v_loss = 0.5 * _mean(tf.square(self.model.value(obs) - returns))
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
+
+    def _update(self, obs, actions, logp_old, advantages, returns, values):
+        """One gradient step on the whole batch (REINFORCE, A2C), with the robustness plug-in's
+        term when it has one (``sa_kl`` in the statistics: SA-A2C)."""
+        inputs = self.robustness.regularizer_inputs(obs)  # outside the tape
+        robust_stats = {}
+        with tf.GradientTape() as tape:
+            loss, stats = self._losses(obs, actions, advantages, returns)
+            if inputs is not None:
+                term, robust_stats["sa_kl"] = self.robustness.regularizer(obs, inputs)
+                loss = loss + term
+        step = self._apply_gradients(self._gradients(tape, loss))
+        stats = dict(stats)
+        stats["loss"] = loss
+        stats.update(robust_stats)
+        stats["grad_norm"] = step["grad_norm"]
+        stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
+        stats["updates_tried"] = tf.ones(self._lead)
+        return stats
+
+    def _gradients(self, tape, loss):
+        """Gradients of ``loss`` (a scalar, or ``[S]`` per seed: the tape differentiates the
+        sum, whose gradient is the stack of each seed's gradient)."""
+        return tape.gradient(loss, self.variables)
+
+    def _learning_rate(self, steps_done, total) -> float:
+        """The learning rate of an iteration at ``steps_done`` of ``total`` (linear annealing)."""
+        cfg = self.config
+        return linear(cfg.learning_rate, 0.0, steps_done, total) if cfg.anneal_lr \
+            else cfg.learning_rate
+
+    def _start_iteration(self, steps_done, total) -> float:
+        """Set this iteration's learning rate (linear annealing); returns it."""
+        lr = self._learning_rate(steps_done, total)
+        self.optimizer.learning_rate.assign(lr)
+        return lr
+
+    def _finish_iteration(self, stats, lr) -> tuple[dict, int]:
+        """Count the iteration's steps and update; returns ``(logs, env steps)``."""
+        cfg = self.config
+        n = cfg.n_steps * cfg.num_envs
+        self.num_timesteps.assign_add(n)
+        self.num_updates.assign_add(1)
+        return self._stats_logs(stats, lr), n
+
+    def _stats_logs(self, stats, lr) -> dict:
+        """An iteration's logs from its statistics (tensors or NumPy values) and learning rate."""
+        if self._lead:  # the mean over seeds, and each seed's value under "per_seed"
+            per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+            logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+            logs["per_seed"] = per_seed
+        else:
+            logs = {k: float(v) for k, v in stats.items()}
+        logs["learning_rate"] = lr
+        return logs
+
+    def _collection(self):
+        return self._rollout()
+
+    def _batch_shape(self, kwargs):
+        return self.config.n_steps, self._lead + (self.config.num_envs,)
+
+    def _train_iteration(self, steps_done, total):
+        lr = self._start_iteration(steps_done, total)
+        if self.collector.fused:  # the collector's step is TensorFlow ops: one compiled call
+            stats = self._iteration()
+        else:
+            stats = self._train(self.collect())
+        logs, n = self._finish_iteration(stats, lr)
+        logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
+        return logs, n

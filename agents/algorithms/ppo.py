@@ -1,0 +1,94 @@
+"""Proximal Policy Optimisation (Schulman et al. 2017), CleanRL-style.
+
+The update, readable top to bottom: for ``n_epochs`` epochs, shuffle the rollout into
+``n_minibatches`` minibatches; per minibatch, standardise advantages, take the clipped
+surrogate, the (optionally clipped) value loss and the entropy bonus, and pass the
+gradient through the non-finite guard and global-norm clipping to Adam. Approximate KL
+(``mean((r - 1) - log r)``, Schulman's unbiased estimator) and the clip fraction are
+reported; ``target_kl`` stops the remaining epochs. The whole update is one
+``tf.function`` (``tf.range`` loops).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from agents.algorithms.onpolicy import OnPolicyAgent, _mean, _normalize
+from agents.core import _sums
+from agents.core.config import PPOConfig
+
+
+class PPO(OnPolicyAgent):
+    """PPO agent. ``PPO(env="CartPole-v1", seed=0).learn(100_000)``; see :class:`PPOConfig`.
+
+    ``robust="sa"`` is SA-PPO (Zhang et al. 2020): each minibatch's loss gets
+    ``kappa * KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
+    (:mod:`agents.robustness.robust`); ``robust="adv"`` acts on attacked observations. Robust training
+    enters through the agent's plug-in (``self.robustness``, :mod:`agents.core.plugin`).
+    """
+
+    algo = "ppo"
+    config_cls = PPOConfig
+
+    def _update(self, obs, actions, logp_old, advantages, returns, values):
+        cfg, robustness = self.config, self.robustness
+        lead = self._lead  # (S,) with the seed axis: every statistic below is per seed
+        batch = cfg.n_steps * cfg.num_envs
+        mb = batch // cfg.n_minibatches
+        c = cfg.clip_coef
+        sums = _sums.zeros(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                            "sa_kl", "grad_norm", "updates_applied"), lead)
+        n = tf.zeros(lead)  # gradient steps tried (a seed stopped by target_kl tries no more)
+        epochs = tf.zeros(lead)
+        active = tf.ones(lead, tf.bool)
+        for _epoch in tf.range(cfg.n_epochs):
+            perm = tf.argsort(tf.random.stateless_uniform(lead + (batch,), seed=self._seed()),
+                              axis=-1)
+            # the epoch's shuffled batch, one gather per array (as PureJaxRL); each minibatch is
+            # then a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
+            # length and pads every minibatch to the whole batch (4x the work)
+            shuffled = [self._take(x, perm) for x in (obs, actions, logp_old, advantages,
+                                                      returns, values)]
+            kl_sum = tf.zeros(lead)
+            on = tf.cast(active, tf.float32)
+            for k in tf.range(cfg.n_minibatches):
+                mb_obs, mb_act, mb_logp_old, mb_adv, mb_ret, mb_val = (
+                    self._rows(x, k * mb, mb) for x in shuffled)
+                if cfg.normalize_advantages:
+                    mb_adv = _normalize(mb_adv)
+                mb_robust = robustness.regularizer_inputs(mb_obs)  # outside the tape
+                with tf.GradientTape() as tape:
+                    dist = self.model.distribution(mb_obs)
+                    logratio = dist.log_prob(mb_act) - mb_logp_old
+                    ratio = tf.exp(logratio)
+                    entropy = _mean(dist.entropy())
+                    pg_loss = _mean(tf.maximum(
+                        -mb_adv * ratio, -mb_adv * tf.clip_by_value(ratio, 1 - c, 1 + c)))
+                    new_v = self.model.value(mb_obs)
+                    if cfg.clip_vloss:
+                        v_clipped = mb_val + tf.clip_by_value(new_v - mb_val, -c, c)
+                        v_loss = 0.5 * _mean(tf.maximum(
+                            tf.square(new_v - mb_ret), tf.square(v_clipped - mb_ret)))
+                    else:
+                        v_loss = 0.5 * _mean(tf.square(new_v - mb_ret))
+                    sa_loss, sa_kl = robustness.regularizer(mb_obs, mb_robust)
+                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss + sa_loss
+                step = self._apply_gradients(self._gradients(tape, loss),
+                                             active if lead else None)
+                approx_kl = _mean((ratio - 1.0) - logratio)
+                clipfrac = _mean(tf.cast(tf.abs(ratio - 1.0) > c, tf.float32))
+                kl_sum += approx_kl
+                sums = _sums.add(sums, {
+                    "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
+                    "approx_kl": approx_kl, "clip_fraction": clipfrac, "sa_kl": sa_kl,
+                    "grad_norm": step["grad_norm"],
+                    "updates_applied": tf.cast(step["applied"], tf.float32)}, on if lead else None)
+                n += on
+            epochs += on
+            if cfg.target_kl is not None:  # a seed past the target is frozen (a mask)
+                active = active & (kl_sum / float(cfg.n_minibatches) <= cfg.target_kl)
+                if not tf.reduce_any(active):
+                    break
+        stats = _sums.means(sums, n)
+        stats.update(updates_applied=sums["updates_applied"], updates_tried=n, epochs=epochs)
+        return stats

@@ -1,0 +1,264 @@
+"""The seed axis of the agents: ``S`` seeds' environments as one vector env, and the moves
+between an ``S``-seed agent and ``S`` ordinary agents.
+
+An agent built with ``num_seeds=S > 1`` (:class:`agents.PPO`, :class:`agents.A2C`,
+:class:`agents.REINFORCE`, :class:`agents.DQN`) is the same code as the one-seed agent with a
+leading seed axis on every tensor (:mod:`agents.algorithms.onpolicy`, :mod:`agents.algorithms.dqn`); it steps
+the
+``S * num_envs`` environments of this module, seed ``s``'s block of ``num_envs`` first reset
+from seed ``s`` as it would be alone:
+
+* :class:`SeedGraphEnv` (``backend="graph"``): one compiled batch of ``S * num_envs``
+  environments (one op per step for all seeds). Its later resets draw from one key for the
+  batch, so after the first episodes a seed's environments differ from its own run's: a seed
+  inside a group and the same seed alone agree in distribution, not bit for bit.
+* :class:`SeedVecEnv` (``backend="gymnasium"``): ``S`` ordinary vector envs, each seeded as
+  alone, stepped in turn from one ``tf.numpy_function``.
+
+Both report finished episodes with their seed (``drain_seed_episodes``). :func:`export_seed`
+writes slice ``s`` of an ``S``-seed agent into an ordinary agent (weights, Adam moments and
+count, normalisation statistics, DQN's replay buffer, step counts, history), which then saves,
+loads, evaluates and is attacked like any other; :func:`import_seed` is the inverse (resume).
+
+>>> env = SeedGraphEnv("CartPole-v1", 2, seeds=[3, 4])
+>>> obs = env.reset()
+>>> from agents.backends.graph_backend import GraphBackendEnv
+>>> bool((obs[2:] == GraphBackendEnv("CartPole-v1", 2, seed=4).reset()).all())
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from agents.backends.graph_backend import GraphBackendEnv
+from agents.envs import VecEnv, make_vec_env
+from agents.graph_envs import GraphEnvState
+
+
+class SeedGraphEnv(GraphBackendEnv):
+    """``len(seeds) * num_envs`` compiled environments; block ``s`` first reset from ``seeds[s]``
+    (module doc). ``num_envs`` is per seed; :attr:`num_envs` is the total."""
+
+    def __init__(self, env_id: str, num_envs: int, seeds: Sequence[int],
+                 episode_capacity: int | None = None):
+        self.seeds = [int(s) for s in seeds]
+        self.envs_per_seed = int(num_envs)
+        super().__init__(env_id, self.envs_per_seed * len(self.seeds), seed=self.seeds[0],
+                         episode_capacity=episode_capacity)
+        self._ep_seeds = tf.Variable(tf.zeros([self.capacity + 1], tf.int32), trainable=False,
+                                     name="episode_seeds")
+        self._first_reset = True
+
+    def reset(self, seed: int | None = None) -> np.ndarray | tf.Tensor:
+        """The first reset: each seed's block as :class:`GraphBackendEnv` of that seed resets
+        it; later ones (or with ``seed``): one draw for the batch."""
+        if seed is not None or not self._first_reset:
+            return super().reset(seed)
+        self._first_reset = False
+        resets = [self.spec.reset(s, self.envs_per_seed) for s in self.seeds]
+        key = tf.constant([self.seeds[0], 1 + len(self.seeds)], tf.int64)
+        state = GraphEnvState(*(tf.concat([r[i] for r in resets], 0) for i in range(3)), key)
+        self.write_state(state)
+        self._ep_count.assign(0)
+        self._seed, self._was_reset = None, True
+        self.obs = self._out(self.spec.observe(state))
+        return self.obs
+
+    def record_episodes(self, done: tf.Tensor, ended_return: tf.Tensor, ended_length: tf.Tensor
+                        ) -> None:
+        """As :class:`GraphVecEnv`'s, also recording each episode's seed index."""
+        count = self._ep_count.read_value()
+        super().record_episodes(done, ended_return, ended_length)
+        which = tf.broadcast_to(tf.range(self.num_envs) // self.envs_per_seed, tf.shape(done))
+        done, which = tf.reshape(done, [-1]), tf.reshape(which, [-1])
+        finished = tf.cast(done, tf.int64)
+        total = tf.reduce_sum(finished)
+        rank = tf.cumsum(finished) - 1
+        keep = done & (rank >= total - self.capacity)
+        slots = tf.where(keep, (count + rank) % self.capacity, self.capacity)[:, None]
+        self._ep_seeds.scatter_nd_update(slots, tf.cast(which, tf.int32))
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        count = int(self._ep_count.numpy())
+        kept = min(count, self.capacity)
+        seeds = self._ep_seeds.numpy()
+        order = [(count - kept + i) % self.capacity for i in range(kept)]
+        return [(int(seeds[i]), r, n) for i, (r, n) in zip(order, self.drain_episodes())]
+
+
+class SeedVecEnv:
+    """``S`` :class:`agents.envs.VecEnv` side by side, seen as one of ``S * num_envs`` envs
+    (``step`` splits the actions by seed and concatenates the results)."""
+
+    def __init__(self, envs: Sequence[Any]):
+        self.envs = list(envs)
+        first = self.envs[0]
+        for name in ("single_observation_space", "single_action_space", "obs_shape", "discrete",
+                     "action_low", "action_high"):
+            setattr(self, name, getattr(first, name))
+        self.envs_per_seed = first.num_envs
+        self.num_envs = first.num_envs * len(self.envs)
+        self.error: BaseException | None = None
+        self.obs: np.ndarray | None = None
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every seed's env (the first time from its own seed)."""
+        self.obs = np.concatenate([e.reset(None if seed is None else seed + k)
+                                   for k, e in enumerate(self.envs)])
+        return self.obs
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``obs, reward, terminated, truncated, final_obs`` of all ``S * num_envs`` envs."""
+        parts = np.split(np.asarray(actions), len(self.envs))
+        outs = []
+        for env, a in zip(self.envs, parts):
+            try:
+                outs.append(env.step(a))
+            except BaseException as exc:  # noqa: BLE001 - stored (crash checkpoint), re-raised
+                self.error = env.error or exc
+                raise
+        out = tuple(np.concatenate(x) for x in zip(*outs))
+        self.obs = out[0]
+        return out
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        return [(k, r, n) for k, e in enumerate(self.envs) for r, n in e.drain_episodes()]
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """``(return, length)`` of every seed's finished episodes."""
+        return [(r, n) for _k, r, n in self.drain_seed_episodes()]
+
+    def close(self) -> None:
+        """Close every seed's env."""
+        for env in self.envs:
+            env.close()
+
+
+class SeedBlockVecEnv(VecEnv):
+    """One gymnasium vector env of ``S * num_envs`` copies as the seed axis' env: block ``s``
+    (copies ``s·num_envs`` on) first reset from ``seeds[s]`` as :func:`make_vec_env` of that
+    seed alone resets it (copy ``i`` from ``seeds[s] + i``); its finished episodes reported
+    with ``s``. What a factory's ``make_seed_vector_env`` builds is stepped this way (the
+    adversary MDP of ATLA with a seed axis: one victim call per step for all seeds,
+    :mod:`agents.robustness.atla`)."""
+
+    def __init__(self, vec: Any, seeds: Sequence[int]):
+        self.seeds = [int(s) for s in seeds]
+        if vec.num_envs % len(self.seeds):
+            raise ValueError(f"env: make_seed_vector_env built {vec.num_envs} envs for "
+                             f"{len(self.seeds)} seeds")
+        n = vec.num_envs // len(self.seeds)
+        super().__init__(vec, seed=[s + i for s in self.seeds for i in range(n)])
+        self.envs_per_seed = n
+        self._episode_seeds: list[int] = []
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Reset every copy (the first time each block from its seed; with ``seed``: block
+        ``s`` from ``seed + s``, as :class:`SeedVecEnv`)."""
+        if seed is not None:
+            seed = [seed + k + i for k in range(len(self.seeds))
+                    for i in range(self.envs_per_seed)]
+        return super().reset(seed)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As :meth:`VecEnv.step`, noting the seed of each finished episode."""
+        out = super().step(actions)
+        done = out[2] | out[3]
+        self._episode_seeds.extend((np.nonzero(done)[0] // self.envs_per_seed).tolist())
+        return out
+
+    def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
+        """``(seed index, return, length)`` of the episodes finished since the last drain."""
+        which, self._episode_seeds = self._episode_seeds, []
+        return [(int(k), r, n) for k, (r, n) in zip(which, super().drain_episodes())]
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """``(return, length)`` of every seed's finished episodes."""
+        return [(r, n) for _k, r, n in self.drain_seed_episodes()]
+
+
+def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
+    """The training env of an ``S``-seed agent (``S = len(seeds)``); an env factory with a
+    ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one vector env of all
+    seeds' copies (:class:`SeedBlockVecEnv`)."""
+    if config.backend == "graph":
+        return SeedGraphEnv(config.env, config.num_envs, seeds)
+    make_seed_vector = getattr(config.env, "make_seed_vector_env", None)
+    if make_seed_vector is not None:
+        return SeedBlockVecEnv(make_seed_vector(len(seeds), config.num_envs, config.async_envs),
+                               seeds)
+    return SeedVecEnv([make_vec_env(config.env, config.num_envs, seed=s,
+                                    async_envs=config.async_envs) for s in seeds])
+
+
+# -- an S-seed agent <-> S ordinary agents --------------------------------------------------------
+def _state(agent) -> tuple[list[tf.Variable], list[tf.Variable]]:
+    """``(per seed, shared)``: the variables that carry the seed axis and those all seeds share.
+    An agent may declare them (``_seed_axis_state()``, as :class:`agents.DQN` does); an
+    on-policy agent's are its networks and observation statistics, Adam's moments and count,
+    reward statistics and return accumulator; the learning rate and step counts."""
+    own = getattr(agent, "_seed_axis_state", None)
+    if own is not None:
+        return own()
+    opt = agent.optimizer
+    per_seed = list(agent.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
+    per_seed += list(agent.reward_rms.variables) + [agent._ret_acc, agent._last_end]
+    return per_seed, [opt.learning_rate, agent.num_timesteps, agent.num_updates]
+
+
+def _paired_variables(many, one) -> tuple[list[tuple[tf.Variable, tf.Variable]],
+                                          list[tuple[tf.Variable, tf.Variable]]]:
+    """``(variable [S, ...], variable [...])`` of everything that is per seed (:func:`_state`),
+    and ``(variable, variable)`` of what the seeds share."""
+    (per_many, shared_many), (per_one, shared_one) = _state(many), _state(one)
+    pairs = list(zip(per_many, per_one))
+    for a, b in pairs:
+        if tuple(a.shape[1:]) != tuple(b.shape):
+            raise ValueError(f"agent: variable {b.name} has shape {tuple(b.shape)}, the seed axis "
+                             f"holds {tuple(a.shape[1:])}: the two agents' networks differ")
+    return pairs, list(zip(shared_many, shared_one))
+
+
+def export_seed(agent: Any, index: int) -> Any:
+    """Seed ``agent.seeds[index]`` of an ``S``-seed ``agent`` as an ordinary agent (module doc).
+
+    Its own environment was not stepped: it resets before its next ``learn``.
+    """
+    if not 0 <= index < agent.num_seeds:
+        raise ValueError(f"index: must be in [0, {agent.num_seeds}), got {index}")
+    cfg = dataclasses.replace(agent.config, seed=agent.seeds[index], num_seeds=1)
+    one = type(agent)(cfg)
+    pairs, shared = _paired_variables(agent, one)
+    for a, b in pairs:
+        b.assign(a[index])
+    for a, b in shared:
+        b.assign(a)
+    one.history = list(agent.seed_histories[index])
+    one.episode_returns.extend(agent.seed_episode_returns[index])
+    one.rejected_steps = agent.seed_rejected_steps[index]
+    one.training_failed = agent.training_failed
+    return one
+
+
+def import_seed(agent: Any, index: int, one: Any) -> None:
+    """Write the ordinary agent ``one`` into slice ``index`` of the ``S``-seed ``agent``
+    (the inverse of :func:`export_seed`; step counts must agree across seeds)."""
+    pairs, shared = _paired_variables(agent, one)
+    for a, b in pairs:
+        a.assign(tf.tensor_scatter_nd_update(a, [[index]], b.read_value()[None]))
+    for a, b in shared:
+        a.assign(b)
+    agent.seed_histories[index] = list(one.history)
+    agent.seed_episode_returns[index].extend(one.episode_returns)
+    agent.seed_rejected_steps[index] = one.rejected_steps
+
+
+__all__ = ["SeedBlockVecEnv", "SeedGraphEnv", "SeedVecEnv", "export_seed", "import_seed", "make_seed_env"]

@@ -1,0 +1,526 @@
+"""The agent life cycle shared by every algorithm: build, learn, act, evaluate, save, load.
+
+An algorithm subclass provides ``_build()`` (networks, optimiser, compiled functions),
+``_train_iteration(budget_left, total)`` (collect + update, returns logs and the number of
+environment steps taken), ``_collection(**kwargs)`` (its compiled collection over the
+collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
+that make up its checkpoint, and the backends wing it runs on: ``make_collector(config, seeds)``
+(:func:`agents.backends.factory.make_collector`) and ``rollout_workers_cls`` (Ray). Where
+experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`; the
+collection side of the agent, ``collect``, ``policy_state`` and the weights, lives there too);
+robust training is the agent's plug-in ``robustness`` (:mod:`agents.core.plugin`), whose phase
+the learn driver runs between iterations; loading is :mod:`agents.core._loading`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from agents.core.callbacks import Callback, ProgressBar, as_callbacks
+from agents.core.collectors import CollectingAgent, Collector
+from agents.core.config import AUTO, AgentConfig, check_seeds, make_config
+from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
+from agents.core.plugin import RobustnessPlugin, robustness_for
+from agents.core.policy import PolicySurface
+from agents.envs import run_episodes
+from robustgrad.atomic import replacing
+from robustgrad.errors import NonFiniteError
+from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
+from robustgrad.transforms import GradientTransformation
+
+FORMAT_VERSION = 1
+
+
+def _compact(seeds: Sequence[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"`` (how seed lists are printed).
+
+    >>> _compact([0, 1, 2, 5, 7, 8])
+    '0-2,5,7-8'
+    """
+    parts: list[str] = []
+    seeds = list(seeds)
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        parts.append(str(seeds[i]) if i == j else f"{seeds[i]}-{seeds[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def own_function(method: Callable) -> Callable:
+    """``method`` behind a function of its own, to give to ``tf.function``: TensorFlow counts
+    traces per underlying Python function, so the methods of many agents in one process (one
+    trace each) would otherwise read as retracing and print its warning."""
+    def call(*args):
+        return method(*args)
+    return call
+
+
+class NonFiniteTrainingError(NonFiniteError, RuntimeError):
+    """Training stopped: too many consecutive updates were rejected as non-finite.
+
+    A :class:`robustgrad.NonFiniteError` (the project's one non-finite error family) and, as
+    before, a ``RuntimeError``. The limit is ``max_nonfinite_updates``: it counts whole updates in
+    which every gradient step was rejected (a PPO update is many gradient steps), not gradient
+    steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
+
+
+class Agent(CollectingAgent):
+    """Base class; see :class:`agents.PPO` and friends."""
+
+    algo: str = ""
+    config_cls: type[AgentConfig] = AgentConfig
+    rollout_workers = None  # agents.backends.distributed.RolloutWorkers when rollouts run on Ray
+    # the backends wing, given by the algorithm (the core imports none of it): the factory of
+    # the agent's collector from its config and seeds (agents.backends.factory.make_collector) and the
+    # class of its Ray rollout workers (agents.backends.distributed.RolloutWorkers; None: no Ray)
+    make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
+    rollout_workers_cls: type | None = None
+    value_based = False  # True: the agent learns Q-values (DQN), else a policy
+    robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
+
+    def __init__(self, config: AgentConfig | None = None, *,
+                 transform: GradientTransformation | None = None,
+                 preset: str | None = AUTO, rollout_workers: int | None = None,
+                 ray_address: str | None = None, num_cpus: int | None = None,
+                 seeds: Sequence[int] | None = None, **overrides):
+        # preset: "auto" (the shipped preset for (algo, env) if any), a name, or None
+        # rollout_workers: collect on that many Ray actors (agents/backends/distributed.py), on the
+        # cluster at ray_address ("auto" or HOST:PORT) or a local Ray with num_cpus CPUs
+        if rollout_workers is not None:
+            if self.rollout_workers_cls is None:
+                raise ValueError(f"rollout_workers: PPO, A2C, REINFORCE and DQN collect on Ray "
+                                 f"workers, got {type(self).__name__}")
+            self.rollout_workers_cls.check_args(rollout_workers, ray_address, num_cpus)
+        if config is None:
+            config = make_config(self.config_cls, self.algo, preset, **overrides)
+        elif preset != AUTO:
+            raise ValueError("preset must be left out when a config is given (the config "
+                             "already holds every value)")
+        elif overrides:
+            config = self.config_cls.from_dict({**config.to_dict(), **overrides},
+                                               env=overrides.get("env", config.env))
+        if not isinstance(config, self.config_cls):
+            raise ValueError(f"config: expected {self.config_cls.__name__}, got "
+                             f"{type(config).__name__}")
+        self.config = config
+        self.transform = transform
+        if rollout_workers is not None and config.backend == "graph":
+            raise ValueError("rollout_workers: the graph backend steps its environments inside "
+                             "the compiled iteration; use backend='gymnasium' with Ray workers")
+        self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
+        self.num_seeds = len(self.seeds)
+        # where experience comes from (agents.core.collectors); self.env: its environments
+        self.collector = type(self).make_collector(config, self.seeds)
+        self.env = self.collector.env
+        self._check_spaces(self.env)
+        self.obs_shape = self.env.obs_shape
+        self.discrete = self.env.discrete
+        self.num_timesteps = tf.Variable(0, dtype=tf.int64, trainable=False, name="timesteps")
+        self.num_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
+        self.rng = tf.random.Generator.from_seed(
+            config.seed if self.num_seeds == 1
+            else int(np.random.SeedSequence(self.seeds).generate_state(1)[0]))
+        self._act_rng = tf.random.Generator.from_seed(config.seed + 7919)
+        self.rejected_steps = 0  # gradient steps rejected by the non-finite guard
+        self.training_failed = False  # set while learn() runs; stays True if it raised
+        self.history: list[dict] = []  # one entry per update: steps, episode_return, ...
+        self.episode_returns = collections.deque(maxlen=20)
+        # the seed axis (num_seeds > 1): the same bookkeeping for each seed
+        self.seed_histories: list[list[dict]] = [[] for _ in self.seeds]
+        self.seed_episode_returns = [collections.deque(maxlen=20) for _ in self.seeds]
+        self.seed_rejected_steps = [0] * self.num_seeds
+        # finished episodes of a call's iterations, one list each, drained by _record_update
+        self._queued_episodes: list[list[tuple[int, float, int]]] = []
+        self._env_ready = False
+        self._batch_checked = False  # the first batch from the collector is checked once
+        self._build()
+        self.robustness = robustness_for(self)  # after the networks it reads
+        self._act_fn = tf.function(own_function(self._act_graph), reduce_retracing=True)
+        if rollout_workers is not None:
+            self.rollout_workers = self.rollout_workers_cls(self, rollout_workers, ray_address,
+                                                            num_cpus)
+            self.collector = self.rollout_workers
+
+    @staticmethod
+    def _seed_list(config, seeds, transform, rollout_workers) -> list[int]:
+        """The seeds of the agent: ``[config.seed]``, or with ``num_seeds = S > 1`` (on-policy
+        configs) ``seeds`` or ``config.seed, config.seed + 1, ...``; what ``S > 1`` cannot do is
+        refused here, before any work."""
+        n = getattr(config, "num_seeds", 1)
+        if seeds is None:
+            seeds = [config.seed + i for i in range(n)]
+        else:
+            seeds = check_seeds(seeds)
+            if len(seeds) != n or seeds[0] != config.seed:
+                raise ValueError(f"seeds: must hold config.num_seeds = {n} seeds starting with "
+                                 f"config.seed = {config.seed}, got {seeds}")
+        if len(seeds) > 1 and transform is not None:
+            raise ValueError("transform: a custom gradient transformation acts on one seed's "
+                             "gradients; with num_seeds > 1 each seed is clipped, guarded and "
+                             "stepped by the built-in per-seed Adam (use num_seeds=1)")
+        if len(seeds) > 1 and rollout_workers is not None:
+            raise ValueError("rollout_workers: Ray workers collect for one seed; use "
+                             "num_seeds=1 with rollout_workers")
+        return list(seeds)
+
+    def _one_seed(self, what: str) -> None:
+        """Refuse ``what`` on an agent of several seeds (it acts for one policy)."""
+        if self.num_seeds > 1:
+            raise ValueError(f"{what}: this agent holds {self.num_seeds} seeds "
+                             f"({_compact(self.seeds)}); agent.export(s) gives seed s as an "
+                             "ordinary agent")
+
+    def _seed(self, rng=None):
+        """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
+        return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
+
+    def _apply_gradients(self, grads, active=None):
+        """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
+        written with explicit ``tf.cond``; converting it inside our loops is unneeded).
+        ``active [S]``: the seeds that may step (the seed axis only)."""
+        step = tf.autograph.experimental.do_not_convert(self.gradient_step.step)
+        return step(grads) if active is None else step(grads, active)
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _check_spaces(self, env):
+        pass
+
+    def _build(self):
+        raise NotImplementedError
+
+    def _train_iteration(self, steps_done: int, total: int) -> tuple[dict, int]:
+        raise NotImplementedError
+
+    def _train_call(self, steps_done: int, total: int, until: int, failures: list[int]
+                    ) -> list[tuple[dict, int]]:
+        """The iterations of one call to the algorithm, in order, as ``[(logs, env steps),
+        ...]``. ``until``: env steps after which the call must end (what is left of the budget, or
+        of the way to the next checkpoint); ``failures``: consecutive fully rejected updates per
+        seed so far. Default: one iteration (``_train_iteration``); an algorithm that runs several
+        per compiled call (:mod:`agents.algorithms.onpolicy`) sets each iteration's ``logs["steps"]`` and
+        queues each one's finished episodes in ``_queued_episodes``. The robustness plug-in's
+        phase (:mod:`agents.core.plugin`) runs before each iteration."""
+        extra = self.robustness.before_iteration(steps_done, total)
+        logs, n = self._train_iteration(steps_done, total)
+        self.robustness.after_iteration(logs, extra)
+        return [(logs, n)]
+
+    @property
+    def robust_schedule(self) -> Any:
+        """The eps/kappa schedule of robust training (:class:`agents.robustness.robust.RobustSchedule`), or
+        ``None`` (``robust=None``)."""
+        return self.robustness.schedule
+
+    def _act_graph(self, obs, deterministic):
+        raise NotImplementedError
+
+    def _checkpoint_modules(self) -> dict:
+        raise NotImplementedError
+
+    def _obs_rms(self):
+        """The observation normaliser (``None`` when disabled)."""
+        return None
+
+    def policy_surface(self) -> PolicySurface:
+        """The policy as observation attacks and certification see it, an
+        :class:`agents.PolicySurface` (every algorithm declares its own)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no policy_surface()")
+
+    def _model_variables(self) -> list:
+        """The variables that decide how the agent acts: network weights and observation
+        statistics (not the optimiser, replay buffer or RNG)."""
+        raise NotImplementedError
+
+    # -- learning ----------------------------------------------------------------------------
+    def learn(self, total_steps: int,
+              callbacks: Callback | Callable | Iterable[Callback | Callable] | None = None,
+              progress_bar: bool = True, schedule_start: int = 0,
+              handle_interrupts: bool = True) -> Agent:
+        """Train for ``total_steps`` more environment steps (rounded up to whole updates).
+
+        Schedules (learning-rate annealing, DQN's epsilon) run over this call's budget;
+        ``schedule_start`` says that many steps of a longer schedule were already done
+        (``--resume`` uses it so a resumed run continues the schedule where it stopped).
+
+        ``callbacks``: :class:`agents.core.callbacks.Callback` objects or callables
+        ``fn(agent, logs)``; returning ``False`` stops training. Raises
+        :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
+        rejected updates (the weights are untouched by rejected updates).
+
+        With several iterations per compiled call (``iterations_per_call`` on the graph
+        backend), Python sees the agent at call boundaries: ``history`` still gets one entry per
+        iteration, but callbacks run once per call, with the logs of its last iteration
+        (``logs["iterations"]``: how many the call ran) and the agent as it is then; a callback
+        that stops training, an interrupt and a periodic checkpoint act at the end of the call.
+        A call ends early where a checkpoint is due and at the end of the budget, so checkpoints
+        and the final state are those of one iteration per call; the non-finite stop too. An exception in
+        ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
+
+        ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
+        update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
+        directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
+        ``KeyboardInterrupt``) naming it; a second signal aborts at once.
+        """
+        if isinstance(total_steps, bool) or not isinstance(total_steps, (int, np.integer)) \
+                or total_steps <= 0:
+            raise ValueError(f"total_steps: must be a positive integer, got {total_steps!r}")
+        total_steps = int(total_steps)
+        if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
+                or schedule_start < 0:
+            raise ValueError(f"schedule_start: must be a non-negative integer, got "
+                             f"{schedule_start!r}")
+        cbs = as_callbacks(callbacks)
+        bar = ProgressBar(total_steps, enabled=progress_bar)
+        for cb in cbs:
+            cb.on_training_start(self)
+        if not self._env_ready:
+            self._reset_env()
+        self.training_failed = True  # until the loop below finishes or a callback stops it
+        interrupts = deferred_interrupts("training") if handle_interrupts else nullcontext(None)
+        with interrupts as interrupt:
+            self._learn_loop(total_steps, schedule_start, cbs, bar, interrupt)
+        if interrupt is not None and interrupt.requested:
+            path = self.config.checkpoint_dir or tempfile.mkdtemp(
+                prefix=f"robustgrad-{self.algo}-")
+            self.save(path)
+            raise TrainingInterrupted(
+                f"training stopped by {interrupt.signal_name} at step "
+                f"{int(self.num_timesteps.numpy())}; checkpoint saved to {path}",
+                checkpoint=path, signal_name=interrupt.signal_name)
+        if self.config.checkpoint_dir:
+            self.save(self.config.checkpoint_dir)
+        return self
+
+    def _learn_loop(self, total_steps, schedule_start, cbs, bar, interrupt):
+        done = 0
+        failures = [0] * self.num_seeds
+        start = time.perf_counter()
+        cfg = self.config
+        next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
+        try:
+            while done < total_steps:
+                until = total_steps - done
+                if next_ckpt is not None and cfg.checkpoint_dir:
+                    until = min(until, next_ckpt - done)
+                try:
+                    results = self._train_call(done + schedule_start,
+                                               total_steps + schedule_start, until, failures)
+                except Exception:
+                    err, self.collector.error = self.collector.error, None
+                    if err is None:
+                        raise
+                    # the environment's own exception (agents.core.collectors re-raises it)
+                    self._save_crash_checkpoint(err)
+                    raise err from None
+                for logs, steps in results:
+                    done += steps
+                    if "steps" not in logs:
+                        logs["steps"] = int(self.num_timesteps.numpy())
+                    logs["steps_per_second"] = done / max(time.perf_counter() - start, 1e-9)
+                    failures = self._record_update(logs, failures)
+                if len(results) > 1:
+                    logs["iterations"] = len(results)
+                bar.update(done, logs["steps_per_second"],
+                           logs["episode_return"] if logs["episode_return"] == logs["episode_return"]
+                           else None)
+                stop = any(cb.on_update(self, logs) is False for cb in cbs)
+                if next_ckpt is not None and done >= next_ckpt and cfg.checkpoint_dir:
+                    self.save(cfg.checkpoint_dir)
+                    next_ckpt += cfg.checkpoint_every
+                if stop:
+                    break
+                if interrupt is not None and interrupt.requested:
+                    break  # a safe point: the update is complete; learn() saves and raises
+            # an interrupted run is unfinished: callbacks must not treat it as the end
+            # (EvalCallback's keep_best leaves the current weights for the resume)
+            self.training_failed = bool(interrupt is not None and interrupt.requested)
+        finally:
+            last = self.history[-1]["episode_return"] if self.history else float("nan")
+            bar.update(done, done / max(time.perf_counter() - start, 1e-9),
+                       last if last == last else None, force=True)
+            bar.close()
+            for cb in cbs:
+                cb.on_training_end(self)
+
+    def _record_update(self, logs: dict, failures: list[int]) -> list[int]:
+        """The bookkeeping of one update, for each seed: finished episodes, ``history``,
+        rejected gradient steps and the non-finite stop (``failures``: consecutive fully
+        rejected updates per seed). Fills ``logs["episode_return"]`` and
+        ``logs["rejected_gradient_steps"]`` (with several seeds: their mean and sum, and each
+        seed's under ``"episode_return_per_seed"``); returns the new ``failures``."""
+        many = self.num_seeds > 1
+        drained = (self._queued_episodes.pop(0) if self._queued_episodes
+                   else self.collector.drain_seed_episodes())
+        returns = self.seed_episode_returns if many else [self.episode_returns]
+        histories = self.seed_histories if many else [self.history]
+        for k, ret, _length in drained:
+            returns[k].append(ret)
+        per_seed = logs.get("per_seed", {})
+        failures = list(failures)
+        for k in range(self.num_seeds):
+            value = float(np.mean(returns[k])) if returns[k] else float("nan")
+            histories[k].append({"steps": logs["steps"], "episode_return": value})
+            tried = per_seed["updates_tried"][k] if many else logs.get("updates_tried", 0.0)
+            applied = per_seed["updates_applied"][k] if many else logs.get("updates_applied", 0.0)
+            rejected = int(round(tried - applied))
+            if many:
+                self.seed_rejected_steps[k] += rejected
+            self.rejected_steps += rejected
+            failures[k] = failures[k] + 1 if tried > 0 and applied == 0 else 0
+            if failures[k] >= self.config.max_nonfinite_updates:
+                which = f"seed {self.seeds[k]}: " if many else ""
+                count = self.seed_rejected_steps[k] if many else self.rejected_steps
+                raise NonFiniteTrainingError(
+                    f"{which}training stopped after {failures[k]} consecutive updates with "
+                    "non-finite gradients (NaN/inf in observations, rewards or the "
+                    f"loss); {count} gradient steps were rejected in "
+                    "total and none of them was applied to the weights")
+        logs["rejected_gradient_steps"] = self.rejected_steps
+        if many:
+            values = [h[-1]["episode_return"] for h in histories]
+            finite = [v for v in values if v == v]
+            logs["episode_return"] = float(np.mean(finite)) if finite else float("nan")
+            logs["episode_return_per_seed"] = values
+            self.history.append({"steps": logs["steps"], "episode_return": logs["episode_return"],
+                                 "episode_return_per_seed": values})
+        else:
+            logs["episode_return"] = histories[0][-1]["episode_return"]
+        self.robustness.record(logs)
+        return failures
+
+    # -- acting -------------------------------------------------------------------------------
+    def _as_batch(self, obs):
+        obs = np.asarray(obs, np.float32)
+        single = obs.shape == self.obs_shape
+        if single:
+            obs = obs[None]
+        if obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"obs: expected shape (batch, {', '.join(map(str, self.obs_shape))})"
+                             f" or {self.obs_shape}, got {obs.shape}")
+        finite = np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
+        if not finite.all():  # a NaN/inf would give an action outside the space, silently
+            bad = np.flatnonzero(~finite)
+            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()}"
+                             f"{' ...' if len(bad) > 5 else ''} of {len(obs)} hold NaN or inf")
+        return obs, single
+
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Actions for a batch of raw observations (or a single one), ready for ``env.step``."""
+        self._one_seed("act")
+        obs, single = self._as_batch(obs)
+        a = self._act_fn(tf.constant(obs), bool(deterministic)).numpy()
+        return a[0] if single else a
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None,
+                 num_envs: int | None = None) -> dict:
+        """Run ``n_episodes`` full episodes on a fresh vector env (same id, own seed).
+
+        Episodes are split evenly over the sub-environments (as Stable-Baselines3 does)
+        so that short episodes are not over-represented. Returns ``mean_return``,
+        ``std_return``, ``returns`` and ``lengths``.
+        """
+        self._one_seed("evaluate")
+        if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
+                or n_episodes <= 0:
+            raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
+        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
+                num_envs, (int, np.integer)) or num_envs <= 0):
+            raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
+        k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
+        seed = self.config.seed + 10_000 if seed is None else seed
+        returns, lengths = run_episodes(lambda obs: self.act(obs, deterministic=deterministic),
+                                        self.config.env, int(n_episodes), k, seed)
+        return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+                "returns": returns, "lengths": lengths}
+
+    # -- persistence ---------------------------------------------------------------------------
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        return tf.train.Checkpoint(num_timesteps=self.num_timesteps,
+                                   num_updates=self.num_updates, rng=self.rng,
+                                   act_rng=self._act_rng, **self._checkpoint_modules())
+
+    def save(self, directory: str) -> str:
+        """Write the agent to ``directory``: ``config.json``, ``agent.json`` (algorithm,
+        steps, learning curve), ``weights/`` (a TF checkpoint of every variable: networks,
+        optimiser, guard, normalisation, RNG) and ``normalization.npz`` (the observation
+        statistics as plain arrays). No pickle. Crash-safe: a kill at any moment leaves the
+        previous or the new version complete (see :mod:`agents.core.persistence`).
+
+        An agent of several seeds writes ``seed_<s>/`` (each an ordinary saved agent, written
+        as it is exported) and ``seeds.json`` naming them; :func:`load` brings it back whole."""
+        directory = os.fspath(directory)
+        if self.num_seeds > 1:
+            return self._save_seeds(directory)
+        meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
+                "num_timesteps": int(self.num_timesteps.numpy()),
+                "env_id": self.config.env if isinstance(self.config.env, str) else None,
+                "history": self.history}
+        rms = self._obs_rms()
+        write_agent(directory, self._checkpoint(), self.config.to_dict(), meta,
+                    rms.numpy_state() if rms is not None else None)
+        return directory
+
+    def export(self, index: int) -> Agent:
+        """Seed ``self.seeds[index]`` of an agent of several seeds as an ordinary agent (its
+        weights, optimiser state, statistics, step counts and history)."""
+        raise ValueError(f"export: {self.algo} has no seed axis")
+
+    def import_seed(self, index: int, one: Agent) -> None:
+        """The inverse of :meth:`export`: ``one`` (an ordinary agent of seed
+        ``self.seeds[index]``) becomes slice ``index`` of this agent of several seeds."""
+        raise ValueError(f"import_seed: {self.algo} has no seed axis")
+
+    def _save_seeds(self, directory: str) -> str:
+        os.makedirs(directory, exist_ok=True)
+        for k, seed in enumerate(self.seeds):
+            one = self.export(k)
+            try:
+                one.save(os.path.join(directory, f"seed_{seed}"))
+            finally:
+                one.close()
+        with replacing(os.path.join(directory, SEEDS_FILE)) as tmp, open(tmp, "w") as f:
+            json.dump({"algo": self.algo, "seeds": self.seeds,
+                       "num_timesteps": int(self.num_timesteps.numpy()),
+                       "history": self.history}, f)
+        return directory
+
+    def _restore(self, directory: str):
+        meta, _ = read_metadata(directory)
+        if meta["algo"] != self.algo:
+            raise ValueError(f"directory: {directory!r} holds a {meta['algo']!r} agent, not "
+                             f"{self.algo!r}")
+        restore_weights(self._checkpoint(), directory,
+                        f"this {self.algo} agent (hidden_sizes="
+                        f"{getattr(self.config, 'hidden_sizes', None)})")
+        self.history = list(meta.get("history", []))
+        self._after_restore()
+
+    def _after_restore(self):
+        pass
+
+    def close(self) -> None:
+        """Close the training environment (subprocesses of ``async_envs``) and stop the
+        rollout workers, if any."""
+        self.env.close()
+        if self.rollout_workers is not None:
+            self.rollout_workers.close()
+
+    def __repr__(self):
+        env = self.config.env if isinstance(self.config.env, str) else "<factory>"
+        # AutoGraph may format the agent while tracing: no .numpy() there
+        steps = int(self.num_timesteps.numpy()) if tf.executing_eagerly() else "?"
+        preset = f", preset={self.config.preset!r}" if self.config.preset else ""
+        return f"{type(self).__name__}(env={env!r}, steps={steps}{preset})"

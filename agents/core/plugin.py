@@ -1,0 +1,119 @@
+"""Robust training as a plug-in: the protocol an algorithm calls, and the table of methods.
+
+An agent holds one plug-in, ``agent.robustness``, built from its config (``robust``) by
+:func:`robustness_for` right after the algorithm's networks. The algorithms
+(:mod:`agents.algorithms.onpolicy`,
+:mod:`agents.algorithms.ppo`, :mod:`agents.algorithms.dqn`) call its hooks and never ask which method it is;
+the
+learn driver (:class:`agents.Agent`) calls the phase between iterations:
+
+* **what the agent perceives**: :meth:`RobustnessPlugin.perceive` (the on-policy rollout: what the
+  policy sees of ``obs``, and what is stored and learned from) and
+  :meth:`RobustnessPlugin.learner_observations` (what a Q-learner's update sees of its replayed
+  observations; the buffer keeps the clean ones);
+* **an extra loss term**: :meth:`RobustnessPlugin.regularizer_inputs` outside the gradient tape
+  (the inner search; ``None``: no term), then :meth:`RobustnessPlugin.regularizer` inside it;
+* **a phase between iterations**: :meth:`RobustnessPlugin.before_iteration` (a schedule, a learned
+  adversary's training) and :meth:`RobustnessPlugin.after_iteration` (what the iteration's logs
+  carry), and :meth:`RobustnessPlugin.record` after the driver's bookkeeping of an update.
+
+:class:`RobustnessPlugin` itself is the plug-in of ``robust=None``: every hook leaves the agent as
+it is. The methods live in the robustness wing, above the algorithms, and enter
+:data:`ROBUSTNESS` through :func:`register_robustness` when :mod:`agents` is imported
+(:mod:`agents.robustness.robust`: ``"sa"``, ``"adv"``; :mod:`agents.robustness.atla`: ``"atla"``,
+``"atla-sa"``). A new
+method is one module there: a subclass and its registry entry.
+
+>>> import agents
+>>> agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None)
+>>> type(agent.robustness).__name__, agent.robustness.schedule is None
+('RobustnessPlugin', True)
+>>> sorted(ROBUSTNESS)
+['adv', 'atla', 'atla-sa', 'sa']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+if TYPE_CHECKING:
+    from agents.core.base import Agent
+
+__all__ = ["ROBUSTNESS", "RobustnessPlugin", "register_robustness", "robustness_for"]
+
+
+class RobustnessPlugin:
+    """The protocol (module doc), and the plug-in of ``robust=None`` (every hook a no-op).
+
+    ``agent``: the agent it serves (its config, policy surface and random streams are read,
+    never its private state written). ``schedule``: the eps/kappa schedule of the method
+    (``None`` here), read by the Ray workers' policy state and the logs."""
+
+    schedule: Any = None
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+
+    # -- what the agent perceives --------------------------------------------------------------
+    def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        """What the policy sees of the rollout's ``obs [(S,) N, d]`` at a step whose stateless
+        seed is ``seed [2]`` int32 (inside the compiled rollout)."""
+        return obs
+
+    def learner_observations(self, obs: tf.Tensor) -> tf.Tensor:
+        """What a Q-learner's update sees of a replayed minibatch ``obs [(S,) B, d]``."""
+        return obs
+
+    # -- an extra loss term --------------------------------------------------------------------
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        """The term's inputs for a minibatch ``obs``, computed outside the gradient tape (an
+        inner search), or ``None``: the method adds no term."""
+        return None
+
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(weighted term, term)`` for the loss and the logs, inside the gradient tape;
+        zeros when ``inputs`` is ``None``."""
+        return tf.constant(0.0), tf.constant(0.0)
+
+    # -- the phase between iterations ----------------------------------------------------------
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        """Called before each training iteration at ``steps_done`` of a ``total``-step budget;
+        returns logs for :meth:`after_iteration`."""
+        return {}
+
+    def after_iteration(self, logs: dict, extra: dict) -> None:
+        """Add to an iteration's ``logs`` (``extra``: what :meth:`before_iteration` returned)."""
+
+    def record(self, logs: dict) -> None:
+        """After the driver's bookkeeping of an update (``agent.history`` and each seed's)."""
+
+
+_TABLE: dict[str, Callable[[Agent], RobustnessPlugin]] = {}
+ROBUSTNESS: Mapping[str, Callable[[Agent], RobustnessPlugin]] = MappingProxyType(_TABLE)
+"""``robust`` value -> the factory of its plug-in (read-only; :func:`register_robustness`)."""
+
+
+def register_robustness(name: str, factory: Callable[[Agent], RobustnessPlugin]) -> None:
+    """Enter ``factory`` (``agent -> plug-in``) as the plug-in of ``robust=name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable (agent -> plug-in), got {factory!r}")
+    if _TABLE.get(name, factory) is not factory:
+        raise ValueError(f"name: robust={name!r} is already {_TABLE[name]!r}")
+    _TABLE[name] = factory
+
+
+def robustness_for(agent: Agent) -> RobustnessPlugin:
+    """The plug-in of ``agent.config.robust`` (``None``: :class:`RobustnessPlugin`)."""
+    name = getattr(agent.config, "robust", None)
+    if name is None:
+        return RobustnessPlugin(agent)
+    if name not in _TABLE:
+        raise ValueError(f"robust: no robust training method {name!r} is registered (one of "
+                         f"{', '.join(repr(n) for n in sorted(_TABLE))})")
+    return _TABLE[name](agent)
