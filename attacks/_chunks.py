@@ -58,7 +58,7 @@ def check_batch_size(batch_size: int | None) -> int:
     >>> check_batch_size(0)
     Traceback (most recent call last):
     ...
-    ValueError: batch_size must be an int >= 1, got 0
+    robustgrad.errors.ConfigError: batch_size must be an int >= 1, got 0
     """
     return DEFAULT_BATCH_SIZE if batch_size is None else positive_int(batch_size, "batch_size")
 

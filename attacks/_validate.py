@@ -13,7 +13,7 @@ on tensors (NaN, bounds, label range) need eager tensors and are skipped there.
 >>> check_positive_int(0, "steps")
 Traceback (most recent call last):
 ...
-ValueError: steps must be an int >= 1, got 0
+robustgrad.errors.ConfigError: steps must be an int >= 1, got 0
 >>> check_bounds(0.0, 1.0, tf.constant([[0.5, 2.0]]))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["PREVIOUS", "recover", "replacing", "save_figure", "write_entries"]
+__all__ = ["PREVIOUS", "recover", "replacing", "save_figure", "write_entries", "write_json"]
 
 PREVIOUS = ".previous"
 _STAGING_PREFIX = ".incoming-"
@@ -176,7 +176,8 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[str]:
     """Write one file crash-safely: the block writes the temporary path it is given (same
     directory, same extension, so format-by-extension writers such as ``savefig`` work), which
     replaces ``path`` only when the block succeeds. A failure (a full disk) leaves ``path`` as
-    it was and no partial file behind.
+    it was and no partial file behind. The extension is everything from the name's first dot
+    (``best.weights.h5`` -> ``.best.partial-XXXX.weights.h5``: Keras wants ``.weights.h5``).
 
     >>> import tempfile
     >>> target = os.path.join(tempfile.mkdtemp(), "report.json")
@@ -187,7 +188,8 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[str]:
     """
     path = os.fspath(path)
     head, tail = os.path.split(path)
-    stem, ext = os.path.splitext(tail)
+    cut = tail.find(".", 1)
+    stem, ext = (tail[:cut], tail[cut:]) if cut > 0 else (tail, "")
     tmp = os.path.join(head, f".{stem}.partial-{uuid.uuid4().hex[:8]}{ext}")
     try:
         yield tmp
@@ -195,6 +197,22 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[str]:
     finally:
         if os.path.lexists(tmp):
             os.remove(tmp)
+
+
+def write_json(path: str | os.PathLike, value: Any, indent: int | None = 1) -> str:
+    """Write ``value`` as JSON to ``path`` crash-safely (:func:`replacing`): a kill or a full
+    disk leaves the previous file whole, never half a file; returns ``path``.
+
+    >>> import tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "history.json")
+    >>> _ = write_json(target, {"epochs": 3})
+    >>> json.load(open(target))
+    {'epochs': 3}
+    """
+    with replacing(path) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(value, f, indent=indent)
+    return os.fspath(path)
 
 
 def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> str | os.PathLike:

@@ -4,21 +4,23 @@ code built on robustgrad validates its arguments with the same messages.
 Every check names the argument, says what was received and what is accepted, and runs before any
 work. Messages read ``"{name} must be {what is accepted}, got {received!r}"``.
 
-A wrong *type* raises :class:`ArgumentTypeError`, which is both a ``TypeError`` and a
-``ValueError``: callers that catch either keep working, and a user sees one clear message.
+A wrong value raises :class:`robustgrad.errors.ConfigError` (a ``ValueError``: the user's mistake,
+which the command line prints as one line); a wrong *type* raises :class:`ArgumentTypeError`,
+which is both a ``TypeError`` and a ``ConfigError``: callers that catch either keep working, and a
+user sees one clear message.
 
 >>> positive_int(3, "steps")
 3
 >>> positive_int(0, "steps")
 Traceback (most recent call last):
 ...
-ValueError: steps must be an int >= 1, got 0
+robustgrad.errors.ConfigError: steps must be an int >= 1, got 0
 >>> number(0.5, "gamma", minimum=0, maximum=1)
 0.5
 >>> number(1.5, "gamma", minimum=0, maximum=1, max_inclusive=False)
 Traceback (most recent call last):
 ...
-ValueError: gamma must be a number in [0, 1), got 1.5
+robustgrad.errors.ConfigError: gamma must be a number in [0, 1), got 1.5
 >>> norm_name("L_inf"), norm_name(2)
 ('linf', 'l2')
 >>> choice("ppo", "algo", ("ppo", "dqn"))
@@ -33,6 +35,8 @@ from collections.abc import Iterable
 from typing import Any, Literal, overload
 
 import numpy as np
+
+from robustgrad.errors import ConfigError
 
 __all__ = [
     "ArgumentTypeError",
@@ -49,8 +53,9 @@ __all__ = [
 ]
 
 
-class ArgumentTypeError(TypeError, ValueError):
-    """An argument of the wrong type. Catchable as ``TypeError`` and as ``ValueError``.
+class ArgumentTypeError(TypeError, ConfigError):
+    """An argument of the wrong type. Catchable as ``TypeError`` and as ``ValueError`` (a
+    :class:`robustgrad.errors.ConfigError`: the user's mistake).
 
     >>> try:
     ...     positive_int("3", "steps")
@@ -101,7 +106,7 @@ def positive_int(value: Any, name: str, *, minimum: int | None = 1, maximum: int
     """``value`` as an ``int`` in ``[minimum, maximum]``.
 
     Accepts Python and NumPy integers and integral floats such as ``1e5``; refuses ``bool``, other
-    floats and strings with :class:`ArgumentTypeError`, and out-of-range values with ``ValueError``.
+    floats and strings with :class:`ArgumentTypeError`, and out-of-range values with ``ConfigError``.
 
     >>> positive_int(1e5, "steps")
     100000
@@ -123,7 +128,7 @@ def positive_int(value: Any, name: str, *, minimum: int | None = 1, maximum: int
     else:
         raise ArgumentTypeError(f"{name} must be {accepted}, got {value!r}")
     if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
-        raise ValueError(f"{name} must be {accepted}, got {v}")
+        raise ConfigError(f"{name} must be {accepted}, got {v}")
     return v
 
 
@@ -141,7 +146,7 @@ def number(value: Any, name: str, *, minimum: float | None = None, maximum: floa
     >>> number(float("nan"), "eps", minimum=0)
     Traceback (most recent call last):
     ...
-    ValueError: eps must be a number >= 0, got nan
+    robustgrad.errors.ConfigError: eps must be a number >= 0, got nan
     """
     if value is None and allow_none:
         return None
@@ -155,7 +160,7 @@ def number(value: Any, name: str, *, minimum: float | None = None, maximum: floa
             raise ArgumentTypeError(f"{name} must be {accepted}, got a symbolic tensor")
         a = np.asarray(value)
         if a.ndim != 0:
-            raise ValueError(f"{name} must be a scalar ({accepted}), got shape {a.shape}")
+            raise ConfigError(f"{name} must be a scalar ({accepted}), got shape {a.shape}")
         if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
             raise ArgumentTypeError(f"{name} must be {accepted}, got dtype {a.dtype}")
         value = a.item()
@@ -168,7 +173,7 @@ def number(value: Any, name: str, *, minimum: float | None = None, maximum: floa
     if maximum is not None:
         bad = bad or v > maximum or (v == maximum and not max_inclusive)
     if bad:
-        raise ValueError(f"{name} must be {accepted}, got {value!r}")
+        raise ConfigError(f"{name} must be {accepted}, got {value!r}")
     return v
 
 
@@ -196,14 +201,14 @@ def probability(value: Any, name: str, *, open_low: bool = False, open_high: boo
 
 
 def choice(value: Any, name: str, choices: Iterable) -> Any:
-    """``value`` if it is one of ``choices``; ``ValueError`` listing them otherwise.
+    """``value`` if it is one of ``choices``; ``ConfigError`` listing them otherwise.
 
     >>> choice("l2", "norm", ("linf", "l2"))
     'l2'
     >>> choice("l3", "norm", ("linf", "l2"))
     Traceback (most recent call last):
     ...
-    ValueError: norm must be one of ('linf', 'l2'), got 'l3'
+    robustgrad.errors.ConfigError: norm must be one of ('linf', 'l2'), got 'l3'
     """
     choices = tuple(choices)
     if isinstance(value, str) or not isinstance(value, (list, dict, set)):
@@ -212,11 +217,11 @@ def choice(value: Any, name: str, choices: Iterable) -> Any:
                 return value
         except TypeError:
             pass
-    raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    raise ConfigError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def norm_name(norm: Any, name: str = "norm") -> str:
-    """``"linf"``, ``"l2"`` or ``"l1"`` for any accepted spelling; ``ValueError`` otherwise.
+    """``"linf"``, ``"l2"`` or ``"l1"`` for any accepted spelling; ``ConfigError`` otherwise.
 
     Accepts the strings ``linf``/``l_inf``/``inf``/``l∞``, ``l2``/``2``, ``l1``/``1`` (any case) and
     the numbers ``np.inf``, ``2`` and ``1``.
@@ -240,7 +245,7 @@ def norm_name(norm: Any, name: str = "norm") -> str:
             return "l2"
         if f == 1:
             return "l1"
-    raise ValueError(f"{name} must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got {norm!r}")
+    raise ConfigError(f"{name} must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got {norm!r}")
 
 
 def looks_like_probabilities(outputs: Any) -> bool:
@@ -264,7 +269,7 @@ def scalar_output(value: Any, what: str = "fn", *,
 
     Used wherever a loss or an objective must be a scalar (``grad``, ``hvp``, meta-learning and
     hypergradient losses). A non-numeric value raises :class:`ArgumentTypeError`, a non-scalar a
-    ``ValueError`` giving its shape and ``hint``, an integer dtype an :class:`ArgumentTypeError`.
+    ``ConfigError`` giving its shape and ``hint``, an integer dtype an :class:`ArgumentTypeError`.
     TensorFlow is imported on the first call only (this module stays importable without it).
 
     >>> float(scalar_output(2.5, "loss"))
@@ -272,7 +277,7 @@ def scalar_output(value: Any, what: str = "fn", *,
     >>> scalar_output([1.0, 2.0], "loss", hint="reduce it")
     Traceback (most recent call last):
     ...
-    ValueError: loss must return a scalar (shape []), got shape (2,); reduce it
+    robustgrad.errors.ConfigError: loss must return a scalar (shape []), got shape (2,); reduce it
     """
     import tensorflow as tf
 
@@ -281,7 +286,7 @@ def scalar_output(value: Any, what: str = "fn", *,
         raise ArgumentTypeError(f"{what} must return a scalar tensor, got {type(value).__name__}")
     value = tf.convert_to_tensor(value)
     if value.shape.rank is None or value.shape.rank != 0:
-        raise ValueError(f"{what} must return a scalar (shape []), got shape {value.shape}; {hint}")
+        raise ConfigError(f"{what} must return a scalar (shape []), got shape {value.shape}; {hint}")
     if not value.dtype.is_floating:
         raise ArgumentTypeError(
             f"{what} must return a floating scalar, got dtype {value.dtype.name}")

@@ -9,13 +9,14 @@ no TensorFlow. A command module exposes
 * ``validate(args)`` (optional): the checks that need no TensorFlow, run before it loads;
 * ``run(args) -> int``: the work, importing TensorFlow, ``attacks`` and ``agents`` inside.
 
-Errors: a :class:`UsageError` (or a :class:`robustgrad.checks.ArgumentTypeError`) raised by a
-command is the user's mistake -- a bad flag value, a missing or unreadable file, an output
-directory that would be overwritten -- and prints one line ``robustgrad: error: ...`` with exit
-status 2, without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception is an
-internal error and keeps its traceback. Ctrl-C ends with status 130; a training command stopped
-at a safe point (:class:`robustgrad.interrupts.TrainingInterrupted`) also prints the checkpoint
-it wrote and the command that resumes it.
+Errors: a :class:`robustgrad.errors.ConfigError` raised by a command or the library under it (a
+:class:`UsageError` is one) is the user's mistake -- a bad flag value, a setting out of range, a
+missing or unreadable file, an output directory that would be overwritten, a resumed run whose
+configuration changed -- and prints one line ``robustgrad: error: ...`` with exit status 2,
+without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception, a plain
+``ValueError`` among them, is an internal error and keeps its traceback. Ctrl-C ends with status
+130; a training command stopped at a safe point (:class:`robustgrad.interrupts.TrainingInterrupted`)
+also prints the checkpoint it wrote and the command that resumes it.
 
 TensorFlow's native start-up lines are hidden unless ``-v``/``--verbose`` is given (see
 :mod:`robustgrad.commands._startup`).
@@ -37,6 +38,8 @@ import shlex
 import sys
 from collections.abc import Iterator
 
+from robustgrad.errors import ConfigError
+
 __all__ = ["COMMANDS", "UsageError", "build_parser", "is_user_error", "main", "user_errors"]
 
 # sub-command name -> (module under robustgrad.commands, one-line help)
@@ -54,12 +57,12 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-class UsageError(Exception):
-    """A mistake in what the user asked for (flag values, files, output directories).
+class UsageError(ConfigError):
+    """A mistake in what the user asked for on the command line (flag values, files, output
+    directories): the commands' :class:`robustgrad.errors.ConfigError`.
 
     ``robustgrad`` prints it as one line ``robustgrad: error: <message>`` and exits with status 2,
-    without a traceback. Commands raise it, or convert a library's validation errors with
-    :func:`user_errors`.
+    without a traceback. Commands raise it, or convert errors with :func:`user_errors`.
     """
 
 
@@ -82,6 +85,8 @@ def user_errors(*types: type[BaseException], prefix: str = "") -> Iterator[None]
     caught = types or (ValueError, TypeError, OSError)
     try:
         yield
+    except UsageError:
+        raise  # already the command's own words
     except caught as exc:
         raise UsageError(f"{prefix}{exc}") from exc
 
@@ -156,12 +161,10 @@ def build_parser(load_commands: str | None = None) -> argparse.ArgumentParser:
 
 
 def is_user_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is the user's mistake: a :class:`UsageError`, or a wrong argument type
-    caught by the project's validation (:class:`robustgrad.checks.ArgumentTypeError`)."""
-    if isinstance(exc, UsageError):
-        return True
-    checks = sys.modules.get("robustgrad.checks")  # not imported for nothing (numpy is slow)
-    return checks is not None and isinstance(exc, checks.ArgumentTypeError)
+    """Whether ``exc`` is the user's mistake: a :class:`robustgrad.errors.ConfigError` (a
+    :class:`UsageError`, a setting the library refused, a wrong argument type caught by
+    :mod:`robustgrad.checks`, a run directory or resume refused). Told by type alone."""
+    return isinstance(exc, ConfigError)
 
 
 def _error(message: object) -> int:

@@ -1,25 +1,42 @@
-"""A run directory: the one place where the rules of "where a run may write" are written down.
+"""A run directory: the one object that owns a run's directory for its whole life.
 
-Both trainers (``train-classifier``, ``train-agent``) and the loaders use these rules:
+:class:`RunDirectory` is what every run kind (``train-classifier``, ``train-agent``, a Python
+script) goes through, as Keras' ``BackupAndRestore`` or Acme's ``Checkpointer`` own a run's
+state: it
 
-* :func:`path_inside`: a path or name read from a file the user supplies (a saved agent's
-  ``checkpoint_dir``, an entry of a TensorFlow checkpoint state file) is resolved inside the
-  directory that holds the file, or refused with a ``ValueError`` naming the key and the file.
-  A loaded file never chooses where the program writes or deletes.
-* :func:`check_checkpoint_state`: the ``checkpoint`` state file of a ``tf.train.CheckpointManager``
-  names only checkpoints inside its directory (the manager deletes the old ones it lists).
-* :func:`check_output_dir`: an output directory is writable (found by creating a probe file:
-  ``os.access`` says yes to root on a read-only file system) and holds no earlier run's
-  outputs unless they may be overwritten.
-* :func:`read_config` / :func:`write_config`: the run's configuration record (``config.json``),
-  read back for ``--resume`` with one error per kind of bad file, written atomically;
-  :func:`check_resume`: a resumed run keeps its configuration unless ``--override`` names the
-  keys it changes, and :func:`record_overrides` keeps the record of those changes.
-* :class:`RunLock`: an exclusive lock on an output directory for the life of a run, so a
-  second run on the same ``--out`` is refused with one line; a lock left by a dead process is
-  detected and taken over.
+* locks the directory for the life of the run (:class:`RunLock`: a second run on the same
+  directory is refused with one line naming the process that holds it; a lock left by a dead
+  process is taken over and said);
+* checks it can be written and holds no earlier run that would be overwritten
+  (:meth:`RunDirectory.check_writable`);
+* keeps the run's configuration record (``config.json``) with its provenance (which settings
+  came from defaults, a recipe or the user: ``"resolved"``), read back on resume with one
+  error per kind of bad file;
+* applies **the one resume rule** of every run kind (:meth:`RunDirectory.resume_changes`): a
+  resumed run keeps its configuration; a key whose requested value differs from the saved one
+  is refused (:class:`robustgrad.errors.ResumeError`, every differing key named) unless
+  ``override`` names it, and the changes let through are recorded in ``config.json``
+  (``overrides``: one ``{key: [saved, new]}`` entry per resume, :meth:`RunDirectory.record_resume`);
+* knows where its checkpoints live and refuses a checkpoint state file naming files outside
+  them (:meth:`RunDirectory.check_checkpoints`);
+* defers Ctrl-C and SIGTERM to a safe point (:meth:`RunDirectory.interrupts`);
+* writes every record atomically through :mod:`robustgrad.atomic` (:meth:`RunDirectory.write_json`).
+
+The rules are also free functions, used by the loaders: :func:`path_inside` (a path read from a
+file the user supplies stays inside that file's directory: a loaded file never chooses where the
+program writes or deletes), :func:`check_checkpoint_state`, :func:`check_output_dir`,
+:func:`read_config` / :func:`write_config`, :func:`check_resume` / :func:`record_overrides`.
 
 >>> import os, tempfile
+>>> run = RunDirectory(os.path.join(tempfile.mkdtemp(), "run"))
+>>> with run:                                   # locked until the block ends
+...     _ = run.write_config({"epochs": 10, "lr": 0.1})
+...     changes = run.resume_changes({"epochs": 12, "lr": 0.1}, override="epochs")
+...     run.record_resume({"epochs": 12, "lr": 0.1}, changes)["overrides"]
+[{'epochs': [10, 12]}]
+>>> run.resume_changes({"epochs": 12, "lr": 0.2}, override="epochs")
+Traceback (most recent call last):
+robustgrad.errors.ResumeError: --resume: the run in ... (lr: saved 0.1 != 0.2); pass --override lr ...
 >>> d = tempfile.mkdtemp()
 >>> path_inside(d, "checkpoint", key="checkpoint_dir", source="config.json") == \\
 ...     os.path.join(d, "checkpoint")
@@ -27,11 +44,6 @@ True
 >>> path_inside(d, "../elsewhere", key="checkpoint_dir", source="config.json")
 Traceback (most recent call last):
 ValueError: config.json: checkpoint_dir '../elsewhere' points outside the directory that ...
->>> with RunLock(d) as lock:          # a second RunLock(d) now raises RunDirectoryLockedError
-...     os.path.exists(os.path.join(d, LOCK_FILE))
-True
->>> os.path.exists(os.path.join(d, LOCK_FILE))  # released on exit
-False
 """
 
 from __future__ import annotations
@@ -45,9 +57,12 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["CONFIG", "LOCK_FILE", "RunDirectoryLockedError", "RunLock", "changed_keys",
-           "check_checkpoint_state", "check_output_dir", "check_resume", "is_inside",
-           "override_keys", "path_inside", "read_config", "record_overrides", "write_config"]
+from robustgrad.errors import ConfigError, ResumeError, RunDirectoryError
+
+__all__ = ["CONFIG", "LOCK_FILE", "RunDirectory", "RunDirectoryLockedError", "RunLock",
+           "changed_keys", "check_checkpoint_state", "check_output_dir", "check_resume",
+           "is_inside", "override_keys", "path_inside", "read_config", "record_overrides",
+           "write_config"]
 
 CONFIG = "config.json"
 """The run's configuration record in its directory."""
@@ -136,55 +151,55 @@ def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) ->
     Refused: ``path`` exists and is not a directory; it (or, when it does not exist yet, its
     nearest existing parent) is not writable; it is not empty and ``overwrite`` is false.
     Nothing is created: commands create the directory when they write their results.
-    ``ValueError`` naming ``flag`` and the path.
+    :class:`robustgrad.errors.RunDirectoryError` (a ``ValueError``) naming ``flag`` and the path.
 
     >>> import tempfile
     >>> check_output_dir(os.path.join(tempfile.mkdtemp(), "new"))  # fine: created later
     """
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"{flag} {path}: exists and is not a directory")
+        raise RunDirectoryError(f"{flag} {path}: exists and is not a directory")
     existing = _nearest_existing(path)
     if not os.path.isdir(existing):
-        raise ValueError(f"{flag} {path}: {existing} is a file, not a directory")
+        raise RunDirectoryError(f"{flag} {path}: {existing} is a file, not a directory")
     if not _can_create_in(existing):
         where = "" if existing == os.path.abspath(path) else f" ({existing} is not writable)"
-        raise ValueError(f"{flag} {path}: not writable{where}")
+        raise RunDirectoryError(f"{flag} {path}: not writable{where}")
     if os.path.isdir(path) and not overwrite:
         entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)
         if entries:
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-            raise ValueError(f"{flag} {path}: exists and is not empty ({shown}); pass "
-                             "--overwrite to replace its outputs")
+            raise RunDirectoryError(f"{flag} {path}: exists and is not empty ({shown}); pass "
+                                    "--overwrite to replace its outputs")
 
 
 def read_config(directory: str) -> dict:
-    """The configuration record of the run in ``directory``, for ``--resume``: ``ValueError``
-    when there is none, when it is not a JSON object, or when the run's ``checkpoints/`` state
-    file names a checkpoint outside it (:func:`check_checkpoint_state`)."""
+    """The configuration record of the run in ``directory``, for ``--resume``:
+    :class:`robustgrad.errors.ResumeError` (a ``ValueError``) when there is none, when it is not
+    a JSON object, or when the run's ``checkpoints/`` state file names a checkpoint outside it
+    (:func:`check_checkpoint_state`)."""
     path = os.path.join(directory, CONFIG)
     if not os.path.isfile(path):
-        raise ValueError(f"--resume: {directory} holds no run (no {CONFIG})")
+        raise ResumeError(f"--resume: {directory} holds no run (no {CONFIG})")
     try:
         with open(path) as f:
             config = json.load(f)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"--resume: {path} is not readable JSON ({exc})") from None
+        raise ResumeError(f"--resume: {path} is not readable JSON ({exc})") from None
     if not isinstance(config, dict):
-        raise ValueError(f"--resume: {path} does not hold a configuration (a JSON object), got "
+        raise ResumeError(f"--resume: {path} does not hold a configuration (a JSON object), got "
                          f"{type(config).__name__}")
     try:
         check_checkpoint_state(os.path.join(directory, "checkpoints"))
     except ValueError as exc:
-        raise ValueError(f"--resume: {exc}") from None
+        raise ResumeError(f"--resume: {exc}") from None
     return config
 
 
 def write_config(directory: str, config: dict) -> None:
     """Write ``config`` as the run's record (``directory/config.json``), atomically."""
-    path = os.path.join(directory, CONFIG)
-    with open(path + ".tmp", "w") as f:
-        json.dump(config, f, indent=1)
-    os.replace(path + ".tmp", path)
+    from robustgrad.atomic import write_json
+
+    write_json(os.path.join(directory, CONFIG), config)
 
 
 def changed_keys(saved: dict, requested: dict, free: Any = ()) -> dict[str, list]:
@@ -203,13 +218,14 @@ def changed_keys(saved: dict, requested: dict, free: Any = ()) -> dict[str, list
 
 def override_keys(text: str | None, known: Any) -> set[str]:
     """``"epochs,batch-size"`` -> ``{"epochs", "batch_size"}``: flag names with or without
-    ``--``, dashes or underscores, each one of ``known``; ``ValueError`` otherwise."""
+    ``--``, dashes or underscores, each one of ``known``; :class:`robustgrad.errors.ConfigError`
+    otherwise."""
     if text is None:
         return set()
     keys = {k.strip().lstrip("-").replace("-", "_") for k in str(text).split(",") if k.strip()}
     unknown = sorted(k for k in keys if k not in known)
     if not keys or unknown:
-        raise ValueError(f"--override: expected configuration keys (one of "
+        raise ConfigError(f"--override: expected configuration keys (one of "
                          f"{', '.join(sorted(known))}); got {text!r}")
     return keys
 
@@ -217,8 +233,9 @@ def override_keys(text: str | None, known: Any) -> set[str]:
 def check_resume(saved: dict, requested: dict, *, override: str | None, where: str,
                  free: Any = (), known: Any = None, names: dict | None = None) -> dict[str, list]:
     """The changes of a resumed run, ``{key: [saved, new]}``, after checking each was allowed
-    by ``override``; else ``ValueError`` naming every refused key. ``names`` maps a key to the
-    name the user knows it by (``{"learning_rate": "lr"}``) for the message and ``--override``.
+    by ``override``; else :class:`robustgrad.errors.ResumeError` naming every refused key.
+    ``names`` maps a key to the name the user knows it by (``{"learning_rate": "lr"}``) for the
+    message and ``--override``.
 
     >>> check_resume({"epochs": 10}, {"epochs": 12}, override="epochs", where="runs/x")
     {'epochs': [10, 12]}
@@ -233,7 +250,7 @@ def check_resume(saved: dict, requested: dict, *, override: str | None, where: s
         detail = ", ".join(f"{names.get(k, k)}: saved {changed[k][0]!r} != {changed[k][1]!r}"
                            for k in refused)
         keys = ",".join(names.get(k, k) for k in refused)
-        raise ValueError(f"--resume: the run in {where} has a different configuration "
+        raise ResumeError(f"--resume: the run in {where} has a different configuration "
                          f"({detail}); pass --override {keys} to change it")
     return changed
 
@@ -254,8 +271,9 @@ LOCK_FILE = ".robustgrad.lock"
 """The lock file a run keeps in its output directory while it runs (removed at the end)."""
 
 
-class RunDirectoryLockedError(RuntimeError):
-    """Another live process holds the lock of the directory; the message names it."""
+class RunDirectoryLockedError(RunDirectoryError, RuntimeError):
+    """Another live process holds the lock of the directory; the message names it (a
+    :class:`robustgrad.errors.RunDirectoryError`, and a ``RuntimeError`` as before)."""
 
 
 def _holder(path: str) -> dict:
@@ -341,13 +359,13 @@ class RunLock:
         if self._fd is not None:
             return self
         if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
-            raise ValueError(f"{self.flag} {self.directory}: exists and is not a directory")
+            raise RunDirectoryError(f"{self.flag} {self.directory}: exists and is not a directory")
         self._created = not os.path.isdir(self.directory)
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as exc:
-            raise ValueError(f"{self.flag} {self.directory}: cannot be created "
-                             f"({exc.strerror})") from None
+            raise RunDirectoryError(f"{self.flag} {self.directory}: cannot be created "
+                                    f"({exc.strerror})") from None
         if os.name != "posix":  # pragma: no cover
             return self
         while True:
@@ -355,8 +373,8 @@ class RunLock:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:  # a read-only directory or file system
                 self._remove_if_created()
-                raise ValueError(f"{self.flag} {self.directory}: not writable (its lock file "
-                                 f"cannot be created: {exc.strerror})") from None
+                raise RunDirectoryError(f"{self.flag} {self.directory}: not writable (its lock "
+                                        f"file cannot be created: {exc.strerror})") from None
             if not _try_flock(fd):
                 os.close(fd)
                 self._remove_if_created()
@@ -405,3 +423,163 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class RunDirectory:
+    """A run's directory for its whole life: lock, configuration record, resume, checkpoints,
+    interrupts, atomic records (see the module docstring).
+
+    ``with run:`` (or :meth:`open` / :meth:`close`) holds the lock; everything else may be used
+    before (the checks a command makes before TensorFlow loads) or without it.
+
+    Args:
+      path: the directory (created when the lock is taken or a record written).
+      flag: how the user names it, for messages (``"--out"``).
+      command: what runs, recorded in the lock file (default: the command line).
+      checkpoints: the name of the checkpoint directory inside it.
+
+    Example (a resumable loop in a few lines)::
+
+        run = RunDirectory("runs/mine")
+        with run, run.interrupts() as stop:
+            state = run.read_json("state.json", {"step": 0})
+            for step in range(state["step"], 100):
+                ...                                   # one step of work
+                run.write_json("state.json", {"step": step + 1})
+                if stop.requested:
+                    break
+    """
+
+    def __init__(self, path: str | os.PathLike, *, flag: str = "--out",
+                 command: str | None = None, checkpoints: str = "checkpoints"):
+        self.path = os.fspath(path)
+        self.flag = flag
+        self.checkpoints = checkpoints
+        self.lock = RunLock(self.path, flag, command=command)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({self.path!r})"
+
+    # ---- lifecycle
+    def check_lock(self) -> None:
+        """:class:`RunDirectoryLockedError` if a live process holds the directory now."""
+        self.lock.check()
+
+    def open(self) -> RunDirectory:
+        """Take the lock (creating the directory); :class:`RunDirectoryLockedError` if another
+        live run holds it."""
+        self.lock.acquire()
+        return self
+
+    def close(self) -> None:
+        """Release the lock (safe to call twice)."""
+        self.lock.release()
+
+    def __enter__(self) -> RunDirectory:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def took_over(self) -> str | None:
+        """A sentence when the lock of a dead process was taken over, else None."""
+        return self.lock.took_over
+
+    def interrupts(self, what: str = "training"):
+        """:func:`robustgrad.interrupts.deferred_interrupts`: a context whose flag says when
+        Ctrl-C or SIGTERM asked the run to stop at its next safe point."""
+        from robustgrad.interrupts import deferred_interrupts
+
+        return deferred_interrupts(what)
+
+    # ---- files
+    def join(self, *names: str) -> str:
+        """``path/name/...``."""
+        return os.path.join(self.path, *names)
+
+    def holds(self, names: Any) -> list[str]:
+        """The ones of ``names`` that exist in the directory."""
+        return [n for n in names if os.path.lexists(self.join(n))]
+
+    def check_writable(self, overwrite: bool = False) -> None:
+        """:func:`check_output_dir` of this directory (:class:`RunDirectoryError`)."""
+        check_output_dir(self.path, self.flag, overwrite)
+
+    def remove(self, names: Any) -> None:
+        """Delete the entries ``names`` (files or trees) that exist, leaving the rest alone."""
+        import shutil
+
+        for name in names:
+            path = self.join(name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+
+    def write_json(self, name: str, value: Any, indent: int | None = 1) -> str:
+        """Write ``value`` as ``name`` atomically (:func:`robustgrad.atomic.write_json`); returns
+        the path. A kill at any moment leaves the previous file whole."""
+        from robustgrad.atomic import write_json
+
+        os.makedirs(os.path.dirname(self.join(name)) or ".", exist_ok=True)
+        return write_json(self.join(name), value, indent=indent)
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        """The JSON value of ``name``, or ``default`` when it is missing or unreadable."""
+        try:
+            with open(self.join(name), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return default
+
+    # ---- the configuration record and the one resume rule
+    def has_config(self) -> bool:
+        """Whether the directory holds a run's configuration record."""
+        return os.path.isfile(self.join(CONFIG))
+
+    def read_config(self) -> dict:
+        """The saved configuration record (:func:`read_config`: :class:`ResumeError` when there
+        is none or it is unreadable, or the checkpoint state file points outside)."""
+        return read_config(self.path)
+
+    def write_config(self, config: dict, provenance: dict | None = None) -> dict:
+        """Write the run's configuration record atomically; ``provenance`` (where each setting
+        came from: ``{"values": ..., "origin": ...}``) is kept under ``"resolved"``. Returns the
+        record written."""
+        record = dict(config) if provenance is None else {**config, "resolved": provenance}
+        os.makedirs(self.path, exist_ok=True)
+        write_config(self.path, record)
+        return record
+
+    def resume_changes(self, requested: dict, *, override: str | None,
+                       saved: dict | None = None, free: Any = (), known: Any = None,
+                       names: dict | None = None, where: str | None = None) -> dict[str, list]:
+        """The one resume rule: the changes ``{key: [saved, requested]}`` of a resumed run,
+        each allowed by ``override`` (``"KEY[,KEY]"``), else :class:`ResumeError` naming every
+        refused key. ``saved`` defaults to the record in the directory; ``free`` keys may change
+        freely (how the run uses the machine, where it reports); ``names`` maps a key to the name
+        the user knows it by (``{"learning_rate": "lr"}``); ``where`` names the run in messages
+        (default: the directory)."""
+        saved = self.read_config() if saved is None else saved
+        return check_resume(dict(saved), dict(requested), override=override,
+                            where=where or self.path, free=free, known=known, names=names)
+
+    def record_resume(self, config: dict, changed: dict) -> dict:
+        """Write ``config`` as the record with the ``changed`` keys appended to its
+        ``overrides`` list (nothing is written when nothing changed); returns the record."""
+        record = record_overrides(config, changed)
+        if changed:
+            self.write_config(record)
+        return record
+
+    # ---- checkpoints
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where the run's checkpoints live (``path/checkpoints`` by default)."""
+        return self.join(self.checkpoints)
+
+    def check_checkpoints(self) -> None:
+        """:func:`check_checkpoint_state` of :attr:`checkpoint_dir` (``ValueError`` when its
+        state file names a checkpoint outside it)."""
+        check_checkpoint_state(self.checkpoint_dir)

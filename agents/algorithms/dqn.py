@@ -61,6 +61,7 @@ from agents.core.networks import QNetwork
 from agents.core.policy import PolicySurface
 from agents.core.returns import td_target
 from agents.core.schedules import linear
+from robustgrad.errors import ConfigError
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
@@ -106,8 +107,8 @@ class DQN(Agent):
 
     def _check_spaces(self, env):
         if not isinstance(env.single_action_space, gym.spaces.Discrete):
-            raise ValueError(f"env: DQN needs a Discrete action space, got "
-                             f"{env.single_action_space} (use PPO, A2C or REINFORCE)")
+            raise ConfigError(f"env: DQN needs a Discrete action space, got "
+                              f"{env.single_action_space} (use PPO, A2C or REINFORCE)")
 
     def _build(self):
         cfg = self.config

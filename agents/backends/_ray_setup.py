@@ -88,7 +88,7 @@ def check_rollout_args(rollout_workers: int, ray_address: str | None = None,
     >>> check_rollout_args(0)
     Traceback (most recent call last):
     ...
-    ValueError: rollout_workers must be an int >= 1, got 0
+    robustgrad.errors.ConfigError: rollout_workers must be an int >= 1, got 0
     """
     n = positive_int(rollout_workers, "rollout_workers")
     positive_int(num_cpus, "num_cpus", allow_none=True)

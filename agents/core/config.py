@@ -37,6 +37,7 @@ from robustgrad.checks import (
     positive_int,
     probability,
 )
+from robustgrad.errors import ConfigError
 
 
 def _positive(value: Any, name: str) -> float:
@@ -239,7 +240,7 @@ class AgentConfig:
             _positive(self.max_grad_norm, "max_grad_norm")
         if isinstance(self.hidden_sizes, (str, bytes)) or not hasattr(self.hidden_sizes,
                                                                       "__iter__"):
-            raise ValueError(f"hidden_sizes must be a sequence of ints >= 1, got "
+            raise ConfigError(f"hidden_sizes must be a sequence of ints >= 1, got "
                              f"{self.hidden_sizes!r}")
         self.hidden_sizes = tuple(positive_int(h, "hidden_sizes") for h in self.hidden_sizes)
         choice(self.activation, "activation", ("tanh", "relu"))
@@ -251,14 +252,14 @@ class AgentConfig:
         choice(self.backend, "backend", ("gymnasium", "graph"))
         if self.backend == "graph":
             if self.env not in GRAPH_ENV_IDS:
-                raise ValueError(f"backend='graph' needs env to be one of {GRAPH_ENV_IDS} "
+                raise ConfigError(f"backend='graph' needs env to be one of {GRAPH_ENV_IDS} "
                                  f"(the compiled environments), got {self.env!r}")
             if self.async_envs:
-                raise ValueError("async_envs: the graph backend steps its environments inside "
+                raise ConfigError("async_envs: the graph backend steps its environments inside "
                                  "the compiled iteration, not in subprocesses; async_envs=True "
                                  "is for backend='gymnasium'")
         if self.preset is not None and not isinstance(self.preset, str):
-            raise ValueError(f"preset must be a preset name or None, got {self.preset!r}")
+            raise ConfigError(f"preset must be a preset name or None, got {self.preset!r}")
         if isinstance(self.robust, RobustMethod):  # a typed config: the flat fields it names
             for name, value in self.robust.fields().items():
                 setattr(self, name, value)
@@ -271,7 +272,7 @@ class AgentConfig:
         probability(self.robust_eps_warmup, "robust_eps_warmup")
         if self.atla_start_radius is not None:
             if self.robust not in ("atla", "atla-sa"):
-                raise ValueError(f"atla_start_radius: only with robust='atla' or 'atla-sa' (the "
+                raise ConfigError(f"atla_start_radius: only with robust='atla' or 'atla-sa' (the "
                                  f"learned adversary's curriculum), got robust={self.robust!r}")
             self.atla_start_radius = number(self.atla_start_radius, "atla_start_radius",
                                             minimum=self.robust_eps)
@@ -305,7 +306,7 @@ class AgentConfig:
         if env is not None:
             d["env"] = env
         if d.get("env") is None:
-            raise ValueError("env: the saved agent was trained on an env factory; pass env=")
+            raise ConfigError("env: the saved agent was trained on an env factory; pass env=")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -349,12 +350,12 @@ class OnPolicyConfig(AgentConfig):
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
         self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
         if self.iterations_per_call > 1 and self.backend != "graph":
-            raise ValueError(f"iterations_per_call: several iterations per compiled call need "
+            raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
                              f"backend='graph' (the environments inside the call); got "
                              f"iterations_per_call={self.iterations_per_call} with backend="
                              f"{self.backend!r}")
         if self.iterations_per_call > 1 and self.robust is not None:
-            raise ValueError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
+            raise ConfigError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
                              f"eps/kappa schedule (and ATLA its adversary) in Python between "
                              f"iterations; use iterations_per_call=1, got "
                              f"{self.iterations_per_call}")
@@ -402,7 +403,7 @@ class PPOConfig(OnPolicyConfig):
         if self.target_kl is not None:
             _positive(self.target_kl, "target_kl")
         if (self.num_envs * self.n_steps) % self.n_minibatches:
-            raise ValueError(
+            raise ConfigError(
                 f"n_minibatches must divide num_envs * n_steps = {self.num_envs * self.n_steps},"
                 f" got {self.n_minibatches}")
 
@@ -449,10 +450,10 @@ class REINFORCEConfig(OnPolicyConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.gae_lambda != 1.0:
-            raise ValueError(f"gae_lambda must be 1.0 for REINFORCE (Monte-Carlo returns), got "
+            raise ConfigError(f"gae_lambda must be 1.0 for REINFORCE (Monte-Carlo returns), got "
                              f"{self.gae_lambda!r}")
         if self.robust is not None:
-            raise ValueError(f"robust: REINFORCE has no robust variant (use PPO, A2C or DQN), "
+            raise ConfigError(f"robust: REINFORCE has no robust variant (use PPO, A2C or DQN), "
                              f"got {self.robust!r}")
 
 
@@ -527,10 +528,10 @@ class DQNConfig(AgentConfig):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
         if self.robust in ("atla", "atla-sa"):
-            raise ValueError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
+            raise ConfigError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
                              f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
         if self.robust is not None and self.robust_method not in ("pgd", "convex"):
-            raise ValueError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
+            raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "
                              f"{self.robust_method!r}")
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps",
@@ -546,7 +547,7 @@ class DQNConfig(AgentConfig):
             probability(getattr(self, name), name)
         _positive(self.priority_eps, "priority_eps")
         if self.batch_size > self.buffer_size:
-            raise ValueError(f"batch_size must be <= buffer_size ({self.buffer_size}), got "
+            raise ConfigError(f"batch_size must be <= buffer_size ({self.buffer_size}), got "
                              f"{self.batch_size}")
 
 
@@ -563,7 +564,7 @@ def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None
     ValueError: num_seeds must be an int >= 1, got 0
     """
     if (seeds is None) == (num_seeds is None):
-        raise ValueError("give exactly one of seeds (a list of ints) and num_seeds (an int)")
+        raise ConfigError("give exactly one of seeds (a list of ints) and num_seeds (an int)")
     if num_seeds is not None:
         n = positive_int(num_seeds, "num_seeds")
         return [first_seed + i for i in range(n)]
@@ -571,7 +572,7 @@ def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None
         raise ArgumentTypeError(f"seeds must be a list of ints >= 0, got {seeds!r}")
     out = [positive_int(s, "seeds", minimum=0) for s in seeds]
     if not out:
-        raise ValueError("seeds must hold at least one seed, got []")
+        raise ConfigError("seeds must hold at least one seed, got []")
     if len(set(out)) != len(out):
-        raise ValueError(f"seeds must be distinct, got {out}")
+        raise ConfigError(f"seeds must be distinct, got {out}")
     return out

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from robustgrad import rundir
+from robustgrad import atomic, rundir
 
 from .._validate import check_eps, check_nonnegative, check_positive_int
 from ..norms import canonical_norm
@@ -153,13 +153,11 @@ class RobustEarlyStopping(keras.callbacks.Callback):
         value = float(value)
         if value > self.best:
             os.makedirs(self.directory, exist_ok=True)
-            tmp = os.path.join(self.directory, "best.tmp.weights.h5")
-            self._classifier().save_weights(tmp)
-            os.replace(tmp, self.weights_path)
-            tmp_json = os.path.join(self.directory, "best.json.tmp")
-            with open(tmp_json, "w") as f:
-                json.dump({"epoch": int(epoch), "value": value, "monitor": self.monitor}, f)
-            os.replace(tmp_json, os.path.join(self.directory, "best.json"))
+            with atomic.replacing(self.weights_path) as tmp:
+                self._classifier().save_weights(tmp)
+            atomic.write_json(os.path.join(self.directory, "best.json"),
+                              {"epoch": int(epoch), "value": value, "monitor": self.monitor},
+                              indent=None)
             self.best, self.best_epoch = value, int(epoch)
 
     def restore_best(self, last_epoch: int) -> bool:

@@ -113,7 +113,7 @@ def make_optimizer(name: str, schedule: Any, *, momentum: float = 0.9, nesterov:
     >>> make_optimizer("rmsprop", 0.1)
     Traceback (most recent call last):
     ...
-    ValueError: optimizer must be one of ('adam', 'sgd'), got 'rmsprop'
+    robustgrad.errors.ConfigError: optimizer must be one of ('adam', 'sgd'), got 'rmsprop'
     """
     name = choice(name, "optimizer", OPTIMIZERS)
     if name == "adam":

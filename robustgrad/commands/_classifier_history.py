@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+from robustgrad.atomic import write_json
+
 __all__ = ["prior_history", "write_history"]
 
 
@@ -61,8 +63,5 @@ def write_history(out, prior, recorder, timer, guard, seconds, first_epoch, skip
     if guard is not None:
         record["guard"] = {"collapsed_epoch": guard.collapsed_epoch,
                            "pgd_accuracy": guard.history, "best_epoch": guard.best_epoch}
-    path = os.path.join(out, "history.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".tmp", path)  # a second Ctrl-C never leaves half a file
+    write_json(os.path.join(out, "history.json"), record)  # a second Ctrl-C: never half a file
     return total

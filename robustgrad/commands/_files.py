@@ -18,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import shutil
 import zipfile
@@ -27,9 +26,7 @@ from collections.abc import Iterable, Iterator
 from robustgrad.cli import UsageError
 
 __all__ = ["check_clip_flags", "check_model_file", "check_output_dir", "load_keras_model",
-           "raised_by_validation", "remove_outputs", "removed_if_empty_on_error"]
-
-_OWN_PACKAGES = ("robustgrad", "attacks", "agents")
+           "remove_outputs", "removed_if_empty_on_error"]
 
 
 def remove_outputs(directory: str, names: Iterable[str]) -> None:
@@ -41,32 +38,6 @@ def remove_outputs(directory: str, names: Iterable[str]) -> None:
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
-
-
-def raised_by_validation(exc: BaseException) -> bool:
-    """Whether ``exc`` (a ``ValueError`` or ``TypeError``) was raised on purpose by the project's
-    own checks: the innermost frame of its traceback is in ``robustgrad``, ``attacks`` or
-    ``agents`` and stops on a ``raise`` statement. A ``ValueError`` from TensorFlow or NumPy, or
-    a ``TypeError`` from a call with the wrong arguments, is an internal error: a command lets it
-    keep its traceback instead of printing it as the user's mistake.
-
-    >>> import numpy as np
-    >>> try:
-    ...     np.zeros(3).reshape(2)
-    ... except ValueError as exc:
-    ...     raised_by_validation(exc)
-    False
-    """
-    if not isinstance(exc, (ValueError, TypeError)) or exc.__traceback__ is None:
-        return False
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    module = str(tb.tb_frame.f_globals.get("__name__", ""))
-    if module.split(".", 1)[0] not in _OWN_PACKAGES:
-        return False
-    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
-    return line.startswith("raise ")
 
 
 def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) -> None:

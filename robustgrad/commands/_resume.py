@@ -1,6 +1,6 @@
 r"""The ``--resume`` rule both training commands share: a resumed run keeps its configuration
-(the rule itself lives in :mod:`robustgrad.rundir`; here its errors become usage errors, and
-train-agent's side of it reads the agent checkpoint).
+(the rule itself is :meth:`robustgrad.rundir.RunDirectory.resume_changes`; here its errors become
+usage errors, and train-agent's side of it reads the agent checkpoint).
 
 A key whose requested value differs from the saved one is refused, with every differing key
 named, unless ``--override KEY[,KEY]`` names it; the changes that were let through are recorded
@@ -70,8 +70,10 @@ def check_agent_resume(checkpoint: str, requested: Mapping[str, Any], *, overrid
     if saved.get("env") is None:  # trained on a factory: the id on the command line is not it
         requested.pop("env", None)
     free = {"checkpoint_dir", "checkpoint_every", "overrides"}
-    return check_resume(saved, requested, override=override, where=checkpoint, free=free,
-                        known=set(saved) | set(requested), names=AGENT_FLAG_NAMES)
+    with user_errors(ValueError):  # the one resume rule, on the checkpoint's record
+        return rundir.RunDirectory(checkpoint).resume_changes(
+            requested, saved=saved, override=override, free=free,
+            known=set(saved) | set(requested), names=AGENT_FLAG_NAMES)
 
 
 def read_checkpoint_steps(checkpoint: str) -> int:
@@ -122,9 +124,6 @@ def read_agent_record(directory: str) -> tuple[float, list]:
 
 
 def _write_json(path: str, value: Any) -> None:
-    import json
-    import os
+    from robustgrad.atomic import write_json
 
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, value)

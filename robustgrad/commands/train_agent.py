@@ -38,6 +38,7 @@ import sys
 import time
 
 from robustgrad.commands._files import remove_outputs
+from robustgrad.errors import ConfigError
 
 HELP = "train an RL agent (ppo, a2c, reinforce, dqn) on a gymnasium environment"
 ALGOS = ("ppo", "a2c", "reinforce", "dqn")
@@ -125,22 +126,22 @@ _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
 
 
 def _robust_overrides(args: argparse.Namespace) -> dict:
-    """Config fields of the ``--robust`` flags, checked (``ValueError`` naming the flag)."""
+    """Config fields of the ``--robust`` flags, checked (``ConfigError`` naming the flag)."""
     from robustgrad import checks as _checks
 
     given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
     if args.robust is None:
         if given:
-            raise ValueError(f"--{given[0][0].replace('_', '-')}: needs --robust sa|adv")
+            raise ConfigError(f"--{given[0][0].replace('_', '-')}: needs --robust sa|adv")
         return {}
     if args.algo == "reinforce":
-        raise ValueError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
+        raise ConfigError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
     only = {"robust_method": ("sa", "the inner maximiser of the SA regulariser"),
             "robust_kappa": ("sa", "the weight of the SA regulariser"),
             "robust_attack": ("adv", "the attack adversarial training trains on")}
     for flag, _field in given:  # a flag the chosen method would ignore
         if flag in only and only[flag][0] != args.robust.replace("atla-sa", "sa"):
-            raise ValueError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
+            raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
                              f"({only[flag][1]}), not with --robust {args.robust}")
     out = {"robust": args.robust}
     for flag, field in given:
@@ -197,7 +198,7 @@ def _parse_sets(items):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
-            raise ValueError(f"--set must be KEY=VALUE with KEY a config field, got {item!r}")
+            raise ConfigError(f"--set must be KEY=VALUE with KEY a config field, got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -236,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = _parse_sets(args.set)
         if args.steps is None or args.steps <= 0:
-            raise ValueError(f"--steps: must be positive, got {args.steps}")
+            raise ConfigError(f"--steps: must be positive, got {args.steps}")
         if args.num_envs is not None:
             overrides["num_envs"] = args.num_envs
         if args.lr is not None:
@@ -250,9 +251,9 @@ def run(args: argparse.Namespace) -> int:
         if args.backend is not None:
             overrides["backend"] = args.backend
         if args.eval_every is not None and args.eval_every <= 0:
-            raise ValueError(f"--eval-every: must be positive, got {args.eval_every}")
+            raise ConfigError(f"--eval-every: must be positive, got {args.eval_every}")
         if args.keep_best and args.eval_every is None:
-            raise ValueError("--keep-best: needs --eval-every STEPS")
+            raise ConfigError("--keep-best: needs --eval-every STEPS")
         overrides.update(_robust_overrides(args))
         preset = agents.core.config.AUTO if args.preset is None else args.preset
         if isinstance(preset, str) and preset.lower() == "none":
@@ -261,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 agents.core.config.get_preset(preset, args.algo)
             except ValueError as exc:
-                raise ValueError(f"--{exc}") from None
+                raise ConfigError(f"--{exc}") from None
             tuned_for = preset.split("-", 1)[1]
             if tuned_for != args.env:
                 print(f"robustgrad train-agent: warning: --preset {preset} was tuned for "
@@ -293,23 +294,23 @@ def run(args: argparse.Namespace) -> int:
             record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
             overrides.update({k: new for k, (_, new) in changed.items()})
             if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
-                raise ValueError(f"--override: the checkpoint in {ckpt} already holds the "
+                raise ConfigError(f"--override: the checkpoint in {ckpt} already holds the "
                                  f"{args.steps} steps of --steps; nothing is left to train with "
                                  "the new settings (raise --steps)")
             agent = agents.load(ckpt, **distributed, **overrides)
             if agent.algo != args.algo:
-                raise ValueError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
+                raise ConfigError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
                                  f"{args.algo}")
         else:
             if args.override is not None:
-                raise ValueError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
+                raise ConfigError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
                                  if args.resume else "--override: only with --resume")
             if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
                 if args.resume:
-                    raise ValueError(f"--resume: {out} holds a finished agent but no checkpoint "
+                    raise ConfigError(f"--resume: {out} holds a finished agent but no checkpoint "
                                      f"to resume from ({ckpt} is missing); agents.load({out!r}) "
                                      "loads it, --overwrite trains anew")
-                raise ValueError(f"--out: {out} already holds an agent; pass --overwrite or "
+                raise ConfigError(f"--out: {out} already holds an agent; pass --overwrite or "
                                  "--resume")
             if args.overwrite:
                 remove_outputs(out, _AGENT_FILES)
@@ -321,13 +322,12 @@ def run(args: argparse.Namespace) -> int:
         eval_every = args.eval_every or learn_options.get("eval_every")
         keep_best = args.keep_best or (args.eval_every is None
                                        and bool(learn_options.get("keep_best")))
-    except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
+    except (ImportError, ConnectionError, TimeoutError) as exc:  # Ray missing or unreachable
         from robustgrad.cli import UsageError
-        from robustgrad.commands._files import raised_by_validation
 
-        if isinstance(exc, (ValueError, TypeError)) and not raised_by_validation(exc):
-            raise  # an internal error keeps its traceback
         raise UsageError(" ".join(str(exc).split())) from None
+    # a ConfigError (the user's mistake, the library's checks among them) prints as one line;
+    # any other ValueError or TypeError is a bug and keeps its traceback
 
     done = int(agent.num_timesteps.numpy())
     remaining = args.steps - done

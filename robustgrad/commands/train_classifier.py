@@ -37,11 +37,11 @@ import shutil
 import time
 
 from robustgrad import rundir
+from robustgrad.atomic import write_json
 from robustgrad.cli import UsageError, user_errors
 from robustgrad.commands._classifier_history import prior_history, write_history
 from robustgrad.commands._classifier_run import final_report, mixed_precision_copy, setup_devices
 from robustgrad.commands._files import check_output_dir, load_keras_model, remove_outputs
-from robustgrad.commands._resume import check_resume
 from robustgrad.commands._train_classifier_flags import (  # noqa: F401 (the command's names)
     CERTIFIED,
     DATA_NAMES,
@@ -74,51 +74,65 @@ def _config_of(args) -> dict:
             and k != "command"}
 
 
+def _run_directory(args) -> rundir.RunDirectory:
+    return rundir.RunDirectory(args.out, flag="--out", command="robustgrad train-classifier")
+
+
 def validate(args: argparse.Namespace) -> None:
     """Checks that need no TensorFlow: run before anything is imported or written."""
     check_values(args)
 
-    out = args.out
-    check_output_dir(out, "--out", overwrite=True)  # a file, or not writable
+    run = _run_directory(args)
+    with user_errors(ValueError):
+        run.check_writable(overwrite=True)  # a file, or not writable
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite are mutually exclusive")
-    existing = [a for a in ARTIFACTS if os.path.exists(os.path.join(out, a))]
+    existing = run.holds(ARTIFACTS)
     if args.resume:
-        with user_errors(ValueError):
-            saved = _inherit_settings(args, rundir.read_config(out))
-        mine = _config_of(args)
-        args._changed = check_resume(saved.compared(_SETTING_FLAGS), mine,
-                                     override=args.override, where=out, free=_RESUME_FREE,
-                                     known=set(mine))
+        _resume_plan(args, run)
     elif args.override is not None:
         raise UsageError("--override: only with --resume (it names the configuration keys a "
                          "resumed run may change)")
     elif existing and not args.overwrite:
-        raise UsageError(f"--out {out} already holds a run ({', '.join(existing)}); pass "
+        raise UsageError(f"--out {args.out} already holds a run ({', '.join(existing)}); pass "
                          "--overwrite to replace it or --resume to continue it")
     if args.export is not None:
         check_output_dir(args.export, "--export", overwrite=args.overwrite)
-    args._validated = True
 
 
-def _inherit_settings(args, saved: dict):
+def _resume_plan(args, run: rundir.RunDirectory):
     """A resumed run keeps its settings: every setting flag not given on this command line
-    takes the saved run's value. Returns the :class:`attacks.training.run_settings.SavedRun`
-    (``config.json`` and the ``"resolved"`` record, read once), kept in ``args._saved`` for
-    :func:`_resolve_settings`."""
+    takes the saved run's value (written into ``args``); then the run directory's resume rule
+    compares the command line with the saved record. Returns the saved run
+    (:class:`attacks.training.run_settings.SavedRun`) and the changes ``--override`` let through.
+    Called by :func:`validate` (before TensorFlow) and again by :func:`run`: the second call
+    finds the settings already inherited, and the same changes."""
+    with user_errors(ValueError):
+        saved = _inherit_settings(args, run.read_config())
+    mine = _config_of(args)
+    with user_errors(ValueError):
+        changed = run.resume_changes(mine, saved=saved.compared(_SETTING_FLAGS),
+                                     override=args.override, free=_RESUME_FREE, known=set(mine),
+                                     where=args.out)
+    return saved, changed
+
+
+def _inherit_settings(args, config: dict):
+    """Every setting flag not given on this command line takes the value the saved run
+    (``config``, its ``config.json``) resolved; returns the
+    :class:`attacks.training.run_settings.SavedRun` read from it."""
     from attacks.training.run_settings import SavedRun
 
-    run = SavedRun.of(saved)
+    saved = SavedRun.of(config)
     given = {k: getattr(args, k, None) for k in (*_SETTING_FLAGS, "recipe")}
-    for key, value in run.inherited(given).items():
+    for key, value in saved.inherited(given).items():
         setattr(args, key, value)
-    args._saved = run
-    return run
+    return saved
 
 
-def _resolve_settings(args):
+def _resolve_settings(args, saved=None):
     """The run's settings (method defaults < recipe < explicit flags), written back into
-    ``args``; on resume the values the run resolved when it started."""
+    ``args``; on resume (``saved``) the values the run resolved when it started."""
     from attacks.training.run_settings import resolve_run_settings
 
     arch = None if args.init_from else (
@@ -127,7 +141,7 @@ def _resolve_settings(args):
         settings = resolve_run_settings(
             args.method, args.data if args.data in DATA_NAMES else None, arch,
             {k: getattr(args, k) for k in _SETTING_FLAGS}, recipe=args.recipe,
-            saved=getattr(args, "_saved", None), certified=args.method in CERTIFIED)
+            saved=saved, certified=args.method in CERTIFIED)
     for key in _SETTING_FLAGS:
         setattr(args, key, settings.values[key])
     return settings
@@ -161,9 +175,7 @@ def _keep_best_epoch(out: str, stopper, args) -> None:
                                 else stopper.best_epoch + 1,
                                 "monitor": stopper.monitor, "best": stopper.best,
                                 "restored": stopper.restored}
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, record)
 
 
 def _log(args, msg):
@@ -172,9 +184,8 @@ def _log(args, msg):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train, save, export and evaluate as the flags say; returns the exit status (0)."""
-    if not hasattr(args, "_validated"):  # called without the command line's validate step
-        validate(args)
+    """Train, save, export and evaluate as the flags say (after :func:`validate`, as the command
+    line runs them); returns the exit status (0)."""
     strategy = setup_devices(args)
 
     import keras
@@ -194,8 +205,10 @@ def run(args: argparse.Namespace) -> int:
     x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     if args.limit is not None:
         x_tr, y_tr = x_tr[: args.limit], y_tr[: args.limit]
+    run_dir = _run_directory(args)
+    saved, changed = _resume_plan(args, run_dir) if args.resume else (None, {})
     raw_config = _config_of(args)
-    settings = _resolve_settings(args)
+    settings = _resolve_settings(args, saved)
     if args.early_stop:  # Rice et al.: a split held out of the training set ranks the epochs
         if args.val_size >= len(x_tr):
             raise UsageError(f"--val-size {args.val_size}: --early-stop holds that many training "
@@ -287,9 +300,9 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(args.export)
     os.makedirs(out, exist_ok=True)
 
-    from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
+    from robustgrad.interrupts import TrainingInterrupted
 
-    interrupts = deferred_interrupts("training")
+    interrupts = run_dir.interrupts("training")
     flag = interrupts.__enter__()  # SIGINT/SIGTERM: stop after the current batch, checkpoint
     try:
         averager = advtrain.WeightAveraging(clf, decay=args.ema) if args.ema else None
@@ -305,14 +318,13 @@ def run(args: argparse.Namespace) -> int:
             where = (f"at epoch {first_epoch + 1}, batch {skipped} of {spe}" if skipped
                      else f"after epoch {first_epoch}")
             _log(args, f"resuming {out} {where}")
-            if getattr(args, "_changed", None):  # --override: the new values, and a record
-                rundir.write_config(out, rundir.record_overrides(
-                    {**args._saved.config, **{k: v for k, (_, v) in args._changed.items()}},
-                    args._changed))
+            if changed:  # --override: the new values, and a record
+                run_dir.record_resume(
+                    {**saved.config, **{k: v for k, (_, v) in changed.items()}}, changed)
                 _log(args, "configuration changed on resume (--override): " + ", ".join(
-                    f"{k} {a!r} -> {b!r}" for k, (a, b) in args._changed.items()))
+                    f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()))
         else:
-            rundir.write_config(out, {**raw_config, "resolved": settings.as_record()})
+            run_dir.write_config(raw_config, provenance=settings.as_record())
         _log(args, _settings_line(args, settings))
         _log(args, f"train-classifier: {args.method} eps={args.eps} {args.norm} on {args.data} "
                    f"({len(x_tr)} train / {len(x_te)} test, {num_classes} classes), "
@@ -415,6 +427,5 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.no_eval:
         report = final_report(args, clf, x_te, y_te, data)
-        with open(os.path.join(out, "report.json"), "w") as f:
-            json.dump(report, f, indent=1)
+        run_dir.write_json("report.json", report)
     return 0

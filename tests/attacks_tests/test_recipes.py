@@ -188,16 +188,14 @@ def test_cli_resume_of_a_run_written_before_recipes_keeps_adam_cosine():
     saved = {"method": "fast", "lr": 0.001, "eps": 0.1, "epochs": 40, "batch_size": 64,
              "data": "digits"}
     args = _args(data="digits", method="fast")
-    tc._inherit_settings(args, saved)
-    tc._resolve_settings(args)
+    tc._resolve_settings(args, tc._inherit_settings(args, saved))
     assert (args.optimizer, args.schedule, args.lr, args.epochs) == ("adam", "cosine", 0.001, 40)
 
 
 def test_cli_resume_keeps_the_resolved_values():
     args = _args(data="digits", method="fast")
     saved = {"method": "fast", "resolved": {"values": {"lr": 0.004, "schedule": "cyclic"}}}
-    tc._inherit_settings(args, saved)
-    tc._resolve_settings(args)
+    tc._resolve_settings(args, tc._inherit_settings(args, saved))
     assert args.lr == 0.004
 
 

@@ -27,3 +27,21 @@ def test_an_internal_value_error_keeps_its_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(agents.PPO, "_build", broken_build)
     with pytest.raises(ValueError, match="cannot reshape array of size 3 into shape"):
         cli.main([*TRAIN, "--out", str(tmp_path / "run")])
+
+
+def test_user_errors_are_told_by_type_alone():
+    """A ConfigError (the library's checks, a run directory, a resume) is the user's; a plain
+    ValueError is not, wherever it was raised (issue 34: no more reading the raising line)."""
+    from robustgrad import checks as _checks
+    from robustgrad import errors, rundir
+    from robustgrad.commands import _files
+
+    assert cli.is_user_error(errors.ConfigError("x")) and cli.is_user_error(cli.UsageError("x"))
+    assert cli.is_user_error(errors.ResumeError("x"))
+    assert cli.is_user_error(rundir.RunDirectoryLockedError("x"))
+    with pytest.raises(errors.ConfigError, match="steps must be an int >= 1"):
+        _checks.positive_int(0, "steps")
+    with pytest.raises(errors.ConfigError):
+        _checks.positive_int("3", "steps")  # a wrong type: ArgumentTypeError, a TypeError too
+    assert not cli.is_user_error(ValueError("x")) and not cli.is_user_error(TypeError("x"))
+    assert not hasattr(_files, "raised_by_validation")

@@ -118,3 +118,60 @@ def test_the_lock_removes_the_directory_it_created_when_left_empty(tmp_path):
     f.write_text("")
     with pytest.raises(ValueError, match="exists and is not a directory"):
         rundir.RunLock(str(f), "--out").acquire()
+
+
+# -- the RunDirectory object (issue 34) ----------------------------------------------------------
+
+def test_run_directory_lifecycle_lock_records_and_the_resume_rule(tmp_path):
+    from robustgrad.errors import ConfigError, ResumeError
+
+    run = rundir.RunDirectory(str(tmp_path / "run"))
+    with run:
+        assert os.path.exists(run.join(rundir.LOCK_FILE))
+        with pytest.raises(rundir.RunDirectoryLockedError):
+            rundir.RunDirectory(run.path).check_lock()  # the same process's flock is its own fd
+        run.write_config({"epochs": 10, "lr": 0.1}, provenance={"origin": {"lr": "default"}})
+        assert run.has_config() and run.read_config()["resolved"] == {"origin": {"lr": "default"}}
+        assert run.resume_changes({"epochs": 10, "lr": 0.1}, override=None) == {}
+        with pytest.raises(ResumeError, match=r"\(lr: saved 0.1 != 0.2\); pass --override lr"):
+            run.resume_changes({"epochs": 12, "lr": 0.2}, override="epochs")
+        with pytest.raises(ConfigError, match="--override: expected configuration keys"):
+            run.resume_changes({"epochs": 12}, override="nope")
+        changed = run.resume_changes({"epochs": 12, "lr": 0.1, "out": "x"}, override="epochs",
+                                     free={"out"})
+        assert changed == {"epochs": [10, 12]}
+        run.record_resume({"epochs": 12, "lr": 0.1}, changed)
+        assert run.read_config()["overrides"] == [{"epochs": [10, 12]}]
+        assert run.holds(["config.json", "model.keras"]) == ["config.json"]
+    assert not os.path.exists(run.join(rundir.LOCK_FILE))
+
+
+def test_run_directory_writes_records_atomically(tmp_path, monkeypatch):
+    run = rundir.RunDirectory(str(tmp_path))
+    run.write_json("history.json", {"epochs": 1})
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run.write_json("history.json", {"epochs": 2})
+    monkeypatch.undo()
+    assert run.read_json("history.json") == {"epochs": 1}  # the old file, whole
+    assert sorted(os.listdir(tmp_path)) == ["history.json"]  # no partial file left
+    assert run.read_json("missing.json", "none") == "none"
+
+
+def test_no_hand_rolled_tmp_then_replace_is_left():
+    """Every "write .tmp, os.replace" goes through robustgrad.atomic (issue 34)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = []
+    for package in ("robustgrad", "attacks", "agents"):
+        for here, _, files in os.walk(os.path.join(root, package)):
+            for name in files:
+                path = os.path.join(here, name)
+                if name.endswith(".py") and path != os.path.join(root, "robustgrad", "atomic.py"):
+                    text = open(path, encoding="utf-8").read()
+                    if re.search(r"\.tmp\b", text) and "os.replace(" in text:
+                        found.append(os.path.relpath(path, root))
+    assert found == []
