@@ -29,6 +29,7 @@ import math
 
 import tensorflow as tf
 
+from ._activations import Activation
 from ._rules import sum_trailing
 
 __all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "propagate",
@@ -137,9 +138,27 @@ def pre_activation_bounds(graph, boxes, shapes, ball, dtype, method):
             continue
         if method == "crown-ibp" or p == 0:
             pre[p] = boxes[p]
+        elif _is_elementwise(graph.rules[p]) and graph.inputs[p][0] in pre:
+            pre[p] = _activation_output_bounds(graph, p, pre, boxes)
         else:
             pre[p] = _node_bounds(graph, p, pre, boxes, shapes, ball, dtype)
     return pre
+
+
+def _is_elementwise(rule):
+    """Whether ``rule`` is an element-wise monotone activation (its interval rule is exact)."""
+    return isinstance(rule, Activation)
+
+
+def _activation_output_bounds(graph, node, pre, boxes):
+    """The bounds of an activation's output (the input of another non-linear rule, e.g. a ReLU
+    before a max pooling) from its input's bounds: the activation is monotone, so its interval
+    rule on them is exact and at least as tight as a CROWN pass through its relaxation (what
+    auto_LiRPA does for activation outputs too)."""
+    lo, hi = graph.rules[node].interval([pre[graph.inputs[node][0]]], None)
+    if INTERSECT_WITH_IBP:
+        lo, hi = tf.maximum(lo, boxes[node][0]), tf.minimum(hi, boxes[node][1])
+    return lo, hi
 
 
 def _refine_mask(graph, node, boxes):
