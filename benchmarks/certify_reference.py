@@ -13,7 +13,9 @@ graphviz``: its setup pins torch < 2.9, and it runs under newer torch), never ve
 
 Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs' stability is
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
-16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh). The Keras
+16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
+``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU). The Keras
 weights go to a NumPy file; the torch side builds the equivalent module (NCHW convolutions,
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
@@ -56,7 +58,7 @@ import numpy as np  # noqa: E402
 
 METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP",
            "alpha-crown": "CROWN-Optimized"}
-NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh")
+NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool")
 
 # The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
 # Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
@@ -90,10 +92,13 @@ def build(net):
             lin.weight.data, lin.bias.data = w.T.contiguous(), b
             layers.append(lin)
         elif kind == "conv":
-            stride = int(data[f"{net}__s{i}"])
-            conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride)
+            stride, pad = int(data[f"{net}__s{i}"]), int(data[f"{net}__p{i}"])
+            conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride,
+                                   padding=pad)
             conv.weight.data, conv.bias.data = w.permute(3, 2, 0, 1).contiguous(), b
             layers.append(conv)
+        elif kind == "maxpool":
+            layers.append(torch.nn.MaxPool2d(int(data[f"{net}__k{i}"])))
         elif kind == "flatten":
             layers.append(NHWCFlatten())
         elif kind == "relu":
@@ -152,6 +157,11 @@ def build_nets(epochs):
                 L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
         "mlp-tanh": [L.Flatten(), L.Dense(64, activation="tanh"), L.Dense(64, activation="tanh"),
                      L.Dense(10)],
+        # attacks.make_classifier's layers at width 8 (3x3 "same" convolutions, 2x2 max pooling)
+        "cnn-maxpool": [L.Conv2D(8, 3, padding="same", activation="relu"),
+                        L.Conv2D(16, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+                        L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+                        L.Flatten(), L.Dense(32, activation="relu"), L.Dense(10)],
     }
     nets, arrays = {}, {}
     for name, layers in specs.items():
@@ -167,11 +177,19 @@ def build_nets(epochs):
                 arrays[f"{name}__kind{i}"] = "flatten"
                 i += 1
                 continue
+            if isinstance(layer, L.MaxPooling2D):
+                assert layer.pool_size[0] == layer.strides[0] and layer.padding == "valid"
+                arrays[f"{name}__kind{i}"] = "maxpool"
+                arrays[f"{name}__k{i}"] = layer.pool_size[0]
+                i += 1
+                continue
             w, b = layer.get_weights()
             arrays[f"{name}__kind{i}"] = "dense" if isinstance(layer, L.Dense) else "conv"
             arrays[f"{name}__w{i}"], arrays[f"{name}__b{i}"] = w, b
             if isinstance(layer, L.Conv2D):
                 arrays[f"{name}__s{i}"] = layer.strides[0]
+                arrays[f"{name}__p{i}"] = layer.kernel_size[0] // 2 if layer.padding == "same" \
+                    else 0  # odd kernels, stride 1 with "same"
             i += 1
             act = layer.activation.__name__
             if act != "linear":

@@ -161,10 +161,19 @@ def _activation_output_bounds(graph, node, pre, boxes):
     return lo, hi
 
 
+def _output_bounds_needed(graph, node):
+    """Whether an activation's output bounds are read (by a non-linear rule after it, e.g. a
+    max pooling): then every element of its input gains from tighter bounds, stable or not."""
+    return _is_elementwise(graph.rules[node]) and any(
+        rule is not None and not rule.linear and graph.inputs[i][0] == node
+        for i, rule in enumerate(graph.rules))
+
+
 def _refine_mask(graph, node, boxes):
     """Elements of ``node`` whose tighter bounds help an activation that reads it."""
     lo, hi = boxes[node]
-    masks = [rule.refine(lo, hi) for i, rule in enumerate(graph.rules)
+    masks = [hi > lo if _output_bounds_needed(graph, i) else rule.refine(lo, hi)
+             for i, rule in enumerate(graph.rules)
              if rule is not None and not rule.linear and graph.inputs[i][0] == node]
     mask = masks[0]
     for m in masks[1:]:
