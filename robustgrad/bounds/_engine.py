@@ -163,7 +163,8 @@ def _activation_output_bounds(graph, node, pre, boxes):
 
 def _output_bounds_needed(graph, node):
     """Whether an activation's output bounds are read (by a non-linear rule after it, e.g. a
-    max pooling): then every element of its input gains from tighter bounds, stable or not."""
+    max pooling): then its input's elements whose outputs that rule gains from need tighter
+    bounds, stable or not (an element-wise monotone activation: the same elements)."""
     return _is_elementwise(graph.rules[node]) and any(
         rule is not None and not rule.linear and graph.inputs[i][0] == node
         for i, rule in enumerate(graph.rules))
@@ -172,9 +173,14 @@ def _output_bounds_needed(graph, node):
 def _refine_mask(graph, node, boxes):
     """Elements of ``node`` whose tighter bounds help an activation that reads it."""
     lo, hi = boxes[node]
-    masks = [hi > lo if _output_bounds_needed(graph, i) else rule.refine(lo, hi)
-             for i, rule in enumerate(graph.rules)
-             if rule is not None and not rule.linear and graph.inputs[i][0] == node]
+    masks = []
+    for i, rule in enumerate(graph.rules):
+        if rule is None or rule.linear or graph.inputs[i][0] != node:
+            continue
+        masks.append(rule.refine(lo, hi))
+        if _output_bounds_needed(graph, i):  # the elements its readers gain from, stable or not
+            masks += [graph.rules[c].refine(*boxes[i]) for c, r in enumerate(graph.rules)
+                      if r is not None and not r.linear and graph.inputs[c][0] == i]
     mask = masks[0]
     for m in masks[1:]:
         mask = mask | m

@@ -97,7 +97,16 @@ class MaxPooling2D(Rule):
         return choice, exact, tf.reduce_max(hi_w, axis=-1)
 
     def refine(self, lo, hi):
-        return hi > lo
+        """The elements that can be a window's max (upper bound >= the window's largest lower
+        bound, in some window) and are not fixed: the others take no part in the relaxation,
+        and tighter bounds keep them out (the largest lower bound only grows)."""
+        valid = self._windows(tf.ones_like(lo[:1])) > 0.5
+        neg_inf = tf.constant(-float("inf"), lo.dtype)
+        lo_w = tf.where(valid, self._windows(lo), neg_inf)
+        hi_w = tf.where(valid, self._windows(hi), neg_inf)
+        candidate = hi_w >= tf.reduce_max(lo_w, axis=-1, keepdims=True)
+        count = self._windows_transpose(tf.cast(candidate, lo.dtype), lo.shape[1:])
+        return (count > 0.5) & (hi > lo)
 
     def backward_relaxed(self, a_lo, a_hi, pre_bounds):
         """As :meth:`robustgrad.bounds._activations.Activation.backward_relaxed`: ``a_lo`` /
