@@ -97,8 +97,8 @@ def max_pooling_model():
 
 
 def classifier_model():
-    """The layers of attacks.make_classifier's CNN (width 4, the third convolution narrower): 3x3 "same" ReLU convolutions,
-    two 2x2 max poolings, two dense layers."""
+    """The layers of attacks.make_classifier's CNN (width 4, the third convolution narrower):
+    3x3 "same" ReLU convolutions, two 2x2 max poolings, two dense layers."""
     conv = lambda f: L.Conv2D(f, 3, padding="same", activation="relu")  # noqa: E731
     return _randomize(keras.Sequential([
         keras.Input((8, 8, 1)), conv(4), conv(8), L.MaxPooling2D(2), conv(8), L.MaxPooling2D(2),
