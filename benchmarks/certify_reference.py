@@ -13,7 +13,9 @@ graphviz``: its setup pins torch < 2.9, and it runs under newer torch), never ve
 
 Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs' stability is
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
-16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh). The Keras
+16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
+``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU). The Keras
 weights go to a NumPy file; the torch side builds the equivalent module (NCHW convolutions,
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
@@ -23,7 +25,11 @@ L-inf ball of radius ``--eps`` clipped to [0, 1] and the margin specification ``
 z_j``, merged into the last layer by both): the lower and upper bounds of both sides, in float64.
 Ours runs twice for CROWN: as shipped (intermediate CROWN bounds intersected with IBP's) and with
 the intersection off (``robustgrad.bounds._engine.INTERSECT_WITH_IBP = False``), which is
-auto_LiRPA's definition of CROWN. Printed: the max absolute difference of the bounds, the
+auto_LiRPA's definition of CROWN; ``crown (dense)`` is the latter against auto_LiRPA with
+``sparse_intermediate_bounds`` off (every intermediate neuron by CROWN: by default it keeps IBP's
+bounds for the neurons of a layer that are stable for every example of the batch, which loosens
+the input bounds of a max pooling; ours refines every element a max pooling reads, so it is
+tighter there, and equal to the dense reference). Printed: the max absolute difference of the bounds, the
 entries where ours is tighter / looser (by more than 1e-7 relative), the verified fraction
 (every margin's lower bound > 0) of each, and the time per call (median over ``--rounds``
 interleaved rounds, one thread each side), wall and CPU, as a ratio ours / reference.
@@ -56,7 +62,7 @@ import numpy as np  # noqa: E402
 
 METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP",
            "alpha-crown": "CROWN-Optimized"}
-NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh")
+NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool")
 
 # The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
 # Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
@@ -90,10 +96,13 @@ def build(net):
             lin.weight.data, lin.bias.data = w.T.contiguous(), b
             layers.append(lin)
         elif kind == "conv":
-            stride = int(data[f"{net}__s{i}"])
-            conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride)
+            stride, pad = int(data[f"{net}__s{i}"]), int(data[f"{net}__p{i}"])
+            conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride,
+                                   padding=pad)
             conv.weight.data, conv.bias.data = w.permute(3, 2, 0, 1).contiguous(), b
             layers.append(conv)
+        elif kind == "maxpool":
+            layers.append(torch.nn.MaxPool2d(int(data[f"{net}__k{i}"])))
         elif kind == "flatten":
             layers.append(NHWCFlatten())
         elif kind == "relu":
@@ -119,14 +128,22 @@ for line in sys.stdin:
     net, method, reps = cmd["net"], cmd["method"], cmd["reps"]
     ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower, x_U=upper)
     optimized = method == "CROWN-Optimized"  # its optimiser needs autograd
+    module = bounded[net]
+    if cmd.get("dense"):  # every intermediate neuron by CROWN (no IBP for the stable ones)
+        key = net + "/dense"
+        if key not in bounded:
+            bounded[key] = BoundedModule(modules[net], torch.zeros_like(x[:1]), device="cpu",
+                                         verbose=False,
+                                         bound_opts={"sparse_intermediate_bounds": False})
+        module = bounded[key]
     if optimized:
-        bounded[net].set_bound_opts({"optimize_bound_args": cmd["opts"]})
+        module.set_bound_opts({"optimize_bound_args": cmd["opts"]})
     times, cpus = [], []
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
         with contextlib.nullcontext() if optimized else torch.no_grad(), \
                 contextlib.redirect_stdout(sys.stderr):  # its messages: not on the JSON pipe
-            lb, ub = bounded[net].compute_bounds(x=(BoundedTensor(x, ptb),), method=method, C=C)
+            lb, ub = module.compute_bounds(x=(BoundedTensor(x, ptb),), method=method, C=C)
             lb, ub = lb.detach(), ub.detach()
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
@@ -152,6 +169,11 @@ def build_nets(epochs):
                 L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
         "mlp-tanh": [L.Flatten(), L.Dense(64, activation="tanh"), L.Dense(64, activation="tanh"),
                      L.Dense(10)],
+        # attacks.make_classifier's layers at width 8 (3x3 "same" convolutions, 2x2 max pooling)
+        "cnn-maxpool": [L.Conv2D(8, 3, padding="same", activation="relu"),
+                        L.Conv2D(16, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+                        L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+                        L.Flatten(), L.Dense(32, activation="relu"), L.Dense(10)],
     }
     nets, arrays = {}, {}
     for name, layers in specs.items():
@@ -167,11 +189,19 @@ def build_nets(epochs):
                 arrays[f"{name}__kind{i}"] = "flatten"
                 i += 1
                 continue
+            if isinstance(layer, L.MaxPooling2D):
+                assert layer.pool_size[0] == layer.strides[0] and layer.padding == "valid"
+                arrays[f"{name}__kind{i}"] = "maxpool"
+                arrays[f"{name}__k{i}"] = layer.pool_size[0]
+                i += 1
+                continue
             w, b = layer.get_weights()
             arrays[f"{name}__kind{i}"] = "dense" if isinstance(layer, L.Dense) else "conv"
             arrays[f"{name}__w{i}"], arrays[f"{name}__b{i}"] = w, b
             if isinstance(layer, L.Conv2D):
                 arrays[f"{name}__s{i}"] = layer.strides[0]
+                arrays[f"{name}__p{i}"] = layer.kernel_size[0] // 2 if layer.padding == "same" \
+                    else 0  # odd kernels, stride 1 with "same"
             i += 1
             act = layer.activation.__name__
             if act != "linear":
@@ -217,8 +247,10 @@ def main(argv=None):
     parser.add_argument("--nets", default=",".join(NETS))
     parser.add_argument("--alpha-iterations", type=int, default=20)
     parser.add_argument("--alpha-lr", type=float, default=0.5)
-    parser.add_argument("--methods", default="ibp,crown-ibp,crown,crown-pure,alpha-crown",
-                        help="rows: ibp, crown-ibp, crown (∩ IBP), crown-pure, alpha-crown")
+    parser.add_argument("--methods", default="ibp,crown-ibp,crown,crown-pure,crown-dense,"
+                        "alpha-crown", help="rows: ibp, crown-ibp, crown (∩ IBP), crown-pure, "
+                        "crown-dense (crown-pure against the reference with sparse_intermediate_"
+                        "bounds off), alpha-crown")
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -256,9 +288,9 @@ def main(argv=None):
                 "init_alpha": True, "optimizer": "adam", "keep_best": True,
                 "early_stop_patience": 10 ** 9}
 
-        def reference(name, method):
+        def reference(name, method, dense=False):
             proc.stdin.write(json.dumps({"net": name, "method": METHODS[method], "opts": opts,
-                                         "reps": 1}) + "\n")
+                                         "reps": 1, "dense": dense}) + "\n")
             proc.stdin.flush()
             r = json.loads(proc.stdout.readline())
             return (np.asarray(r["lb"]), np.asarray(r["ub"])), r["times"][0], r["cpus"][0]
@@ -266,13 +298,15 @@ def main(argv=None):
         tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
         tspec = tf.constant(spec.astype(npdt))
         every = {"ibp": ("ibp", True), "crown-ibp": ("crown-ibp", True), "crown": ("crown", True),
-                 "crown-pure": ("crown", False), "alpha-crown": ("alpha-crown", True)}
+                 "crown-pure": ("crown", False), "crown-dense": ("crown", None),
+                 "alpha-crown": ("alpha-crown", True)}
         variants = [every[m] for m in args.methods.split(",")]
         alpha_kw = {"iterations": args.alpha_iterations, "lr": args.alpha_lr}
         rows, crown_rows = [], {}
         for name in names:
             for method, intersect in variants:
-                _engine.INTERSECT_WITH_IBP = intersect
+                _engine.INTERSECT_WITH_IBP = bool(intersect)
+                dense = intersect is None  # the reference without its sparse intermediate bounds
                 bm = BoundedModel(nets[name])  # a fresh trace reads the flag
                 kw = alpha_kw if method == "alpha-crown" else {}
 
@@ -281,14 +315,14 @@ def main(argv=None):
                     return lb.numpy(), ub.numpy()
 
                 ours_b = ours_call()  # warm-up: trace
-                ref_b, _, _ = reference(name, method)  # warm-up
+                ref_b, _, _ = reference(name, method, dense)  # warm-up
                 times = {"ours": [], "ref": [], "ours_cpu": [], "ref_cpu": []}
                 for _ in range(args.rounds):
                     t0, c0 = time.perf_counter(), time.process_time()
                     ours_b = ours_call()
                     times["ours"].append(time.perf_counter() - t0)
                     times["ours_cpu"].append(time.process_time() - c0)
-                    ref_b, t, c = reference(name, method)
+                    ref_b, t, c = reference(name, method, dense)
                     times["ref"].append(t)
                     times["ref_cpu"].append(c)
                 med = {k: statistics.median(v) for k, v in times.items()}
@@ -296,7 +330,7 @@ def main(argv=None):
                 verified = (float(np.mean(np.all(ours_b[0] > 0, 1))),
                             float(np.mean(np.all(ref_b[0] > 0, 1))))
                 label = method if method != "crown" else \
-                    ("crown (∩ IBP)" if intersect else "crown (pure)")
+                    {True: "crown (∩ IBP)", False: "crown (pure)", None: "crown (dense)"}[intersect]
                 rows.append((name, label, diff, tighter, looser, total, verified, med))
                 print(f"{name:<9} {label:<14} max|diff| {diff:.2e}  ours tighter {tighter:>4}/"
                       f"{total} looser {looser:>4}/{total}  verified {verified[0]:.2f} vs "

@@ -102,7 +102,7 @@ class _Certified(TrainingMethod):
         except ValueError as e:
             raise ValueError(f"method {self.name!r} bounds the model with robustgrad.bounds, "
                              f"which cannot read it: {e}. Use a model of supported layers (e.g. "
-                             f"arch 'mlp', or convolutions with strides instead of max-pooling)"
+                             f"any arch of make_model)"
                              ) from None
 
     @staticmethod

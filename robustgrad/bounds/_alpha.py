@@ -51,6 +51,8 @@ import math
 
 import tensorflow as tf
 
+from robustgrad.transforms import scale_by_adam
+
 from . import _engine
 from ._activations import ReLU
 
@@ -192,26 +194,23 @@ def optimized_bounds(graph, lower, upper, spec, ball, lower_only=False, iteratio
 
     lr_t, decay = tf.constant(lr, dtype), tf.constant(lr_decay, dtype)
 
-    def body(k, alphas, m, v, best):
+    adam = scale_by_adam(_BETA1, _BETA2, _EPS)  # torch.optim.Adam's direction
+
+    def body(k, alphas, state, best):
         with tf.GradientTape() as tape:
             tape.watch(alphas)
             lbs = evaluate(alphas)
             loss = -tf.add_n([tf.reduce_sum(lb) for lb in lbs])
         grads = tape.gradient(loss, alphas, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        t = tf.cast(k + 1, dtype)
         step = lr_t * decay ** tf.cast(k, dtype)
-        m = [_BETA1 * mj + (1 - _BETA1) * g for mj, g in zip(m, grads)]
-        v = [_BETA2 * vj + (1 - _BETA2) * tf.square(g) for vj, g in zip(v, grads)]
-        alphas = [tf.clip_by_value(a - step * (mj / (1 - _BETA1 ** t))
-                                   / (tf.sqrt(vj / (1 - _BETA2 ** t)) + _EPS), 0.0, 1.0)
-                  for a, mj, vj in zip(alphas, m, v)]
+        direction, state = adam.update(grads, state)
+        alphas = [tf.clip_by_value(a - step * d, 0.0, 1.0) for a, d in zip(alphas, direction)]
         best = [tf.maximum(b, lb) for b, lb in zip(best, lbs)]
-        return k + 1, alphas, m, v, best
+        return k + 1, alphas, state, best
 
-    zeros = [tf.zeros_like(a) for a in init]
     best0 = [tf.fill(tf.shape(obj)[:2], tf.constant(-math.inf, dtype)) for obj in objectives]
-    _, alphas, _, _, best = tf.while_loop(
-        lambda k, *_: k < iterations - 1, body, [tf.constant(0), init, zeros, zeros, best0])
+    _, alphas, _, best = tf.while_loop(
+        lambda k, *_: k < iterations - 1, body, [tf.constant(0), init, adam.init(init), best0])
     best = [tf.stop_gradient(tf.maximum(b, lb)) for b, lb in zip(best, evaluate(alphas))]
     lb = best[0]
     ub = None if lower_only else -best[1]

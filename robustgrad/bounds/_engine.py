@@ -29,6 +29,7 @@ import math
 
 import tensorflow as tf
 
+from ._activations import Activation
 from ._rules import sum_trailing
 
 __all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "propagate",
@@ -137,16 +138,49 @@ def pre_activation_bounds(graph, boxes, shapes, ball, dtype, method):
             continue
         if method == "crown-ibp" or p == 0:
             pre[p] = boxes[p]
+        elif _is_elementwise(graph.rules[p]) and graph.inputs[p][0] in pre:
+            pre[p] = _activation_output_bounds(graph, p, pre, boxes)
         else:
             pre[p] = _node_bounds(graph, p, pre, boxes, shapes, ball, dtype)
     return pre
 
 
+def _is_elementwise(rule):
+    """Whether ``rule`` is an element-wise monotone activation (its interval rule is exact)."""
+    return isinstance(rule, Activation)
+
+
+def _activation_output_bounds(graph, node, pre, boxes):
+    """The bounds of an activation's output (the input of another non-linear rule, e.g. a ReLU
+    before a max pooling) from its input's bounds: the activation is monotone, so its interval
+    rule on them is exact and at least as tight as a CROWN pass through its relaxation (what
+    auto_LiRPA does for activation outputs too)."""
+    lo, hi = graph.rules[node].interval([pre[graph.inputs[node][0]]], None)
+    if INTERSECT_WITH_IBP:
+        lo, hi = tf.maximum(lo, boxes[node][0]), tf.minimum(hi, boxes[node][1])
+    return lo, hi
+
+
+def _output_bounds_needed(graph, node):
+    """Whether an activation's output bounds are read (by a non-linear rule after it, e.g. a
+    max pooling): then its input's elements whose outputs that rule gains from need tighter
+    bounds, stable or not (an element-wise monotone activation: the same elements)."""
+    return _is_elementwise(graph.rules[node]) and any(
+        rule is not None and not rule.linear and graph.inputs[i][0] == node
+        for i, rule in enumerate(graph.rules))
+
+
 def _refine_mask(graph, node, boxes):
     """Elements of ``node`` whose tighter bounds help an activation that reads it."""
     lo, hi = boxes[node]
-    masks = [rule.refine(lo, hi) for i, rule in enumerate(graph.rules)
-             if rule is not None and not rule.linear and graph.inputs[i][0] == node]
+    masks = []
+    for i, rule in enumerate(graph.rules):
+        if rule is None or rule.linear or graph.inputs[i][0] != node:
+            continue
+        masks.append(rule.refine(lo, hi))
+        if _output_bounds_needed(graph, i):  # the elements its readers gain from, stable or not
+            masks += [graph.rules[c].refine(*boxes[i]) for c, r in enumerate(graph.rules)
+                      if r is not None and not r.linear and graph.inputs[c][0] == i]
     mask = masks[0]
     for m in masks[1:]:
         mask = mask | m

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from . import _activations as _act
+from . import _pooling as _pool
 from . import _rules as _r
 
 __all__ = ["Graph", "layer_table"]
@@ -71,6 +72,23 @@ def _pooling_rules(layer):
     if isinstance(layer, _keras().layers.GlobalAveragePooling2D):
         return [_r.GlobalAveragePooling2D(layer)]
     return [_r.AveragePooling2D(layer)]
+
+
+def _max_pooling_rules(layer):
+    if layer.data_format != "channels_last":
+        raise ValueError(f"layer {layer.name!r} (MaxPooling2D) has data_format="
+                         f"{layer.data_format!r}; the bounds support 'channels_last'")
+    if layer.padding not in ("valid", "same"):
+        raise ValueError(f"layer {layer.name!r} (MaxPooling2D) has padding={layer.padding!r}; "
+                         f"supported: 'valid', 'same'")
+    return [_pool.MaxPooling2D(layer.name, layer.pool_size, layer.strides, layer.padding)]
+
+
+def _zero_padding_rules(layer):
+    if layer.data_format != "channels_last":
+        raise ValueError(f"layer {layer.name!r} (ZeroPadding2D) has data_format="
+                         f"{layer.data_format!r}; the bounds support 'channels_last'")
+    return [_r.ZeroPadding2D(layer.name, layer.padding)]
 
 
 def _relu_layer_rules(layer):
@@ -158,6 +176,8 @@ def layer_table() -> dict:
         layers.Reshape: lambda layer: [_r.Reshape(layer.name, layer.target_shape)],
         layers.AveragePooling2D: _pooling_rules,
         layers.GlobalAveragePooling2D: _pooling_rules,
+        layers.MaxPooling2D: _max_pooling_rules,
+        layers.ZeroPadding2D: _zero_padding_rules,
         layers.BatchNormalization: _batch_norm_rules,
         layers.Rescaling: _rescaling_rules,
         layers.Normalization: _normalization_rules,
@@ -238,7 +258,8 @@ class Graph:
             raise ValueError(
                 f"layer {op.name!r} of type {kind.__name__} is not supported by the bounds. "
                 f"Supported: Dense, Conv2D, ReLU, Activation('relu'/'tanh'/'sigmoid'/'linear'), "
-                f"Flatten, Reshape, AveragePooling2D, GlobalAveragePooling2D, BatchNormalization, "
+                f"Flatten, Reshape, AveragePooling2D, GlobalAveragePooling2D, MaxPooling2D, "
+                f"ZeroPadding2D, BatchNormalization, "
                 f"Add, Dropout-like layers, Rescaling, Normalization, Identity, nested "
                 f"Sequential/functional models")
         if len(refs) != 1:

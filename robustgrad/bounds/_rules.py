@@ -24,7 +24,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 __all__ = ["Add", "Affine", "AveragePooling2D", "Conv2D", "Dense", "Elementwise",
-           "GlobalAveragePooling2D", "Identity", "Reshape", "Rule"]
+           "GlobalAveragePooling2D", "Identity", "Reshape", "Rule", "ZeroPadding2D"]
 
 
 def cast(v, dtype):
@@ -215,6 +215,24 @@ class Reshape(Affine):
 
     def transpose(self, a, in_shape, dtype):
         return tf.reshape(a, [tf.shape(a)[0], *in_shape])
+
+
+class ZeroPadding2D(Affine):
+    """Zero rows and columns around an NHWC image: ``padding`` ``((top, bottom), (left,
+    right))``; the transpose crops them off."""
+
+    def __init__(self, name, padding):
+        super().__init__(name)
+        (self.top, self.bottom), (self.left, self.right) = (tuple(int(p) for p in side)
+                                                            for side in padding)
+
+    def apply(self, x, dtype):
+        return tf.pad(x, [[0, 0], [self.top, self.bottom], [self.left, self.right], [0, 0]])
+
+    apply_abs = apply
+
+    def transpose(self, a, in_shape, dtype):
+        return a[:, self.top:self.top + in_shape[0], self.left:self.left + in_shape[1]]
 
 
 class Identity(Affine):

@@ -54,10 +54,10 @@ def test_certify_bad_input_before_any_work(mlp, digits):
         attacks.evaluate(mlp, x, y, ["fgsm"], 0.1, certify="alpha", **kw)
     with pytest.raises(ValueError, match="certify.*norm 'l1'"):
         attacks.evaluate(mlp, x, y, ["fgsm"], 0.1, norm="l1", certify="crown", **kw)
-    pooled = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.MaxPooling2D(2),
-                               keras.layers.Flatten(), keras.layers.Dense(10)])
-    with pytest.raises(ValueError, match="certify='ibp'.*MaxPooling2D"):
-        attacks.evaluate(pooled, x, y, ["fgsm"], 0.1, certify="ibp", **kw)
+    upsampled = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.UpSampling2D(2),
+                                  keras.layers.Flatten(), keras.layers.Dense(10)])
+    with pytest.raises(ValueError, match="certify='ibp'.*UpSampling2D"):
+        attacks.evaluate(upsampled, x, y, ["fgsm"], 0.1, certify="ibp", **kw)
     assert calls == []
 
 
@@ -75,3 +75,25 @@ def test_cli_evaluate_certify(mlp, tmp_path, capsys):
     rc = cli_main(["evaluate", "--model", str(path), "--certify", "deeppoly", "--out",
                    str(tmp_path / "x")])
     assert rc == 2 and "--certify" in capsys.readouterr().err
+
+
+def test_cli_evaluate_certify_on_the_default_classifier(digits, tmp_path, capsys):
+    """The max-pooling CNN of make_classifier (train-classifier's default arch) is certified:
+    CROWN's verified fraction is the lower end of the bracket, beside the attacks' upper end."""
+    keras.utils.set_random_seed(0)
+    clf = attacks.training.make_classifier((8, 8, 1), 10, width=4)
+    clf.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    clf.fit(digits.x_train, digits.y_train, epochs=4, batch_size=64, verbose=0)
+    path = tmp_path / "cnn.keras"
+    clf.save(path)
+    out = tmp_path / "eval"
+    rc = cli_main(["evaluate", "--model", str(path), "--data", "digits", "--attacks", "pgd",
+                   "--eps", "0.005,0.05", "--limit", "40", "--certify", "crown",
+                   "--no-sanity-checks", "--no-progress", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    assert "CERTIFIED (crown)" in capsys.readouterr().out
+    d = json.loads((out / "report.json").read_text())
+    small, large = d["certified"]["0.005"], d["certified"]["0.05"]
+    assert 0.0 < small["certified_accuracy"] <= d["worst_case"]["0.005"]
+    assert large["certified_accuracy"] <= small["certified_accuracy"]
+    assert large["certified_accuracy"] <= d["worst_case"]["0.05"]

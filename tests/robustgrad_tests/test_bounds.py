@@ -86,9 +86,29 @@ def conv_residual_model():
     return _randomize(keras.Model(inp, L.Dense(4)(h)), seed=5)
 
 
+def max_pooling_model():
+    """Max pooling after a ReLU (2x2, valid), after a linear convolution (3x3 windows, stride 1,
+    "same": overlapping, padded), with unequal windows and strides, and after zero padding."""
+    return _randomize(keras.Sequential([
+        keras.Input((9, 9, 2)), L.Conv2D(3, 3, padding="same", activation="relu"),
+        L.MaxPooling2D(2), L.ZeroPadding2D(((1, 0), (0, 2))), L.Conv2D(4, 2, padding="same"),
+        L.MaxPooling2D(3, strides=1, padding="same"), L.ReLU(),
+        L.MaxPooling2D((2, 3), strides=(1, 2)), L.Flatten(), L.Dense(3)]), seed=6)
+
+
+def classifier_model():
+    """The layers of attacks.make_classifier's CNN (width 4, the third convolution narrower):
+    3x3 "same" ReLU convolutions, two 2x2 max poolings, two dense layers."""
+    conv = lambda f: L.Conv2D(f, 3, padding="same", activation="relu")  # noqa: E731
+    return _randomize(keras.Sequential([
+        keras.Input((8, 8, 1)), conv(4), conv(8), L.MaxPooling2D(2), conv(8), L.MaxPooling2D(2),
+        L.Flatten(), L.Dense(8, activation="relu"), L.Dense(4)]), seed=7)
+
+
 MODELS = {"dense": dense_model, "conv": conv_model, "pool-bn": pooling_bn_model,
           "dense-bn": dense_bn_model, "residual": residual_model,
-          "conv-residual": conv_residual_model}
+          "conv-residual": conv_residual_model, "max-pooling": max_pooling_model,
+          "classifier": classifier_model}
 
 
 def _box(shape, eps, batch=3, seed=0):
@@ -145,6 +165,64 @@ def test_bounds_are_sound_by_sampling_for_every_method(name):
         assert np.all(np.isfinite(lb)) and np.all(np.isfinite(ub))
     # an unstable region: CROWN is tighter than IBP on average on these models
     assert widths["crown"] < widths["ibp"], widths
+
+
+@pytest.mark.parametrize("pool,strides,padding", [((2, 2), (2, 2), "valid"),
+                                                   ((3, 3), (1, 1), "same"),
+                                                   ((2, 3), (1, 2), "same")])
+def test_max_pooling_lines_hold_by_sampling(pool, strides, padding):
+    """The relaxation's lines: every sampled point of the box has the chosen element <= the
+    window's max <= the upper line (the chosen element where it dominates, else the largest
+    upper bound); the dominating windows are many, and exact there."""
+    from robustgrad.bounds._pooling import MaxPooling2D
+
+    rule = MaxPooling2D("p", pool, strides, padding)
+    rng = np.random.default_rng(0)
+    centre = rng.normal(0, 1, (4, 7, 7, 3))
+    radius = rng.uniform(0, 0.3, centre.shape) * (rng.uniform(size=centre.shape) < 0.7)
+    lo, hi = tf.constant(centre - radius), tf.constant(centre + radius)
+    choice, exact, top = (t.numpy() for t in rule.relaxation(lo, hi))
+    assert 0.2 < exact.mean() < 1.0
+    x = (centre - radius)[None] + rng.uniform(0, 1, (300, *centre.shape)) * 2 * radius[None]
+    x = x.reshape(-1, *centre.shape[1:])
+    windows = rule._windows(tf.constant(x)).numpy().reshape(300, *choice.shape)
+    chosen = np.sum(windows * choice[None], axis=-1)
+    y = tf.nn.max_pool2d(tf.constant(x), rule.ksize, rule.strides, rule.padding).numpy()
+    y = y.reshape(300, *exact.shape)
+    upper = np.where(exact[None] > 0, chosen, top[None])
+    assert np.all(chosen <= y + 1e-12) and np.all(y <= upper + 1e-12)
+    assert np.all(np.where(exact[None] > 0, y - chosen, 0.0) == 0.0)
+    # the backward pass is the transpose of picking the chosen elements
+    a = rng.normal(0, 1, (4, 2, *exact.shape[1:]))
+    new_lo, new_hi, _, _ = rule.backward_relaxed(tf.constant(a), tf.constant(a), (lo, hi))
+    xs = x[:4]  # one point per example
+    picked = np.sum(rule._windows(tf.constant(xs)).numpy() * choice, axis=-1)
+    lhs = np.sum(new_lo.numpy() * xs[:, None], axis=(2, 3, 4))
+    rhs = np.sum(np.where(a > 0, a, a * exact[:, None]) * picked[:, None], axis=(2, 3, 4))
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-10, atol=1e-10)
+
+
+def test_max_pooling_crown_is_exact_where_one_element_dominates():
+    # one 2x2 window; f = 2 max(x) - x0. x0 in [2, 3] dominates x1..x3 in [-1, 1]: max = x0, so
+    # f = x0 and CROWN's bounds are [2, 3], where IBP's are [2 * 2 - 3, 2 * 3 - 2] = [1, 4]
+    inp = keras.Input((2, 2, 1))
+    double, pick = L.Dense(1, use_bias=False), L.Conv2D(1, 2, use_bias=False)
+    doubled = double(L.Flatten()(L.MaxPooling2D(2)(inp)))
+    model = keras.Model(inp, L.Add()([doubled, L.Flatten()(pick(inp))]))
+    double.set_weights([np.array([[2.0]], "float32")])
+    kernel = np.zeros((2, 2, 1, 1), "float32")
+    kernel[0, 0] = -1.0
+    pick.set_weights([kernel])
+    lower = np.array([2.0, -1.0, -1.0, -1.0], "float32").reshape(1, 2, 2, 1)
+    upper = np.array([3.0, 1.0, 1.0, 1.0], "float32").reshape(1, 2, 2, 1)
+    expect = {"ibp": [1.0, 4.0], "crown": [2.0, 3.0], "crown-ibp": [2.0, 3.0]}
+    for method in METHODS:
+        lb, ub = compute_bounds(model, lower, upper, method=method)
+        np.testing.assert_allclose([lb.numpy().item(), ub.numpy().item()], expect[method])
+    # x3 in [-4, 3.5]: nothing dominates; lower line x0 (largest lower bound), upper 3.5
+    lower[0, 1, 1, 0], upper[0, 1, 1, 0] = -4.0, 3.5
+    lb, ub = compute_bounds(model, lower, upper, method="crown")
+    np.testing.assert_allclose([lb.numpy().item(), ub.numpy().item()], [2.0, 5.0])
 
 
 def test_hand_computed_values_one_hidden_layer():
@@ -346,8 +424,8 @@ def test_xla_compiles_on_cpu_and_agrees():
 
 def test_unsupported_layers_are_named():
     cases = [
-        (keras.Sequential([keras.Input((4, 4, 1)), L.MaxPooling2D(2, name="pool_a"), L.Flatten(),
-                           L.Dense(2)]), r"'pool_a' of type MaxPooling2D is not supported"),
+        (keras.Sequential([keras.Input((4, 4, 1)), L.UpSampling2D(2, name="up_a"), L.Flatten(),
+                           L.Dense(2)]), r"'up_a' of type UpSampling2D is not supported"),
         (keras.Sequential([keras.Input((3,)), L.Dense(4, activation="elu", name="hidden_e"),
                            L.Dense(2)]), r"'hidden_e' \(Dense\) has activation 'elu'"),
         (keras.Sequential([keras.Input((3,)), L.LeakyReLU(name="leaky")]), r"'leaky'"),

@@ -53,7 +53,8 @@ def test_one_unstable_relu_reaches_the_known_optimum():
 
 @pytest.mark.parametrize("name", ["dense", "conv",
                                   pytest.param("residual", marks=pytest.mark.slow),
-                                  pytest.param("pool-bn", marks=pytest.mark.slow)])
+                                  pytest.param("pool-bn", marks=pytest.mark.slow),
+                                  pytest.param("classifier", marks=pytest.mark.slow)])
 def test_alpha_crown_is_sound_and_never_looser_than_crown(name):
     model = MODELS[name]()
     lower, upper = _box(model.input_shape[1:], eps=0.15)
