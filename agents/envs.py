@@ -29,6 +29,7 @@ import tensorflow as tf
 from gymnasium.vector import AutoresetMode
 
 from robustgrad.checks import positive_int
+from robustgrad.errors import ConfigError
 
 EnvSpec = Any  # a gymnasium id (str) or a factory returning a gymnasium.Env
 
@@ -40,16 +41,16 @@ def check_env_id(env: EnvSpec, argument: str = "env") -> None:
     >>> check_env_id("NoSuchEnv-v0")
     Traceback (most recent call last):
     ...
-    ValueError: env: unknown gymnasium environment id 'NoSuchEnv-v0' (...)
+    robustgrad.errors.ConfigError: env: unknown gymnasium environment id 'NoSuchEnv-v0' (...)
     """
     if callable(env):
         return
     if not isinstance(env, str) or not env:
-        raise ValueError(f"{argument}: expected a gymnasium id or an env factory, got {env!r}")
+        raise ConfigError(f"{argument}: expected a gymnasium id or an env factory, got {env!r}")
     try:
         gym.spec(env)
     except gym.error.Error as exc:
-        raise ValueError(f"{argument}: unknown gymnasium environment id {env!r} ({exc})") from None
+        raise ConfigError(f"{argument}: unknown gymnasium environment id {env!r} ({exc})") from None
 
 
 def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
@@ -69,7 +70,7 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
     if make_vector is not None:  # a factory that steps its copies together (agents.robustness.adversary)
         vec = make_vector(num_envs, async_envs)
         if _autoreset_mode(vec) != AutoresetMode.SAME_STEP:
-            raise ValueError(f"env: make_vector_env must build a same-step autoreset vector env, "
+            raise ConfigError(f"env: make_vector_env must build a same-step autoreset vector env, "
                              f"got {_autoreset_mode(vec)}")
     elif isinstance(env, str):
         try:
@@ -178,14 +179,14 @@ class VecEnv:
         self.single_observation_space = vec.single_observation_space
         self.single_action_space = vec.single_action_space
         if not isinstance(self.single_observation_space, gym.spaces.Box):
-            raise ValueError(
+            raise ConfigError(
                 "env: only Box observation spaces are supported, got "
                 f"{self.single_observation_space}")
         self.obs_shape = tuple(self.single_observation_space.shape)
         space = self.single_action_space
         self.discrete = isinstance(space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(space, gym.spaces.Box):
-            raise ValueError(f"env: action space {space} is not supported (Discrete or Box)")
+            raise ConfigError(f"env: action space {space} is not supported (Discrete or Box)")
         if self.discrete:
             self.action_low = self.action_high = None
         else:

@@ -17,6 +17,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from robustgrad.errors import ConfigError
+
 if TYPE_CHECKING:
     from agents.core.config import AgentConfig
 
@@ -70,16 +72,16 @@ def get_preset(name: str, algo: str | None = None) -> dict:
     >>> get_preset("ppo-Nowhere-v0")
     Traceback (most recent call last):
     ...
-    ValueError: preset must be one of 'a2c-CartPole-v1', 'dqn-CartPole-v1', 'dqn-MountainCar-v0', \
+    robustgrad.errors.ConfigError: preset must be one of 'a2c-CartPole-v1', 'dqn-CartPole-v1', 'dqn-MountainCar-v0', \
 'ppo-Acrobot-v1', 'ppo-CartPole-v1', 'ppo-MountainCarContinuous-v0', 'ppo-Pendulum-v1' or None, \
 got 'ppo-Nowhere-v0'
     """
     presets = load_presets()
     if not isinstance(name, str) or name not in presets:
         names = ", ".join(repr(n) for n in sorted(presets))
-        raise ValueError(f"preset must be one of {names} or None, got {name!r}")
+        raise ConfigError(f"preset must be one of {names} or None, got {name!r}")
     if algo is not None and not name.startswith(f"{algo}-"):
-        raise ValueError(f"preset must be a preset of {algo} (e.g. {algo}-<env id>), got "
+        raise ConfigError(f"preset must be a preset of {algo} (e.g. {algo}-<env id>), got "
                          f"{name!r}")
     return presets[name]
 
@@ -109,10 +111,10 @@ def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = A
     fields = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ValueError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
+        raise ConfigError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
                          f"{', '.join(sorted(fields))}")
     if "preset" in overrides:
-        raise ValueError("preset is chosen with the preset= argument, not as an override")
+        raise ConfigError("preset is chosen with the preset= argument, not as an override")
     env = overrides.get("env", config_cls.env)
     if preset == AUTO:
         name = preset_for(algo, env)
@@ -125,7 +127,7 @@ def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = A
         values.update(get_preset(name, algo)["config"])
         bad = sorted(set(values) - fields)
         if bad:  # a broken presets.json
-            raise ValueError(f"preset {name!r}: {bad[0]} is not a field of "
+            raise ConfigError(f"preset {name!r}: {bad[0]} is not a field of "
                              f"{config_cls.__name__}")
         _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
                   ", ".join(f"{k}={v!r}" for k, v in values.items()))
