@@ -161,6 +161,16 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
     return out
 
 
+def one_thread_message(what: str) -> str:
+    """Why ``--threads 1`` is refused with a learned adversary (``what``: the flag asking for
+    one): its compiled rollout calls the victim from inside TensorFlow (``tf.numpy_function``
+    around the env), a nested call that waits forever for the one inter-op thread the rollout
+    holds (:func:`agents.adversary.check_inter_op_threads`)."""
+    return (f"--threads 1: {what} trains a learned adversary, whose compiled rollout calls the "
+            f"victim inside TensorFlow; that needs >= 2 inter-op threads (one would deadlock): "
+            f"pass --threads 2, or leave --threads out")
+
+
 def output_dir(args: argparse.Namespace) -> str:
     """The run directory: ``--out``, default ``runs/<algo>`` (locked for the run by the CLI)."""
     return args.out or os.path.join("runs", args.algo)
@@ -172,6 +182,8 @@ def validate(args: argparse.Namespace) -> None:
     from robustgrad.commands._train_seeds import parse_seeds
 
     args.seed_list = None
+    if getattr(args, "threads", None) == 1 and args.robust in ("atla", "atla-sa"):
+        raise UsageError(one_thread_message(f"--robust {args.robust}"))
     if args.rollout_workers is None and (args.ray_address or args.num_cpus is not None):
         raise UsageError("--ray-address/--num-cpus: need --rollout-workers N")
     if args.rollout_workers is not None and args.rollout_workers <= 0:

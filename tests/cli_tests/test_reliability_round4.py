@@ -1,0 +1,67 @@
+"""Round four of the new-user probe (issue 36): one line naming the argument, before any work;
+a flag the chosen method would ignore refused; numeric flags bounded."""
+
+import json
+
+import pytest
+
+from robustgrad import cli
+
+TRAIN = ["train-agent", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "64",
+         "--no-progress", "--eval-episodes", "0"]
+ONE_THREAD = ("trains a learned adversary, whose compiled rollout calls the victim inside "
+              "TensorFlow; that needs >= 2 inter-op threads (one would deadlock): pass "
+              "--threads 2, or leave --threads out")
+
+
+def _fake_agent(tmp_path):
+    d = tmp_path / "agent"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"env": "CartPole-v1"}))
+    (d / "agent.json").write_text(json.dumps({"algo": "ppo", "num_timesteps": 0}))
+    return str(d)
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("robust", ["atla", "atla-sa"])
+def test_one_thread_with_a_learned_adversary_is_refused_before_training(tmp_path, capsys,
+                                                                       robust):
+    out = tmp_path / "run"
+    assert cli.main(["--threads", "1", *TRAIN, "--out", str(out), "--robust", robust]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: --threads 1: --robust {robust} {ONE_THREAD}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("attack", ["optimal", "paad"])
+def test_one_thread_with_a_learned_attack_is_refused_before_evaluating(tmp_path, capsys, attack):
+    agent = _fake_agent(tmp_path)
+    out = tmp_path / "eval"
+    assert cli.main(["--threads", "1", "evaluate-agent", "--agent", agent, "--attacks",
+                     f"mad,{attack}", "--out", str(out)]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: --threads 1: --attacks {attack} {ONE_THREAD}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adversary-steps", "1000"],
+     "--adversary-steps: only with --attacks optimal|paad, and no --attacks was given"),
+    (["--attacks", "mad,rs", "--adversary-steps", "1000"],
+     "--adversary-steps: only with --attacks optimal|paad, not with --attacks mad,rs"),
+    (["--attacks", "mad", "--rs-steps", "1000"],
+     "--rs-steps: only with --attacks rs, not with --attacks mad"),
+    (["--attacks", "optimal", "--adversary-steps", str(10**12)],
+     "--adversary-steps must be at most 1000000000 (env steps: ~15 CPU hours at 18,000 steps per "
+     f"CPU second), got {10**12}"),
+    (["--attacks", "rs", "--rs-steps", "0"], "--rs-steps must be an int >= 1, got 0"),
+])
+def test_evaluate_agent_step_flags_apply_to_their_attacks_and_are_bounded(tmp_path, capsys,
+                                                                         flags, message):
+    agent = _fake_agent(tmp_path)
+    assert cli.main(["evaluate-agent", "--agent", agent, "--out", str(tmp_path / "e"),
+                     *flags]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
