@@ -125,6 +125,10 @@ _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
                  ("robust_attack", "robust_attack"), ("robust_method", "robust_method"))
 
 
+# flags of the inner search, which --robust-method convex does not run
+SEARCH_ONLY = {"robust_steps": "--robust-steps is for pgd and sgld"}
+
+
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ConfigError`` naming the flag)."""
     from robustgrad import checks as _checks
@@ -143,6 +147,9 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         if flag in only and only[flag][0] != args.robust.replace("atla-sa", "sa"):
             raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
                              f"({only[flag][1]}), not with --robust {args.robust}")
+        if flag in SEARCH_ONLY and args.robust_method == "convex":
+            raise ValueError(f"--{flag.replace('_', '-')}: --robust-method convex searches "
+                             f"nothing (it bounds the whole ball); {SEARCH_ONLY[flag]}")
     out = {"robust": args.robust}
     for flag, field in given:
         name = "--" + flag.replace("_", "-")
@@ -154,7 +161,7 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         elif flag == "robust_attack":
             value = _checks.choice(value, name, ("random", "action", "mad", "critic"))
         elif flag == "robust_method":
-            value = _checks.choice(value, name, ("pgd", "sgld"))
+            value = _checks.choice(value, name, ("pgd", "sgld", "convex"))  # robust.INNER_METHODS
         else:
             value = _checks.nonnegative(value, name)
         out[field] = value

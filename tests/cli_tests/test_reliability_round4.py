@@ -65,3 +65,17 @@ def test_evaluate_agent_step_flags_apply_to_their_attacks_and_are_bounded(tmp_pa
     assert cli.main(["evaluate-agent", "--agent", agent, "--out", str(tmp_path / "e"),
                      *flags]) == 2
     assert _one_line(capsys) == f"robustgrad: error: {message}"
+
+
+def test_train_agent_robust_method_convex_works_as_documented(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main([*TRAIN, "--out", str(out), "--robust", "sa", "--robust-method",
+                     "convex"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["robust"], config["robust_method"]) == ("sa", "convex")
+    # its one flag that would do nothing: the steps of a search it does not run
+    assert cli.main([*TRAIN, "--out", str(tmp_path / "r2"), "--robust", "sa", "--robust-method",
+                     "convex", "--robust-steps", "5"]) == 2
+    assert _one_line(capsys).endswith(
+        "robustgrad: error: --robust-steps: --robust-method convex searches nothing (it bounds "
+        "the whole ball); --robust-steps is for pgd and sgld")
