@@ -203,6 +203,10 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
         raise ValueError(f"model must return logits of shape [N, C], got shape {out.shape} for "
                          f"one example")
     num_classes = int(out.shape[-1])
+    if num_classes < 2:  # the cross-entropy of one logit is 0: nothing to attack, certify, learn
+        raise ValueError(f"model returns {num_classes} logit per example; a classifier needs "
+                         f"one logit per class (>= 2; for a binary task return 2 logits, "
+                         f"e.g. [0, z] for a sigmoid's z)")
     _validate.check_labels(y, n, num_classes, name=y_name)
     return num_classes
 

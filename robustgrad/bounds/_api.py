@@ -100,6 +100,15 @@ class BoundedModel:
             return los[0], his[0]
         return tf.concat(los, 0), tf.concat(his, 0)
 
+    def check_alpha_crown(self, example_shape: Any, spec_rows: int | None = None,
+                          dtype: Any = tf.float32) -> int:
+        """The most examples per alpha-CROWN call for inputs ``[B, *example_shape]`` and a spec
+        of ``spec_rows`` rows (``None``: every output); a ``ValueError`` when one example alone
+        is too much for dense slopes (use ``"crown"``): what :meth:`bounds` checks, asked
+        before any work (``robustgrad certify --method alpha-crown``)."""
+        return _alpha.chunk_limit(self._graph, tuple(example_shape), tf.as_dtype(dtype),
+                                  spec_rows)
+
     def _check_input_shape(self, lower):
         """``lower``/``upper`` ``[B, ...]`` against the model's input shape (``None`` dims
         match anything): a ``ValueError`` naming both, not TensorFlow's ``MatMul`` error."""

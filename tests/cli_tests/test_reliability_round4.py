@@ -79,3 +79,60 @@ def test_train_agent_robust_method_convex_works_as_documented(tmp_path, capsys):
     assert _one_line(capsys).endswith(
         "robustgrad: error: --robust-steps: --robust-method convex searches nothing (it bounds "
         "the whole ball); --robust-steps is for pgd and sgld")
+
+
+def _digits_model(tmp_path, outputs: int, name: str = "m.keras") -> str:
+    import keras
+
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(outputs)])
+    path = str(tmp_path / name)
+    model.save(path)
+    return path
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--method", "smoothing", "--norm", "linf"],
+     "--norm linf: --method smoothing certifies l2 radii (Gaussian noise); leave --norm out"),
+    (["--method", "crown", "--sigma", "0.5"],
+     "--sigma: only with --method smoothing, not with --method crown"),
+    (["--method", "ibp", "--n", "100"], "--n: only with --method smoothing, not with --method ibp"),
+    (["--method", "alpha-crown", "--seed", "3"],
+     "--seed: only with --method smoothing, not with --method alpha-crown"),
+    (["--method", "smoothing", "--n", str(10**9)],
+     "--n must be at most 10000000 (noise draws per example: 100x Cohen et al.'s 100,000), got "
+     f"{10**9}"),
+])
+def test_certify_refuses_flags_its_method_would_ignore(tmp_path, capsys, flags, message):
+    model = tmp_path / "m.keras"
+    model.write_bytes(b"PK\x03\x04")  # never opened: the flags are checked first
+    out = tmp_path / "c"
+    assert cli.main(["certify", "--model", str(model), "--out", str(out), *flags]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
+    assert not out.exists()
+
+
+def test_certify_of_a_one_output_model_is_one_line(tmp_path, capsys):
+    model = _digits_model(tmp_path, 1)
+    assert cli.main(["certify", "--model", model, "--limit", "8", "--out",
+                     str(tmp_path / "c")]) == 2
+    assert _one_line(capsys) == (
+        "robustgrad: error: --model: model returns 1 logit per example; a classifier needs one "
+        "logit per class (>= 2; for a binary task return 2 logits, e.g. [0, z] for a sigmoid's z)")
+
+
+def test_certify_alpha_crown_too_wide_is_refused_before_any_radius(tmp_path, capsys,
+                                                                   monkeypatch):
+    from robustgrad.bounds import _alpha
+
+    monkeypatch.setattr(_alpha, "MAX_ELEMENTS", 100)  # this small MLP is "too wide" now
+    model = _digits_model(tmp_path, 10)
+    assert cli.main(["certify", "--model", model, "--limit", "8", "--method", "alpha-crown",
+                     "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr()
+    assert "certifying" not in err.out  # no radius started
+    assert err.err.strip().startswith(
+        "robustgrad: error: --model: method='alpha-crown' would hold about ")
+    assert err.err.strip().endswith("use method='crown' for this network, or bound fewer outputs "
+                                    "(a spec C)")
