@@ -136,3 +136,25 @@ def test_certify_alpha_crown_too_wide_is_refused_before_any_radius(tmp_path, cap
         "robustgrad: error: --model: method='alpha-crown' would hold about ")
     assert err.err.strip().endswith("use method='crown' for this network, or bound fewer outputs "
                                     "(a spec C)")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--method", "madry", "--awp-gamma", "0.01"],
+     "--awp-gamma: only with --method awp, not with --method madry"),
+    (["--method", "madry", "--sigma", "0.5"],
+     "--sigma: only with --method smoothadv, not with --method madry"),
+    (["--method", "madry", "--kappa-final", "0.5"],
+     "--kappa-final: only with --method ibp|crown-ibp, not with --method madry"),
+    (["--method", "ibp", "--beta-final", "0.5"],
+     "--beta-final: only with --method crown-ibp, not with --method ibp"),
+    (["--arch", "wideresnet", "--width", "8"],
+     "--width: only with --arch cnn|preactresnet18, not with --arch wideresnet"),
+    (["--method", "ibp", "--width", "8"],  # ibp's default architecture is ibp-small
+     "--width: only with --arch cnn|preactresnet18, not with --arch ibp-small"),
+])
+def test_train_classifier_refuses_flags_its_method_or_arch_would_ignore(tmp_path, capsys, flags,
+                                                                       message):
+    out = tmp_path / "run"
+    assert cli.main(["train-classifier", "--out", str(out), *flags]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
+    assert not out.exists()
