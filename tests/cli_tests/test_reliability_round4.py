@@ -2,6 +2,7 @@
 a flag the chosen method would ignore refused; numeric flags bounded."""
 
 import json
+import re
 
 import pytest
 
@@ -158,3 +159,33 @@ def test_train_classifier_refuses_flags_its_method_or_arch_would_ignore(tmp_path
     assert cli.main(["train-classifier", "--out", str(out), *flags]) == 2
     assert _one_line(capsys) == f"robustgrad: error: {message}"
     assert not out.exists()
+
+
+def test_square_on_vector_data_is_refused_before_any_attack_runs():
+    import numpy as np
+
+    import attacks
+    from attacks.cascade import run_cascade
+
+    model = lambda x, training=False: tf_dense(x)  # noqa: E731
+    x = np.random.default_rng(0).uniform(size=(4, 6, 1)).astype("float32")
+    y = np.zeros(4, "int64")
+    message = ("x: square needs images [B, H, W, C] or [B, H, W] with H, W >= 2 (it perturbs "
+               "square windows), got examples of shape (6, 1); for vector data use another "
+               "attack (e.g. apgd-ce)")
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+        attacks.square(model, x, y, eps=0.1, clip_min=0.0, clip_max=1.0, steps=2)
+    ran = []  # progress is called before each attack: FGSM would show here had it run first
+    with pytest.raises(ValueError, match=rf"^attacks: square: {re.escape(message)}$"):
+        run_cascade(model, x, y, [("fgsm", attacks.FGSM()), ("square", attacks.Square(steps=2))],
+                    [0.1], norm="linf", clip_min=0.0, clip_max=1.0,
+                    progress=lambda done, what: ran.append(what))
+    assert ran == []
+
+
+def tf_dense(x):
+    import tensorflow as tf
+
+    flat = tf.reshape(x, [tf.shape(x)[0], -1])
+    return tf.concat([tf.reduce_sum(flat, 1, keepdims=True), -tf.reduce_sum(flat, 1,
+                                                                          keepdims=True)], 1)
