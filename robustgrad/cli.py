@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import shlex
@@ -178,6 +179,30 @@ def is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, ConfigError)
 
 
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is a full disk or quota."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def disk_full_message(exc: BaseException, args: argparse.Namespace) -> str:
+    """One line for a full disk: what failed and what ``--out`` is left as. Saves are atomic
+    (:mod:`robustgrad.atomic`): the previous version of every file stays, never a truncated one;
+    a training command's last checkpoint stays resumable."""
+    while not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        exc = exc.__cause__ or exc.__context__
+    where = f" writing {exc.filename}" if exc.filename else ""
+    out = getattr(args, "out", None)
+    state = (f"{out} keeps its last complete files (writes are atomic)" if out
+             else "nothing was left half-written (writes are atomic)")
+    again = "free space and run again with --resume" if hasattr(args, "resume") \
+        else "free space and run again"
+    return f"no space left on device{where}: {state}; {again}"
+
+
 def _error(message: object) -> int:
     text = " ".join(str(message).split()) or type(message).__name__
     print(f"robustgrad: error: {text}", file=sys.stderr)
@@ -253,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             if lock is not None:
                 lock.release()
     except Exception as exc:
+        if disk_full(exc) and not os.environ.get("ROBUSTGRAD_DEBUG"):
+            return _error(disk_full_message(exc, args))
         if not is_user_error(exc) or os.environ.get("ROBUSTGRAD_DEBUG"):
             raise
         return _error(exc)

@@ -189,3 +189,21 @@ def tf_dense(x):
     flat = tf.reshape(x, [tf.shape(x)[0], -1])
     return tf.concat([tf.reduce_sum(flat, 1, keepdims=True), -tf.reduce_sum(flat, 1,
                                                                           keepdims=True)], 1)
+
+
+def test_a_full_disk_is_one_line_saying_what_out_is_left_as(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from robustgrad import atomic
+
+    def full(directory, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", directory)
+
+    monkeypatch.setattr(atomic, "write_entries", full)
+    out = tmp_path / "run"
+    assert cli.main([*TRAIN, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("robustgrad: error: no space left on device writing "), err
+    assert err[0].endswith(f": {out} keeps its last complete files (writes are atomic); free "
+                           "space and run again with --resume"), err
