@@ -207,3 +207,46 @@ def test_a_full_disk_is_one_line_saying_what_out_is_left_as(tmp_path, capsys, mo
     assert err[0].startswith("robustgrad: error: no space left on device writing "), err
     assert err[0].endswith(f": {out} keeps its last complete files (writes are atomic); free "
                            "space and run again with --resume"), err
+
+
+def test_an_example_shape_mismatch_with_the_same_values_says_how_to_reshape():
+    import keras
+    import numpy as np
+
+    from attacks._models import check_classification_data
+
+    model = keras.Sequential([keras.Input((64, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match=re.escape(
+            "x: examples of shape (64, 1, 1) but the model takes inputs of shape (64, 1); both "
+            "hold 64 values per example: reshape the data to [N, 64, 1] (x.reshape(len(x), 64, "
+            "1))")):
+        check_classification_data(model, np.zeros((2, 64, 1, 1), "float32"), [0, 1])
+
+
+def test_evaluate_on_vector_data_writes_its_report_and_exits_0(tmp_path, capsys):
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "flat.npz"
+    np.savez(data, x_train=rng.uniform(size=(8, 6)).astype("float32"), y_train=np.arange(8) % 2,
+             x_test=rng.uniform(size=(8, 6)).astype("float32"), y_test=np.arange(8) % 2)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    model.save(tmp_path / "m.keras")
+    out = tmp_path / "e"
+    assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
+                     "--attacks", "fgsm,pgd", "--out", str(out), "--no-progress"]) == 0
+    assert {"report.json", "report.txt", "examples.png"} <= {p.name for p in out.iterdir()}
+    # the default attacks on vectors: without Square, said on one line
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
+                     "--out", str(tmp_path / "e2"), "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert (f"note: --data {data} holds vectors (6,), not images: the default attacks run "
+            "without square (it perturbs square windows)") in said
+    assert "attacks fgsm,pgd,apgd-ce," in said
+    # Square asked for by name on vectors: refused before any attack runs, naming it
+    assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
+                     "--attacks", "fgsm,square", "--out", str(tmp_path / "e3"),
+                     "--no-progress"]) == 2
+    assert "attacks: square: x: square needs images" in capsys.readouterr().err
