@@ -6,7 +6,7 @@ method would ignore is refused, naming it). Only the standard library is importe
 10
 >>> at_most(10**12, "--adversary-steps", MAX_ENV_STEPS)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-ValueError: --adversary-steps must be at most 1000000000 (env steps: ~15 CPU hours ...), got ...
+robustgrad.errors.ConfigError: --adversary-steps must be at most 1000000000 (env steps: ~15 CPU hours ...), got ...
 >>> not_applicable({"--rs-steps": ("rs",)}, ["--rs-steps"], ["mad"], "--attacks")
 '--rs-steps: only with --attacks rs, not with --attacks mad'
 """
@@ -14,6 +14,8 @@ ValueError: --adversary-steps must be at most 1000000000 (env steps: ~15 CPU hou
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
+from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ENV_STEPS", "at_most", "not_applicable"]
 
@@ -26,11 +28,12 @@ _WHY = {MAX_ENV_STEPS: "env steps: ~15 CPU hours at 18,000 steps per CPU second"
 
 
 def at_most(value: int, flag: str, maximum: int, why: str | None = None) -> int:
-    """``value`` (already an int) when ``<= maximum``, else a ``ValueError`` naming ``flag``,
+    """``value`` (already an int) when ``<= maximum``, else a :class:`ConfigError` (a
+    ``ValueError``) naming ``flag``,
     the bound and ``why`` (the unit and what the bound means)."""
     if value > maximum:
         why = why or _WHY.get(maximum)
-        raise ValueError(f"{flag} must be at most {maximum}{f' ({why})' if why else ''}, "
+        raise ConfigError(f"{flag} must be at most {maximum}{f' ({why})' if why else ''}, "
                          f"got {value}")
     return value
 

@@ -148,8 +148,8 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
             raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
                              f"({only[flag][1]}), not with --robust {args.robust}")
         if flag in SEARCH_ONLY and args.robust_method == "convex":
-            raise ValueError(f"--{flag.replace('_', '-')}: --robust-method convex searches "
-                             f"nothing (it bounds the whole ball); {SEARCH_ONLY[flag]}")
+            raise ConfigError(f"--{flag.replace('_', '-')}: --robust-method convex searches "
+                              f"nothing (it bounds the whole ball); {SEARCH_ONLY[flag]}")
     out = {"robust": args.robust}
     for flag, field in given:
         name = "--" + flag.replace("_", "-")
