@@ -6,7 +6,7 @@ method would ignore is refused, naming it). Only the standard library is importe
 10
 >>> at_most(10**12, "--adversary-steps", MAX_ENV_STEPS)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-robustgrad.errors.ConfigError: --adversary-steps must be at most 1000000000 (env steps: ~15 CPU hours ...), got ...
+robustgrad.errors.ConfigError: --adversary-steps must be at most 1000000000 (env steps: ...), got ...
 >>> not_applicable({"--rs-steps": ("rs",)}, ["--rs-steps"], ["mad"], "--attacks")
 '--rs-steps: only with --attacks rs, not with --attacks mad'
 """
