@@ -388,6 +388,11 @@ class Attack:
         """Raise ``ValueError`` (before any work) when the configuration cannot run on a model
         with ``num_classes`` outputs; nothing to check by default."""
 
+    def check_example_shape(self, shape: tuple) -> None:
+        """Raise ``ValueError`` (before any work: a cascade checks every attack before the
+        first runs) when the attack cannot run on examples of ``shape`` (``x.shape[1:]``);
+        nothing to check by default."""
+
     @tf.autograph.experimental.do_not_convert
     def run(self, model: Any, x: Any, y: Any = None, **overrides: Any) -> AttackResult:
         """Attack ``x [B, ...]`` (labels ``y [B]`` or ``None``) with the configuration, call-time

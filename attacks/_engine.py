@@ -38,7 +38,8 @@ from robustgrad.input_gradients import zero_gradient_message
 from ._base import relaxed_spec
 from .norms import clip_to_bounds, project, random_in_ball, steepest_ascent
 
-__all__ = ["compile_iterative", "expand_rows", "iterative_loop", "keep_best"]
+__all__ = ["compile_iterative", "expand_rows", "iterative_loop", "keep_best", "warn_zero_gradient",
+           "zero_gradient_rows"]
 
 ValueFn = Callable[[tf.Tensor, Any, tf.Tensor], "tuple[tf.Tensor, tf.Tensor]"]
 InitFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
@@ -72,6 +73,25 @@ def keep_best(best_x: tf.Tensor, best_obj: tf.Tensor, best_succ: tf.Tensor, x_ad
         tf.logical_and(tf.equal(succ, best_succ), obj > best_obj))
     new_x = tf.where(expand_rows(better, x_adv), x_adv, best_x)
     return new_x, tf.where(better, obj, best_obj), tf.logical_or(best_succ, succ)
+
+
+def zero_gradient_rows(g: tf.Tensor) -> tf.Tensor:
+    """The number of examples (rows of ``g [B, ...]``) whose gradient is identically zero, int64.
+
+    >>> int(zero_gradient_rows(tf.constant([[0.0, 0.0], [0.0, 1.0]])))
+    1
+    """
+    flat = tf.reshape(g, [tf.shape(g)[0], -1])
+    return tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(flat, 0), axis=1), tf.int64))
+
+
+def warn_zero_gradient(zero: int, total: int, stacklevel: int = 2) -> None:
+    """Warn (:func:`robustgrad.input_gradients.zero_gradient_message`) when ``zero`` of
+    ``total`` examples had an identically zero input gradient: the one check of the gradient
+    attacks (the iterative loop here, FGSM/FGM), called eagerly with the counts."""
+    message = zero_gradient_message(int(zero), int(total))
+    if message:
+        warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
 
 
 def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 1,
@@ -121,11 +141,6 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
             g = tf.zeros_like(xa)
         return succ, g
 
-    def zero_rows(g):  # examples whose gradient is identically zero
-        b = tf.shape(g)[0]
-        flat = tf.reshape(g, [b, -1])
-        return tf.reduce_sum(tf.cast(tf.reduce_all(tf.equal(flat, 0), axis=1), tf.int64))
-
     def loop(x, y, y_true, eps, step_size, lo, hi, seed):
         b = tf.shape(x)[0]
         dtype = x.dtype
@@ -168,7 +183,7 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
                 rows = rows + tf.cast(b, tf.int64)
                 if count_zero:  # at the first step of the first restart
                     first = tf.logical_and(tf.equal(i, 0), tf.equal(r, 0))
-                    zero = tf.where(first, zero_rows(g), zero)
+                    zero = tf.where(first, zero_gradient_rows(g), zero)
                 if gradient_noise is not None:
                     g = g + tf.cast(gradient_noise(i, y), g.dtype)
                 if momentum is not None:
@@ -233,9 +248,7 @@ def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init
     def call(*args):
         x_adv, rows, frows, zero = compiled(*args)
         if tf.executing_eagerly():
-            message = zero_gradient_message(int(zero), int(args[0].shape[0]))
-            if message:
-                warnings.warn(message, UserWarning, stacklevel=2)
+            warn_zero_gradient(int(zero), int(args[0].shape[0]), stacklevel=3)
         return x_adv, rows, frows
 
     call.__dict__["compiled"] = compiled  # the tf.function (its traces), as call.compiled

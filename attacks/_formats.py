@@ -322,6 +322,11 @@ def read_image_folder(root: str, *, seed: int = 0, test_fraction: float = 0.25
             idx = rng.permutation(np.flatnonzero(y == c))
             k = int(round(test_fraction * len(idx))) if len(idx) > 1 else 0
             test[idx[:max(k, 1 if len(idx) > 1 else 0)]] = True
+        if not test.any():  # every class has one image: it stays for training
+            raise ValueError(f"{root}: every class folder holds a single image, which stays in "
+                             f"the training split, so no image is left for the test split; put "
+                             f"at least 2 images in a class folder (or give {root}/train and "
+                             f"{root}/test)")
         splits = {"train": (x[~test], y[~test]), "test": (x[test], y[test])}
     out = {f"{k}_{s}": v for s, (x, y) in splits.items() for k, v in (("x", x), ("y", y))}
     return out, tuple(classes)

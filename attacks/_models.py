@@ -12,6 +12,7 @@ output and of classification data against the model, before any work.
 from __future__ import annotations
 
 import inspect
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -188,8 +189,13 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
     if expected is not None and (len(expected) != len(got) or any(
             e is not None and e != g for e, g in zip(expected, got))):
         shown = tuple(e if e is not None else "?" for e in expected)
+        fix = ""
+        if None not in expected and None not in got and math.prod(expected) == math.prod(got):
+            fix = (f"; both hold {math.prod(got)} values per example: reshape the data to "
+                   f"[N, {', '.join(str(e) for e in expected)}] (x.reshape(len(x), "
+                   f"{', '.join(str(e) for e in expected)}))")
         raise ValueError(f"{x_name}: examples of shape {got} but the model takes inputs of "
-                         f"shape {shown}".replace("'?'", "?"))
+                         f"shape {shown}".replace("'?'", "?") + fix)
     n = xt.shape[0]
     try:
         _validate.check_labels(y, n, None, name=y_name)  # dtype, rank, count before the forward pass
@@ -203,6 +209,10 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
         raise ValueError(f"model must return logits of shape [N, C], got shape {out.shape} for "
                          f"one example")
     num_classes = int(out.shape[-1])
+    if num_classes < 2:  # the cross-entropy of one logit is 0: nothing to attack, certify, learn
+        raise ValueError(f"model returns {num_classes} logit per example; a classifier needs "
+                         f"one logit per class (>= 2; for a binary task return 2 logits, "
+                         f"e.g. [0, z] for a sigmoid's z)")
     _validate.check_labels(y, n, num_classes, name=y_name)
     return num_classes
 

@@ -276,6 +276,11 @@ def run_cascade(model: Callable, x: np.ndarray, y: np.ndarray,
     y = np.asarray(y)
     if y.shape != (len(x),):
         raise ValueError(f"y must be {len(x)} labels (one per example of x), got shape {y.shape}")
+    for label, attack in attacks:  # an attack that cannot run here: before any of them runs
+        try:
+            attack.check_example_shape(tuple(x.shape[1:]))
+        except ValueError as error:
+            raise ValueError(f"attacks: {label}: {error}") from None
     if correct is None:
         correct = predict_labels(model, x, batch_size) == y
     correct = np.asarray(correct, bool)

@@ -171,6 +171,7 @@ def evaluate(model: Callable, x: Any, y: Any,
     for label, attack in named_attacks:  # settings the model's classes rule out: before work
         try:
             attack.check_num_classes(num_classes)
+            attack.check_example_shape(tuple(inputs.shape[1:]))
         except ValueError as error:
             raise ValueError(f"attacks: {label}: {error}") from None
     clean_predictions = logits.argmax(1)

@@ -26,6 +26,7 @@ from typing import Any
 import tensorflow as tf
 
 from ._base import Attack, AttackResult, cached, prepare, relaxed_spec, run_in_chunks, spec_key
+from ._engine import warn_zero_gradient, zero_gradient_rows
 from .norms import canonical_norm, clip_to_bounds, steepest_ascent
 
 __all__ = ["fast_gradient_method", "FGSM", "FGM"]
@@ -43,7 +44,7 @@ def _build(p, norm, l1_top_k, jit_compile):
         if g is None:
             g = tf.zeros_like(x)
         d = steepest_ascent(g, norm, l1_top_k=l1_top_k if norm == "l1" else None)
-        return clip_to_bounds(x + eps * d, lo, hi)
+        return clip_to_bounds(x + eps * d, lo, hi), zero_gradient_rows(g)
 
     sig = [relaxed_spec(p.x), tf.nest.map_structure(relaxed_spec, p.y), relaxed_spec(p.y_true),
            tf.TensorSpec([], p.x.dtype), tf.TensorSpec(p.lo.shape, p.x.dtype),
@@ -62,8 +63,10 @@ def _fgm_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max
         + (tuple(p.lo.shape.as_list()),)
     fn = cached(p.owner, key, lambda: _build(p, norm, l1_top_k, jit_compile))
     eps_t = tf.cast(eps, p.x.dtype)
-    x_adv, _ = run_in_chunks(p, lambda xc, yc, ytc, k: fn(xc, yc, ytc, eps_t, p.lo, p.hi))
+    x_adv, (zero,) = run_in_chunks(p, lambda xc, yc, ytc, k: fn(xc, yc, ytc, eps_t, p.lo, p.hi))
     n = int(p.x.shape[0]) if p.eager else tf.shape(p.x)[0]
+    if p.eager:
+        warn_zero_gradient(zero, n, stacklevel=3)
     return AttackResult(x_adv, n, p.forward_passes)
 
 

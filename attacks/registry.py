@@ -211,15 +211,25 @@ def parse_attacks(specs: AttackSpec | Iterable[AttackSpec],
         specs = [s for s in specs.split(",") if s.strip()]
     elif isinstance(specs, Attack):
         specs = [specs]
-    parsed = []
+    parsed, origins = [], []  # origins: the spec each attack came from (a name, or None)
     for s in specs:
         if isinstance(s, str) and s.strip().lower() in AUTOATTACK_VERSIONS:
-            parsed += autoattack_attacks(s.strip().lower(), norm)
+            expanded = autoattack_attacks(s.strip().lower(), norm)
+            parsed += expanded
+            origins += [s.strip().lower()] * len(expanded)
         else:
             parsed.append(parse_attack(s))
+            origins.append(s.strip().lower() if isinstance(s, str) else None)
     if not parsed:
         raise ValueError("attacks: give at least one attack")
     labels = [label for label, _ in parsed]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"attacks: duplicate names {labels}; wrap in (label, attack) tuples")
+        twice = next(label for label in labels if labels.count(label) > 1)
+        sources = [o for label, o in zip(labels, origins) if label == twice]
+        if None in sources:  # an Attack object among them: only a label tells them apart
+            raise ValueError(f"attacks: duplicate names {labels}; wrap in (label, attack) "
+                             f"tuples")
+        runs = [f"{o} runs {twice}" for o in dict.fromkeys(sources) if o != twice]
+        raise ValueError(f"attacks: duplicate names {labels}: {twice} is listed twice"
+                         + (f" ({'; '.join(runs)})" if runs else "") + "; list it once")
     return parsed

@@ -286,6 +286,8 @@ def _show_image(axis, image, title: str, signed: bool = False) -> None:
     image = np.asarray(image)
     if image.ndim == 3 and image.shape[-1] == 1:
         image = image[..., 0]
+    if image.ndim == 1:  # vector data ([N, d]): one row of d pixels, not an error after the report
+        image = image[None, :]
     if signed:
         limit = max(float(np.abs(image).max()), 1e-12)
         axis.imshow(image if image.ndim == 2 else image.mean(-1), cmap="seismic", vmin=-limit,

@@ -257,6 +257,24 @@ def _build(p, model, training, *, norm, steps, p_init, targeted, early_stop, jit
     return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile))
 
 
+def check_square_shape(shape: tuple) -> None:
+    """Examples of ``shape`` (``x.shape[1:]``) Square can attack: images ``(H, W, C)`` or
+    ``(H, W)`` with ``H, W >= 2`` (its windows are squares placed inside the image); a
+    ``ValueError`` naming ``x`` otherwise (a vector ``(d, 1)`` read as a ``d x 1`` image left no
+    room for a window: TensorFlow's "Need minval < maxval").
+
+    >>> check_square_shape((8, 8, 1))
+    >>> check_square_shape((64, 1))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: x: square needs images [B, H, W, C] or [B, H, W] with H, W >= 2 ...
+    """
+    shape = tuple(shape)
+    if len(shape) not in (2, 3) or any(d is not None and d < 2 for d in shape[:2]):
+        raise ValueError(f"x: square needs images [B, H, W, C] or [B, H, W] with H, W >= 2 (it "
+                         f"perturbs square windows), got examples of shape {shape}; for vector "
+                         f"data use another attack (e.g. apgd-ce)")
+
+
 @tf.autograph.experimental.do_not_convert
 def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max=None,
                 targeted=False, seed=None, steps=1000, p_init=None, early_stop=True,
@@ -266,6 +284,7 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
         raise ValueError(f"norm: square supports 'linf', 'l2' and 'l1', got {norm!r}")
     xt = tf.convert_to_tensor(x) if not isinstance(x, np.ndarray) else x
     rank = len(np.shape(xt))
+    check_square_shape(tuple(np.shape(xt))[1:])
     if rank == 3:
         out = _square_run(model, x[..., None] if isinstance(x, np.ndarray) else
                           tf.expand_dims(x, -1), y, eps=eps, norm=norm,
@@ -276,8 +295,6 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
                           batch_size=batch_size, rescale_schedule=rescale_schedule)
         out.x_adv = out.x_adv[..., 0]
         return out
-    if rank != 4:
-        raise ValueError(f"x: square needs images [B, H, W, C] or [B, H, W], got rank {rank}")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, need_gradient=False, batch_size=batch_size)
     _validate.check_positive_int(steps, "steps")
@@ -333,3 +350,6 @@ class Square(Attack):
     gradient_free = True
     supports_early_stop = True
     _run = staticmethod(_square_run)
+
+    def check_example_shape(self, shape: tuple) -> None:
+        check_square_shape(shape)

@@ -4,8 +4,10 @@ backend; PureJaxRL compiles its whole training into one call), a mixin of
 
 ``_iterations(lrs, failures)`` runs ``n <= K`` iterations
 in a ``tf.while_loop`` inside one compiled call (XLA too), each as ``_iteration``, with its
-learning rate from ``lrs [K]`` (the annealing schedule, computed in Python as for ``K = 1``;
-NaN past the ``n``-th).
+learning rate from ``lrs [L]`` (the annealing schedule, computed in Python as for ``K = 1``;
+NaN past the ``n``-th). The loop's length ``L <= K`` is the most iterations a call of this agent
+has used (what the budget can use), never ``K`` itself: ``K = 10**6`` with a 4-iteration budget
+allocates for 4.
 Per iteration it keeps the statistics (packed in a ``TensorArray``, read once per call) and the
 count of finished episodes (so that each iteration's episodes go to its own ``history``
 entry); it stops early when a seed reaches ``max_nonfinite_updates`` consecutive fully rejected
@@ -35,12 +37,12 @@ class IterationsPerCall:
     Python side that cuts ``K`` and hands each iteration's logs and episodes back in order."""
 
     def _iterations_graph(self, lrs, failures):
-        """``n`` iterations (rollout, targets, update), ``lrs [K]`` float32 their learning rates
-        (NaN past the ``n``-th, ``1 <= n <= K``), ``failures [(S,)]`` int32 the consecutive
+        """``n`` iterations (rollout, targets, update), ``lrs [L]`` float32 their learning rates
+        (NaN past the ``n``-th, ``1 <= n <= L <= K``), ``failures [(S,)]`` int32 the consecutive
         fully rejected updates so far: stops after an iteration that brings a seed to
         ``max_nonfinite_updates``. Returns the packed
-        statistics ``[K, MAX_STATS, (S,)]`` (names in ``_stat_keys``), the collector's episode
-        count after each iteration ``[K]`` int64 and the number of iterations run."""
+        statistics ``[L, MAX_STATS, (S,)]`` (names in ``_stat_keys``), the collector's episode
+        count after each iteration ``[L]`` int64 and the number of iterations run."""
         self.trace_counts["iterations"] += 1
         size = lrs.shape[0]
         packed = tf.TensorArray(tf.float32, size=size, element_shape=(MAX_STATS,) + self._lead)
@@ -81,9 +83,12 @@ class IterationsPerCall:
             return super()._train_call(steps_done, total, until, failures)
         n = cfg.n_steps * cfg.num_envs
         k = max(1, min(k_max, -(-until // n)))
+        # the loop's length: what the budget can use, never K itself (K = 10**6 for a 4-iteration
+        # budget allocated by K); kept across calls so that a shorter call does not trace again
+        self._iterations_pad = max(self._iterations_pad, k)
         lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
         packed, counts, ran = self._iterations(
-            tf.constant(lrs + [float("nan")] * (k_max - k), tf.float32),
+            tf.constant(lrs + [float("nan")] * (self._iterations_pad - k), tf.float32),
             tf.reshape(tf.constant(failures, tf.int32), self._lead))
         ran = int(ran)
         packed, counts = packed.numpy(), counts.numpy()

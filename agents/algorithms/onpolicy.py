@@ -117,6 +117,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         self._iterations = tf.function(own_function(self._iterations_graph),
                                        jit_compile=cfg.jit_compile)
         self._stat_keys: list[str] = []  # the statistics' names, set when _iterations traces
+        self._iterations_pad = 1  # the length of _iterations's loop: the most a call has used
 
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,

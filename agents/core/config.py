@@ -38,6 +38,18 @@ from robustgrad.checks import (
     probability,
 )
 from robustgrad.errors import ConfigError
+from robustgrad.memory import check_allocation
+
+MAX_ITERATIONS_PER_CALL = 4096
+"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
+(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
+larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
+more iterations per call than its budget has (the compiled loop is sized by that)."""
+
+EPISODE_SLOT_BYTES = 16
+"""Bytes per slot of the graph env's ring buffer of finished episodes (a float32 return and an
+int32 length, allocated from zeros of the same size): ``iterations_per_call * n_steps * num_envs
+* num_seeds`` slots when ``K > 1`` (:func:`agents.backends.graph_backend.episode_capacity`)."""
 
 
 def _positive(value: Any, name: str) -> float:
@@ -349,6 +361,10 @@ class OnPolicyConfig(AgentConfig):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
         self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
+        if self.iterations_per_call > MAX_ITERATIONS_PER_CALL:
+            raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
+                              f"(Python's share of a call is already negligible at 32), got "
+                              f"{self.iterations_per_call}")
         if self.iterations_per_call > 1 and self.backend != "graph":
             raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
                              f"backend='graph' (the environments inside the call); got "
@@ -360,6 +376,16 @@ class OnPolicyConfig(AgentConfig):
                              f"iterations; use iterations_per_call=1, got "
                              f"{self.iterations_per_call}")
         self.n_steps = positive_int(self.n_steps, "n_steps")
+        if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
+            try:
+                check_allocation(self.iterations_per_call,
+                                 EPISODE_SLOT_BYTES * self.n_steps * self.num_envs * self.num_seeds,
+                                 argument="iterations_per_call",
+                                 what=f"the record of the episodes one call can finish ("
+                                      f"{self.n_steps} steps x {self.num_envs * self.num_seeds} "
+                                      f"envs per iteration)")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")
         nonnegative(self.vf_coef, "vf_coef")

@@ -60,6 +60,8 @@ class BoundedModel:
     def __init__(self, model: Any, jit_compile: bool = False) -> None:
         self._graph = Graph(model)
         self.name = getattr(model, "name", "model")
+        inputs = getattr(model, "inputs", None)  # a built Keras model: its per-example shape
+        self._input_shape = tuple(inputs[0].shape[1:]) if inputs else None
         self._fn = tf.function(self._bounds, jit_compile=bool(jit_compile), autograph=False)
         self._output_shapes: dict = {}
 
@@ -77,6 +79,7 @@ class BoundedModel:
         method = choice(method.lower() if isinstance(method, str) else method, "method", METHODS)
         options = _alpha_options(method, iterations, lr, lr_decay)
         lower, upper = _check_box(lower, upper)
+        self._check_input_shape(lower)
         batch_size = positive_int(batch_size, "batch_size", allow_none=True)
         n = int(lower.shape[0])
         spec = None if C is None else self._check_spec(C, lower)
@@ -96,6 +99,27 @@ class BoundedModel:
         if len(los) == 1:
             return los[0], his[0]
         return tf.concat(los, 0), tf.concat(his, 0)
+
+    def check_alpha_crown(self, example_shape: Any, spec_rows: int | None = None,
+                          dtype: Any = tf.float32) -> int:
+        """The most examples per alpha-CROWN call for inputs ``[B, *example_shape]`` and a spec
+        of ``spec_rows`` rows (``None``: every output); a ``ValueError`` when one example alone
+        is too much for dense slopes (use ``"crown"``): what :meth:`bounds` checks, asked
+        before any work (``robustgrad certify --method alpha-crown``)."""
+        return _alpha.chunk_limit(self._graph, tuple(example_shape), tf.as_dtype(dtype),
+                                  spec_rows)
+
+    def _check_input_shape(self, lower):
+        """``lower``/``upper`` ``[B, ...]`` against the model's input shape (``None`` dims
+        match anything): a ``ValueError`` naming both, not TensorFlow's ``MatMul`` error."""
+        want, got = self._input_shape, tuple(lower.shape[1:])
+        if want is None:
+            return
+        if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
+            shown = ", ".join("None" if w is None else str(w) for w in want)
+            raise ValueError(f"lower and upper must have shape [B, {shown}] (model "
+                             f"{self.name!r} takes examples of shape {list(want)}), got "
+                             f"{list(lower.shape)}")
 
     def output_shape(self, lower: Any) -> tuple:
         """The per-example output shape for inputs shaped like ``lower`` [B, ...]."""

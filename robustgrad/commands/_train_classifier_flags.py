@@ -30,6 +30,13 @@ SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
 DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
 ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
 STRATEGIES = ("none", "mirrored", "multiworker")
+# flag -> the methods it configures; given with another --method it would do nothing (refused)
+METHOD_FLAGS = {"--awp-gamma": ("awp",), "--sigma": ("smoothadv",),
+                "--noise-draws": ("smoothadv",), "--kappa-final": CERTIFIED,
+                "--beta-final": ("crown-ibp",)}
+# flag -> the architectures it configures (--init-from brings its own: none)
+ARCH_FLAGS = {"--width": ("cnn", "preactresnet18")}
+DEFAULT_WIDTH = 64
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the recipe's, else off)")
     g.add_argument("--limit", type=int, default=None,
                    help="use only the first N training examples (quick runs)")
-    g.add_argument("--width", type=int, default=64,
+    g.add_argument("--width", type=int, default=None,
                    help="channels of the first conv layer of cnn and preactresnet18 (default 64)")
     g.add_argument("--init-from", default=None, metavar="M.keras",
                    help="start from an existing classifier (logits output) instead of a new CNN")
@@ -181,6 +188,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _given(args: argparse.Namespace, table: dict) -> list[str]:
+    return [flag for flag in table if getattr(args, flag[2:].replace("-", "_")) is not None]
+
+
+def _check_applicable(args: argparse.Namespace) -> None:
+    """A flag of :data:`METHOD_FLAGS` or :data:`ARCH_FLAGS` that the chosen method or
+    architecture would ignore is refused, naming it; fills ``--width``'s default."""
+    from robustgrad.commands._bounds import not_applicable
+
+    refusal = not_applicable(METHOD_FLAGS, _given(args, METHOD_FLAGS), [args.method], "--method")
+    if refusal is None and args.init_from is not None and _given(args, ARCH_FLAGS):
+        refusal = (f"{_given(args, ARCH_FLAGS)[0]}: --init-from brings its own architecture "
+                   f"(the flag configures a new {' or '.join(ARCH_FLAGS['--width'])})")
+    if refusal is None and args.init_from is None:
+        arch = args.arch or ("ibp-small" if args.method in CERTIFIED else "cnn")
+        refusal = not_applicable(ARCH_FLAGS, _given(args, ARCH_FLAGS), [arch], "--arch")
+    if refusal:
+        raise UsageError(refusal)
+    if args.width is None:
+        args.width = DEFAULT_WIDTH
+
+
 def check_values(args: argparse.Namespace) -> None:
     """Each flag's value on its own and the exclusive pairs (:class:`robustgrad.cli.UsageError`
     naming the flag); fills ``--norm``'s default. The checks against ``--out`` follow in the
@@ -190,6 +219,7 @@ def check_values(args: argparse.Namespace) -> None:
     if args.method not in METHODS:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
                          + ", ".join(METHODS))
+    _check_applicable(args)
     if args.norm is None:
         args.norm = "l2" if args.method == "smoothadv" else "linf"
     if args.norm not in ("linf", "l2"):

@@ -29,6 +29,12 @@ HELP = ("certified accuracy of a classifier (CROWN, IBP, CROWN-IBP, alpha-CROWN,
 DEFAULT_OUT = "runs/certify"
 # robustgrad.bounds.METHODS + smoothing
 METHODS = ("crown", "ibp", "crown-ibp", "alpha-crown", "smoothing")
+# flag -> the methods it configures (given with another method it would do nothing: refused)
+APPLIES = {f"--{flag}": ("smoothing",) for flag in ("sigma", "n0", "n", "alpha", "seed")}
+MAX_DRAWS = 10**7
+SMOOTHING_DEFAULTS = {"sigma": 0.25, "n0": 100, "n": 10_000, "alpha": 0.001, "seed": 0}
+# --method -> the norms it certifies (the first: the default)
+NORMS = {"smoothing": ("l2",), **{m: ("linf", "l2") for m in METHODS[:4]}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,14 +47,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated radii (default 0.05,0.1); L2 radii for smoothing")
     p.add_argument("--method", default="crown",
                    help="crown (default), ibp, crown-ibp, alpha-crown or smoothing")
-    p.add_argument("--norm", default="linf", help="linf (default) or l2 (bounds only)")
-    p.add_argument("--sigma", type=float, default=0.25,
+    p.add_argument("--norm", default=None,
+                   help="linf (default) or l2 for the bounds; smoothing certifies l2 only")
+    p.add_argument("--sigma", type=float, default=None,
                    help="smoothing: the noise's standard deviation (default 0.25)")
-    p.add_argument("--n0", type=int, default=100,
+    p.add_argument("--n0", type=int, default=None,
                    help="smoothing: selection draws per example (default 100)")
-    p.add_argument("--n", type=int, default=10_000,
+    p.add_argument("--n", type=int, default=None,
                    help="smoothing: estimation draws per example (default 10000)")
-    p.add_argument("--alpha", type=float, default=0.001,
+    p.add_argument("--alpha", type=float, default=None,
                    help="smoothing: failure probability of each certificate (default 0.001)")
     p.add_argument("--batch-size", type=int, default=256, help="examples per call (default 256)")
     p.add_argument("--limit", type=int, default=None, help="certify only the first N examples")
@@ -56,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="lower input bound (default: the dataset's, else the data minimum)")
     p.add_argument("--clip-max", type=float, default=None,
                    help="upper input bound (default: the dataset's, else the data maximum)")
-    p.add_argument("--seed", type=int, default=0, help="smoothing: noise seed (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="smoothing: noise seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"output directory for report.json and report.txt (default {DEFAULT_OUT})")
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
@@ -66,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Every flag, before TensorFlow loads."""
     from robustgrad import checks as _checks
+    from robustgrad.commands._bounds import at_most, not_applicable
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 
@@ -73,24 +81,34 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
                          + ", ".join(METHODS))
     args.eps_values = sorted(set(parse_eps(args.eps)))
+    refusal = not_applicable(APPLIES, [f for f in APPLIES if getattr(args, f[2:]) is not None],
+                             [args.method], "--method")
+    if refusal:
+        raise UsageError(refusal)
+    for field, default in SMOOTHING_DEFAULTS.items():
+        if getattr(args, field) is None:
+            setattr(args, field, default)
     with user_errors(ValueError):
-        args.norm = _checks.norm_name(args.norm, "--norm")
+        args.norm = _checks.norm_name(args.norm or NORMS[args.method][0], "--norm")
+    if args.norm not in NORMS[args.method]:
+        raise UsageError(f"--norm {args.norm}: --method {args.method} certifies "
+                         f"{' or '.join(NORMS[args.method])} radii"
+                         + (" (Gaussian noise); leave --norm out" if args.method == "smoothing"
+                            else ""))
+    with user_errors(ValueError):
         _checks.positive_int(args.batch_size, "--batch-size")
         _checks.positive_int(args.limit, "--limit", allow_none=True)
         if args.method == "smoothing":
             _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False)
             _checks.positive_int(args.n0, "--n0")
-            _checks.positive_int(args.n, "--n")
+            at_most(_checks.positive_int(args.n, "--n"), "--n", MAX_DRAWS,
+                    "noise draws per example: 100x Cohen et al.'s 100,000")
             _checks.number(args.alpha, "--alpha", minimum=0, maximum=1, min_inclusive=False,
                            max_inclusive=False)
     if args.method == "smoothing":
         if args.n0 > args.n:
             raise UsageError(f"--n0 ({args.n0} selection draws) must be <= --n ({args.n} "
                              f"estimation draws)")
-        if args.norm != "linf" and args.norm != "l2":
-            raise UsageError("--norm: smoothing certifies L2 radii")
-    elif args.norm not in ("linf", "l2"):
-        raise UsageError(f"--norm: the bounds certify linf or l2 balls, got {args.norm!r}")
     check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)
@@ -117,9 +135,11 @@ def run(args: argparse.Namespace) -> int:
     with user_errors(ValueError, prefix="--model: "):
         from attacks._models import check_classification_data
 
-        check_classification_data(model, x, y)
+        num_classes = check_classification_data(model, x, y)
         if args.method != "smoothing":
-            bounds.BoundedModel(model)  # an unsupported layer or a softmax output, named
+            bounded = bounds.BoundedModel(model)  # an unsupported layer or a softmax output, named
+            if args.method == "alpha-crown":  # too wide for dense slopes: now, not per radius
+                bounded.check_alpha_crown(x.shape[1:], num_classes - 1)
     logits = np.concatenate([np.asarray(model(x[i:i + args.batch_size]))
                              for i in range(0, len(x), args.batch_size)])
     if args.method == "smoothing" and np.allclose(logits.sum(-1), 1.0, atol=1e-3) and \

@@ -30,13 +30,16 @@ DEFAULT_OUT = "runs/evaluate"
 CERTIFY = ("crown", "ibp", "crown-ibp", "alpha-crown")  # robustgrad.bounds.METHODS, without TF
 
 
+DEFAULT_ATTACKS = "fgsm,pgd,apgd-ce,square"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="M.keras",
                    help="a saved Keras classifier returning logits")
     p.add_argument("--data", default="digits",
                    help="digits (default: the embedded test split), mnist, fashion_mnist, cifar10 "
                         "(if already on disk), or a path.npz holding x_test, y_test (or x, y)")
-    p.add_argument("--attacks", default="fgsm,pgd,apgd-ce,square",
+    p.add_argument("--attacks", default=None,
                    help="comma-separated attacks, run as a cascade in this order "
                         "(default fgsm,pgd,apgd-ce,square); known: fgsm, fgm, bim, mim, pgd, "
                         "pgd-cw, pgd-dlr, apgd-ce, apgd-dlr, apgd-t, cw, deepfool, fab, fab-t, "
@@ -95,6 +98,9 @@ def validate(args: argparse.Namespace) -> None:
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
 
     args.eps_values = parse_eps(args.eps)
+    args.attacks_given = args.attacks is not None
+    if args.attacks is None:
+        args.attacks = DEFAULT_ATTACKS
     args.attack_names = [a.strip() for a in args.attacks.split(",") if a.strip()]
     if not args.attack_names:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
@@ -144,6 +150,11 @@ def run(args: argparse.Namespace) -> int:
         x, y, lo, hi = load_test_set(args.data)
     if args.limit:
         x, y = x[: args.limit], y[: args.limit]
+    if not getattr(args, "attacks_given", True) and np.ndim(x) not in (3, 4):
+        # the default list on vector data: Square needs images, the others run
+        specs = [(label, attack) for label, attack in specs if label != "square"]
+        print(f"note: --data {args.data} holds vectors {tuple(np.shape(x)[1:])}, not images: "
+              f"the default attacks run without square (it perturbs square windows)", flush=True)
     lo = args.clip_min if args.clip_min is not None else lo
     hi = args.clip_max if args.clip_max is not None else hi
     model = load_keras_model(args.model)

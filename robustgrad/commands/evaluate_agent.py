@@ -46,6 +46,9 @@ LEARNED = ("optimal", "paad")  # agents.robustness.adversary.LEARNED_ATTACKS (tr
 SCALES = ("auto", "raw", "std")
 # agents.robustness.certify.CERTIFY_METHODS, repeated so that flags are checked before TensorFlow loads
 CERTIFY = ("crown", "crown-ibp", "ibp")
+# flag -> the attacks it configures: given without one of them it would do nothing (refused)
+APPLIES = {"--adversary-steps": LEARNED, "--rs-steps": ("rs",)}
+DEFAULT_STEPS = {"adversary_steps": 100_000, "rs_steps": 20_000}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,9 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--certify", default=None, metavar="METHOD",
                    help="also certify the greedy actions of the clean run's states at every eps: "
                         "crown, crown-ibp or ibp (discrete policies and DQN, linf)")
-    p.add_argument("--rs-steps", type=int, default=20_000,
+    p.add_argument("--rs-steps", type=int, default=None,
                    help="victim steps to learn Robust Sarsa's Q^pi (default 20000)")
-    p.add_argument("--adversary-steps", type=int, default=100_000,
+    p.add_argument("--adversary-steps", type=int, default=None,
                    help="training budget (env steps) of each learned adversary, optimal and "
                         "paad, one per eps (default 100000)")
     p.add_argument("--num-envs", type=int, default=None,
@@ -110,13 +113,16 @@ def _check_not_a_factory(directory: str) -> None:
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
     from robustgrad import checks as _checks
+    from robustgrad.commands._bounds import MAX_ENV_STEPS, at_most, not_applicable
     from robustgrad.commands._files import check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 
     with user_errors(ValueError):
         _checks.positive_int(args.episodes, "--episodes")
-        _checks.positive_int(args.rs_steps, "--rs-steps")
-        _checks.positive_int(args.adversary_steps, "--adversary-steps")
+        for field in DEFAULT_STEPS:
+            flag = "--" + field.replace("_", "-")
+            if getattr(args, field) is not None:
+                at_most(_checks.positive_int(getattr(args, field), flag), flag, MAX_ENV_STEPS)
         if args.num_envs is not None:
             _checks.positive_int(args.num_envs, "--num-envs")
         if args.seed is not None:
@@ -142,6 +148,15 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("--scale: --certify bounds the ball in the agent's own units "
                              "(leave --scale auto)")
         args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
+    steps_given = [f for f in APPLIES if getattr(args, f[2:].replace("-", "_")) is not None]
+    names = [] if args.attacks is None else \
+        list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
+    refusal = not_applicable(APPLIES, steps_given, names, "--attacks")
+    if refusal:
+        raise UsageError(refusal)
+    for field, default in DEFAULT_STEPS.items():
+        if getattr(args, field) is None:
+            setattr(args, field, default)
     if args.attacks is None:
         if args.certify is not None:
             return
@@ -152,7 +167,6 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"{given[0]}: only with --attacks (a clean evaluation has no "
                              "budget); name the attacks, e.g. --attacks action,mad")
         return
-    names = list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
     if not names:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
     with user_errors(ValueError):
@@ -162,6 +176,11 @@ def validate(args: argparse.Namespace) -> None:
                                    ("linf", "l2"))
     if args.stochastic:
         raise UsageError("--stochastic: attacks are evaluated on deterministic actions")
+    learned = [name for name in names if name in LEARNED]
+    if getattr(args, "threads", None) == 1 and learned:
+        from robustgrad.commands.train_agent import one_thread_message
+
+        raise UsageError(one_thread_message(f"--attacks {learned[0]}"))
     args.attack_names = names
     args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)

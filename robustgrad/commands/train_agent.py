@@ -125,6 +125,10 @@ _ROBUST_FLAGS = (("eps", "robust_eps"), ("robust_kappa", "robust_kappa"),
                  ("robust_attack", "robust_attack"), ("robust_method", "robust_method"))
 
 
+# flags of the inner search, which --robust-method convex does not run
+SEARCH_ONLY = {"robust_steps": "--robust-steps is for pgd and sgld"}
+
+
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ConfigError`` naming the flag)."""
     from robustgrad import checks as _checks
@@ -143,6 +147,9 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         if flag in only and only[flag][0] != args.robust.replace("atla-sa", "sa"):
             raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
                              f"({only[flag][1]}), not with --robust {args.robust}")
+        if flag in SEARCH_ONLY and args.robust_method == "convex":
+            raise ConfigError(f"--{flag.replace('_', '-')}: --robust-method convex searches "
+                              f"nothing (it bounds the whole ball); {SEARCH_ONLY[flag]}")
     out = {"robust": args.robust}
     for flag, field in given:
         name = "--" + flag.replace("_", "-")
@@ -154,11 +161,21 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         elif flag == "robust_attack":
             value = _checks.choice(value, name, ("random", "action", "mad", "critic"))
         elif flag == "robust_method":
-            value = _checks.choice(value, name, ("pgd", "sgld"))
+            value = _checks.choice(value, name, ("pgd", "sgld", "convex"))  # robust.INNER_METHODS
         else:
             value = _checks.nonnegative(value, name)
         out[field] = value
     return out
+
+
+def one_thread_message(what: str) -> str:
+    """Why ``--threads 1`` is refused with a learned adversary (``what``: the flag asking for
+    one): its compiled rollout calls the victim from inside TensorFlow (``tf.numpy_function``
+    around the env), a nested call that waits forever for the one inter-op thread the rollout
+    holds (:func:`agents.adversary.check_inter_op_threads`)."""
+    return (f"--threads 1: {what} trains a learned adversary, whose compiled rollout calls the "
+            f"victim inside TensorFlow; that needs >= 2 inter-op threads (one would deadlock): "
+            f"pass --threads 2, or leave --threads out")
 
 
 def output_dir(args: argparse.Namespace) -> str:
@@ -172,6 +189,8 @@ def validate(args: argparse.Namespace) -> None:
     from robustgrad.commands._train_seeds import parse_seeds
 
     args.seed_list = None
+    if getattr(args, "threads", None) == 1 and args.robust in ("atla", "atla-sa"):
+        raise UsageError(one_thread_message(f"--robust {args.robust}"))
     if args.rollout_workers is None and (args.ray_address or args.num_cpus is not None):
         raise UsageError("--ray-address/--num-cpus: need --rollout-workers N")
     if args.rollout_workers is not None and args.rollout_workers <= 0:

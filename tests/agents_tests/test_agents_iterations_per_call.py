@@ -111,3 +111,29 @@ def test_checkpoints_and_interrupts_fall_on_call_boundaries_and_resume(tmp_path)
     assert loaded.config.iterations_per_call == 4 and len(loaded.history) == 6
     loaded.learn(5 * N, progress_bar=False, schedule_start=6 * N)  # resumes
     assert int(loaded.num_timesteps.numpy()) == 11 * N and len(loaded.history) == 11
+
+
+def test_iterations_per_call_has_an_upper_bound_and_a_memory_check():
+    with pytest.raises(ValueError, match=r"^iterations_per_call must be at most 4096 \(Python's "
+                                         r"share of a call is already negligible at 32\), got "
+                                         r"1000000$"):
+        agents.PPOConfig(backend="graph", iterations_per_call=10**6)
+    # within the bound, a ring buffer of finished episodes larger than the machine: refused
+    with pytest.raises(ValueError, match=r"^iterations_per_call=4096: the record of the episodes "
+                                         r"one call can finish \(65536 steps x 65536 envs per "
+                                         r"iteration\) would allocate .* iterations_per_call must "
+                                         r"be at most \d+ here$"):
+        agents.PPOConfig(backend="graph", iterations_per_call=4096, n_steps=2**16,
+                         num_envs=2**16, n_minibatches=1)
+
+
+def test_the_compiled_loop_is_sized_by_the_budget_not_by_k():
+    agent = agents.PPO(**SMALL, iterations_per_call=4096)
+    agent.learn(3 * N, progress_bar=False)
+    assert agent._iterations_pad == 3  # 3 iterations in the budget, not 4096
+    lengths = {c.structured_input_signature[0][0].shape.as_list()[0]
+               for c in agent._iterations._list_all_concrete_functions()}
+    assert lengths == {3}
+    assert int(agent.num_timesteps.numpy()) == 3 * N and len(agent.history) == 3
+    agent.learn(2 * N, progress_bar=False)  # a shorter call: the same loop, no second trace
+    assert agent.trace_counts["iterations"] == 1 and agent._iterations_pad == 3

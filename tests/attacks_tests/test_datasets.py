@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import tarfile
 import urllib.error
 
@@ -231,6 +232,17 @@ def _png(path, value, size=(6, 4), mode="RGB"):
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     Image.new(mode, size, value).save(path)
+
+
+def test_an_image_folder_with_one_image_per_class_names_the_cause(tmp_path):
+    root = tmp_path / "ones"
+    for cls in ("a", "b"):
+        _png(root / cls / "0.png", 128, mode="L")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(root))}: every class folder holds a "
+                                         r"single image, which stays in the training split, so "
+                                         r"no image is left for the test split; put at least 2 "
+                                         r"images in a class folder"):
+        load_dataset(str(root))
 
 
 def test_image_folder_with_and_without_split(tmp_path):

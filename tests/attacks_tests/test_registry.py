@@ -105,8 +105,15 @@ def test_parse_attacks_reads_the_command_line_form_and_refuses_empty_and_duplica
         parse_attacks(" , ")
     with pytest.raises(ValueError, match="attacks: give at least one attack"):
         parse_attacks([])
-    with pytest.raises(ValueError, match=r"attacks: duplicate names \['pgd', 'pgd'\]"):
+    with pytest.raises(ValueError, match=r"attacks: duplicate names \['pgd', 'pgd'\]: pgd is "
+                                         r"listed twice; list it once$"):
         parse_attacks(["pgd", " PGD"])
+    # a name an AutoAttack version also runs: advice a command line can follow (issue 36)
+    with pytest.raises(ValueError, match=r"^attacks: duplicate names \[.*\]: apgd-ce is listed "
+                                         r"twice \(autoattack-plus runs apgd-ce\); list it once$"):
+        parse_attacks("fgsm,pgd,apgd-ce,autoattack-plus")
+    with pytest.raises(ValueError, match=r"wrap in \(label, attack\) tuples$"):
+        parse_attacks(["pgd", pgd])  # an Attack object: only a label tells them apart
 
 
 def test_describe_attacks_lists_every_name_and_pattern():

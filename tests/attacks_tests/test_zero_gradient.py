@@ -108,3 +108,19 @@ def test_adversarial_training_warns_about_a_variable_the_loss_ignores():
     trainer.compile(optimizer=keras.optimizers.SGD(0.1))
     assert not [m for m in _messages(lambda: trainer.fit(X, Y, batch_size=8, epochs=1, verbose=0))
                 if m.startswith("no gradient reaches")]
+
+
+def test_fgsm_warns_on_a_one_logit_model_with_labels_all_zero():
+    # one logit: the cross-entropy of label 0 is log-softmax of one value, 0 everywhere
+    one_logit = lambda x, training=False: x @ W  # noqa: E731
+    for norm in ("linf", "l2"):
+        got = _messages(lambda n=norm: attacks.fast_gradient_method(
+            one_logit, X, tf.zeros([8], tf.int64), eps=0.1, norm=n, clip_min=-1.0,
+            clip_max=1.0))
+        assert [m[:57] for m in got] == ["the input gradient is identically zero on 8 of 8 examples"]
+    # the same count through chunks (batch_size=3): one warning with the whole batch's count
+    got = _messages(lambda: attacks.fast_gradient_method(
+        clipped, X, Y, eps=0.05, clip_min=-1.0, clip_max=1.0, batch_size=3))
+    assert [m[:57] for m in got] == ["the input gradient is identically zero on 4 of 8 examples"]
+    assert not _messages(lambda: attacks.fast_gradient_method(
+        clipped, X[4:], Y[4:], eps=0.05, clip_min=-1.0, clip_max=1.0))

@@ -35,6 +35,17 @@ def test_a_bad_thread_count_is_refused_before_any_work(value, shown, capsys):
     assert f"argument --threads: expected an integer >= 1, got {shown}" in err
 
 
+@pytest.mark.parametrize("value", ["1025", "100000"])
+def test_a_thread_count_above_the_bound_is_refused_before_tensorflow_loads(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--threads", value, "evaluate-agent", "--agent", "a", "--episodes", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"robustgrad: error: argument --threads: expected at most 1024 "
+                          f"(TensorFlow starts that many threads per pool), got {value}")
+    assert cli._thread_count("1024") == 1024
+
+
 def test_threads_reach_tensorflow_in_a_fresh_process():
     code = ("import sys\nfrom robustgrad import cli\nimport tensorflow as tf\n"
             "cli.set_threads(1)\n"

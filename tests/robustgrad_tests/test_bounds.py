@@ -480,6 +480,14 @@ def test_bad_arguments_raise_before_any_work():
         compute_bounds(model, lo, hi[:1])
     with pytest.raises(ValueError, match="NaN or Inf"):
         compute_bounds(model, lo * np.nan, hi)
+    # the wrong example shape: named, before TensorFlow's MatMul error (issue 36)
+    name = model.name
+    with pytest.raises(ValueError, match=rf"^lower and upper must have shape \[B, 6\] \(model "
+                                         rf"'{name}' takes examples of shape \[6\]\), got "
+                                         rf"\[2, 3, 2\]$"):
+        compute_bounds(model, lo.reshape(2, 3, 2), hi.reshape(2, 3, 2))
+    with pytest.raises(ValueError, match=r"^lower and upper must have shape \[B, 6\]"):
+        compute_bounds(model, lo[:, :4], hi[:, :4], method="ibp")
     with pytest.raises(ValueError, match="eps must be a number >= 0, got -0.1"):
         compute_ball_bounds(model, lo, -0.1)
     with pytest.raises(ValueError, match="norm must be 'linf' or 'l2'"):
