@@ -211,7 +211,8 @@ def parse_attacks(specs: AttackSpec | Iterable[AttackSpec],
         specs = [s for s in specs.split(",") if s.strip()]
     elif isinstance(specs, Attack):
         specs = [specs]
-    parsed, origins = [], []  # origins: the spec each attack came from (a name, or None)
+    parsed: list[tuple[str, Attack]] = []
+    origins: list[str | None] = []  # the spec each attack came from (a name, or None)
     for s in specs:
         if isinstance(s, str) and s.strip().lower() in AUTOATTACK_VERSIONS:
             expanded = autoattack_attacks(s.strip().lower(), norm)

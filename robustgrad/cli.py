@@ -181,20 +181,24 @@ def is_user_error(exc: BaseException) -> bool:
 
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) is a full disk or quota."""
+    return _disk_full_cause(exc) is not None
+
+
+def _disk_full_cause(exc: BaseException | None) -> OSError | None:
+    """The full-disk ``OSError`` in ``exc``'s chain of causes and contexts, or None."""
     while exc is not None:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
+            return exc
         exc = exc.__cause__ or exc.__context__
-    return False
+    return None
 
 
 def disk_full_message(exc: BaseException, args: argparse.Namespace) -> str:
     """One line for a full disk: what failed and what ``--out`` is left as. Saves are atomic
     (:mod:`robustgrad.atomic`): the previous version of every file stays, never a truncated one;
     a training command's last checkpoint stays resumable."""
-    while not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
-        exc = exc.__cause__ or exc.__context__
-    where = f" writing {exc.filename}" if exc.filename else ""
+    full = _disk_full_cause(exc)
+    where = f" writing {full.filename}" if full is not None and full.filename else ""
     out = getattr(args, "out", None)
     state = (f"{out} keeps its last complete files (writes are atomic)" if out
              else "nothing was left half-written (writes are atomic)")

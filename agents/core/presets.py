@@ -72,7 +72,8 @@ def get_preset(name: str, algo: str | None = None) -> dict:
     >>> get_preset("ppo-Nowhere-v0")
     Traceback (most recent call last):
     ...
-    robustgrad.errors.ConfigError: preset must be one of 'a2c-CartPole-v1', 'dqn-CartPole-v1', 'dqn-MountainCar-v0', \
+    robustgrad.errors.ConfigError: preset must be one of 'a2c-CartPole-v1', 'dqn-CartPole-v1', \
+'dqn-MountainCar-v0', \
 'ppo-Acrobot-v1', 'ppo-CartPole-v1', 'ppo-MountainCarContinuous-v0', 'ppo-Pendulum-v1' or None, \
 got 'ppo-Nowhere-v0'
     """
