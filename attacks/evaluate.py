@@ -45,6 +45,7 @@ by an attack would contradict the bounds: the report warns.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -56,8 +57,9 @@ from typing import Any
 import numpy as np
 
 from robustgrad import checks as _checks
+from robustgrad import ray_setup
 
-from . import _validate
+from . import _validate, shards
 from ._base import Attack, check_classification_data
 from .cascade import BudgetOutcome, predict_labels, predict_logits, run_cascade
 from .checks import (
@@ -74,6 +76,7 @@ from .results import (
     DEFAULT_CHUNK_SIZE,
     ResultsStore,
     chunk_base_seed,
+    chunk_from_arrays,
     data_digest,
     margins,
     merge_outcomes,
@@ -92,7 +95,10 @@ def evaluate(model: Callable, x: Any, y: Any,
              n_examples: int = 8, progress: Callable[[int, int, str], None] | None = None,
              target_seed: int = 1, certify: str | None = None,
              results_dir: str | os.PathLike | None = None,
-             chunk_size: int | None = None) -> EvaluationReport:
+             chunk_size: int | None = None, workers: int | None = None,
+             ray_address: str | None = None,
+             model_factory: Callable[[], Callable] | None = None,
+             worker_threads: int | None = 1) -> EvaluationReport:
     """Evaluate ``model``'s robustness to ``attacks`` at each budget in ``eps``.
 
     Args:
@@ -133,6 +139,20 @@ def evaluate(model: Callable, x: Any, y: Any,
         evaluation). Chunked evaluations fill ``report.per_example`` (labels, clean predictions,
         and per eps robustness, the first attack that broke each example, the logit margin at
         the worst-case input).
+      workers: run the unfinished chunks as Ray tasks, at most ``workers`` at a time
+        (:mod:`attacks.shards`; the ``distributed`` extra), each rebuilding the model in its
+        worker; the driver commits every chunk as it arrives and merges them: the report is per
+        example equal to ``workers=None`` (one process). Implies chunks. The clean pass, the
+        sanity checks and certification run in this process. At most
+        :data:`robustgrad.ray_setup.MAX_WORKERS`.
+      ray_address: with ``workers``, the Ray cluster to run on (``"auto"`` or ``"HOST:PORT"``,
+        checked reachable before any work); ``None`` starts a local Ray of ``workers`` CPUs
+        (or uses the Ray already initialised in this process).
+      model_factory: with ``workers``, a callable of no arguments that builds the model in each
+        worker; needed when ``model`` is not a Keras model rebuildable from ``to_json()`` and
+        its weights (each worker checks the built model has ``model``'s weights).
+      worker_threads: TensorFlow threads of each worker (default 1, one worker per core;
+        ``None``: TensorFlow's default).
 
     Example, resumable (run it twice: the second call attacks nothing)::
 
@@ -153,7 +173,8 @@ def evaluate(model: Callable, x: Any, y: Any,
     n_examples = _checks.positive_int(n_examples, "n_examples", minimum=0)
     check_classification_data(model, x_tensor, y)  # shapes, labels vs outputs: before any work
     certify = _check_certify(certify, model, norm)
-    if chunk_size is not None or results_dir is not None:
+    source = _check_workers(workers, ray_address, model, model_factory, worker_threads)
+    if chunk_size is not None or results_dir is not None or workers is not None:
         chunk_size = _checks.positive_int(DEFAULT_CHUNK_SIZE if chunk_size is None
                                           else chunk_size, "chunk_size", maximum=10**9)
     if progress is not None and not callable(progress):
@@ -206,7 +227,10 @@ def evaluate(model: Callable, x: Any, y: Any,
         outcomes, margin = _cascade_in_chunks(
             model, inputs, labels, correct, targets, named_attacks, budgets, chunks, store,
             report_progress, norm=norm, clip_min=clip_min, clip_max=clip_max,
-            batch_size=batch_size, cascade=cascade, seed=seed)
+            batch_size=batch_size, cascade=cascade, seed=seed,
+            remote=None if source is None else functools.partial(
+                shards.run_chunks, source, workers=workers, ray_address=ray_address,
+                threads=worker_threads))
         per_example = {"index": np.arange(n), "label": labels,
                        "clean_prediction": clean_predictions, "correct": correct}
         for o, m in zip(outcomes, margin):
@@ -281,16 +305,38 @@ def _cascade_in_chunks(model: Callable, inputs: np.ndarray, labels: np.ndarray,
                        named_attacks: Sequence[tuple[str, Attack]], budgets: list[float],
                        chunks: list[tuple[int, int]], store: ResultsStore | None,
                        progress: Callable[[int, str], None], *, norm: str, clip_min: Any,
-                       clip_max: Any, batch_size: int, cascade: bool,
-                       seed: int) -> tuple[list[BudgetOutcome], list[np.ndarray]]:
+                       clip_max: Any, batch_size: int, cascade: bool, seed: int,
+                       remote: Callable[..., None] | None = None,
+                       ) -> tuple[list[BudgetOutcome], list[np.ndarray]]:
     """The cascade on each chunk on its own (seeded by :func:`attacks.results.chunk_base_seed`),
     committed to ``store`` as each finishes and read back from it where it already holds the
-    chunk; returns the merged outcomes and the per-eps margins ``[N]``."""
+    chunk; returns the merged outcomes and the per-eps margins ``[N]``. With ``remote``
+    (:func:`attacks.shards.run_chunks` bound to a model source) the unfinished chunks run there
+    and are committed here as they arrive; progress then counts finished chunks."""
     finished = set(store.finished()) if store is not None else set()
     units = len(budgets) * len(named_attacks)
+    arrived: dict[int, tuple[list[BudgetOutcome], list[np.ndarray]]] = {}
+    if remote is not None:
+        todo = [c for c in range(len(chunks)) if c not in finished]
+
+        def commit(c: int, arrays: dict[str, np.ndarray]) -> None:
+            start, stop = chunks[c]
+            arrived[c] = chunk_from_arrays(arrays, c, start, stop - start, budgets)
+            if store is not None:
+                store.commit_arrays(c, arrays)
+            done = len(chunks) - len(todo) + len(arrived)
+            progress(done * units, f"{done}/{len(chunks)} chunks done")
+
+        progress((len(chunks) - len(todo)) * units,
+                 f"{len(chunks) - len(todo)}/{len(chunks)} chunks done")
+        remote(inputs, labels, correct, targets, named_attacks, budgets, chunks, todo, commit,
+               settings={"norm": norm, "clip_min": clip_min, "clip_max": clip_max,
+                         "batch_size": batch_size, "cascade": cascade, "seed": seed})
     parts, margin_parts = [], []
     for c, (start, stop) in enumerate(chunks):
-        if c in finished:
+        if c in arrived:
+            outcomes, margin = arrived[c]
+        elif c in finished:
             outcomes, margin = store.load(c, start, stop - start, budgets)  # type: ignore[union-attr]
         else:
             rows = slice(start, stop)
@@ -313,6 +359,23 @@ def _cascade_in_chunks(model: Callable, inputs: np.ndarray, labels: np.ndarray,
         margin_parts.append(margin)
     merged = merge_outcomes(parts)
     return merged, [np.concatenate([m[k] for m in margin_parts]) for k in range(len(budgets))]
+
+
+def _check_workers(workers: Any, ray_address: Any, model: Any, model_factory: Any,
+                   threads: Any) -> shards.ModelSource | None:
+    """The model's source for the workers (``None`` without ``workers``), after checking the
+    workers' arguments, that Ray is installed and ``ray_address`` reachable: before any work."""
+    if workers is None:
+        if ray_address is not None or model_factory is not None:
+            raise ValueError("ray_address and model_factory are for sharded evaluation: give "
+                             "workers too")
+        return None
+    workers = ray_setup.check_workers(workers, "workers")
+    _checks.positive_int(threads, "worker_threads", allow_none=True, maximum=1024)
+    ray_setup.address_host_port(ray_address)  # its form first, then Ray, then the network
+    ray_setup.import_ray("workers")
+    ray_setup.check_ray_address(ray_address)
+    return shards.ModelSource.of(model, model_factory)
 
 
 def _check_certify(certify: Any, model: Any, norm: str) -> str | None:

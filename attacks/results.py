@@ -50,7 +50,8 @@ from robustgrad.atomic import replacing
 from .cascade import BudgetOutcome, predict_logits
 from .report import AttackRecord
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "RESULTS_FORMAT", "ResultsStore", "chunk_base_seed",
+__all__ = ["DEFAULT_CHUNK_SIZE", "RESULTS_FORMAT", "ResultsStore", "chunk_arrays",
+           "chunk_base_seed", "chunk_from_arrays",
            "data_digest", "margins", "merge_outcomes", "merge_records", "model_digest",
            "split_chunks"]
 
@@ -172,15 +173,11 @@ class ResultsStore:
     def commit(self, chunk: int, start: int, outcomes: Sequence[BudgetOutcome],
                margin: Sequence[np.ndarray]) -> None:
         """Write chunk ``chunk`` (examples ``start ...``) atomically."""
-        meta = {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "chunk": int(chunk),
-                "start": int(start), "n": len(outcomes[0].robust) if outcomes else 0,
-                "budgets": [_outcome_meta(o) for o in outcomes]}
-        arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
-        for k, (o, m) in enumerate(zip(outcomes, margin)):
-            arrays[f"robust_{k}"] = np.asarray(o.robust, bool)
-            arrays[f"broken_by_{k}"] = np.asarray(o.broken_by, np.int64)
-            arrays[f"x_worst_{k}"] = np.asarray(o.x_worst)
-            arrays[f"margin_{k}"] = np.asarray(m, np.float64)
+        self.commit_arrays(chunk, chunk_arrays(chunk, start, outcomes, margin))
+
+    def commit_arrays(self, chunk: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write chunk ``chunk`` atomically from its :func:`chunk_arrays` (what a worker
+        returns)."""
         with replacing(self.path(chunk)) as tmp:
             np.savez_compressed(tmp, **dict[str, Any](arrays))
 
@@ -193,29 +190,54 @@ class ResultsStore:
             if not zipfile.is_zipfile(path):
                 raise ValueError("not an npz archive")
             with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
-                if meta.get("format") != RESULTS_FORMAT or meta.get("chunk") != chunk:
-                    raise ValueError("not a chunk of this evaluation")
-                if meta.get("start") != start or meta.get("n") != size or \
-                        len(meta.get("budgets", [])) != len(budgets):
-                    raise ValueError(f"it holds examples {meta.get('start')}.. "
-                                     f"({meta.get('n')}) at {len(meta.get('budgets', []))} "
-                                     f"budgets, expected {start}.. ({size}) at {len(budgets)}")
-                outcomes, margin = [], []
-                for k, (bm, eps) in enumerate(zip(meta["budgets"], budgets)):
-                    if bm["eps"] != eps:
-                        raise ValueError(f"budget {k} is eps {bm['eps']}, expected {eps}")
-                    arrays = {name: data[f"{name}_{k}"] for name in
-                              ("robust", "broken_by", "x_worst", "margin")}
-                    if any(len(a) != size for a in arrays.values()):
-                        raise ValueError("its arrays do not hold one row per example")
-                    outcomes.append(_outcome_from(bm, arrays))
-                    margin.append(arrays["margin"])
+                return chunk_from_arrays(data, chunk, start, size, budgets)
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as error:
             raise ValueError(f"resume: {path} is not a readable chunk of this evaluation "
                              f"({error}); remove it to recompute that chunk") from None
-        return outcomes, margin
 
+
+def chunk_arrays(chunk: int, start: int, outcomes: Sequence[BudgetOutcome],
+                 margin: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Chunk ``chunk``'s outcomes (one per eps) and margins as plain arrays: ``meta`` (a JSON
+    string: the chunk, its first example, the budgets' counts and records) and per budget ``k``
+    ``robust_k`` ``[n]`` bool, ``broken_by_k`` ``[n]`` int64, ``x_worst_k`` ``[n, ...]``,
+    ``margin_k`` ``[n]`` float64: what a chunk file holds and what a worker sends back."""
+    meta = {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "chunk": int(chunk),
+            "start": int(start), "n": len(outcomes[0].robust) if outcomes else 0,
+            "budgets": [_outcome_meta(o) for o in outcomes]}
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+    for k, (o, m) in enumerate(zip(outcomes, margin)):
+        arrays[f"robust_{k}"] = np.asarray(o.robust, bool)
+        arrays[f"broken_by_{k}"] = np.asarray(o.broken_by, np.int64)
+        arrays[f"x_worst_{k}"] = np.asarray(o.x_worst)
+        arrays[f"margin_{k}"] = np.asarray(m, np.float64)
+    return arrays
+
+
+def chunk_from_arrays(data: Mapping[str, Any], chunk: int, start: int, size: int,
+                      budgets: Sequence[float]) -> tuple[list[BudgetOutcome], list[np.ndarray]]:
+    """The outcomes and margins of :func:`chunk_arrays` ``data``, checked against what the
+    evaluation expects of chunk ``chunk`` (``start``, ``size`` examples, the ``budgets``);
+    ``ValueError`` when they do not match."""
+    meta = json.loads(str(data["meta"]))
+    if meta.get("format") != RESULTS_FORMAT or meta.get("chunk") != chunk:
+        raise ValueError("not a chunk of this evaluation")
+    if meta.get("start") != start or meta.get("n") != size or \
+            len(meta.get("budgets", [])) != len(budgets):
+        raise ValueError(f"it holds examples {meta.get('start')}.. "
+                         f"({meta.get('n')}) at {len(meta.get('budgets', []))} "
+                         f"budgets, expected {start}.. ({size}) at {len(budgets)}")
+    outcomes, margin = [], []
+    for k, (bm, eps) in enumerate(zip(meta["budgets"], budgets)):
+        if bm["eps"] != eps:
+            raise ValueError(f"budget {k} is eps {bm['eps']}, expected {eps}")
+        arrays = {name: data[f"{name}_{k}"] for name in
+                  ("robust", "broken_by", "x_worst", "margin")}
+        if any(len(a) != size for a in arrays.values()):
+            raise ValueError("its arrays do not hold one row per example")
+        outcomes.append(_outcome_from(bm, arrays))
+        margin.append(arrays["margin"])
+    return outcomes, margin
 
 _RECORD_FIELDS = ("attack", "eps", "norm", "attacked", "broken", "gradient_passes",
                   "forward_passes", "seconds", "targeted")

@@ -14,6 +14,13 @@ or ``--resume``. The examples run in chunks of ``--chunk-size``, each committed 
 ``--out/results/`` as it finishes: after Ctrl-C or a kill, ``--resume`` with the same flags
 continues where the run stopped and never attacks a finished chunk again. A progress bar runs
 on stderr when it is a terminal.
+
+``--workers N`` runs the chunks as Ray tasks on N workers (the ``distributed`` extra), each
+loading ``--model`` itself and using one TensorFlow thread; ``--ray-address HOST:PORT`` (or
+``auto``) runs them on a running Ray cluster instead of a local one (every node must see
+``--model`` at the same path). The results are per example those of one process::
+
+    robustgrad evaluate --model m.keras --attacks autoattack --eps 0.03 --workers 2
 """
 
 from __future__ import annotations
@@ -75,6 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=None, metavar="N",
                    help="examples per committed chunk (default 1000): the most an interruption "
                         "loses")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="run the chunks as Ray tasks on N workers, one TensorFlow thread each "
+                        "(needs the distributed extra: pip install 'robustgrad[distributed]')")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="with --workers: the running Ray cluster to use (or auto); default a "
+                        "local Ray of --workers CPUs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -115,8 +128,10 @@ def validate(args: argparse.Namespace) -> None:
                              + ", ".join(CERTIFY))
         if args.norm not in ("linf", "l2"):
             raise UsageError(f"--certify certifies linf or l2 balls, not --norm {args.norm}")
+    with user_errors(ValueError):
         if args.chunk_size is not None:
             _checks.positive_int(args.chunk_size, "--chunk-size", maximum=10**9)
+    _check_workers(args)
     check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
     if args.resume and args.overwrite:
@@ -128,6 +143,22 @@ def validate(args: argparse.Namespace) -> None:
                              "results/manifest.json); run without --resume")
     else:
         check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    """--workers in range, Ray installed and --ray-address reachable (before TensorFlow loads)."""
+    from robustgrad import ray_setup
+
+    workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
+    if workers is None:
+        if address is not None:
+            raise UsageError("--ray-address is where --workers run: give --workers too")
+        return
+    with user_errors(ValueError, TypeError, ImportError, ConnectionError):
+        ray_setup.check_workers(workers, "--workers")
+        ray_setup.address_host_port(address, "--ray-address")
+        ray_setup.import_ray("--workers")
+        ray_setup.check_ray_address(address, "--ray-address")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
                 model, x, np.asarray(y), specs, args.eps_values, args.batch_size, norm=args.norm,
                 clip_min=lo, clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
                 sanity_checks=not args.no_sanity_checks, progress=progress,
-                certify=args.certify, results_dir=results, chunk_size=args.chunk_size)
+                certify=args.certify, results_dir=results, chunk_size=args.chunk_size,
+                **_sharding(args))
     finally:
         progress.close()
     print(report.table())
@@ -182,6 +214,19 @@ def run(args: argparse.Namespace) -> int:
         paths["summary"] = _write_summary(report, args)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _sharding(args: argparse.Namespace) -> dict:
+    """evaluate's keywords for --workers: each worker loads --model itself."""
+    import functools
+
+    import keras
+
+    if getattr(args, "workers", None) is None:
+        return {}
+    return {"workers": args.workers, "ray_address": getattr(args, "ray_address", None),
+            "model_factory": functools.partial(keras.models.load_model,
+                                               os.path.abspath(args.model), compile=False)}
 
 
 def _write_summary(report, args: argparse.Namespace) -> str:
