@@ -173,7 +173,7 @@ def evaluate(model: Callable, x: Any, y: Any,
     n_examples = _checks.positive_int(n_examples, "n_examples", minimum=0)
     check_classification_data(model, x_tensor, y)  # shapes, labels vs outputs: before any work
     certify = _check_certify(certify, model, norm)
-    source = _check_workers(workers, ray_address, model, model_factory, worker_threads)
+    remote = _check_workers(workers, ray_address, model, model_factory, worker_threads)
     if chunk_size is not None or results_dir is not None or workers is not None:
         chunk_size = _checks.positive_int(DEFAULT_CHUNK_SIZE if chunk_size is None
                                           else chunk_size, "chunk_size", maximum=10**9)
@@ -227,10 +227,7 @@ def evaluate(model: Callable, x: Any, y: Any,
         outcomes, margin = _cascade_in_chunks(
             model, inputs, labels, correct, targets, named_attacks, budgets, chunks, store,
             report_progress, norm=norm, clip_min=clip_min, clip_max=clip_max,
-            batch_size=batch_size, cascade=cascade, seed=seed,
-            remote=None if source is None else functools.partial(
-                shards.run_chunks, source, workers=workers, ray_address=ray_address,
-                threads=worker_threads))
+            batch_size=batch_size, cascade=cascade, seed=seed, remote=remote)
         per_example = {"index": np.arange(n), "label": labels,
                        "clean_prediction": clean_predictions, "correct": correct}
         for o, m in zip(outcomes, margin):
@@ -362,20 +359,22 @@ def _cascade_in_chunks(model: Callable, inputs: np.ndarray, labels: np.ndarray,
 
 
 def _check_workers(workers: Any, ray_address: Any, model: Any, model_factory: Any,
-                   threads: Any) -> shards.ModelSource | None:
-    """The model's source for the workers (``None`` without ``workers``), after checking the
-    workers' arguments, that Ray is installed and ``ray_address`` reachable: before any work."""
+                   threads: Any) -> Callable[..., None] | None:
+    """:func:`attacks.shards.run_chunks` bound to the model's source and the workers (``None``
+    without ``workers``), after checking the workers' arguments, that Ray is installed and
+    ``ray_address`` reachable: before any work."""
     if workers is None:
         if ray_address is not None or model_factory is not None:
             raise ValueError("ray_address and model_factory are for sharded evaluation: give "
                              "workers too")
         return None
-    workers = ray_setup.check_workers(workers, "workers")
-    _checks.positive_int(threads, "worker_threads", allow_none=True, maximum=1024)
+    n = ray_setup.check_workers(workers, "workers")
+    threads = _checks.positive_int(threads, "worker_threads", allow_none=True, maximum=1024)
     ray_setup.address_host_port(ray_address)  # its form first, then Ray, then the network
     ray_setup.import_ray("workers")
     ray_setup.check_ray_address(ray_address)
-    return shards.ModelSource.of(model, model_factory)
+    return functools.partial(shards.run_chunks, shards.ModelSource.of(model, model_factory),
+                             workers=n, ray_address=ray_address, threads=threads)
 
 
 def _check_certify(certify: Any, model: Any, norm: str) -> str | None:

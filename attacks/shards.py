@@ -27,10 +27,10 @@ Threads: every worker runs TensorFlow with ``threads`` intra- and inter-op threa
 the shape of a run over machines: one worker per core; ``None`` keeps TensorFlow's default of
 one thread per core *per worker*, which oversubscribes a machine shared by several workers).
 
->>> source = ModelSource.of(lambda x: x, None)
+>>> source = ModelSource.of(lambda x: x, None)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-TypeError: workers: the model must be a Keras model (rebuilt in each worker from model.to_json() and its weights) or come with model_factory=, a callable of no arguments that builds it in each worker; got <lambda>
+TypeError: workers: the model must be a Keras model (rebuilt in each worker from ...; got <lambda>
 """
 
 from __future__ import annotations
