@@ -4,6 +4,7 @@ workers' arguments before any work, a worker's error raised as itself."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sys
@@ -105,6 +106,30 @@ def test_a_factory_of_another_model_fails_in_the_worker_as_a_value_error(mlp, tw
         attacks.evaluate(model, x, y, **SETTINGS, chunk_size=30, workers=2,
                          model_factory=_other_model, results_dir=tmp_path / "r")
     assert os.listdir(tmp_path / "r") == ["manifest.json"]  # nothing committed
+
+
+def _dies_once(path: str, marker: str):
+    """Loads the model at ``path``; the first call (no ``marker`` yet) kills its process, as a
+    lost machine would."""
+    import keras
+
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return keras.models.load_model(path, compile=False)
+
+
+def test_a_worker_lost_mid_run_is_rerun_and_the_results_stay_equal(mlp, two_cpu_ray, tmp_path):
+    model, x, y = mlp
+    path, marker = str(tmp_path / "m.keras"), str(tmp_path / "died")
+    model.save(path)
+    one = attacks.evaluate(model, x[:40], y[:40], **SETTINGS, chunk_size=20)
+    two = attacks.evaluate(model, x[:40], y[:40], **SETTINGS, chunk_size=20, workers=2,
+                           model_factory=functools.partial(_dies_once, path, marker),
+                           results_dir=tmp_path / "r")
+    assert os.path.exists(marker)  # a worker did die
+    _assert_same_per_example(one.per_example, two.per_example)
+    assert len(os.listdir(tmp_path / "r")) == 3  # the manifest and both chunks
 
 
 def test_cli_workers_write_the_one_process_results(mlp, two_cpu_ray, tmp_path):
