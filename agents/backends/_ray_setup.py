@@ -14,12 +14,8 @@ import types
 
 from robustgrad.checks import positive_int
 from robustgrad.ray_setup import (  # noqa: F401 - re-exported
-    _TOKEN_NOTICE,
-    _TOKEN_NOTICE_LOGGER,
     INSTALL_HINT,
     WORKER_SETUP_HOOK,
-    _DropTokenNotice,
-    _without_token_notice,
     address_host_port,
     check_ray_address,
     import_ray,

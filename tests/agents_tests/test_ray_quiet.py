@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agents.backends import _ray_setup
+from robustgrad import ray_setup as _ray_setup  # its Ray-log filter (private names)
 from robustgrad.native_stderr import is_startup_noise
 
 WORKER_PREFIX = re.compile(r"^(\x1b\[\d+m)?\([^)]*pid=\d+[^)]*\)(\x1b\[0m)? ")  # Ray's "(pid=N) "
