@@ -64,6 +64,8 @@ class ArgumentTypeError(TypeError, ConfigError):
     ArgumentTypeError True steps must be an int >= 1, got '3'
     """
 
+    __init__ = Exception.__init__  # as ConfigError's: AutoGraph re-raises it as itself
+
 
 NORMS = ("linf", "l2", "l1")
 
@@ -185,7 +187,7 @@ def nonnegative(value: Any, name: str, **kwargs: Any) -> Any:
     >>> nonnegative(-0.1, "eps")
     Traceback (most recent call last):
     ...
-    ValueError: eps must be a number >= 0, got -0.1
+    robustgrad.errors.ConfigError: eps must be a number >= 0, got -0.1
     """
     return number(value, name, minimum=0, **kwargs)
 
@@ -231,7 +233,7 @@ def norm_name(norm: Any, name: str = "norm") -> str:
     >>> norm_name("l3", "attack_norm")
     Traceback (most recent call last):
     ...
-    ValueError: attack_norm must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got 'l3'
+    robustgrad.errors.ConfigError: attack_norm must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got 'l3'
     """
     if isinstance(norm, str):
         key = norm.strip().lower()

@@ -34,6 +34,11 @@ class ConfigError(ValueError):
     """Something the user got wrong: a setting, a name, a file, an output directory. The message
     names the setting (or flag) and says what was received and what is accepted."""
 
+    # One message argument, exactly ``Exception``'s constructor: TensorFlow's AutoGraph re-raises
+    # an error whose ``__init__`` is ``Exception.__init__`` as itself when it leaves a traced
+    # function (a check inside a ``tf.function``), where any other subclass becomes a StagingError.
+    __init__ = Exception.__init__
+
 
 class RunDirectoryError(ConfigError):
     """A run directory that cannot be used: not writable, a file, or holding a run that would be

@@ -587,7 +587,7 @@ def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None
     >>> check_seeds(num_seeds=0)
     Traceback (most recent call last):
     ...
-    ValueError: num_seeds must be an int >= 1, got 0
+    robustgrad.errors.ConfigError: num_seeds must be an int >= 1, got 0
     """
     if (seeds is None) == (num_seeds is None):
         raise ConfigError("give exactly one of seeds (a list of ints) and num_seeds (an int)")

@@ -24,7 +24,7 @@ distributions as gymnasium 1.x but not from the same random numbers.
 >>> graph_env("Hopper-v5")
 Traceback (most recent call last):
 ...
-ValueError: env_id must be one of ('CartPole-v1', 'Acrobot-v1', 'MountainCar-v0', \
+robustgrad.errors.ConfigError: env_id must be one of ('CartPole-v1', 'Acrobot-v1', 'MountainCar-v0', \
 'Pendulum-v1', 'MountainCarContinuous-v0'), got 'Hopper-v5'
 """
 
