@@ -74,3 +74,19 @@ def assert_kl_beats_random_points(model, obs, obs_adv, eps):
     assert np.all(kl_max >= kl_random.mean(0))
     assert np.mean(kl_max >= kl_random.max(0)) >= 0.75
     assert kl_max.mean() > 3 * kl_random.mean()
+
+
+def trained_digits_mlp(epochs: int, n_test: int):
+    """A 32-unit MLP trained (seed 0) for ``epochs`` on the embedded digits, with the first
+    ``n_test`` test examples and labels: the evaluation tests' small classifier."""
+    import keras
+
+    from robustgrad.data import load_digits
+
+    (xtr, ytr), (xte, yte) = load_digits()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input(xtr.shape[1:]), keras.layers.Flatten(),
+                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(xtr, ytr, epochs=epochs, verbose=0)
+    return model, xte[:n_test], yte[:n_test]

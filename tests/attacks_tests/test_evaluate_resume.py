@@ -13,24 +13,17 @@ import tensorflow as tf
 
 import attacks
 from attacks.results import chunk_base_seed
-from robustgrad.data import load_digits
 
 EVALUATE = sys.modules["attacks.evaluate"]  # the module (attacks.evaluate is the function)
 SETTINGS = dict(attacks=["fgsm", "pgd", "square50"], eps=[0.05, 0.1], clip_min=0.0,
                 clip_max=1.0, sanity_checks=False)
 
+from small_models import trained_digits_mlp
+
 
 @pytest.fixture(scope="module")
 def mlp():
-    import keras
-
-    (xtr, ytr), (xte, yte) = load_digits()
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input(xtr.shape[1:]), keras.layers.Flatten(),
-                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(xtr, ytr, epochs=5, verbose=0)
-    return model, xte[:90], yte[:90]
+    return trained_digits_mlp(epochs=5, n_test=90)
 
 
 def _interrupt_at(monkeypatch, chunk_calls: int):

@@ -13,24 +13,17 @@ import numpy as np
 import pytest
 
 import attacks
-from robustgrad.data import load_digits
 from robustgrad.errors import ConfigError
 
 SETTINGS = dict(attacks=["fgsm", "pgd"], eps=[0.05, 0.1], clip_min=0.0, clip_max=1.0,
                 sanity_checks=False, n_examples=0)
 
+from small_models import trained_digits_mlp
+
 
 @pytest.fixture(scope="module")
 def mlp():
-    import keras
-
-    (xtr, ytr), (xte, yte) = load_digits()
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input(xtr.shape[1:]), keras.layers.Flatten(),
-                              keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
-    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(xtr, ytr, epochs=3, verbose=0)
-    return model, xte[:60], yte[:60]
+    return trained_digits_mlp(epochs=3, n_test=60)
 
 
 @pytest.fixture(scope="module")
