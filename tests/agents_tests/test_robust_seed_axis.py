@@ -2,12 +2,11 @@
 
 Seed ``s``'s observations must be attacked against seed ``s``'s own policy, in seed ``s``'s own
 normaliser units, and its SA regulariser must be the one seed ``s`` computes alone (the exported
-agent, same inputs); with ``S = 1`` robust training is bit for bit what it was before the axis.
+agent, same inputs); with ``S = 1`` robust training is what it was before the axis.
 Random starts are one draw for all seeds (as the seed axis' other draws), so the per-seed
 comparisons use deterministic attacks (FGSM, BIM, the convex bounds) or a given ``s_hat``.
 """
 
-import hashlib
 
 import numpy as np
 import pytest
@@ -19,31 +18,38 @@ from agents.robustness import observation_attacks as oa
 from agents.robustness import robust
 from agents.robustness._victim import _in_scaled_space
 
+from fingerprints import assert_same_fingerprint, fingerprint
+
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, preset=None, robust_eps=0.1,
              robust_eps_warmup=0.5)
 
 
-def _digest(agent):
-    arrays = agent.get_weights() + [np.asarray(v) for v in agent.optimizer.m]
-    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
-                          ).hexdigest()[:16]
+def _fingerprint(agent):
+    return fingerprint(agent.get_weights() + [np.asarray(v) for v in agent.optimizer.m])
 
 
-# digests of the code before robust training had a seed axis (commit 98cba6f), 64 steps, seed 3
+# the code before robust training had a seed axis (commit 98cba6f), 64 steps, seed 3, as float
+# fingerprints (tests/fingerprints.py) recorded on the CI machine from a tree whose weights are
+# there byte for byte those of the commit that pinned 98cba6f's run as SHA-256 digests (digests
+# written on another machine, whose float order this one does not reproduce)
 @pytest.mark.parametrize("cls,overrides,before", [
     (agents.PPO, dict(robust="sa", n_steps=16, n_minibatches=2, n_epochs=2, normalize_obs=True),
-     "5ba0c5a81efb4803"),
+
+     [69.06196615079311, 1309.8007612125905, 64.45770047594502, 0.0]),
     (agents.PPO, dict(robust="sa", robust_method="convex", n_steps=16, n_minibatches=2,
-                      n_epochs=2), "9789b38fe9aa4dda"),
+                      n_epochs=2),
+     [8.69527014624373, 1246.800421873437, -2.523634914178337, 0.0]),
     (agents.PPO, dict(robust="adv", n_steps=16, n_minibatches=2, n_epochs=2, normalize_obs=True),
-     "c195015d032afd6e"),
+
+     [69.20274867150977, 1308.0614414189502, 64.63278623625921, 0.0]),
     (agents.A2C, dict(env="Pendulum-v1", robust="sa", robust_method="sgld", n_steps=5,
-                      normalize_obs=True), "8845c3a440e44224"),
+                      normalize_obs=True),
+     [74.77313034468625, 1301.3308359745142, 44.43544701817533, 0.0]),
 ])
-def test_one_seed_robust_training_is_bit_identical_to_before_the_axis(cls, overrides, before):
+def test_one_seed_robust_training_is_the_run_before_the_axis(cls, overrides, before):
     agent = cls(seed=3, **{**SMALL, **overrides})
     agent.learn(64, progress_bar=False)
-    assert _digest(agent) == before
+    assert_same_fingerprint(_fingerprint(agent), before, "weights and moments")
 
 
 def _pair(cls, **overrides):
