@@ -134,6 +134,9 @@ def evaluate(model: Callable, x: Any, y: Any,
         else ``ValueError`` naming the difference) they are reused, never attacked again: an
         interrupted evaluation resumes where it stopped and ends per example equal to an
         uninterrupted one. Implies chunks (:data:`attacks.results.DEFAULT_CHUNK_SIZE`).
+        With ``certify`` each chunk's certificate (per eps, the verified examples) is committed
+        there too, after the attacks, and a resume certifies only the chunks it lacks
+        (``report.per_example`` then holds ``verified@eps``).
       chunk_size: examples per chunk: the cascade runs on each chunk on its own with random
         streams that depend only on ``seed`` and the chunk's index (one chunk = the unchunked
         evaluation). Chunked evaluations fill ``report.per_example`` (labels, clean predictions,
@@ -206,8 +209,8 @@ def evaluate(model: Callable, x: Any, y: Any,
 
     chunks = split_chunks(n, chunk_size) if chunk_size else [(0, n)]
     attack_units = len(chunks) * len(budgets) * len(named_attacks)
-    total_units = (attack_units + len(budgets) * (1 if certify else 0)
-                   + (1 if sanity_checks else 0))
+    certify_units = len(chunks) * len(budgets) if certify else 0
+    total_units = attack_units + certify_units + (1 if sanity_checks else 0)
 
     def report_progress(done: int, description: str) -> None:
         if progress is not None:
@@ -215,6 +218,7 @@ def evaluate(model: Callable, x: Any, y: Any,
 
     targets = _random_targets(labels, num_classes, target_seed)
     per_example: dict[str, np.ndarray] = {}
+    store = None
     if chunk_size is None:
         outcomes = run_cascade(
             model, inputs, labels, named_attacks, budgets, norm=norm, clip_min=clip_min,
@@ -242,12 +246,15 @@ def evaluate(model: Callable, x: Any, y: Any,
     worst_case = {outcome.eps: outcome.robust_accuracy for outcome in outcomes}
     certified = {}
     if certify:
+        verified, seconds = _certify_in_chunks(
+            model, inputs, labels, budgets, certify, chunks, store,
+            lambda done, text: report_progress(attack_units + done, text), norm=norm,
+            clip_min=clip_min, clip_max=clip_max, batch_size=batch_size)
         for k, outcome in enumerate(outcomes):
-            report_progress(attack_units + k,
-                            f"certify ({certify}) eps={outcome.eps:g}")
-            certified[outcome.eps] = _certify_budget(model, inputs, labels, outcome, certify,
-                                                     norm, clip_min, clip_max, batch_size)
+            certified[outcome.eps] = _certificate(outcome, verified[k], certify, seconds[k])
             _warn(found, certified[outcome.eps].pop("_warning"))
+            if per_example:
+                per_example[f"verified@{outcome.eps:g}"] = verified[k]
     gradient_passes = sum(outcome.gradient_passes for outcome in outcomes)
     forward_passes = n + sum(outcome.forward_passes for outcome in outcomes)
 
@@ -394,30 +401,60 @@ def _check_certify(certify: Any, model: Any, norm: str) -> str | None:
     return certify
 
 
-def _certify_budget(model: Any, inputs: np.ndarray, labels: np.ndarray,
-                    outcome: BudgetOutcome, method: str, norm: str, clip_min: Any,
-                    clip_max: Any, batch_size: int) -> dict[str, Any]:
+def _certify_in_chunks(model: Any, inputs: np.ndarray, labels: np.ndarray,
+                       budgets: list[float], method: str, chunks: list[tuple[int, int]],
+                       store: ResultsStore | None, progress: Callable[[int, str], None], *,
+                       norm: str, clip_min: Any, clip_max: Any,
+                       batch_size: int) -> tuple[list[np.ndarray], list[float]]:
+    """Per budget the verified mask ``[N]`` (bool) of bound method ``method`` and its seconds,
+    chunk by chunk: a chunk whose certificate ``store`` holds is read back, any other is
+    computed (:func:`attacks.certify.verified_mask`) and committed before the next starts, so an
+    interrupted certification resumes where it stopped. ``progress(done, text)`` counts
+    (chunk, budget) units."""
+    from .certify import verified_mask
+
+    finished = set(store.finished_certificates(method)) if store is not None else set()
+    masks: list[list[np.ndarray]] = [[] for _ in budgets]
+    seconds = [0.0] * len(budgets)
+    for c, (start, stop) in enumerate(chunks):
+        if c in finished:
+            verified, spent = store.load_certificate(  # type: ignore[union-attr]
+                method, c, start, stop - start, budgets)
+        else:
+            verified, spent = [], []
+            label = f"chunk {c + 1}/{len(chunks)} " if len(chunks) > 1 else ""
+            for k, eps in enumerate(budgets):
+                progress(c * len(budgets) + k, f"{label}certify ({method}) eps={eps:g}")
+                started = time.perf_counter()
+                verified.append(np.asarray(verified_mask(
+                    model, inputs[start:stop], labels[start:stop], eps, norm, method,
+                    clip_min=clip_min, clip_max=clip_max, batch_size=batch_size), bool))
+                spent.append(time.perf_counter() - started)
+            if store is not None:
+                store.commit_certificate(method, c, start, budgets, verified, spent)
+        for k in range(len(budgets)):
+            masks[k].append(verified[k])
+            seconds[k] += spent[k]
+    return [np.concatenate(m) for m in masks], seconds
+
+
+def _certificate(outcome: BudgetOutcome, verified: np.ndarray, method: str,
+                 seconds: float) -> dict[str, Any]:
     """The certificate at one budget beside the attacks' outcome: certified accuracy, the
     undecided examples (robust to every attack, not verified), and a warning if any verified
     example was broken (impossible unless the bounds or the attack are wrong)."""
-    from .certify import verified_mask
-
-    started = time.perf_counter()
-    verified = verified_mask(model, inputs, labels, outcome.eps, norm, method,
-                             clip_min=clip_min, clip_max=clip_max,
-                             batch_size=batch_size).numpy()
     robust = np.asarray(outcome.robust, bool)
     contradicted = int(np.sum(verified & ~robust))
     warning = None
     if contradicted:
         warning = (f"eps={outcome.eps:g}: {contradicted} examples verified by {method} were "
                    f"broken by an attack: the bounds or the attack are wrong (report this)")
-    n = len(labels)
+    n = len(robust)
     return {"method": method, "certified_accuracy": float(verified.mean()),
             "attacked_accuracy": float(robust.mean()),
             "undecided": float(np.sum(robust & ~verified) / n),
             "undecided_count": int(np.sum(robust & ~verified)),
-            "seconds": time.perf_counter() - started, "_warning": warning}
+            "seconds": seconds, "_warning": warning}
 
 
 def _budgets(eps: Any) -> list[float]:

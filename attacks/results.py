@@ -14,6 +14,9 @@ and an interrupted evaluation resumed later ends, per example, equal to an unint
     results/chunk-000000.npz     one per finished chunk, written atomically (a temporary file
                                  replaced into place): a kill at any moment loses at most the
                                  chunk in flight
+    results/certified-crown-000000.npz
+                                 with certification, one per chunk and bound method: per eps
+                                 the verified mask, committed the same way
 
 A store opened with different settings than its manifest raises a ``ValueError`` that names
 each difference; a chunk file that is not one of ours (or was damaged) raises one naming the
@@ -161,14 +164,72 @@ class ResultsStore:
 
     def finished(self) -> list[int]:
         """The indices of the chunks already committed, sorted."""
+        return self._indices("chunk-")
+
+    def _indices(self, prefix: str) -> list[int]:
+        """The sorted ``k`` of the files ``{prefix}{k:06d}.npz`` in the directory."""
         out = []
         for name in os.listdir(self.directory):
-            if name.startswith("chunk-") and name.endswith(".npz"):
+            if name.startswith(prefix) and name.endswith(".npz"):
                 try:
-                    out.append(int(name[6:-4]))
+                    out.append(int(name[len(prefix):-4]))
                 except ValueError:
                     continue
         return sorted(out)
+
+    # -- certificates: one file per (bound method, chunk), beside the attacks' chunks. The
+    # manifest already pins what a certificate depends on (model, data, eps, norm, bounds,
+    # chunk size), so a resume may add --certify, or change its method, and reuse the attacks.
+
+    def certificate_path(self, method: str, chunk: int) -> str:
+        """The file of chunk ``chunk``'s certificate by bound method ``method``."""
+        return os.path.join(self.directory, f"certified-{_method_tag(method)}-{int(chunk):06d}.npz")
+
+    def finished_certificates(self, method: str) -> list[int]:
+        """The indices of the chunks whose ``method`` certificate is committed, sorted."""
+        return self._indices(f"certified-{_method_tag(method)}-")
+
+    def commit_certificate(self, method: str, chunk: int, start: int, budgets: Sequence[float],
+                           verified: Sequence[np.ndarray], seconds: Sequence[float]) -> None:
+        """Write chunk ``chunk``'s certificate atomically: per budget ``k`` the bool mask
+        ``verified_k`` ``[n]`` (examples ``start ...``) and the seconds it took."""
+        meta = {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "kind": "certificate",
+                "method": method, "chunk": int(chunk), "start": int(start),
+                "n": int(len(verified[0])) if len(verified) else 0,
+                "eps": [float(e) for e in budgets], "seconds": [float(t) for t in seconds]}
+        arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
+        for k, v in enumerate(verified):
+            arrays[f"verified_{k}"] = np.asarray(v, bool)
+        with replacing(self.certificate_path(method, chunk)) as tmp:
+            np.savez_compressed(tmp, **arrays)
+
+    def load_certificate(self, method: str, chunk: int, start: int, size: int,
+                         budgets: Sequence[float]) -> tuple[list[np.ndarray], list[float]]:
+        """Chunk ``chunk``'s ``method`` certificate: per budget the verified mask ``[size]``
+        (bool) and its seconds, checked against what the evaluation expects of the chunk;
+        ``ValueError`` naming the file when it is not that."""
+        path = self.certificate_path(method, chunk)
+        try:
+            if not zipfile.is_zipfile(path):
+                raise ValueError("not an npz archive")
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                if (meta.get("format"), meta.get("kind"), meta.get("method"),
+                        meta.get("chunk")) != (RESULTS_FORMAT, "certificate", method, chunk):
+                    raise ValueError(f"not a {method} certificate of chunk {chunk}")
+                if meta.get("start") != start or meta.get("n") != size or \
+                        meta.get("eps") != [float(e) for e in budgets]:
+                    raise ValueError(f"it holds examples {meta.get('start')}.. "
+                                     f"({meta.get('n')}) at eps {meta.get('eps')}, expected "
+                                     f"{start}.. ({size}) at eps {list(budgets)}")
+                verified = [np.asarray(data[f"verified_{k}"], bool) for k in range(len(budgets))]
+            if any(v.shape != (size,) for v in verified):
+                raise ValueError("its masks do not hold one entry per example")
+            return verified, [float(t) for t in meta["seconds"]]
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as error:
+            raise ValueError(f"resume: {path} is not a readable certificate of this evaluation "
+                             f"({error}); remove it to recompute that chunk's certificate") \
+                from None
 
     def commit(self, chunk: int, start: int, outcomes: Sequence[BudgetOutcome],
                margin: Sequence[np.ndarray]) -> None:
@@ -194,6 +255,13 @@ class ResultsStore:
         except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as error:
             raise ValueError(f"resume: {path} is not a readable chunk of this evaluation "
                              f"({error}); remove it to recompute that chunk") from None
+
+
+def _method_tag(method: str) -> str:
+    """``method`` as a file-name part (the bound methods are short lowercase names)."""
+    if not isinstance(method, str) or not method.replace("-", "").isalnum():
+        raise ValueError(f"certificate method must be a bound method name, got {method!r}")
+    return method
 
 
 def chunk_arrays(chunk: int, start: int, outcomes: Sequence[BudgetOutcome],

@@ -12,7 +12,8 @@ robust, which attack broke it, its logit margin) and ``summary.json`` (a RobustB
 under ``--out`` (default ``runs/evaluate``), which must be empty or new unless ``--overwrite``
 or ``--resume``. The examples run in chunks of ``--chunk-size``, each committed to
 ``--out/results/`` as it finishes: after Ctrl-C or a kill, ``--resume`` with the same flags
-continues where the run stopped and never attacks a finished chunk again. A progress bar runs
+continues where the run stopped and never attacks a finished chunk again; with ``--certify``
+each chunk's certificate is committed there too and never computed again. A progress bar runs
 on stderr when it is a terminal.
 
 ``--workers N`` runs the chunks as Ray tasks on N workers (the ``distributed`` extra), each

@@ -150,3 +150,106 @@ def test_cli_resume_writes_per_example_and_summary(mlp, tmp_path, capsys):
     assert main([str(empty) if f == str(out) else f for f in flags] + ["--resume"]) == 2
     assert "holds no evaluation to resume" in capsys.readouterr().err
     assert main(flags) == 2  # without --resume a used --out is refused, as before
+
+
+# ---------------------------------------------------------------- certification (resumable)
+
+CERTIFY = dict(attacks=["fgsm", "pgd"], eps=[0.004, 0.02], clip_min=0.0, clip_max=1.0,
+               sanity_checks=False, certify="crown", chunk_size=25)
+
+
+def _count_calls(monkeypatch, module, name, raise_at=None):
+    """Count calls of ``module.name``; the ``raise_at``-th raises KeyboardInterrupt (Ctrl-C)."""
+    original, calls = getattr(module, name), []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == raise_at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return calls
+
+
+@pytest.mark.parametrize("stop_after", [0, 2])
+def test_certification_interrupted_and_resumed_equals_uninterrupted(mlp, tmp_path, monkeypatch,
+                                                                    stop_after):
+    """Ctrl-C during chunk ``stop_after + 1``'s certificate: the attacks' chunks and the
+    finished certificates are committed; the resume attacks nothing, certifies only the
+    missing chunks and ends per example equal to an uninterrupted run."""
+    model, x, y = mlp
+    certify_module = sys.modules["attacks.certify"]
+    whole = attacks.evaluate(model, x, y, **CERTIFY, results_dir=tmp_path / "whole")
+    direct = [certify_module.verified_mask(model, x, y, e, clip_min=0.0, clip_max=1.0).numpy()
+              for e in CERTIFY["eps"]]
+    for e, mask in zip(CERTIFY["eps"], direct):  # chunks certify what the whole set does
+        np.testing.assert_array_equal(whole.per_example[f"verified@{e:g}"], mask)
+        assert whole.certified[e]["certified_accuracy"] == pytest.approx(mask.mean())
+    assert 0 < direct[0].sum() and direct[1].sum() < direct[0].sum()  # a test that can fail
+
+    # two budgets per chunk: the first call of chunk stop_after + 1 raises
+    _count_calls(monkeypatch, certify_module, "verified_mask", raise_at=2 * stop_after + 1)
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        attacks.evaluate(model, x, y, **CERTIFY, results_dir=cut)
+    names = os.listdir(cut)
+    assert sum(n.startswith("chunk-") for n in names) == 4  # every attack chunk committed
+    assert sorted(n for n in names if n.startswith("certified-")) == [
+        f"certified-crown-{c:06d}.npz" for c in range(stop_after)]
+
+    cascades = _count_calls(monkeypatch, EVALUATE, "run_cascade")
+    bounds_calls = _count_calls(monkeypatch, certify_module, "verified_mask")
+    resumed = attacks.evaluate(model, x, y, **CERTIFY, results_dir=cut)
+    assert len(cascades) == 0  # nothing attacked again
+    assert len(bounds_calls) == 2 * (4 - stop_after)  # only the missing certificates
+    assert set(resumed.per_example) == set(whole.per_example)
+    for key, values in whole.per_example.items():
+        np.testing.assert_array_equal(resumed.per_example[key], values, err_msg=key)
+    for e in CERTIFY["eps"]:
+        for field in ("certified_accuracy", "attacked_accuracy", "undecided", "undecided_count"):
+            assert resumed.certified[e][field] == whole.certified[e][field], field
+
+
+def test_certificates_resume_by_method_and_damaged_ones_are_named(mlp, tmp_path, monkeypatch):
+    model, x, y = mlp
+    d = tmp_path / "r"
+    plain = dict(CERTIFY, certify=None)
+    attacks.evaluate(model, x, y, **plain, results_dir=d)
+    cascades = _count_calls(monkeypatch, EVALUATE, "run_cascade")
+    # --certify added on resume: the attacks are reused, the certificates computed
+    ibp = attacks.evaluate(model, x, y, **dict(CERTIFY, certify="ibp"), results_dir=d)
+    crown = attacks.evaluate(model, x, y, **CERTIFY, results_dir=d)
+    assert len(cascades) == 0
+    assert len([n for n in os.listdir(d) if n.startswith("certified-ibp-")]) == 4
+    assert len([n for n in os.listdir(d) if n.startswith("certified-crown-")]) == 4
+    # IBP is looser than CROWN on the same examples: never verifies more
+    assert not np.any(ibp.per_example["verified@0.004"] & ~crown.per_example["verified@0.004"])
+    (d / "certified-crown-000001.npz").write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match=r"certified-crown-000001.npz is not a readable "
+                                         r"certificate .*not an npz archive.*remove it"):
+        attacks.evaluate(model, x, y, **CERTIFY, results_dir=d)
+    os.replace(d / "certified-ibp-000002.npz", d / "certified-crown-000001.npz")
+    with pytest.raises(ValueError, match=r"not a crown certificate of chunk 1"):
+        attacks.evaluate(model, x, y, **CERTIFY, results_dir=d)
+
+
+def test_cli_certify_resume_recomputes_a_lost_certificate(mlp, tmp_path):
+    from robustgrad.cli import main
+
+    model, _, _ = mlp
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    out = tmp_path / "eval"
+    flags = ["evaluate", "--model", path, "--data", "digits", "--attacks", "fgsm",
+             "--eps", "0.004", "--limit", "40", "--chunk-size", "20", "--certify", "crown",
+             "--out", str(out), "--no-sanity-checks", "--no-progress"]
+    assert main(flags) == 0
+    first = dict(np.load(out / "per_example.npz"))
+    assert first["verified@0.004"].shape == (40,)
+    os.remove(out / "results" / "certified-crown-000001.npz")  # as a kill in flight would
+    assert main(flags + ["--resume"]) == 0
+    assert os.path.exists(out / "results" / "certified-crown-000001.npz")
+    again = dict(np.load(out / "per_example.npz"))
+    for key, values in first.items():
+        np.testing.assert_array_equal(again[key], values, err_msg=key)
