@@ -32,9 +32,9 @@ def setup_devices(args: argparse.Namespace) -> Any:
         devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
         return tf.distribute.MirroredStrategy(devices=devices)
     if args.strategy == "multiworker":
-        comm = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+        from attacks.training.distributed import multi_worker_strategy
+
+        return multi_worker_strategy()  # TF_CONFIG, checked by the flags
     return None
 
 

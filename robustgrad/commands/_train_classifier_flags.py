@@ -164,7 +164,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --resume: let these configuration keys change (e.g. epochs); "
                         "recorded in config.json")
     g.add_argument("--strategy", default="none",
-                   help="none (default), mirrored, or multiworker (reads TF_CONFIG)")
+                   help="none (default), mirrored, or multiworker (reads TF_CONFIG; the chief "
+                        "writes --out, worker i --out/workers/i)")
     g.add_argument("--logical-cpus", type=int, default=0,
                    help="mirrored on a CPU-only host: split the CPU into N logical devices")
     g.add_argument("--export", default=None, metavar="DIR",
@@ -275,6 +276,11 @@ def check_values(args: argparse.Namespace) -> None:
     if args.strategy == "multiworker" and not os.environ.get("TF_CONFIG"):
         raise UsageError("--strategy multiworker needs the TF_CONFIG environment variable "
                          "(cluster and task of this worker)")
+    if args.strategy == "multiworker":  # the chief writes --out, worker i --out/workers/i
+        from robustgrad.tf_config import worker_directory
+
+        with user_errors(ValueError):
+            args.out = worker_directory(args.out)
     if args.arch is not None and args.init_from is not None:
         raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
                          "architecture)")

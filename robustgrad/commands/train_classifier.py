@@ -74,6 +74,20 @@ def _config_of(args) -> dict:
             and k != "command"}
 
 
+def output_dir(args: argparse.Namespace) -> str:
+    """The directory this process writes (the CLI locks it): ``--out``, or under
+    ``--strategy multiworker`` this worker's part of it (the chief ``--out``, worker i
+    ``--out/workers/i``; a bad TF_CONFIG is named by :func:`validate`)."""
+    if getattr(args, "strategy", None) == "multiworker":
+        from robustgrad.tf_config import worker_directory
+
+        try:
+            return worker_directory(args.out)
+        except ValueError:
+            pass
+    return args.out
+
+
 def _run_directory(args) -> rundir.RunDirectory:
     return rundir.RunDirectory(args.out, flag="--out", command="robustgrad train-classifier")
 

@@ -108,33 +108,60 @@ def _free_ports(n):
     return ports
 
 
-@pytest.mark.slow
-def test_multiworker_two_processes_matches_single_device(tmp_path):
-    common = [*TINY, "--limit", "128", "--batch-size", "64", "--epochs", "2",
-              "--no-random-start", "--seed", "1"]
-    single = str(tmp_path / "single")
-    ports = _free_ports(2)
+def _start_workers(argv, out, ports):
+    """Two ``train-classifier --strategy multiworker`` processes on 127.0.0.1 ``ports``,
+    both given the same ``--out`` (the chief writes it, worker 1 ``out/workers/1``)."""
     workers = [f"127.0.0.1:{p}" for p in ports]
     procs = []
-    for i in range(2):  # the two workers and the single-device reference run concurrently
+    for i in range(2):
         env = _env()
         env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                        "task": {"type": "worker", "index": i}})
-        cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *common,
-               "--out", str(tmp_path / f"worker{i}"), "--strategy", "multiworker"]
+        cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *argv,
+               "--out", out, "--strategy", "multiworker"]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    _train(*common, "--out", single)
+    return procs
+
+
+def _finish(procs):
     for p in procs:
-        _, err = p.communicate(timeout=600)
+        try:
+            _, err = p.communicate(timeout=600)
+        finally:
+            if p.poll() is None:
+                p.kill()
         assert p.returncode == 0, err[-3000:]
+
+
+@pytest.mark.slow  # four TensorFlow processes (about 60 s on this 2-core machine)
+def test_multiworker_two_processes_match_single_device_and_resume(tmp_path):
+    """Two worker processes on 127.0.0.1 train 2 epochs, then resume to 3 (--override epochs):
+    the chief alone writes the run's checkpoints and model into --out, worker 1 its working
+    copy into --out/workers/1; both end with the same weights, equal (to float tolerance) to
+    one process training 3 epochs on the same global batch."""
+    common = [*TINY, "--limit", "128", "--batch-size", "64", "--no-random-start", "--seed", "1",
+              "--schedule", "constant", "--optimizer", "adam", "--lr", "0.001"]
+    single, shared = str(tmp_path / "single"), str(tmp_path / "shared")
+    procs = _start_workers([*common, "--epochs", "2"], shared, _free_ports(2))
+    _train(*common, "--epochs", "3", "--out", single)  # concurrently with the workers
+    _finish(procs)
+    worker = os.path.join(shared, "workers", "1")
+    for out in (shared, worker):
+        assert os.path.exists(os.path.join(out, "checkpoints", "checkpoint")), out
+        assert len(_history(out)["loss"]) == 2
+    assert not os.path.exists(os.path.join(shared, "workers", "0"))  # the chief writes --out
+    _finish(_start_workers([*common, "--epochs", "3", "--resume", "--override", "epochs"],
+                           shared, _free_ports(2)))
     h1 = _history(single)
-    for i in range(2):
-        h2 = _history(str(tmp_path / f"worker{i}"))
-        np.testing.assert_allclose(h1["loss"], h2["loss"], rtol=1e-4, atol=1e-5)
-    for a, b in zip(_load_weights(os.path.join(single, "model.keras")),
-                    _load_weights(str(tmp_path / "worker0" / "model.keras"))):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    for out in (shared, worker):
+        np.testing.assert_allclose(_history(out)["loss"], h1["loss"], rtol=1e-4, atol=1e-5)
+    chief_weights = _load_weights(os.path.join(shared, "model.keras"))
+    worker_weights = _load_weights(os.path.join(worker, "model.keras"))
+    for a, b, c in zip(chief_weights, worker_weights, _load_weights(
+            os.path.join(single, "model.keras"))):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-7)  # one all-reduced update each step
+        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
 
 
 if __name__ == "__main__":  # pragma: no cover
