@@ -33,7 +33,12 @@ One concept per module:
 * :mod:`~attacks.training.schedules` -- :func:`learning_rate_schedule` (constant, cosine,
   cyclic, piecewise) and :func:`make_optimizer` (Adam, SGD with momentum);
 * :mod:`~attacks.training.recipes` -- the published recipes as data (``recipes.json``),
-  :func:`resolve_settings`.
+  :func:`resolve_settings`;
+* :mod:`~attacks.training.config` -- :class:`ClassifierConfig`, the typed settings of a run,
+  resolved from method defaults, recipes and the fields set, with provenance;
+* :mod:`~attacks.training.run` -- :func:`train_classifier`, one whole resumable run in a
+  :class:`robustgrad.rundir.RunDirectory` (what ``robustgrad train-classifier`` calls);
+  :mod:`~attacks.training.history` its ``history.json``.
 
 >>> "madry" in METHODS and DEFAULT_STEPS["free"] == 4
 True
@@ -58,6 +63,7 @@ from .callbacks import (
     ScalarLogger,
     WeightAveraging,
 )
+from .config import ClassifierConfig
 from .crafting import robust_accuracy, robust_correct
 from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
 from .methods import (
@@ -70,6 +76,7 @@ from .methods import (
 )
 from .models import check_classifier, freeze_layers, make_classifier
 from .recipes import find_recipe, list_recipes, resolve_settings
+from .run import TrainedClassifier, train_classifier
 from .run_settings import SavedRun, resolve_run_settings
 from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
 from .smoothadv import smoothadv_attack, smoothed_cross_entropy
@@ -86,12 +93,14 @@ __all__ = [
     "SCHEDULES",
     "AdversarialTrainer",
     "CatastrophicOverfittingGuard",
+    "ClassifierConfig",
     "EpochCheckpoint",
     "EpochTimer",
     "NonFiniteGuard",
     "RobustEarlyStopping",
     "SavedRun",
     "ScalarLogger",
+    "TrainedClassifier",
     "TrainingMethod",
     "WeightAveraging",
     "augment_dataset",
@@ -116,6 +125,7 @@ __all__ = [
     "smoothadv_attack",
     "smoothed_cross_entropy",
     "steps_per_epoch",
+    "train_classifier",
     "wide_resnet",
     "worst_case_logits",
 ]

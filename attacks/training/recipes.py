@@ -35,7 +35,9 @@ __all__ = ["SETTING_KEYS", "ResolvedSettings", "find_recipe", "list_recipes", "m
 
 _PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes.json")
 
-#: every key a recipe or a default may set (train-classifier's flags, underscored)
+#: every key a recipe or a default may set: fields of
+#: :class:`attacks.training.config.ClassifierConfig` (train-classifier's flags, underscored; a
+#: ``recipes.json`` that spells them as flags, ``"--step-size"``, still loads)
 SETTING_KEYS: tuple[str, ...] = (
     "eps", "steps", "step_size", "beta", "epochs", "batch_size", "optimizer", "momentum",
     "weight_decay", "schedule", "warmup", "boundaries", "lr", "label_smoothing", "early_stop",
@@ -53,11 +55,24 @@ _BASE = {"steps": None, "step_size": None, "beta": 6.0, "momentum": 0.9, "weight
 _TABLE: dict | None = None
 
 
+def _field_keys(settings: dict) -> dict:
+    """``settings`` keyed by :class:`attacks.training.config.ClassifierConfig` fields: a key
+    spelt as the flag (``"--step-size"``, ``"step-size"``) is read as its field (``step_size``).
+
+    >>> _field_keys({"--step-size": 0.01, "batch-size": 50, "lr": 1e-4})
+    {'step_size': 0.01, 'batch_size': 50, 'lr': 0.0001}
+    """
+    return {str(k).lstrip("-").replace("-", "_"): v for k, v in settings.items()}
+
+
 def _table() -> dict:
     global _TABLE
     if _TABLE is None:
         with open(_PATH) as f:
             table = json.load(f)
+        table["defaults"] = {m: _field_keys(v) for m, v in table["defaults"].items()}
+        for r in table["recipes"]:
+            r["settings"] = _field_keys(r["settings"])
         for entry in [*table["defaults"].values(), *(r["settings"] for r in table["recipes"])]:
             unknown = sorted(set(entry) - set(SETTING_KEYS))
             if unknown:

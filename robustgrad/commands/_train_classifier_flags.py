@@ -41,7 +41,13 @@ DEFAULT_WIDTH = 64
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
-    g = p.add_argument_group("data and model")
+    _data_arguments(p.add_argument_group("data and model"))
+    _method_arguments(p.add_argument_group("method"))
+    _optimisation_arguments(p.add_argument_group("optimisation"))
+    _running_arguments(p.add_argument_group("running"))
+
+
+def _data_arguments(g) -> None:
     g.add_argument("--data", default="digits",
                    help="digits (default, embedded), mnist, fashion_mnist, cifar10, cifar100, "
                         "svhn (downloaded on first use into the cache), or a path: an .npz "
@@ -64,7 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start from an existing classifier (logits output) instead of a new CNN")
     g.add_argument("--freeze", default=None, metavar="PATTERNS",
                    help="comma-separated layer names/globs to freeze (prefix re: for a regex)")
-    g = p.add_argument_group("method")
+
+
+def _method_arguments(g) -> None:
     g.add_argument("--method", default="madry",
                    help="madry (default), trades, fast, free, mart, awp (PGD + adversarial "
                         "weight perturbation), ibp, crown-ibp (certified training: Gowal et al. "
@@ -112,7 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="craft attacks with the model in training mode (default: inference)")
     g.add_argument("--no-guard", action="store_true",
                    help="fast: disable the catastrophic-overfitting guard")
-    g = p.add_argument_group("optimisation")
+
+
+def _optimisation_arguments(g) -> None:
     g.add_argument("--epochs", type=int, default=None,
                    help="epochs (default: the recipe's, else madry/trades/fast 40, free 10, "
                         "clean 20)")
@@ -153,7 +163,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-deterministic", action="store_true",
                    help="do not enable TensorFlow op determinism")
-    g = p.add_argument_group("running")
+
+
+def _running_arguments(g) -> None:
     g.add_argument("--out", required=True,
                    help="output directory of the run (required; see the files listed above)")
     g.add_argument("--overwrite", action="store_true",
@@ -215,8 +227,14 @@ def check_values(args: argparse.Namespace) -> None:
     """Each flag's value on its own and the exclusive pairs (:class:`robustgrad.cli.UsageError`
     naming the flag); fills ``--norm``'s default. The checks against ``--out`` follow in the
     command's ``validate``."""
-    from robustgrad import checks as _checks
+    _check_names(args)
+    _check_numbers(args)
+    _check_combinations(args)
+    _check_paths(args)
 
+
+def _check_names(args: argparse.Namespace) -> None:
+    """``--method``, ``--norm`` (its default filled), ``--optimizer``, ``--schedule``."""
     if args.method not in METHODS:
         raise UsageError(f"--method: unknown method {args.method!r}; choose one of "
                          + ", ".join(METHODS))
@@ -233,6 +251,12 @@ def check_values(args: argparse.Namespace) -> None:
     if args.schedule is not None and args.schedule not in SCHEDULES:
         raise UsageError(f"--schedule: unknown schedule {args.schedule!r}; choose one of "
                          + ", ".join(SCHEDULES))
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric flag in its range (:mod:`robustgrad.checks`)."""
+    from robustgrad import checks as _checks
+
     with user_errors(ValueError):
         _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
         _checks.positive_int(args.epochs, "--epochs", allow_none=True)
@@ -260,6 +284,10 @@ def check_values(args: argparse.Namespace) -> None:
         _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
         _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
         _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
+
+
+def _check_combinations(args: argparse.Namespace) -> None:
+    """``--recipe``'s form, ``--ema``, the exclusive pairs, ``--strategy``."""
     if args.recipe is not None and args.recipe not in ("auto", "none") and \
             not str(args.recipe).replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"--recipe: expected auto, none or a recipe name; got {args.recipe!r}")
@@ -284,6 +312,10 @@ def check_values(args: argparse.Namespace) -> None:
     if args.arch is not None and args.init_from is not None:
         raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
                          "architecture)")
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """``--init-from``, ``--data``, ``--arch`` and ``--eval-eps``."""
     if args.init_from is not None:
         from robustgrad.commands._files import check_model_file
 

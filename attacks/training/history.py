@@ -1,5 +1,6 @@
-"""``history.json`` of ``robustgrad train-classifier``: every epoch from the start of a run, across
-interruptions and resumes, with the training time summed over its parts.
+"""``history.json`` of a classifier training run (:func:`attacks.training.train_classifier`):
+every epoch from the start of a run, across interruptions and resumes, with the training time
+summed over its parts.
 
 >>> import tempfile
 >>> prior_history(tempfile.mkdtemp(), 3)  # nothing to resume from
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from robustgrad.atomic import write_json
 
@@ -38,10 +40,12 @@ def prior_history(out: str, epochs_done: int) -> dict:
             "resumed_at": [r for r in prior.get("resumed_at", []) if isinstance(r, dict)]}
 
 
-def write_history(out, prior, recorder, timer, guard, seconds, first_epoch, skipped,
-                   partial=None) -> float:
+def write_history(out: str, prior: dict, recorder: Any, timer: Any, guard: Any, seconds: float,
+                  first_epoch: int, skipped: int, partial: float | None = None) -> float:
     """Write ``history.json``: every epoch from the start of the run (the resumed part after
-    the ``prior`` one), ``train_seconds`` summed over every part; returns that sum.
+    the ``prior`` one, as :func:`prior_history` read it; ``recorder`` a ``keras.callbacks.History``,
+    ``timer`` an :class:`~attacks.training.EpochTimer`, ``guard`` the fast-AT guard or None),
+    ``train_seconds`` summed over every part; returns that sum.
     ``partial`` (seconds of an epoch interrupted mid-way) is kept for the part that ends it."""
     history = {k: list(v) for k, v in prior.get("history", {}).items()}
     for k, vals in recorder.history.items():
