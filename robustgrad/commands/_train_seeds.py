@@ -92,21 +92,11 @@ def _agent_seeds(agent) -> list[int]:
     return list(agent.seeds)
 
 
-def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
-    """Train ``seeds`` (already parsed) with the flags of ``train-agent``; see module doc."""
-    import dataclasses
-
-    import agents
-    from agents.core.config import DQNConfig, OnPolicyConfig, make_config
+def _finished_seeds(args, seeds: list[int], dirs: dict, ckpt: str) -> list[int]:
+    """The seeds already written in ``dirs`` (none after ``--overwrite``, which removes them and
+    the checkpoint); a run left in ``--out`` needs ``--resume`` or ``--overwrite``."""
     from robustgrad.cli import UsageError
 
-    out = args.out or os.path.join("runs", args.algo)
-    ckpt = os.path.join(out, "checkpoint")
-    cls = agents.algorithm(args.algo, "--algo")
-    overrides = {k: v for k, v in overrides.items()
-                 if k not in ("checkpoint_dir", "checkpoint_every")}
-    every = args.checkpoint_every if args.checkpoint_every is not None else max(args.steps // 10, 1)
-    dirs = {s: os.path.join(out, f"seed_{s}") for s in seeds}
     finished = [s for s in seeds if os.path.exists(os.path.join(dirs[s], "agent.json"))]
     if finished and not (args.overwrite or args.resume):
         raise UsageError(f"--out: {dirs[finished[0]]} already holds an agent; pass --overwrite "
@@ -119,6 +109,78 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
             shutil.rmtree(dirs[s], ignore_errors=True)
         shutil.rmtree(ckpt, ignore_errors=True)
         finished = []
+    return finished
+
+
+def _resumed_group(args, ckpt: str, every: int, seeds: list[int], finished: list[int]):
+    """The interrupted group's agent from ``ckpt`` under ``--resume`` (None when there is none
+    or its seeds are all finished)."""
+    import agents
+    from robustgrad.cli import UsageError
+
+    if not (args.resume and os.path.exists(ckpt)):
+        return None
+    try:
+        resumed = agents.load(ckpt, env=None, checkpoint_dir=ckpt, checkpoint_every=every)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--resume: {ckpt}: {' '.join(str(exc).split())}") from None
+    if resumed.algo != args.algo:
+        raise UsageError(f"--algo: the checkpoint in {ckpt} is {resumed.algo}, not {args.algo}")
+    if not set(_agent_seeds(resumed)) <= set(seeds):
+        raise UsageError(f"--resume: {ckpt} holds seeds {compact(_agent_seeds(resumed))}, "
+                         f"not all in --seeds {compact(seeds)}")
+    if set(_agent_seeds(resumed)) <= set(finished):
+        return None  # its seeds were written before the checkpoint was removed
+    return resumed
+
+
+def _train_group(args, agent, group: list[int], dirs: dict, ckpt: str) -> int:
+    """Train one group to ``--steps`` and write its seeds; 1 when it went non-finite."""
+    import agents
+
+    status = 0
+    try:
+        done = int(agent.num_timesteps.numpy())
+        if args.steps > done:
+            print(f"seeds {compact(group)}: {done} -> {args.steps} steps", flush=True)
+            agent.learn(args.steps - done, progress_bar=not args.no_progress,
+                        schedule_start=done)
+        _write_group(args, agent, dirs)
+    except agents.NonFiniteTrainingError as exc:  # this group stops, the others train
+        print(f"robustgrad train-agent: seeds {compact(group)}: {exc}", file=sys.stderr)
+        status = 1
+    finally:
+        agent.close()
+    shutil.rmtree(ckpt, ignore_errors=True)  # the group is in its seed directories
+    return status
+
+
+def _group_agent(cls, config, group: list[int], seed_axis: bool):
+    """A new agent for ``group`` (one seed, or a seed axis)."""
+    import dataclasses
+
+    from agents.core.config import DQNConfig, OnPolicyConfig
+
+    cfg = dataclasses.replace(config, seed=group[0])
+    if seed_axis and isinstance(cfg, (OnPolicyConfig, DQNConfig)):  # (those with num_seeds)
+        cfg = dataclasses.replace(cfg, num_seeds=len(group))
+    return cls(cfg, seeds=group if len(group) > 1 else None)
+
+
+def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
+    """Train ``seeds`` (already parsed) with the flags of ``train-agent``; see module doc."""
+    import agents
+    from agents.core.config import make_config
+    from robustgrad.cli import UsageError
+
+    out = args.out or os.path.join("runs", args.algo)
+    ckpt = os.path.join(out, "checkpoint")
+    cls = agents.algorithm(args.algo, "--algo")
+    overrides = {k: v for k, v in overrides.items()
+                 if k not in ("checkpoint_dir", "checkpoint_every")}
+    every = args.checkpoint_every if args.checkpoint_every is not None else max(args.steps // 10, 1)
+    dirs = {s: os.path.join(out, f"seed_{s}") for s in seeds}
+    finished = _finished_seeds(args, seeds, dirs, ckpt)
     try:
         config = make_config(cls.config_cls, args.algo, preset, env=args.env, seed=seeds[0],
                              checkpoint_dir=ckpt, checkpoint_every=every, **overrides)
@@ -126,19 +188,7 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
         raise UsageError(" ".join(str(exc).split())) from None
     seed_axis = _on_axis(config)
     size = GROUP_SIZE if seed_axis else 1
-    resumed = None
-    if args.resume and os.path.exists(ckpt):
-        try:
-            resumed = agents.load(ckpt, env=None, checkpoint_dir=ckpt, checkpoint_every=every)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"--resume: {ckpt}: {' '.join(str(exc).split())}") from None
-        if resumed.algo != args.algo:
-            raise UsageError(f"--algo: the checkpoint in {ckpt} is {resumed.algo}, not {args.algo}")
-        if not set(_agent_seeds(resumed)) <= set(seeds):
-            raise UsageError(f"--resume: {ckpt} holds seeds {compact(_agent_seeds(resumed))}, "
-                             f"not all in --seeds {compact(seeds)}")
-        if set(_agent_seeds(resumed)) <= set(finished):
-            resumed = None  # its seeds were written before the checkpoint was removed
+    resumed = _resumed_group(args, ckpt, every, seeds, finished)
     pending = [s for s in seeds if s not in finished]
     groups = _groups([s for s in pending if resumed is None or s not in _agent_seeds(resumed)],
                      size)
@@ -156,23 +206,8 @@ def run_seeds(args, seeds: list[int], overrides: dict, preset) -> int:
         if resumed is not None and group == _agent_seeds(resumed):
             agent, resumed = resumed, None
         else:
-            cfg = dataclasses.replace(config, seed=group[0])
-            if seed_axis and isinstance(cfg, (OnPolicyConfig, DQNConfig)):  # (those with num_seeds)
-                cfg = dataclasses.replace(cfg, num_seeds=len(group))
-            agent = cls(cfg, seeds=group if len(group) > 1 else None)
-        try:
-            done = int(agent.num_timesteps.numpy())
-            if args.steps > done:
-                print(f"seeds {compact(group)}: {done} -> {args.steps} steps", flush=True)
-                agent.learn(args.steps - done, progress_bar=not args.no_progress,
-                            schedule_start=done)
-            _write_group(args, agent, dirs)
-        except agents.NonFiniteTrainingError as exc:  # this group stops, the others train
-            print(f"robustgrad train-agent: seeds {compact(group)}: {exc}", file=sys.stderr)
-            status = 1
-        finally:
-            agent.close()
-        shutil.rmtree(ckpt, ignore_errors=True)  # the group is in its seed directories
+            agent = _group_agent(cls, config, group, seed_axis)
+        status = max(status, _train_group(args, agent, group, dirs, ckpt))
     return max(status, _summarize(args, seeds, dirs, out, config))
 
 

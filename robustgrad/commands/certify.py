@@ -17,9 +17,7 @@ radius is at least ``r``. Every flag is checked before TensorFlow loads; the res
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 
 from robustgrad.cli import UsageError, user_errors
 
@@ -115,84 +113,21 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from attacks import certify
-    from attacks.data import load_test_set
-    from robustgrad import bounds
+    """Certify the model at every radius of ``--eps``: :func:`attacks.certification.certify_run`
+    writes ``report.json`` and ``report.txt``."""
+    from attacks.certification import CertifyConfig, certify_run
     from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
+    from robustgrad.rundir import RunDirectory
 
     if not hasattr(args, "eps_values"):
         validate(args)
-    with user_errors(ValueError, OSError):
-        x, y, lo, hi = load_test_set(args.data)
-    if args.limit:
-        x, y = x[: args.limit], y[: args.limit]
-    lo = args.clip_min if args.clip_min is not None else (float(x.min()) if lo is None else lo)
-    hi = args.clip_max if args.clip_max is not None else (float(x.max()) if hi is None else hi)
-    model = load_keras_model(args.model)
-    y = np.asarray(y)
-    with user_errors(ValueError, prefix="--model: "):
-        from attacks._models import check_classification_data
-
-        num_classes = check_classification_data(model, x, y)
-        if args.method != "smoothing":
-            bounded = bounds.BoundedModel(model)  # an unsupported layer or a softmax output, named
-            if args.method == "alpha-crown":  # too wide for dense slopes: now, not per radius
-                bounded.check_alpha_crown(x.shape[1:], num_classes - 1)
-    logits = np.concatenate([np.asarray(model(x[i:i + args.batch_size]))
-                             for i in range(0, len(x), args.batch_size)])
-    if args.method == "smoothing" and np.allclose(logits.sum(-1), 1.0, atol=1e-3) and \
-            logits.min() >= 0:
-        print("warning: the model outputs probabilities; smoothing only uses the predicted "
-              "class, so this is fine, but the bound methods need logits", flush=True)
-    clean = float(np.mean(logits.argmax(-1) == y))
-    eps_text = ",".join(f"{e:g}" for e in args.eps_values)
-    print(f"certifying {args.model} on {len(x)} examples of {args.data}: {args.method}, "
-          f"{'l2' if args.method == 'smoothing' else args.norm} radii {eps_text}; clean accuracy "
-          f"{clean:.3f}", flush=True)
-    results = []
-    started = time.perf_counter()
-    if args.method == "smoothing":
-        labels, radii = certify.smooth_certify(model, x, args.sigma, n0=args.n0, n=args.n,
-                                               alpha=args.alpha, batch_size=args.batch_size,
-                                               seed=args.seed)
-        labels, radii = np.asarray(labels), np.asarray(radii)
-        right = labels == y
-        for e in args.eps_values:
-            results.append({"eps": e, "certified_accuracy": float(np.mean(right & (radii >= e)))})
-        extra = {"sigma": args.sigma, "n0": args.n0, "n": args.n, "alpha": args.alpha,
-                 "abstained": float(np.mean(labels == certify.ABSTAIN)),
-                 "smoothed_accuracy": float(np.mean(right))}
-    else:
-        extra = {}
-        for e in args.eps_values:
-            t = time.perf_counter()
-            acc = certify.verified_accuracy(model, x, y, e, args.norm, args.method, clip_min=lo,
-                                            clip_max=hi, batch_size=args.batch_size)
-            results.append({"eps": e, "certified_accuracy": acc,
-                            "seconds": time.perf_counter() - t})
-            if not args.no_progress:
-                print(f"  eps={e:g}: certified {acc:.3f} ({time.perf_counter() - t:.1f} s)",
-                      flush=True)
-    report = {"model": str(args.model), "data": str(args.data), "method": args.method,
-              "norm": "l2" if args.method == "smoothing" else args.norm, "n": int(len(x)),
-              "clean_accuracy": clean, "clip_min": lo, "clip_max": hi, "results": results,
-              "seconds": time.perf_counter() - started, **extra}
-    lines = [f"certified accuracy ({args.method}, {report['norm']}) of {len(x)} examples; clean "
-             f"accuracy {clean:.3f}", "eps      certified acc"]
-    lines += [f"{r['eps']:<8g} {r['certified_accuracy']:.3f}" for r in results]
-    if extra:
-        lines.append(f"smoothed accuracy {extra['smoothed_accuracy']:.3f}, abstained "
-                     f"{extra['abstained']:.3f} (sigma {args.sigma:g}, n0 {args.n0}, n {args.n}, "
-                     f"alpha {args.alpha:g})")
-    text = "\n".join(lines)
-    print(text)
+    config = CertifyConfig(
+        model=args.model, data=args.data, eps=tuple(args.eps_values), method=args.method,
+        norm=args.norm, sigma=args.sigma, n0=args.n0, n=args.n, alpha=args.alpha, seed=args.seed,
+        batch_size=args.batch_size, limit=args.limit, clip_min=args.clip_min,
+        clip_max=args.clip_max)
     with removed_if_empty_on_error(args.out):
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "report.json"), "w") as f:
-            json.dump(report, f, indent=2)
-        with open(os.path.join(args.out, "report.txt"), "w") as f:
-            f.write(text + "\n")
+        certify_run(config, RunDirectory(args.out), model=load_keras_model,
+                    verbose=1 if args.no_progress else 2)
     print(f"wrote {os.path.join(args.out, 'report.json')}, {os.path.join(args.out, 'report.txt')}")
     return 0

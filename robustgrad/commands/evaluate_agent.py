@@ -110,12 +110,11 @@ def _check_not_a_factory(directory: str) -> None:
                          "agents.evaluate_under_attack(agent, ...)")
 
 
-def validate(args: argparse.Namespace) -> None:
-    """The checks that need no TensorFlow (before it loads)."""
+def _check_numbers_and_agent(args: argparse.Namespace) -> None:
+    """The counts (``--episodes``, step budgets, ``--num-envs``, ``--seed``) and the saved agent
+    of ``--agent``."""
     from robustgrad import checks as _checks
-    from robustgrad.commands._bounds import MAX_ENV_STEPS, at_most, not_applicable
-    from robustgrad.commands._files import check_output_dir
-    from robustgrad.commands.evaluate import parse_eps
+    from robustgrad.commands._bounds import MAX_ENV_STEPS, at_most
 
     with user_errors(ValueError):
         _checks.positive_int(args.episodes, "--episodes")
@@ -134,39 +133,33 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"--agent {args.agent}: does not contain a saved agent (missing "
                              f"{name})")
     _check_not_a_factory(args.agent)
-    args.attack_names = None
-    if args.certify is not None:
-        with user_errors(ValueError):
-            _checks.choice(args.certify, "--certify", CERTIFY)
-        if args.stochastic:
-            raise UsageError("--stochastic: certified actions are the deterministic policy's")
-        with user_errors(ValueError):
-            norm = _checks.norm_name(args.norm, "--norm")
-        if norm != "linf":
-            raise UsageError(f"--certify certifies linf balls, not --norm {args.norm}")
-        if args.scale != "auto":
-            raise UsageError("--scale: --certify bounds the ball in the agent's own units "
-                             "(leave --scale auto)")
-        args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
-    steps_given = [f for f in APPLIES if getattr(args, f[2:].replace("-", "_")) is not None]
-    names = [] if args.attacks is None else \
-        list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
-    refusal = not_applicable(APPLIES, steps_given, names, "--attacks")
-    if refusal:
-        raise UsageError(refusal)
-    for field, default in DEFAULT_STEPS.items():
-        if getattr(args, field) is None:
-            setattr(args, field, default)
-    if args.attacks is None:
-        if args.certify is not None:
-            return
-        given = [flag for flag, on in (("--eps", args.eps is not None),
-                                       ("--norm", args.norm != "linf"),
-                                       ("--scale", args.scale != "auto")) if on]
-        if given:
-            raise UsageError(f"{given[0]}: only with --attacks (a clean evaluation has no "
-                             "budget); name the attacks, e.g. --attacks action,mad")
-        return
+
+
+def _check_certify(args: argparse.Namespace) -> None:
+    """``--certify`` and the flags it constrains (``eps_values`` filled)."""
+    from robustgrad import checks as _checks
+    from robustgrad.commands.evaluate import parse_eps
+
+    with user_errors(ValueError):
+        _checks.choice(args.certify, "--certify", CERTIFY)
+    if args.stochastic:
+        raise UsageError("--stochastic: certified actions are the deterministic policy's")
+    with user_errors(ValueError):
+        norm = _checks.norm_name(args.norm, "--norm")
+    if norm != "linf":
+        raise UsageError(f"--certify certifies linf balls, not --norm {args.norm}")
+    if args.scale != "auto":
+        raise UsageError("--scale: --certify bounds the ball in the agent's own units "
+                         "(leave --scale auto)")
+    args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
+
+
+def _check_attacks(args: argparse.Namespace, names: list[str]) -> None:
+    """``--attacks`` (``attack_names``, ``eps_values`` and ``--norm`` filled) and ``--out``."""
+    from robustgrad import checks as _checks
+    from robustgrad.commands._files import check_output_dir
+    from robustgrad.commands.evaluate import parse_eps
+
     if not names:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
     with user_errors(ValueError):
@@ -184,6 +177,34 @@ def validate(args: argparse.Namespace) -> None:
     args.attack_names = names
     args.eps_values = parse_eps(DEFAULT_EPS if args.eps is None else args.eps)
     check_output_dir(args.out, "--out", overwrite=args.overwrite)
+
+
+def validate(args: argparse.Namespace) -> None:
+    """The checks that need no TensorFlow (before it loads)."""
+    from robustgrad.commands._bounds import not_applicable
+
+    _check_numbers_and_agent(args)
+    args.attack_names = None
+    if args.certify is not None:
+        _check_certify(args)
+    steps_given = [f for f in APPLIES if getattr(args, f[2:].replace("-", "_")) is not None]
+    names = [] if args.attacks is None else \
+        list(dict.fromkeys(a.strip() for a in args.attacks.split(",") if a.strip()))
+    refusal = not_applicable(APPLIES, steps_given, names, "--attacks")
+    if refusal:
+        raise UsageError(refusal)
+    for field, default in DEFAULT_STEPS.items():
+        if getattr(args, field) is None:
+            setattr(args, field, default)
+    if args.attacks is not None:
+        _check_attacks(args, names)
+    elif args.certify is None:
+        given = [flag for flag, on in (("--eps", args.eps is not None),
+                                       ("--norm", args.norm != "linf"),
+                                       ("--scale", args.scale != "auto")) if on]
+        if given:
+            raise UsageError(f"{given[0]}: only with --attacks (a clean evaluation has no "
+                             "budget); name the attacks, e.g. --attacks action,mad")
 
 
 def _clean(agent, args) -> int:

@@ -130,6 +130,36 @@ def _analyse(name, path, model, x, y, args, lo, hi):
     return rec, arrays
 
 
+def _saliency_figure(out, results, y, num_classes, image_shape) -> str:
+    """Mean |saliency| (and |SmoothGrad|) per class, one row per model: image inputs."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = []
+    for n in results:
+        rows.append((f"{n}: |saliency|", results[n][1]["saliency"]))
+        if results[n][1]["smoothgrad"] is not None:
+            rows.append((f"{n}: |SmoothGrad|", results[n][1]["smoothgrad"]))
+    fig, axes = plt.subplots(len(rows), num_classes, figsize=(1.3 * num_classes,
+                                                              1.5 * len(rows)),
+                             squeeze=False)
+    for r, (label, arr) in enumerate(rows):
+        a = np.abs(arr).reshape((len(arr),) + image_shape).mean(-1)
+        for c in range(num_classes):
+            ax = axes[r, c]
+            sel = a[y == c]
+            ax.imshow(sel.mean(0) if len(sel) else np.zeros(image_shape[:2]), cmap="hot")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(f"class {c}", fontsize=8)
+        axes[r, 0].set_ylabel(label, fontsize=7)
+    fig.tight_layout()
+    p = os.path.join(out, "saliency_per_class.png")
+    save_figure(fig, p, dpi=90)
+    return p
+
+
 def _figures(out, results, y, num_classes, image_shape):
     import matplotlib
 
@@ -137,33 +167,10 @@ def _figures(out, results, y, num_classes, image_shape):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    files = []
     names = list(results)
-    # saliency per class (image inputs)
-    if image_shape is not None:
-        rows = []
-        for n in names:
-            rows.append((f"{n}: |saliency|", results[n][1]["saliency"]))
-            if results[n][1]["smoothgrad"] is not None:
-                rows.append((f"{n}: |SmoothGrad|", results[n][1]["smoothgrad"]))
-        fig, axes = plt.subplots(len(rows), num_classes, figsize=(1.3 * num_classes,
-                                                                  1.5 * len(rows)),
-                                 squeeze=False)
-        for r, (label, arr) in enumerate(rows):
-            a = np.abs(arr).reshape((len(arr),) + image_shape).mean(-1)
-            for c in range(num_classes):
-                ax = axes[r, c]
-                sel = a[y == c]
-                ax.imshow(sel.mean(0) if len(sel) else np.zeros(image_shape[:2]), cmap="hot")
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if r == 0:
-                    ax.set_title(f"class {c}", fontsize=8)
-            axes[r, 0].set_ylabel(label, fontsize=7)
-        fig.tight_layout()
-        p = os.path.join(out, "saliency_per_class.png")
-        save_figure(fig, p, dpi=90)
-        files.append(p)
+    files = []
+    if image_shape is not None:  # saliency per class
+        files.append(_saliency_figure(out, results, y, num_classes, image_shape))
     # distributions
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for key, ax, title in (("spectral", axes[0], "Jacobian spectral norm per example"),

@@ -47,6 +47,13 @@ _AGENT_FILES = ("config.json", "agent.json", "weights", "normalization.npz", "ch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``train-agent``: what to train, how the run goes, robust training."""
+    _training_arguments(p)
+    _running_arguments(p)
+    _robust_arguments(p)
+
+
+def _training_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algo", default="ppo", choices=ALGOS, help="algorithm (default ppo)")
     p.add_argument("--env", default="CartPole-v1", help="gymnasium id (default CartPole-v1)")
     p.add_argument("--steps", type=int, default=100_000,
@@ -75,6 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "agents/presets.json); 'none': plain config defaults")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config field, VALUE parsed as JSON when possible (repeatable)")
+
+
+def _running_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None,
                    help="checkpoint period in steps (default: a tenth of --steps)")
     p.add_argument("--eval-episodes", type=int, default=20,
@@ -99,6 +109,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Ray cluster for --rollout-workers (default: a local Ray instance)")
     p.add_argument("--num-cpus", type=int, default=None,
                    help="CPUs of the local Ray instance (default: --rollout-workers)")
+
+
+def _robust_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robust", default=None, choices=("sa", "adv", "atla", "atla-sa"),
                    help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser), adv "
                         "(train on attacked observations), atla (ppo, a2c: alternate with a "
@@ -247,110 +260,127 @@ def plot_learning_curve(history, path, title):
     save_figure(fig, path)
 
 
-def run(args: argparse.Namespace) -> int:
+def _flag_overrides(args: argparse.Namespace) -> dict:
+    """The config fields the flags set (``--set`` and the named flags), checked."""
+    overrides = _parse_sets(args.set)
+    if args.steps is None or args.steps <= 0:
+        raise ConfigError(f"--steps: must be positive, got {args.steps}")
+    if args.num_envs is not None:
+        overrides["num_envs"] = args.num_envs
+    if args.lr is not None:
+        overrides["learning_rate"] = args.lr
+    for flag in ("async_envs", "normalize_obs", "normalize_reward"):
+        if getattr(args, flag):
+            overrides[flag] = True
+    if args.backend is not None:
+        overrides["backend"] = args.backend
+    if args.eval_every is not None and args.eval_every <= 0:
+        raise ConfigError(f"--eval-every: must be positive, got {args.eval_every}")
+    if args.keep_best and args.eval_every is None:
+        raise ConfigError("--keep-best: needs --eval-every STEPS")
+    overrides.update(_robust_overrides(args))
+    return overrides
+
+
+def _preset(args: argparse.Namespace):
+    """``--preset``: ``AUTO`` (default), ``None`` (``none``) or a preset's name (checked; a
+    warning when it was tuned for another environment)."""
+    from agents.core import config
+
+    preset = config.AUTO if args.preset is None else args.preset
+    if isinstance(preset, str) and preset.lower() == "none":
+        return None
+    if preset not in (None, config.AUTO):
+        try:
+            config.get_preset(preset, args.algo)
+        except ValueError as exc:
+            raise ConfigError(f"--{exc}") from None
+        tuned_for = preset.split("-", 1)[1]
+        if tuned_for != args.env:
+            print(f"robustgrad train-agent: warning: --preset {preset} was tuned for "
+                  f"{tuned_for}, not {args.env}", file=sys.stderr)
+    return preset
+
+
+def _resumed_agent(args: argparse.Namespace, ckpt: str, overrides: dict, distributed: dict):
+    """The checkpoint's agent with the changes ``--override`` lets through (the one resume
+    rule); returns ``(agent, changed, record of every override so far)``."""
     import agents
-    from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
+    from robustgrad.commands import _resume
 
-    out = args.out or os.path.join("runs", args.algo)
+    fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
+                                                              "checkpoint_every")}
+    changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env, "seed": args.seed},
+                                         override=args.override, steps=args.steps)
+    record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
+    overrides.update({k: new for k, (_, new) in changed.items()})
+    if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
+        raise ConfigError(f"--override: the checkpoint in {ckpt} already holds the "
+                          f"{args.steps} steps of --steps; nothing is left to train with "
+                          "the new settings (raise --steps)")
+    agent = agents.load(ckpt, **distributed, **overrides)
+    if agent.algo != args.algo:
+        raise ConfigError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not {args.algo}")
+    return agent, record
+
+
+def _new_agent(args: argparse.Namespace, out: str, ckpt: str, preset, overrides: dict,
+               distributed: dict):
+    """A new agent in ``out`` (refusing to replace one without ``--overwrite``)."""
+    import agents
+
+    if args.override is not None:
+        raise ConfigError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
+                          if args.resume else "--override: only with --resume")
+    if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
+        if args.resume:
+            raise ConfigError(f"--resume: {out} holds a finished agent but no checkpoint "
+                              f"to resume from ({ckpt} is missing); agents.load({out!r}) "
+                              "loads it, --overwrite trains anew")
+        raise ConfigError(f"--out: {out} already holds an agent; pass --overwrite or --resume")
+    if args.overwrite:
+        remove_outputs(out, _AGENT_FILES)
+    cls = agents.algorithm(args.algo, "--algo")
+    return cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
+
+
+def _agent(args: argparse.Namespace, out: str, overrides: dict, preset):
+    """The agent to train (resumed from ``out/checkpoint`` or new), whether it was resumed and
+    the record of the overrides of every resume."""
     ckpt = os.path.join(out, "checkpoint")
-    try:
-        overrides = _parse_sets(args.set)
-        if args.steps is None or args.steps <= 0:
-            raise ConfigError(f"--steps: must be positive, got {args.steps}")
-        if args.num_envs is not None:
-            overrides["num_envs"] = args.num_envs
-        if args.lr is not None:
-            overrides["learning_rate"] = args.lr
-        if args.async_envs:
-            overrides["async_envs"] = True
-        if args.normalize_obs:
-            overrides["normalize_obs"] = True
-        if args.normalize_reward:
-            overrides["normalize_reward"] = True
-        if args.backend is not None:
-            overrides["backend"] = args.backend
-        if args.eval_every is not None and args.eval_every <= 0:
-            raise ConfigError(f"--eval-every: must be positive, got {args.eval_every}")
-        if args.keep_best and args.eval_every is None:
-            raise ConfigError("--keep-best: needs --eval-every STEPS")
-        overrides.update(_robust_overrides(args))
-        preset = agents.core.config.AUTO if args.preset is None else args.preset
-        if isinstance(preset, str) and preset.lower() == "none":
-            preset = None
-        if preset not in (None, agents.core.config.AUTO):
-            try:
-                agents.core.config.get_preset(preset, args.algo)
-            except ValueError as exc:
-                raise ConfigError(f"--{exc}") from None
-            tuned_for = preset.split("-", 1)[1]
-            if tuned_for != args.env:
-                print(f"robustgrad train-agent: warning: --preset {preset} was tuned for "
-                      f"{tuned_for}, not {args.env}", file=sys.stderr)
-        if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
-            from robustgrad.commands._train_seeds import run_seeds
-            return run_seeds(args, args.seed_list, overrides, preset)
-        every = args.checkpoint_every if args.checkpoint_every is not None else max(
-            args.steps // 10, 1)
-        overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
-        if args.resume:  # a crash inside a save: the new checkpoint or the old one, said
-            from agents.core.persistence import recover_checkpoint
+    every = args.checkpoint_every if args.checkpoint_every is not None else max(
+        args.steps // 10, 1)
+    overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
+    if args.resume:  # a crash inside a save: the new checkpoint or the old one, said
+        from agents.core.persistence import recover_checkpoint
 
-            recovered = recover_checkpoint(ckpt)
-            if recovered:
-                print(f"--resume: {ckpt}: {recovered}")
-        resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
-        changed, record = {}, []
-        distributed = {"rollout_workers": args.rollout_workers, "ray_address": args.ray_address,
-                       "num_cpus": args.num_cpus}
-        if resumed:  # the same configuration, or the keys named by --override
-            from robustgrad.commands import _resume
+        recovered = recover_checkpoint(ckpt)
+        if recovered:
+            print(f"--resume: {ckpt}: {recovered}")
+    resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
+    distributed = {"rollout_workers": args.rollout_workers, "ray_address": args.ray_address,
+                   "num_cpus": args.num_cpus}
+    if resumed:  # the same configuration, or the keys named by --override
+        agent, record = _resumed_agent(args, ckpt, overrides, distributed)
+        return agent, True, record
+    return _new_agent(args, out, ckpt, preset, overrides, distributed), False, []
 
-            fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
-                                                                      "checkpoint_every")}
-            changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env,
-                                                        "seed": args.seed},
-                                                 override=args.override, steps=args.steps)
-            record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
-            overrides.update({k: new for k, (_, new) in changed.items()})
-            if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
-                raise ConfigError(f"--override: the checkpoint in {ckpt} already holds the "
-                                 f"{args.steps} steps of --steps; nothing is left to train with "
-                                 "the new settings (raise --steps)")
-            agent = agents.load(ckpt, **distributed, **overrides)
-            if agent.algo != args.algo:
-                raise ConfigError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not "
-                                 f"{args.algo}")
-        else:
-            if args.override is not None:
-                raise ConfigError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
-                                 if args.resume else "--override: only with --resume")
-            if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
-                if args.resume:
-                    raise ConfigError(f"--resume: {out} holds a finished agent but no checkpoint "
-                                     f"to resume from ({ckpt} is missing); agents.load({out!r}) "
-                                     "loads it, --overwrite trains anew")
-                raise ConfigError(f"--out: {out} already holds an agent; pass --overwrite or "
-                                 "--resume")
-            if args.overwrite:
-                remove_outputs(out, _AGENT_FILES)
-            cls = agents.algorithm(args.algo, "--algo")
-            agent = cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
-        learn_options = {}
-        if agent.config.preset is not None:
-            learn_options = agents.core.config.get_preset(agent.config.preset).get("learn", {})
-        eval_every = args.eval_every or learn_options.get("eval_every")
-        keep_best = args.keep_best or (args.eval_every is None
-                                       and bool(learn_options.get("keep_best")))
-    except (ImportError, ConnectionError, TimeoutError) as exc:  # Ray missing or unreachable
-        from robustgrad.cli import UsageError
 
-        raise UsageError(" ".join(str(exc).split())) from None
-    # a ConfigError (the user's mistake, the library's checks among them) prints as one line;
-    # any other ValueError or TypeError is a bug and keeps its traceback
+def _evaluation_plan(args: argparse.Namespace, agent) -> tuple:
+    """``(eval_every, keep_best)``: the flags', else the preset's ``learn`` options."""
+    from agents.core.config import get_preset
 
-    done = int(agent.num_timesteps.numpy())
-    remaining = args.steps - done
-    os.makedirs(out, exist_ok=True)
+    learn_options = {}
+    if agent.config.preset is not None:
+        learn_options = get_preset(agent.config.preset).get("learn", {})
+    eval_every = args.eval_every or learn_options.get("eval_every")
+    keep_best = args.keep_best or (args.eval_every is None
+                                   and bool(learn_options.get("keep_best")))
+    return eval_every, keep_best
+
+
+def _announce(args: argparse.Namespace, agent, out: str, resumed: bool, done: int,
+              eval_every, keep_best) -> None:
     print(f"{'resuming' if resumed else 'training'} {agent.algo.upper()} on {args.env}: "
           f"{done} -> {args.steps} steps, {agent.config.num_envs} envs, seed {args.seed}, "
           f"output {out}")
@@ -360,41 +390,39 @@ def run(args: argparse.Namespace) -> int:
         print(f"preset {agent.config.preset} (agents/presets.json; every value in "
               f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
               f"{extra}")
-    from robustgrad.commands._resume import read_agent_record, write_agent_record
-    from robustgrad.interrupts import TrainingInterrupted
 
-    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
-    resumed_at = resumed_at + ([done] if resumed else [])
-    started = time.perf_counter()
-    status = 0
-    if remaining > 0:
-        try:
-            callbacks: list[Callback] = []
-            if eval_every is not None:
-                best_dir = os.path.join(out, "best")
-                evaluator = EvalCallback(eval_every, keep_best=keep_best,
-                                         best_dir=best_dir, verbose=not args.no_progress)
-                if resumed and os.path.exists(os.path.join(best_dir, "best.json")):
-                    evaluator.load_best(best_dir)
-                callbacks.append(evaluator)
-            callbacks.append(TensorBoardCallback(os.path.join(out, "logs")))
-            agent.learn(remaining, callbacks=callbacks, progress_bar=not args.no_progress,
-                        schedule_start=done)
-            if keep_best and evaluator.restored:
-                print(f"kept the best-evaluated weights: step {evaluator.best_steps}, "
-                      f"return {evaluator.best_return:.1f} over {evaluator.n_episodes} episodes")
-        except agents.NonFiniteTrainingError as exc:
-            print(f"robustgrad train-agent: {exc}", file=sys.stderr)
-            status = 1
-        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
-            write_agent_record(ckpt, record, agent.history,
-                               prior_seconds + time.perf_counter() - started, resumed_at)
-            write_agent_record(out, [], agent.history,
-                               prior_seconds + time.perf_counter() - started, resumed_at)
-            raise
-    train_seconds = prior_seconds + time.perf_counter() - started
-    agent.save(out)
-    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
+
+def _learn(args: argparse.Namespace, agent, out: str, resumed: bool, done: int,
+           eval_every, keep_best) -> int:
+    """Train the remaining steps with evaluation (``--eval-every``) and TensorBoard logs;
+    returns the exit status (1 when training went non-finite)."""
+    import agents
+    from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
+
+    callbacks: list[Callback] = []
+    evaluator = None
+    if eval_every is not None:
+        best_dir = os.path.join(out, "best")
+        evaluator = EvalCallback(eval_every, keep_best=keep_best, best_dir=best_dir,
+                                 verbose=not args.no_progress)
+        if resumed and os.path.exists(os.path.join(best_dir, "best.json")):
+            evaluator.load_best(best_dir)
+        callbacks.append(evaluator)
+    callbacks.append(TensorBoardCallback(os.path.join(out, "logs")))
+    try:
+        agent.learn(args.steps - done, callbacks=callbacks, progress_bar=not args.no_progress,
+                    schedule_start=done)
+    except agents.NonFiniteTrainingError as exc:
+        print(f"robustgrad train-agent: {exc}", file=sys.stderr)
+        return 1
+    if keep_best and evaluator is not None and evaluator.restored:
+        print(f"kept the best-evaluated weights: step {evaluator.best_steps}, "
+              f"return {evaluator.best_return:.1f} over {evaluator.n_episodes} episodes")
+    return 0
+
+
+def _report(args: argparse.Namespace, agent, out: str, status: int) -> None:
+    """The learning curve and, after a clean run, the agent's evaluation."""
     plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
                         f"{agent.algo.upper()} {args.env} (seed {args.seed})")
     if args.eval_episodes > 0 and status == 0:
@@ -405,4 +433,47 @@ def run(args: argparse.Namespace) -> int:
               f"{result['mean_return']:.1f} +/- {result['std_return']:.1f}")
     print(f"saved to {out} (agents.load({out!r})); TensorBoard logs in "
           f"{os.path.join(out, 'logs')}; curve in {os.path.join(out, 'learning_curve.png')}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build or resume the agent as the flags say, train it, save it and report; ``--seeds``
+    goes to :func:`robustgrad.commands._train_seeds.run_seeds`."""
+    out = args.out or os.path.join("runs", args.algo)
+    try:
+        overrides = _flag_overrides(args)
+        preset = _preset(args)
+        if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
+            from robustgrad.commands._train_seeds import run_seeds
+            return run_seeds(args, args.seed_list, overrides, preset)
+        agent, resumed, record = _agent(args, out, overrides, preset)
+        eval_every, keep_best = _evaluation_plan(args, agent)
+    except (ImportError, ConnectionError, TimeoutError) as exc:  # Ray missing or unreachable
+        from robustgrad.cli import UsageError
+
+        raise UsageError(" ".join(str(exc).split())) from None
+    # a ConfigError (the user's mistake, the library's checks among them) prints as one line;
+    # any other ValueError or TypeError is a bug and keeps its traceback
+    from robustgrad.commands._resume import read_agent_record, write_agent_record
+    from robustgrad.interrupts import TrainingInterrupted
+
+    done = int(agent.num_timesteps.numpy())
+    os.makedirs(out, exist_ok=True)
+    _announce(args, agent, out, resumed, done, eval_every, keep_best)
+    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
+    resumed_at = resumed_at + ([done] if resumed else [])
+    started = time.perf_counter()
+    status = 0
+    if args.steps - done > 0:
+        try:
+            status = _learn(args, agent, out, resumed, done, eval_every, keep_best)
+        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
+            seconds = prior_seconds + time.perf_counter() - started
+            write_agent_record(os.path.join(out, "checkpoint"), record, agent.history, seconds,
+                               resumed_at)
+            write_agent_record(out, [], agent.history, seconds, resumed_at)
+            raise
+    train_seconds = prior_seconds + time.perf_counter() - started
+    agent.save(out)
+    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
+    _report(args, agent, out, status)
     return status
