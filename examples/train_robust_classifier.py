@@ -16,6 +16,7 @@ QUICK = "--quick" in sys.argv                   # the tests' tiny budget
 
 (x_train, y_train), (x_test, y_test) = load_digits()          # [N, 8, 8, 1] in [0, 1], int64
 keras.utils.set_random_seed(0)                                  # weights and shuffling
+# under train_classifier: the trainer is a keras.Model (fit, callbacks, tf.distribute, .keras)
 classifier = attacks.make_classifier((8, 8, 1), 10, width=32)    # a small CNN, logits out
 trainer = attacks.AdversarialTrainer(classifier, method="fast", eps=0.1, seed=0)
 trainer.compile(optimizer=keras.optimizers.Adam(3e-3))

@@ -4,6 +4,7 @@ Each example is what a guide and the README show (the README's code lines are ch
 these files in tests/docs_tests/test_docs.py). The full budgets are for people; the tests use ``--quick``.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -62,3 +63,16 @@ def test_attack_agent(tmp_path):
     worst = number(r"at eps 0.2: ([0-9.]+)", out)
     assert worst < clean   # the strongest of three attacks at eps 0.2 lowers the return
     assert (tmp_path / "runs/attack_agent/report.json").is_file()
+
+
+def test_resumable_classifier_run(tmp_path):
+    """The README's whole run; run again, the finished run resumes with nothing left to train."""
+    out = run_example("resumable_classifier_run.py", tmp_path)
+    assert "lr 0.001 (default), epochs 1" in out   # unset: the method's default, said
+    clean = number(r"clean accuracy ([0-9.]+)", out)
+    robust = number(r"PGD-20 accuracy at L-inf eps 0.1: ([0-9.]+)", out)
+    assert clean > 0.3 and 0.0 <= robust <= clean
+    again = run_example("resumable_classifier_run.py", tmp_path)
+    assert number(r"clean accuracy ([0-9.]+)", again) == clean   # the same weights
+    history = json.loads((tmp_path / "runs/madry_digits/history.json").read_text())
+    assert history["resumed_at"] == [{"epoch": 1, "batch": 0}]
