@@ -15,7 +15,8 @@ from robustgrad.rundir import RunDirectory
 QUICK = "--quick" in sys.argv                   # the tests' tiny budget
 
 config = ClassifierConfig(method="madry", eps=0.1, epochs=1 if QUICK else 10,
-                          eval_attacks="pgd20", eval_limit=200)   # unset: method defaults, recipe
+                          limit=512 if QUICK else None,     # unset: method defaults, recipe
+                          eval_attacks="pgd20", eval_limit=200)
 run = RunDirectory("runs/madry_digits")         # lock, config.json, checkpoints/, history.json
 result = train_classifier(config, run, resume=run.has_config(), verbose=0 if QUICK else 1)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 from robustgrad import checks
 from robustgrad.errors import ConfigError
@@ -35,7 +36,8 @@ from robustgrad.errors import ConfigError
 from .recipes import SETTING_KEYS, ResolvedSettings
 from .run_settings import SavedRun, resolve_run_settings
 
-__all__ = ["CERTIFIED", "METHODS", "RESUME_FREE", "SETTING_FIELDS", "ClassifierConfig"]
+__all__ = ["CERTIFIED", "METHODS", "RESUME_FREE", "SETTING_FIELDS", "ClassifierConfig",
+           "ResolvedConfig"]
 
 METHODS = ("madry", "trades", "fast", "free", "mart", "awp", "ibp", "crown-ibp", "clean",
            "gaussian", "smoothadv")
@@ -197,7 +199,7 @@ class ClassifierConfig:
         checks.number(self.eps, "eps", minimum=0, min_inclusive=False, allow_none=True)
         checks.positive_int(self.epochs, "epochs", allow_none=True)
         checks.positive_int(self.batch_size, "batch_size", allow_none=True)
-        checks.positive_int(self.steps, "steps", allow_none=True)
+        checks.positive_int(self.steps, "steps", minimum=0, allow_none=True)  # 0: no attack
         checks.number(self.lr, "lr", minimum=0, min_inclusive=False, allow_none=True)
         checks.positive_int(self.val_size, "val_size", minimum=0)
         checks.positive_int(self.val_steps, "val_steps", minimum=0)
@@ -278,3 +280,83 @@ class ClassifierConfig:
         values = {k: s.values[k] for k in SETTING_KEYS}
         values["boundaries"] = tuple(values["boundaries"] or ())
         return dataclasses.replace(self, **values, resolved=s.as_record())
+
+    def resolved_view(self) -> ResolvedConfig:
+        """This config as a :class:`ResolvedConfig` (every setting set), for code that needs
+        the values; ``ConfigError`` naming the settings still unset (call :meth:`resolve`)."""
+        unset = [k for k in (*SETTING_KEYS, "norm", "width")
+                 if getattr(self, k) is None and k not in ("steps", "step_size")]
+        if unset or self.resolved is None:
+            raise ConfigError(f"the config is not resolved ({', '.join(unset) or 'resolved'} "
+                              "unset): call resolve() first")
+        return cast(ResolvedConfig, self)
+
+
+class ResolvedConfig(Protocol):
+    """What a :meth:`ClassifierConfig.resolve`\\ d config guarantees to the type checker: the
+    settings are set (``steps`` and ``step_size`` may stay ``None``: the trainer's defaults).
+    :meth:`ClassifierConfig.resolved_view` checks it and returns the config as one."""
+
+    data: str
+    no_download: bool
+    limit: int | None
+    arch: str | None
+    width: int
+    init_from: str | None
+    freeze: str | None
+    augment: bool
+    method: str
+    recipe: str | None
+    eps: float
+    norm: str
+    sigma: float
+    noise_draws: int
+    steps: int | None
+    step_size: float | None
+    beta: float
+    awp_gamma: float
+    adv_ratio: float
+    warmup_epochs: float
+    warmup_delay_epochs: float
+    kappa_final: float
+    beta_final: float
+    no_random_start: bool
+    craft_training: bool
+    no_guard: bool
+    epochs: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    schedule: str
+    momentum: float
+    weight_decay: float
+    label_smoothing: float
+    ema: float
+    early_stop: bool
+    warmup: float
+    boundaries: tuple[float, ...]
+    max_grad_norm: float
+    grad_accum: int
+    mixed_precision: bool
+    seed: int
+    no_deterministic: bool
+    strategy: str
+    logical_cpus: int
+    val_size: int
+    val_steps: int
+    eval_attacks: str
+    eval_eps: str | None
+    eval_limit: int | None
+    no_eval: bool
+    resolved: dict | None
+
+    @property
+    def certified(self) -> bool:
+        """Whether the method bounds the model."""
+
+    @property
+    def architecture(self) -> str | None:
+        """The architecture a new model gets."""
+
+    def settings(self) -> ResolvedSettings:
+        """Where each setting came from."""

@@ -52,7 +52,7 @@ from .callbacks import (
     ScalarLogger,
     WeightAveraging,
 )
-from .config import RESUME_FREE, SETTING_FIELDS, ClassifierConfig
+from .config import RESUME_FREE, SETTING_FIELDS, ClassifierConfig, ResolvedConfig
 from .data import epoch_dataset, steps_per_epoch
 from .distributed import multi_worker_strategy
 from .history import prior_history, write_history
@@ -85,7 +85,7 @@ def user_errors(*types: type[BaseException], prefix: str = "") -> Iterator[None]
         if getattr(exc, "_said", False):
             raise
         error = ConfigError(f"{prefix}{exc}")
-        error._said = True  # type: ignore[attr-defined]
+        error._said = True
         raise error from exc
 
 
@@ -177,7 +177,7 @@ def mixed_precision_copy(model: Any) -> Any:
     return new
 
 
-def final_report(config: ClassifierConfig, clf: Any, x_te: Any, y_te: Any, data: Any,
+def final_report(config: ResolvedConfig, clf: Any, x_te: Any, y_te: Any, data: Any,
                  run: RunDirectory, *, verbose: int = 1, progress: bool = True) -> dict:
     """The robustness report of ``config.eval_attacks`` at ``config.eval_eps`` (default
     ``config.eps``) through :func:`attacks.evaluate` (worst case over the ensemble); prints its
@@ -205,9 +205,10 @@ def final_report(config: ClassifierConfig, clf: Any, x_te: Any, y_te: Any, data:
     return rep.to_dict()
 
 
-def settings_line(config: ClassifierConfig) -> str:
-    """One line: the recipe (or none) and the main settings, each not set by the user followed by
-    where it came from (a :meth:`ClassifierConfig.resolve`\\ d config)."""
+def settings_line(config: ClassifierConfig | ResolvedConfig) -> str:
+    """One line: the recipe (or none) and the main settings of a resolved ``config``
+    (:meth:`ClassifierConfig.resolve`), each not set by the user followed by where it came
+    from."""
     settings = config.settings()
     v, o = settings.values, settings.origin
     shown: tuple[str, ...] = ("eps", "epochs", "batch_size", "optimizer", "lr", "schedule",
@@ -238,7 +239,7 @@ class _Split:
     y_te: Any
 
 
-def _split(config: ClassifierConfig, data: Any) -> _Split:
+def _split(config: ResolvedConfig, data: Any) -> _Split:
     """Training examples (``limit``), the validation split (held out of training for robust
     early stopping, the first test examples otherwise) and the test set; checks ``eps``
     against the input range."""
@@ -267,7 +268,7 @@ def _load_model(path: str) -> Any:
         return keras.models.load_model(path, compile=False)
 
 
-def _initial_model(config: ClassifierConfig, split: _Split, model: Any) -> Any:
+def _initial_model(config: ResolvedConfig, split: _Split, model: Any) -> Any:
     """The classifier to start from (``model``: a Keras model, or a function loading
     ``config.init_from``), checked; None when the run builds a new one."""
     if model is None or not hasattr(model, "trainable_variables"):  # not a model: a loader
@@ -279,7 +280,7 @@ def _initial_model(config: ClassifierConfig, split: _Split, model: Any) -> Any:
     return mixed_precision_copy(model) if config.mixed_precision else model
 
 
-def _make_trainer(config: ClassifierConfig, clf: Any, data: Any, spe: int) -> Any:
+def _make_trainer(config: ResolvedConfig, clf: Any, data: Any, spe: int) -> Any:
     """The :class:`~attacks.training.AdversarialTrainer` of the config around ``clf``."""
     with user_errors(ValueError, prefix=f"--method {config.method}: "):
         return AdversarialTrainer(
@@ -297,7 +298,7 @@ def _make_trainer(config: ClassifierConfig, clf: Any, data: Any, spe: int) -> An
             noise_draws=config.noise_draws)
 
 
-def _make_optimizer(config: ClassifierConfig, spe: int) -> Any:
+def _make_optimizer(config: ResolvedConfig, spe: int) -> Any:
     """The optimizer and learning-rate schedule of the config. Keras evaluates a schedule at the
     optimizer's raw iteration count, which counts every micro-batch under gradient
     accumulation: the schedule spans every train step."""
@@ -308,14 +309,15 @@ def _make_optimizer(config: ClassifierConfig, spe: int) -> Any:
         schedule = learning_rate_schedule(config.schedule, config.lr, max(1, updates),
                                           warmup=config.warmup,
                                           boundaries=list(config.boundaries or ()))
-    opt_kw = {"gradient_accumulation_steps": config.grad_accum} if config.grad_accum > 1 else {}
+    opt_kw: dict[str, Any] = ({"gradient_accumulation_steps": config.grad_accum}
+                              if config.grad_accum > 1 else {})
     optimizer = make_optimizer(config.optimizer, schedule, momentum=config.momentum, **opt_kw)
     if config.mixed_precision:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
 
 
-def _build(config: ClassifierConfig, split: _Split, base: Any, spe: int) -> tuple:
+def _build(config: ResolvedConfig, split: _Split, base: Any, spe: int) -> tuple:
     """The classifier (new, or ``base``), its frozen layers and the compiled, built trainer
     (inside the strategy's scope, by the caller)."""
     if base is None:
@@ -339,7 +341,7 @@ def _build(config: ClassifierConfig, split: _Split, base: Any, spe: int) -> tupl
 class _Loop:
     """The state of a run's training loop: what it trains, where it starts, its callbacks."""
 
-    config: ClassifierConfig
+    config: ResolvedConfig
     split: _Split
     trainer: Any
     spe: int
@@ -625,7 +627,8 @@ def _train_in(config: ClassifierConfig, run: RunDirectory, *, resume: bool, over
     data = _load_data(config)
     plan = plan_resume(config, run, resume=resume, override=override, record=record)
     record = {**record, **plan.config.to_record()}
-    config = plan.config.resolve(plan.saved)
+    resolved = plan.config.resolve(plan.saved)
+    config = resolved.resolved_view()
     split = _split(config, data)
     keras.utils.set_random_seed(config.seed)
     if config.mixed_precision:
@@ -637,7 +640,8 @@ def _train_in(config: ClassifierConfig, run: RunDirectory, *, resume: bool, over
                           f"({len(split.x_tr)})")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         clf, frozen, trainer = _build(config, split, base, spe)
-    config = _as_used(config, trainer)
+    resolved = _as_used(resolved, trainer)
+    config = resolved.resolved_view()
     _prepare(run, overwrite, export)
     loop = _Loop(config, split, trainer, spe, strategy, frozen)
     seconds = _run_loop(loop, run, plan, record, resume, verbose, progress)
@@ -647,7 +651,7 @@ def _train_in(config: ClassifierConfig, run: RunDirectory, *, resume: bool, over
         report = final_report(config, clf, split.x_te, split.y_te, data, run, verbose=verbose,
                               progress=progress)
         run.write_json("report.json", report)
-    return TrainedClassifier(clf, trainer, config, report, seconds)
+    return TrainedClassifier(clf, trainer, resolved, report, seconds)
 
 
 def _as_used(config: ClassifierConfig, trainer: Any) -> ClassifierConfig:
