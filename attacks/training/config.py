@@ -293,8 +293,8 @@ class ClassifierConfig:
 
 
 class ResolvedConfig(Protocol):
-    """What a :meth:`ClassifierConfig.resolve`\\ d config guarantees to the type checker: the
-    settings are set (``steps`` and ``step_size`` may stay ``None``: the trainer's defaults).
+    """What a resolved config (:meth:`ClassifierConfig.resolve`) guarantees to the type checker:
+    the settings are set (``steps`` and ``step_size`` may stay ``None``: the trainer's defaults).
     :meth:`ClassifierConfig.resolved_view` checks it and returns the config as one."""
 
     data: str

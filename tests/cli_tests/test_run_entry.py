@@ -111,6 +111,10 @@ def test_the_config_resolves_with_provenance_and_refuses_bad_values():
     with pytest.raises(ConfigError, match="--recipe: recipe 'rice2020-pgd-cifar10' is for "
                                           "method 'madry'"):
         ClassifierConfig(method="fast", recipe="rice2020-pgd-cifar10").resolve()
+    assert ClassifierConfig(method="clean", steps=0).steps == 0   # recorded by clean runs
+    with pytest.raises(ConfigError, match=r"not resolved \(eps, epochs"):
+        ClassifierConfig(method="madry").resolved_view()
+    assert ClassifierConfig(method="madry").resolve().resolved_view().epochs == 40
     # a resumed run keeps what it resolved (inherit), the given fields win
     saved = {"method": "fast", "eps": None, "resolved": {"values": {"eps": 0.2, "lr": 0.004}}}
     kept = ClassifierConfig(method="fast", lr=0.02).inherit(saved).resolve(saved)
