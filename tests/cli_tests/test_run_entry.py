@@ -112,7 +112,7 @@ def test_the_config_resolves_with_provenance_and_refuses_bad_values():
                                           "method 'madry'"):
         ClassifierConfig(method="fast", recipe="rice2020-pgd-cifar10").resolve()
     assert ClassifierConfig(method="clean", steps=0).steps == 0   # recorded by clean runs
-    with pytest.raises(ConfigError, match=r"not resolved \(eps, epochs"):
+    with pytest.raises(ConfigError, match=r"not resolved \(eps, beta, epochs"):
         ClassifierConfig(method="madry").resolved_view()
     assert ClassifierConfig(method="madry").resolve().resolved_view().epochs == 40
     # a resumed run keeps what it resolved (inherit), the given fields win
