@@ -322,6 +322,8 @@ def _build(config: ResolvedConfig, split: _Split, base: Any, spe: int) -> tuple:
     (inside the strategy's scope, by the caller)."""
     if base is None:
         arch = config.architecture
+        if arch is None:  # init_from names the model, which the caller loads
+            raise ConfigError("--init-from: the model to start from was not loaded")
         options = {"width": config.width} if arch in ("cnn", "preactresnet18") else {}
         with user_errors(ValueError, TypeError, prefix=f"--arch {arch}: "):
             base = make_model(arch, split.data.input_shape, split.data.num_classes, **options)
@@ -621,6 +623,8 @@ def train_classifier(config: ClassifierConfig, run: RunDirectory | str, *, resum
 def _train_in(config: ClassifierConfig, run: RunDirectory, *, resume: bool, overwrite: bool,
               override: str | None, export: str | None, model: Any, verbose: int,
               progress: bool, record: dict) -> TrainedClassifier:
+    """:func:`train_classifier` inside the directory's lock: devices, data, the resume plan,
+    the resolved settings, the model and trainer, the loop, the files and the report."""
     strategy = setup_devices(config)
     import keras
 
@@ -628,27 +632,27 @@ def _train_in(config: ClassifierConfig, run: RunDirectory, *, resume: bool, over
     plan = plan_resume(config, run, resume=resume, override=override, record=record)
     record = {**record, **plan.config.to_record()}
     resolved = plan.config.resolve(plan.saved)
-    config = resolved.resolved_view()
-    split = _split(config, data)
-    keras.utils.set_random_seed(config.seed)
-    if config.mixed_precision:
+    rc = resolved.resolved_view()
+    split = _split(rc, data)
+    keras.utils.set_random_seed(rc.seed)
+    if rc.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
-    base = _initial_model(config, split, model)
-    spe = steps_per_epoch(len(split.x_tr), config.batch_size, drop_remainder=strategy is not None)
+    base = _initial_model(rc, split, model)
+    spe = steps_per_epoch(len(split.x_tr), rc.batch_size, drop_remainder=strategy is not None)
     if spe < 1:
-        raise ConfigError(f"--batch-size {config.batch_size} is larger than the training set "
+        raise ConfigError(f"--batch-size {rc.batch_size} is larger than the training set "
                           f"({len(split.x_tr)})")
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        clf, frozen, trainer = _build(config, split, base, spe)
+        clf, frozen, trainer = _build(rc, split, base, spe)
     resolved = _as_used(resolved, trainer)
-    config = resolved.resolved_view()
+    rc = resolved.resolved_view()
     _prepare(run, overwrite, export)
-    loop = _Loop(config, split, trainer, spe, strategy, frozen)
+    loop = _Loop(rc, split, trainer, spe, strategy, frozen)
     seconds = _run_loop(loop, run, plan, record, resume, verbose, progress)
     _finish(loop, run, seconds, export, verbose)
     report = None
-    if not config.no_eval:
-        report = final_report(config, clf, split.x_te, split.y_te, data, run, verbose=verbose,
+    if not rc.no_eval:
+        report = final_report(rc, clf, split.x_te, split.y_te, data, run, verbose=verbose,
                               progress=progress)
         run.write_json("report.json", report)
     return TrainedClassifier(clf, trainer, resolved, report, seconds)
