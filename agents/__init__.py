@@ -23,11 +23,12 @@ from agents.core.config import (  # noqa: F401
     PPOConfig,
     REINFORCEConfig,
     RobustMethod,
+    WocaR,
 )
 from agents.core.policy import PolicySurface  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401
-from agents.robustness import atla, robust  # noqa: F401 - the robust training plug-ins (agents.core.plugin)
+from agents.robustness import atla, robust, wocar  # noqa: F401 - the robust training plug-ins (agents.core.plugin)
 from agents.robustness.adversary import LearnedAdversary, load_adversary, train_adversary  # noqa: F401
 from agents.robustness.attack_evaluation import ObservationAttackWrapper, evaluate_under_attack  # noqa: F401
 from agents.robustness.attack_report import AgentAttackReport  # noqa: F401
@@ -41,5 +42,5 @@ __all__ = [
     "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface", "REINFORCE",
     "REINFORCEConfig", "RobustMethod", "SA", "TensorBoardCallback", "VecEnv", "algorithm", "atla",
     "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env", "load", "load_adversary",
-    "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_many"
+    "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_many", "WocaR", "wocar"
 ]

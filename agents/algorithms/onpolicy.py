@@ -358,8 +358,10 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
         values = tf.stop_gradient(self._seed_major(values))
         returns = self._seed_major(returns)
-        stats = self._update(obs, actions, logp_old, self._seed_major(advantages), returns,
-                             values)
+        advantages = self.robustness.shape_advantages(  # WocaR: its worst-attack critic
+            {"obs": obs, "actions": actions, "rewards": self._seed_major(rewards),
+             "next_obs": fin, "terminated": self._seed_major(term)}, self._seed_major(advantages))
+        stats = self._update(obs, actions, logp_old, advantages, returns, values)
         var_y = tf.math.reduce_variance(returns, axis=-1)
         stats["explained_variance"] = tf.where(
             var_y > 0, 1.0 - tf.math.reduce_variance(returns - values, axis=-1) / var_y, np.nan)

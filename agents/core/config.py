@@ -148,8 +148,38 @@ class ATLA(RobustMethod):
         return "atla" if self.kappa is None else "atla-sa"
 
 
+@dataclass(frozen=True)
+class WocaR(RobustMethod):
+    """``robust="wocar"``: worst-case-aware robust training (WocaR-PPO, WocaR-A2C; Liang et al.,
+    NeurIPS 2022; :mod:`agents.robustness.wocar`). ``eps``: the ball's radius (> 0); ``weight``:
+    the worst-attack value's weight in the policy objective; ``bound``: the bound method of the
+    admissible actions (``"ibp"`` or ``"crown"``); ``kappa``, ``steps``, ``method``: the
+    importance-weighted smoothness term and its inner maximiser (``"pgd"``, ``"sgld"``);
+    ``warmup`` as :class:`SA`.
+
+    >>> PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
+    WocaR(eps=0.05, weight=0.5, bound=None, kappa=0.1, steps=10, method='pgd', warmup=0.75)
+    """
+
+    eps: float | None = None
+    weight: float | None = None
+    bound: str | None = None
+    kappa: float | None = None
+    steps: int | None = None
+    method: str | None = None
+    warmup: float | None = None
+    name: ClassVar[str] = "wocar"
+    _FIELDS: ClassVar[dict[str, str]] = {
+        "eps": "robust_eps", "weight": "wocar_weight", "bound": "wocar_bound",
+        "kappa": "robust_kappa", "steps": "robust_steps", "method": "robust_method",
+        "warmup": "robust_eps_warmup"}
+
+
+WOCAR_BOUNDS = ("ibp", "crown")
+"""Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
+
 ROBUST_METHODS: dict[str, type[RobustMethod]] = {"sa": SA, "adv": Adversarial, "atla": ATLA,
-                                                 "atla-sa": ATLA}
+                                                 "atla-sa": ATLA, "wocar": WocaR}
 """``robust`` name -> its typed config class."""
 
 
@@ -243,6 +273,15 @@ class AgentConfig:
     steps ``"action"`` kept a median of 386.5 under the strongest attack at eps 0.05 over 5
     seeds, vanilla PPO 38 (docs/benchmarks/robust-rl.md)."""
 
+    wocar_weight: float | None = None
+    """WocaR's weight of the worst-attack value in the policy objective (``robust="wocar"``;
+    :mod:`agents.robustness.wocar`): the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
+    standardised over the batch), ``w`` rising linearly to this value over
+    ``robust_eps_warmup`` of the budget. ``None``: :data:`agents.robustness.wocar.WEIGHT`."""
+    wocar_bound: str | None = None
+    """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
+    :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
+
     def __post_init__(self):
         check_env_id(self.env, "env")
         self.num_envs = positive_int(self.num_envs, "num_envs")
@@ -289,11 +328,30 @@ class AgentConfig:
             self.atla_start_radius = number(self.atla_start_radius, "atla_start_radius",
                                             minimum=self.robust_eps)
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
+        self._check_wocar()
+
+    def _check_wocar(self) -> None:
+        """WocaR's settings: only with ``robust="wocar"``, eps > 0, a search inner maximiser."""
+        for name in ("wocar_weight", "wocar_bound"):
+            if getattr(self, name) is not None and self.robust != "wocar":
+                raise ConfigError(f"{name}: a WocaR setting, only with robust='wocar' (WocaR "
+                                  f"combines with no other robust method), got robust="
+                                  f"{self.robust!r}")
+        if self.robust != "wocar":
+            return
+        number(self.robust_eps, "robust_eps", minimum=0, min_inclusive=False)
+        if self.wocar_weight is not None:
+            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0)
+        if self.wocar_bound is not None:
+            choice(self.wocar_bound, "wocar_bound", WOCAR_BOUNDS)
+        if self.robust_method not in ("pgd", "sgld"):
+            raise ConfigError(f"robust_method: WocaR weights the KL at a searched s_hat by the "
+                              f"state's importance; 'pgd' or 'sgld', got {self.robust_method!r}")
 
     @property
     def robust_spec(self) -> RobustMethod | None:
         """The robust training fields as one typed config (:class:`SA`, :class:`Adversarial`,
-        :class:`ATLA`), or ``None`` (``robust=None``, or a method without a typed config)."""
+        :class:`ATLA`, :class:`WocaR`), or ``None`` (``robust=None``, or a method without a typed config)."""
         cls = ROBUST_METHODS.get(self.robust) if isinstance(self.robust, str) else None
         if cls is None:  # robust=None, or a method registered without a typed config
             return None
@@ -553,9 +611,9 @@ class DQNConfig(AgentConfig):
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        if self.robust in ("atla", "atla-sa"):
-            raise ConfigError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
-                             f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
+        if self.robust in ("atla", "atla-sa", "wocar"):
+            raise ConfigError(f"robust: {self.robust!r} trains an actor-critic (PPO, A2C); DQN "
+                             f"supports 'sa' and 'adv', got {self.robust!r}")
         if self.robust is not None and self.robust_method not in ("pgd", "convex"):
             raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "

@@ -11,6 +11,9 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
   policy sees of ``obs``, and what is stored and learned from) and
   :meth:`RobustnessPlugin.learner_observations` (what a Q-learner's update sees of its replayed
   observations; the buffer keeps the clean ones);
+* **what the policy objective optimises**: :meth:`RobustnessPlugin.shape_advantages` (an on-policy
+  batch's advantages as the update uses them; a method that learns from the rollout, WocaR's
+  worst-attack critic, trains there);
 * **an extra loss term**: :meth:`RobustnessPlugin.regularizer_inputs` outside the gradient tape
   (the inner search; ``None``: no term), then :meth:`RobustnessPlugin.regularizer` inside it;
 * **a phase between iterations**: :meth:`RobustnessPlugin.before_iteration` (a schedule, a learned
@@ -21,7 +24,7 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
 it is. The methods live in the robustness wing, above the algorithms, and enter
 :data:`ROBUSTNESS` through :func:`register_robustness` when :mod:`agents` is imported
 (:mod:`agents.robustness.robust`: ``"sa"``, ``"adv"``; :mod:`agents.robustness.atla`: ``"atla"``,
-``"atla-sa"``). A new
+``"atla-sa"``; :mod:`agents.robustness.wocar`: ``"wocar"``). A new
 method is one module there: a subclass and its registry entry.
 
 >>> import agents
@@ -29,7 +32,7 @@ method is one module there: a subclass and its registry entry.
 >>> type(agent.robustness).__name__, agent.robustness.schedule is None
 ('RobustnessPlugin', True)
 >>> sorted(ROBUSTNESS)
-['adv', 'atla', 'atla-sa', 'sa']
+['adv', 'atla', 'atla-sa', 'sa', 'wocar']
 """
 
 from __future__ import annotations
@@ -67,6 +70,15 @@ class RobustnessPlugin:
     def learner_observations(self, obs: tf.Tensor) -> tf.Tensor:
         """What a Q-learner's update sees of a replayed minibatch ``obs [(S,) B, d]``."""
         return obs
+
+    # -- what the policy objective optimises -------------------------------------------------
+    def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
+        """The advantages ``[(S,) B]`` the on-policy update optimises, given the rollout's
+        transitions ``batch`` (``obs``, ``actions``, ``rewards`` (scaled when the agent scales
+        them), ``next_obs`` (the observation each transition led to), ``terminated``; each
+        ``[(S,) B, ...]``, ``B = n_steps * num_envs``) and its GAE ``advantages``; inside the
+        compiled iteration, once per rollout, before the update."""
+        return advantages
 
     # -- an extra loss term --------------------------------------------------------------------
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:

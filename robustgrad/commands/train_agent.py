@@ -112,7 +112,7 @@ def _running_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _robust_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--robust", default=None, choices=("sa", "adv", "atla", "atla-sa"),
+    p.add_argument("--robust", default=None, choices=("sa", "adv", "atla", "atla-sa", "wocar"),
                    help="robust training: sa (SA-PPO/SA-A2C/SA-DQN regulariser), adv "
                         "(train on attacked observations), atla (ppo, a2c: alternate with a "
                         "learned adversary) or atla-sa (atla plus the SA regulariser)")

@@ -1,0 +1,308 @@
+"""WocaR: worst-case-aware robust training without an attacker (``robust="wocar"``).
+
+Liang, Sun, Zheng, Huang, "Efficient Adversarial Training without Attacking: Worst-Case-Aware
+Robust Reinforcement Learning", NeurIPS 2022. Instead of training against an attack (SA's inner
+search on every update, ATLA's learned adversary), the agent learns what the *worst* attack
+within eps would cost it, and optimises for that too. Three pieces, all on the agent's own
+rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`):
+
+1. **The admissible actions** ``A_adv(s)`` an attacker can induce at ``s``: the actions that can
+   be greedy somewhere in the ball ``s ± eps · scale``. Action ``a`` is kept unless some
+   ``j`` provably beats it on the whole ball (``ub(z_a − z_j) < 0``), the logit differences
+   bounded by :mod:`robustgrad.bounds` over the policy network
+   (:func:`agents.robustness.certify.difference_upper_bounds`: each difference merged into the
+   last layer) -- :func:`admissible_actions`. A sound over-approximation: every action greedy at
+   some ``s_hat`` in the ball is in the set (the tests sample the ball), so the minimum below
+   can only be lower than the true worst attack's. The bound method is ``wocar_bound``:
+
+   * ``"ibp"`` (the default): interval propagation, one forward pass of a box per layer, about
+     two forward passes of the network per state; the ``A²`` difference rows cost one extra
+     ``[A², width]`` product at the last layer only. Looser: more actions are admitted.
+   * ``"crown"``: a backward pass of linear bounds through every layer for each of the ``A²``
+     specification rows (plus IBP for the intermediate layers' boxes): ``O(A² · Σ width_k ·
+     width_{k+1})`` per state, about ``A²`` times IBP's cost for a 2-layer MLP (``A = 2`` on
+     CartPole: ~4x), tighter sets.
+
+2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
+   ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
+   (:func:`worst_attack_target`; ``Q_w^-`` a Polyak-averaged target network; the target under
+   ``tf.stop_gradient``): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
+   on each rollout's transitions for :data:`Q_EPOCHS` epochs of :data:`Q_MINIBATCHES`
+   minibatches (squared error, Adam at :data:`Q_LR`, target rate :data:`TAU`; the paper's
+   PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo rollouts).
+
+3. **The worst-case-aware policy objective and the importance-weighted regulariser**: the update
+   optimises ``n(A) + w · n(Q_w^-(s, a))`` instead of the GAE advantages ``A`` (``n``:
+   standardised over the rollout; the surrogate is linear in the advantage, so PPO's clipped
+   surrogate of this sum is the paper's ``ratio · (A + w · Q_w)``), ``w`` rising linearly to
+   ``wocar_weight`` (:data:`WEIGHT`, the paper's MuJoCo ``q_weight``) over
+   ``robust_eps_warmup`` of the budget (the paper's ``linear`` schedule); plus
+   ``kappa · mean_s ω(s) · KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
+   (``robust_method`` ``"pgd"`` or ``"sgld"``, ``robust_steps`` steps, as SA) and ``ω(s)`` the
+   state's importance, the spread ``max_a Q_w(s, a) − min_a Q_w(s, a)`` of the worst-attack
+   values normalised to mean 1 over the batch (:func:`state_importance`): smoothness is asked
+   most where the choice of action matters most.
+
+eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness.robust.
+RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet): DQN
+(``WocaR-DQN``), continuous actions (the paper searches the worst action in the box of the
+Gaussian mean's bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``); each is refused
+with a :class:`robustgrad.errors.ConfigError` naming the argument. The critic is not part of the
+agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a fresh one.
+
+>>> import tensorflow as tf
+>>> q_next = tf.constant([[1.0, 3.0, 2.0]])
+>>> allowed = tf.constant([[False, True, True]])   # the attacker can induce actions 1 and 2
+>>> float(worst_attack_target(q_next, allowed, tf.constant([1.0]), tf.constant([False]), 0.5)[0])
+2.0
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorflow as tf
+
+from agents.core._step import make_adam_step
+from agents.core.networks import MLP
+from agents.core.plugin import register_robustness
+from agents.core.schedules import linear
+from agents.robustness._victim import _surface
+from agents.robustness.certify import difference_upper_bounds
+from agents.robustness.robust import ScheduledPlugin, policy_kl, sa_observations
+from robustgrad.bounds import affine_stack_bounds
+from robustgrad.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agents.core.base import Agent
+    from agents.core.policy import PolicySurface
+
+__all__ = ["BOUND", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT", "WocaRPlugin",
+           "admissible_actions", "check_wocar_agent", "state_importance", "worst_attack_target"]
+
+_plain = tf.autograph.experimental.do_not_convert
+
+WEIGHT = 0.8
+"""Default ``wocar_weight`` (the paper's MuJoCo configs: ``q_weight`` 0.8, linear schedule)."""
+BOUND = "ibp"
+"""Default ``wocar_bound``: the cheaper bound (module doc)."""
+Q_EPOCHS = 4
+"""Epochs of the worst-attack critic over each rollout."""
+Q_MINIBATCHES = 4
+"""Minibatches per critic epoch (the rollout's rows shuffled each epoch)."""
+Q_LR = 1e-3
+"""Adam learning rate of the worst-attack critic."""
+TAU = 0.01
+"""Polyak rate of the critic's target network, per critic step."""
+
+
+def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
+                       method: str = BOUND) -> tf.Tensor:
+    """Which actions an attacker within ``eps`` can make greedy at each of ``obs [B, d]``:
+    ``[B, A]`` bool, under ``tf.stop_gradient``. ``a`` is admissible unless some ``j`` has
+    ``ub(z_a − z_j) < 0`` over the ball ``obs ± eps · scale`` (logits ``z`` of ``surface``, a
+    discrete policy's :class:`agents.PolicySurface`; ``method`` ``"ibp"``, ``"crown"`` or
+    ``"crown-ibp"``). The clean greedy action is always in the set. Unchecked (runs inside the
+    compiled update).
+
+    >>> import agents
+    >>> agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None)
+    >>> obs = tf.constant([[0.1, -0.2, 0.3, 0.5]])
+    >>> int(admissible_actions(agent.policy_surface(), obs, 0.0).numpy().sum())  # eps 0: greedy
+    1
+    >>> admissible_actions(agent.policy_surface(), obs, 100.0).numpy().tolist()
+    [[True, True]]
+    """
+    obs = tf.stop_gradient(tf.convert_to_tensor(obs, tf.float32))
+    ub = difference_upper_bounds(surface, obs, eps, method)  # [B, A, A]: ub(z_j - z_a) at [a, j]
+    reach = tf.reduce_all(tf.linalg.matrix_transpose(ub) >= 0.0, axis=-1)  # all_j ub(z_a - z_j)
+    logits = surface.outputs(obs)
+    greedy = tf.one_hot(tf.argmax(logits, axis=-1), tf.shape(logits)[-1]) > 0.5
+    return tf.stop_gradient(reach | greedy)
+
+
+def worst_attack_target(q_next: tf.Tensor, admissible: tf.Tensor, rewards: tf.Tensor,
+                        terminated: tf.Tensor, gamma: float) -> tf.Tensor:
+    """The worst-attack Bellman target ``r + gamma · (1 − terminated) · min_{a' admissible}
+    q_next(a')`` per row, ``[B]`` float32 under ``tf.stop_gradient``.
+
+    ``q_next [B, A]``: the (target) worst-attack values at the next state; ``admissible [B, A]``
+    bool (:func:`admissible_actions` at the next state; at least one per row); ``rewards [B]``;
+    ``terminated [B]`` bool (a truncated episode still bootstraps).
+
+    >>> q = tf.constant([[1.0, 3.0, 2.0], [5.0, 0.0, 4.0]])
+    >>> adm = tf.constant([[False, True, True], [True, False, False]])
+    >>> worst_attack_target(q, adm, tf.constant([1.0, 2.0]), tf.constant([False, True]), 0.5
+    ...                     ).numpy().tolist()
+    [2.0, 2.0]
+    """
+    q_next = tf.convert_to_tensor(q_next, tf.float32)
+    worst = tf.reduce_min(tf.where(admissible, q_next, tf.constant(np.inf, tf.float32)), axis=-1)
+    alive = 1.0 - tf.cast(terminated, tf.float32)
+    return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * alive * worst)
+
+
+def state_importance(q: tf.Tensor) -> tf.Tensor:
+    """The importance ``ω(s)`` of each state ``[B]``: the spread ``max_a q(a) − min_a q(a)`` of
+    ``q [B, A]`` normalised to mean 1 over the batch (all ones when every spread is 0);
+    stopped.
+
+    >>> state_importance(tf.constant([[1.0, 4.0], [2.0, 1.0]])).numpy().tolist()
+    [1.5, 0.5]
+    """
+    spread = tf.reduce_max(q, axis=-1) - tf.reduce_min(q, axis=-1)
+    mean = tf.reduce_mean(spread)
+    return tf.stop_gradient(tf.where(mean > 0.0, spread / tf.maximum(mean, 1e-12),
+                                     tf.ones_like(spread)))
+
+
+def _standardize(x: tf.Tensor) -> tf.Tensor:
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) / (tf.sqrt(var) + 1e-8)
+
+
+def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
+    """The agent's policy surface if WocaR can train it (an on-policy actor-critic with a
+    discrete policy, one seed, a policy network the bound engine bounds with ``method``); else
+    a :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
+    engine cannot bound)."""
+    if getattr(agent, "value_based", False):
+        raise ConfigError("robust: 'wocar' trains an actor-critic (PPO, A2C) here; WocaR-DQN is "
+                          "not implemented")
+    if int(getattr(agent, "num_seeds", 1)) > 1:
+        raise ConfigError(f"num_seeds: WocaR trains one seed per agent here (its worst-attack "
+                          f"critic has no seed axis), got num_seeds={agent.num_seeds}; train "
+                          f"several agents (agents.train_many)")
+    if not agent.discrete:
+        raise ConfigError(f"env: WocaR here bounds the actions a discrete policy can be pushed "
+                          f"to; {agent.config.env!r} has a continuous action space "
+                          f"({agent.env.single_action_space})")
+    surface = agent.policy_surface()
+    if surface.layers is None:
+        raise ConfigError("policy network: its policy surface declares no affine layers "
+                          "(PolicySurface(layers=...)); the bound engine cannot bound it")
+    weights = [w for w, _ in surface.layers]
+    biases = [b for _, b in surface.layers]
+    box = tf.zeros([1, int(weights[0].shape[0])])
+    try:  # a static probe: the engine names the layer it cannot take
+        affine_stack_bounds(weights, biases, surface.activation or "linear", box, box,
+                            method=method)
+    except ValueError as exc:
+        raise ConfigError(f"policy network: the bound engine cannot bound it ({exc})") from None
+    return surface
+
+
+class WocaRPlugin(ScheduledPlugin):
+    """``robust="wocar"``: the worst-attack critic, the worst-case-aware advantages and the
+    importance-weighted smoothness term (module doc). Its logs: ``wocar_weight`` (the schedule's
+    ``w``), ``wocar_q_loss`` (the critic's last minibatch loss), ``wocar_worst_q`` (mean
+    ``Q_w^-(s, a)`` over the rollout), ``wocar_admissible`` (mean admissible actions per next
+    state).
+
+    ``critic``, ``target``: the worst-attack networks ``[d] -> [A]``; ``critic_step``: their
+    Adam step."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        cfg = agent.config
+        self.bound = cfg.wocar_bound or BOUND
+        self.target_weight = WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
+        surface = check_wocar_agent(agent, self.bound)
+        self._normalize = surface.normalize  # the agent's observation normaliser, read live
+        n_actions = int(agent.env.single_action_space.n)
+        in_dim = int(np.prod(agent.obs_shape))
+        hidden = tuple(cfg.hidden_sizes)
+        self.critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                          name="wocar_critic")
+        self.target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                          name="wocar_target")
+        self.critic_step, _ = make_adam_step(self.critic.trainable_variables, Q_LR,
+                                             cfg.max_grad_norm)
+        self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
+                                  trainable=False, name="wocar_weight")
+        self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
+                       for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible")}
+
+    # -- the worst-attack critic ----------------------------------------------------------------
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the critic) at
+        raw observations (the agent's normaliser applied)."""
+        net = self.target if target else self.critic
+        return net(self._normalize(tf.convert_to_tensor(obs, tf.float32)))
+
+    def _fit_critic(self, batch: dict, admissible: tf.Tensor) -> tf.Tensor:
+        """:data:`Q_EPOCHS` epochs of :data:`Q_MINIBATCHES` critic steps on the rollout's
+        transitions (targets from the target network, Polyak-updated after each step);
+        returns the last minibatch loss."""
+        obs, actions = batch["obs"], batch["actions"]
+        rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
+        n = int(obs.shape[0])
+        mb = max(n // Q_MINIBATCHES, 1)
+        gamma = float(self.agent.config.gamma)
+        seed = self.agent._seed()
+        pairs = list(zip(self.critic.trainable_variables, self.target.trainable_variables))
+
+        def step(i, loss):
+            epoch, k = i // Q_MINIBATCHES, i % Q_MINIBATCHES
+            perm = tf.argsort(tf.random.stateless_uniform(
+                [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
+            idx = perm[k * mb:(k + 1) * mb]
+            rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
+            o, a, r, s2, t, adm = rows
+            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma)
+            with tf.GradientTape() as tape:
+                q = tf.gather(self.worst_q(o, target=False), a, batch_dims=1)
+                loss = tf.reduce_mean(tf.square(q - target))
+            grads = tape.gradient(loss, self.critic.trainable_variables)
+            self.critic_step.step(grads)
+            for src, dst in pairs:
+                dst.assign((1.0 - TAU) * dst + TAU * src)
+            return i + 1, loss
+
+        _, loss = tf.while_loop(lambda i, _: i < Q_EPOCHS * Q_MINIBATCHES, step,
+                                (tf.constant(0), tf.constant(0.0)))
+        return loss
+
+    # -- the plug-in hooks ---------------------------------------------------------------------
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        super().before_iteration(steps_done, total)
+        warmup = self.agent.config.robust_eps_warmup
+        frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
+        self.weight.assign(self.target_weight * frac)
+        return {}
+
+    def after_iteration(self, logs: dict, extra: dict) -> None:
+        super().after_iteration(logs, extra)
+        logs["wocar_weight"] = float(self.weight.numpy())
+        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+    @_plain
+    def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
+        """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``."""
+        admissible = admissible_actions(_surface(self.agent), batch["next_obs"],
+                                        self.schedule.eps, self.bound)
+        loss = self._fit_critic(batch, admissible)
+        worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
+                                           batch_dims=1))
+        self._stats["wocar_q_loss"].assign(loss)
+        self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
+        self._stats["wocar_admissible"].assign(
+            tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+        return _standardize(advantages) + self.weight * _standardize(worst)
+
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        cfg = self.agent.config
+        obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
+                                  self.agent._seed(), cfg.robust_method)
+        return obs_adv, state_importance(self.worst_q(tf.stop_gradient(obs)))
+
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        if inputs is None:
+            return super().regularizer(obs, inputs)
+        obs_adv, importance = inputs
+        term = tf.reduce_mean(importance * policy_kl(_surface(self.agent), obs, obs_adv))
+        return self.schedule.kappa * term, term
+
+
+register_robustness("wocar", WocaRPlugin)
