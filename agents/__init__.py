@@ -40,7 +40,7 @@ __all__ = [
     "AgentAttackReport", "Callback", "Collector", "DQN", "DQNConfig", "EvalCallback", "GRAPH_ENV_IDS",
     "GraphCollector", "GraphVecEnv", "GymnasiumCollector", "LearnedAdversary", "NonFiniteTrainingError",
     "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface", "REINFORCE",
-    "REINFORCEConfig", "RobustMethod", "SA", "TensorBoardCallback", "VecEnv", "algorithm", "atla",
+    "REINFORCEConfig", "RobustMethod", "SA", "TensorBoardCallback", "VecEnv", "WocaR", "algorithm", "atla",
     "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env", "load", "load_adversary",
-    "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_many", "WocaR", "wocar"
+    "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_many", "wocar"
 ]

@@ -55,7 +55,7 @@ def test_a_typed_config_is_checked_as_its_flat_fields(typed, message):
 
 
 def test_the_method_table():
-    assert list(plugin.ROBUSTNESS) == ["sa", "adv", "atla", "atla-sa"]
+    assert list(plugin.ROBUSTNESS) == ["sa", "adv", "atla", "atla-sa", "wocar"]
     with pytest.raises(TypeError):
         plugin.ROBUSTNESS["x"] = plugin.RobustnessPlugin  # read-only
     with pytest.raises(ValueError, match="already"):
@@ -63,7 +63,7 @@ def test_the_method_table():
     with pytest.raises(TypeError, match="factory must be callable"):
         plugin.register_robustness("x", 3)
     with pytest.raises(ValueError, match=r"robust must be one of \('sa', 'adv', 'atla', "
-                                         r"'atla-sa'\), got 'noise'"):
+                                         r"'atla-sa', 'wocar'\), got 'noise'"):
         PPOConfig(robust="noise")
 
 
