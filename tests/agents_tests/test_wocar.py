@@ -141,9 +141,9 @@ def test_train_agent_accepts_robust_wocar():
 
 
 def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural_one():
-    """A short real run (graph backend, 12k steps, 10 epochs, a 2-step inner search): the policy learns well above random (~22),
-    the critic is fitted, and the worst-attack value of the visited states is below the natural
-    critic's value there."""
+    """A short real run (graph backend, 12k steps, 10 epochs, a 2-step inner search): the policy
+    learns well above random (~22), the weight follows its schedule, and the worst-attack value
+    of the states the policy visits is below the natural critic's value there."""
     agent = agents.PPO(env="CartPole-v1", seed=0, backend="graph", n_epochs=10,
                        robust=agents.WocaR(eps=0.05, bound="ibp", steps=2))
     logs = []
