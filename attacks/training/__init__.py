@@ -15,8 +15,12 @@ returning logits) and replaces ``train_step`` with an adversarial one, so ``comp
 One concept per module:
 
 * :mod:`~attacks.training.trainer` -- :class:`AdversarialTrainer` and its ``train_step``;
-* :mod:`~attacks.training.methods` -- madry, trades, fast, free, clean as objects with one
-  ``craft`` and one ``loss`` (:data:`METHODS`, :data:`DEFAULT_STEPS`), with the papers;
+* :mod:`~attacks.training.methods` -- madry, trades, fast, free, mart, awp, clean as objects
+  with one ``craft`` and one ``loss``, with the papers (certified training in
+  :mod:`~attacks.training.certified`, Gaussian augmentation in :mod:`~attacks.training.noise`);
+* :mod:`~attacks.training.context` -- :class:`StepContext`, all a method sees of a step;
+* :mod:`~attacks.training.registry` -- the methods by name (:data:`METHODS`,
+  :data:`DEFAULT_STEPS`, :func:`get_method`, :func:`register_method`);
 * :mod:`~attacks.training.smoothadv` -- SmoothAdv (Salman et al. 2019): the attack on the
   smoothed classifier :func:`smoothadv_attack`, :func:`smoothed_cross_entropy`;
 * :mod:`~attacks.training.crafting` -- the attack engine inside the training graph,
@@ -63,19 +67,23 @@ from .callbacks import (
     ScalarLogger,
     WeightAveraging,
 )
+from .certified import worst_case_logits
 from .config import ClassifierConfig
+from .context import StepContext
 from .crafting import robust_accuracy, robust_correct
 from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
-from .methods import (
+from .methods import StepOutputs, TrainingMethod
+from .models import check_classifier, freeze_layers, make_classifier
+from .recipes import find_recipe, list_recipes, resolve_settings
+from .registry import (
     CERTIFIED_METHODS,
     DEFAULT_STEPS,
     METHODS,
-    TrainingMethod,
     get_method,
-    worst_case_logits,
+    register_method,
+    registered_methods,
+    unregister_method,
 )
-from .models import check_classifier, freeze_layers, make_classifier
-from .recipes import find_recipe, list_recipes, resolve_settings
 from .run import TrainedClassifier, train_classifier
 from .run_settings import SavedRun, resolve_run_settings
 from .schedules import OPTIMIZERS, SCHEDULES, learning_rate_schedule, make_optimizer
@@ -100,6 +108,8 @@ __all__ = [
     "RobustEarlyStopping",
     "SavedRun",
     "ScalarLogger",
+    "StepContext",
+    "StepOutputs",
     "TrainedClassifier",
     "TrainingMethod",
     "WeightAveraging",
@@ -118,6 +128,8 @@ __all__ = [
     "mlp",
     "preact_resnet18",
     "random_crop_flip",
+    "register_method",
+    "registered_methods",
     "resolve_run_settings",
     "resolve_settings",
     "robust_accuracy",
@@ -126,6 +138,7 @@ __all__ = [
     "smoothed_cross_entropy",
     "steps_per_epoch",
     "train_classifier",
+    "unregister_method",
     "wide_resnet",
     "worst_case_logits",
 ]

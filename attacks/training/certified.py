@@ -2,10 +2,9 @@
 Interval Bound Propagation for Training Verifiably Robust Models", 2018) and ``"crown-ibp"``
 (Zhang et al., "Towards Stable and Efficient Training of Verifiably Robust Neural Networks",
 ICLR 2020). The loss bounds the model with :mod:`robustgrad.bounds` over the L-inf ball; the
-methods are registered in :mod:`attacks.training.methods` beside the adversarial ones.
+methods are registered in :mod:`attacks.training.registry` beside the adversarial ones.
 
->>> from attacks.training.methods import get_method
->>> get_method("crown-ibp").bound, get_method("ibp").norms
+>>> CrownIbp().bound, Ibp().norms
 ('crown-ibp', ('linf',))
 """
 
@@ -17,9 +16,10 @@ import tensorflow as tf
 
 from robustgrad import bounds as _bounds
 
-from .methods import StepOutputs, TrainingMethod, _loss_and_gradients, _pgd_on_ce
+from .context import StepContext
+from .methods import StepOutputs, TrainingMethod, pgd_on_cross_entropy
 
-__all__ = ["worst_case_logits"]
+__all__ = ["CrownIbp", "Ibp", "worst_case_logits"]
 
 
 def _all_margins_spec(y, num_classes, dtype):
@@ -106,39 +106,38 @@ class _Certified(TrainingMethod):
                              ) from None
 
     @staticmethod
-    def schedule(trainer: Any, eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def schedule(ctx: StepContext, eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``(kappa, beta)`` at the current ``eps`` (both 1 at eps 0, ``kappa_final`` and
         ``beta_final`` at full eps; linear in between, so a step-counter checkpoint resumes
         them)."""
-        frac = tf.clip_by_value(tf.cast(eps, tf.float32) / trainer.eps, 0.0, 1.0)
-        return (1.0 - (1.0 - trainer.kappa_final) * frac,
-                1.0 - (1.0 - trainer.beta_final) * frac)
+        frac = tf.clip_by_value(tf.cast(eps, tf.float32) / ctx.full_eps, 0.0, 1.0)
+        return (1.0 - (1.0 - ctx.kappa_final) * frac,
+                1.0 - (1.0 - ctx.beta_final) * frac)
 
-    def certified_loss(self, trainer: Any, x: tf.Tensor, y: tf.Tensor,
+    def certified_loss(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor,
                        eps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``(loss, worst-case logits, clean logits)`` at radius ``eps``."""
-        kappa, beta = self.schedule(trainer, eps)
-        clean_logits = trainer._logits(x, True)
-        worst = worst_case_logits(trainer.model, x, y, eps, method=self.bound, beta=beta,
-                                  clip_min=trainer.clip_min, clip_max=trainer.clip_max)
-        loss = (kappa * tf.reduce_mean(trainer._training_ce(clean_logits, y))
-                + (1.0 - kappa) * tf.reduce_mean(trainer._training_ce(worst, y)))
+        kappa, beta = self.schedule(ctx, eps)
+        clean_logits = ctx.logits(x, True)
+        worst = worst_case_logits(ctx.model, x, y, eps, method=self.bound, beta=beta,
+                                  clip_min=ctx.clip_min, clip_max=ctx.clip_max)
+        loss = (kappa * tf.reduce_mean(ctx.training_ce(clean_logits, y))
+                + (1.0 - kappa) * tf.reduce_mean(ctx.training_ce(worst, y)))
         return loss, worst, clean_logits
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """PGD on the cross-entropy (``trainer.craft`` only: training bounds, not attacks)."""
-        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=eps / 4.0, steps=max(steps, 10),
-                          seed=seed)
+        return pgd_on_cross_entropy(ctx, x, y, eps=eps, step_size=eps / 4.0,
+                                    steps=max(steps, 10), seed=seed)
 
-    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
-               scale: tf.Tensor) -> StepOutputs:
+    def update(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor) -> StepOutputs:
         """Differentiate :meth:`certified_loss` through the bounds, apply. The reported
         adversarial accuracy is the verified accuracy on the batch at the current eps."""
-        variables = trainer.model.trainable_variables
-        (loss, worst, clean_logits), grads = _loss_and_gradients(
-            trainer, lambda: self.certified_loss(trainer, x, y, eps), variables)
-        gnorm = trainer._apply_gradients(grads, variables)
+        variables = ctx.model.trainable_variables
+        (loss, worst, clean_logits), grads = ctx.loss_and_gradients(
+            lambda: self.certified_loss(ctx, x, y, ctx.eps), variables)
+        gnorm = ctx.apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, worst, clean_logits)
 
 

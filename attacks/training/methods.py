@@ -1,8 +1,12 @@
 """Adversarial-training methods as small objects: each has one ``craft`` and one ``loss``.
 
-A method is a stateless object registered by name; :class:`~attacks.training.AdversarialTrainer`
-looks its method up by ``trainer.method`` at every step and calls ``method.update`` (craft,
-then differentiate ``loss``, then apply). Adding a method is writing one more class here.
+A method is a stateless object registered by name (:mod:`attacks.training.registry`);
+:class:`~attacks.training.AdversarialTrainer` looks its method up by ``trainer.method`` at every
+step and calls ``method.update(ctx, x, y)`` (craft, then differentiate ``loss``, then apply)
+with the step's :class:`~attacks.training.StepContext` ``ctx``: the logits, the training
+cross-entropy, the gradient application and the step's seed, never the trainer itself. Adding
+a method is writing one more subclass of :class:`TrainingMethod` and registering it
+(:func:`~attacks.training.register_method`).
 
 * ``"madry"`` -- PGD adversarial training (Madry et al., "Towards Deep Learning Models
   Resistant to Adversarial Attacks", ICLR 2018): ``steps`` PGD steps of ``step_size``
@@ -61,10 +65,8 @@ then differentiate ``loss``, then apply). Adding a method is writing one more cl
 The PGD crafting of madry, trades and fast runs through the library's one attack engine
 (:func:`attacks.training.crafting.ascend`).
 
->>> METHODS
-('madry', 'trades', 'fast', 'free', 'mart', 'awp', 'ibp', 'crown-ibp', 'clean', 'gaussian', 'smoothadv')
->>> DEFAULT_STEPS["madry"], get_method("fast").default_step_size(0.1, 1)
-(10, 0.125)
+>>> Madry().default_steps, Fast().default_step_size(0.1, 1), Trades().norms
+(10, 0.125, ('linf', 'l2', 'l1'))
 """
 
 from __future__ import annotations
@@ -73,13 +75,14 @@ from typing import Any, ClassVar, NamedTuple
 
 import tensorflow as tf
 
-from robustgrad.checks import NORMS, choice
+from robustgrad.checks import NORMS
 
 from .. import norms as _norms
+from .context import StepContext
 from .crafting import ascend, cross_entropy, kl_to_logits
 
-__all__ = ["CERTIFIED_METHODS", "DEFAULT_STEPS", "METHODS", "StepOutputs", "TrainingMethod",
-           "get_method", "worst_case_logits"]
+__all__ = ["Awp", "Clean", "Fast", "Free", "Madry", "Mart", "StepOutputs", "Trades",
+           "TrainingMethod", "pgd_on_cross_entropy"]
 
 
 class StepOutputs(NamedTuple):
@@ -92,9 +95,14 @@ class StepOutputs(NamedTuple):
 
 
 class TrainingMethod:
-    """One adversarial-training method. ``trainer`` is the calling ``AdversarialTrainer``; a
-    method reads its configuration (``norm``, bounds, ``beta``, ...) and its hooks
-    (``_logits``, ``_craft_scale``, ``_scaled``, ``_apply_gradients``) and keeps no state."""
+    """One training method, stateless. Every entry takes the step's
+    :class:`~attacks.training.StepContext` ``ctx``: the configuration (``ctx.norm``, bounds,
+    ``ctx.beta``, ...) and the operations (``ctx.logits``, ``ctx.training_ce``,
+    ``ctx.loss_and_gradients``, ``ctx.apply_gradients``, ``ctx.step_seed``).
+
+    A subclass sets ``name`` and overrides what differs: :meth:`loss` (the default update
+    crafts with :meth:`craft`, then differentiates it), :meth:`craft`, or the whole
+    :meth:`update`. Register it with :func:`~attacks.training.register_method`."""
 
     name: ClassVar[str] = ""
     default_steps: ClassVar[int] = 0   #: PGD steps (madry, trades), replays (free)
@@ -110,61 +118,47 @@ class TrainingMethod:
     def check_model(self, model: Any) -> None:
         """Refuse, before training, a classifier this method cannot train (``ValueError``)."""
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """Adversarial examples ``[B, ...]`` for ``(x, y)``: PGD on the cross-entropy."""
-        return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=steps, seed=seed)
+        return pgd_on_cross_entropy(ctx, x, y, eps=eps, step_size=step_size, steps=steps,
+                                    seed=seed)
 
-    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+    def loss(self, ctx: StepContext, x: tf.Tensor, x_adv: tf.Tensor | None,
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``(loss, adv_logits, clean_logits or None)``, the model called in training mode:
         ``CE(adv)``, mixed ``r CE(adv) + (1 - r) CE(clean)`` when ``adv_ratio = r < 1``."""
-        adv_logits = trainer._logits(x_adv, True)
-        loss = tf.reduce_mean(trainer._training_ce(adv_logits, y))
+        adv_logits = ctx.logits(x_adv, True)
+        loss = tf.reduce_mean(ctx.training_ce(adv_logits, y))
         clean_logits = None
-        if trainer.adv_ratio < 1.0:
-            clean_logits = trainer._logits(x, True)
-            loss = (trainer.adv_ratio * loss + (1.0 - trainer.adv_ratio)
-                    * tf.reduce_mean(trainer._training_ce(clean_logits, y)))
+        if ctx.adv_ratio < 1.0:
+            clean_logits = ctx.logits(x, True)
+            loss = (ctx.adv_ratio * loss + (1.0 - ctx.adv_ratio)
+                    * tf.reduce_mean(ctx.training_ce(clean_logits, y)))
         return loss, adv_logits, clean_logits
 
-    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
-               scale: tf.Tensor) -> StepOutputs:
+    def update(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor) -> StepOutputs:
         """Craft, differentiate :meth:`loss` w.r.t. the classifier's weights, apply."""
-        variables = trainer.model.trainable_variables
+        variables = ctx.model.trainable_variables
         x_adv = None
         if self.adversarial:
-            x_adv = self.craft(trainer, x, y, eps=eps, step_size=trainer.step_size * scale,
-                               steps=trainer.steps, seed=trainer._step_seed(1))
-        (loss, adv_logits, clean_logits), grads = _loss_and_gradients(
-            trainer, lambda: self.loss(trainer, x, x_adv, y), variables)
-        gnorm = trainer._apply_gradients(grads, variables)
+            x_adv = self.craft(ctx, x, y, eps=ctx.eps, step_size=ctx.step_size,
+                               steps=ctx.steps, seed=ctx.step_seed(1))
+        (loss, adv_logits, clean_logits), grads = ctx.loss_and_gradients(
+            lambda: self.loss(ctx, x, x_adv, y), variables)
+        gnorm = ctx.apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, adv_logits, clean_logits)
 
 
-def _loss_and_gradients(trainer, loss_fn, variables):
-    """``(loss_fn(), gradients)``: ``loss_fn() -> (loss, logits, clean logits or None)``
-    differentiated w.r.t. ``variables`` through the trainer's per-replica scaling."""
-    with tf.GradientTape() as tape:
-        outputs = loss_fn()
-        scaled = trainer._scaled(outputs[0])
-    return outputs, tape.gradient(scaled, variables)
-
-
-def _crafting_logits(trainer):
-    """``x -> float32 logits`` in the crafting mode, scaled for float16 compute."""
-    scale = trainer._craft_scale()
-    training = trainer.craft_training
-    if scale == 1.0:
-        return lambda z: trainer._logits(z, training)
-    return lambda z: trainer._logits(z, training) * scale
-
-
-def _pgd_on_ce(trainer, x, y, *, eps, step_size, steps, seed):
-    return ascend(_crafting_logits(trainer), lambda z: cross_entropy(z, y), x, eps=eps,
-                  step_size=step_size, steps=steps, norm=trainer.norm,
-                  clip_min=trainer.clip_min, clip_max=trainer.clip_max, seed=seed,
-                  start="uniform" if trainer.random_start else "none")
+def pgd_on_cross_entropy(ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+                         step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
+    """PGD on the cross-entropy as the context crafts it: ``steps`` steps of ``step_size``
+    in ``ctx.norm``'s ball of radius ``eps`` and the box, from a uniform random start when
+    ``ctx.random_start`` (stateless, from the ``[2]`` ``seed``). Returns ``x_adv [B, ...]``."""
+    return ascend(ctx.crafting_logits(), lambda z: cross_entropy(z, y), x, eps=eps,
+                  step_size=step_size, steps=steps, norm=ctx.norm,
+                  clip_min=ctx.clip_min, clip_max=ctx.clip_max, seed=seed,
+                  start="uniform" if ctx.random_start else "none")
 
 
 class Madry(TrainingMethod):
@@ -181,21 +175,22 @@ class Fast(TrainingMethod):
     def default_step_size(self, eps: float, steps: int) -> float:
         return 1.25 * eps
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """One FGSM step from a uniform start in the ball, not clipped to the box (``steps``
         is ignored); without ``random_start``, from ``x``."""
-        if not trainer.random_start:
-            return _pgd_on_ce(trainer, x, y, eps=eps, step_size=step_size, steps=1, seed=seed)
-        norm = trainer.norm
+        if not ctx.random_start:
+            return pgd_on_cross_entropy(ctx, x, y, eps=eps, step_size=step_size, steps=1,
+                                        seed=seed)
+        norm = ctx.norm
 
         def start(x_, s):
             return x_ + _norms.random_in_ball(tf.shape(x_), tf.cast(eps, x_.dtype), norm, seed=s,
                                               dtype=x_.dtype)
 
-        return ascend(_crafting_logits(trainer), lambda z: cross_entropy(z, y), x, eps=eps,
-                      step_size=step_size, steps=1, norm=norm, clip_min=trainer.clip_min,
-                      clip_max=trainer.clip_max, seed=seed, start=start)
+        return ascend(ctx.crafting_logits(), lambda z: cross_entropy(z, y), x, eps=eps,
+                      step_size=step_size, steps=1, norm=norm, clip_min=ctx.clip_min,
+                      clip_max=ctx.clip_max, seed=seed, start=start)
 
 
 class Trades(TrainingMethod):
@@ -203,27 +198,27 @@ class Trades(TrainingMethod):
     default_steps = 10
     min_steps = 1
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """PGD on ``KL(f(x) || f(x'))`` from ``x + 0.001 N(0, 1)`` (no start in the ball)."""
-        p_clean = tf.stop_gradient(tf.nn.softmax(trainer._logits(x, trainer.craft_training)))
+        p_clean = tf.stop_gradient(tf.nn.softmax(ctx.logits(x, ctx.craft_training)))
 
         def start(x_, s):
             x0 = x_ + 0.001 * tf.random.stateless_normal(tf.shape(x_), s, dtype=x_.dtype)
-            return _norms.clip_to_bounds(x0, trainer.clip_min, trainer.clip_max)
+            return _norms.clip_to_bounds(x0, ctx.clip_min, ctx.clip_max)
 
-        return ascend(_crafting_logits(trainer), lambda z: kl_to_logits(p_clean, z), x,
-                      eps=eps, step_size=step_size, steps=steps, norm=trainer.norm,
-                      clip_min=trainer.clip_min, clip_max=trainer.clip_max, seed=seed,
+        return ascend(ctx.crafting_logits(), lambda z: kl_to_logits(p_clean, z), x,
+                      eps=eps, step_size=step_size, steps=steps, norm=ctx.norm,
+                      clip_min=ctx.clip_min, clip_max=ctx.clip_max, seed=seed,
                       start=start)
 
-    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+    def loss(self, ctx: StepContext, x: tf.Tensor, x_adv: tf.Tensor | None,
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``CE(f(x), y) + beta KL(f(x) || f(x_adv))`` (``adv_ratio`` does not apply)."""
-        clean_logits = trainer._logits(x, True)
-        adv_logits = trainer._logits(x_adv, True)
+        clean_logits = ctx.logits(x, True)
+        adv_logits = ctx.logits(x_adv, True)
         kl = kl_to_logits(tf.nn.softmax(clean_logits), adv_logits)
-        loss = tf.reduce_mean(trainer._training_ce(clean_logits, y) + trainer.beta * kl)
+        loss = tf.reduce_mean(ctx.training_ce(clean_logits, y) + ctx.beta * kl)
         return loss, adv_logits, clean_logits
 
 
@@ -236,36 +231,35 @@ class Free(TrainingMethod):
     def default_step_size(self, eps: float, steps: int) -> float:
         return eps
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         raise ValueError("method 'free' crafts inside its train step")
 
-    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+    def loss(self, ctx: StepContext, x: tf.Tensor, x_adv: tf.Tensor | None,
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``CE(f(x_adv), y)`` of one replay."""
-        logits = trainer._logits(x_adv, True)
-        return tf.reduce_mean(trainer._training_ce(logits, y)), logits, None
+        logits = ctx.logits(x_adv, True)
+        return tf.reduce_mean(ctx.training_ce(logits, y)), logits, None
 
-    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
-               scale: tf.Tensor) -> StepOutputs:
+    def update(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor) -> StepOutputs:
         """``steps`` replays of the batch, each one weight update and one FGSM step on the
         perturbation from the same backward pass (unrolled: the replay count is small)."""
-        norm, lo, hi = trainer.norm, trainer.clip_min, trainer.clip_max
-        variables = trainer.model.trainable_variables
-        delta = _norms.random_in_ball(tf.shape(x), eps, norm, seed=trainer._step_seed(1),
+        norm, lo, hi, eps = ctx.norm, ctx.clip_min, ctx.clip_max, ctx.eps
+        variables = ctx.model.trainable_variables
+        delta = _norms.random_in_ball(tf.shape(x), eps, norm, seed=ctx.step_seed(1),
                                       dtype=x.dtype)
         delta = _norms.clip_to_bounds(x + delta, lo, hi) - x
         losses, gnorms = [], []
-        for _ in range(trainer.steps):
+        for _ in range(ctx.steps):
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(delta)
-                loss, logits, _ = self.loss(trainer, x, x + delta, y)
-                scaled = trainer._scaled(loss)
+                loss, logits, _ = self.loss(ctx, x, x + delta, y)
+                scaled = ctx.scale_loss(loss)
             grads = tape.gradient(scaled, variables)
             g_delta = tape.gradient(scaled, delta)
             del tape
-            gnorms.append(trainer._apply_gradients(grads, variables))
-            delta = delta + trainer.step_size * scale * _norms.steepest_ascent(g_delta, norm)
+            gnorms.append(ctx.apply_gradients(grads, variables))
+            delta = delta + ctx.step_size * _norms.steepest_ascent(g_delta, norm)
             delta = _norms.project(delta, eps, norm)
             delta = tf.stop_gradient(_norms.clip_to_bounds(x + delta, lo, hi) - x)
             losses.append(loss)
@@ -278,20 +272,20 @@ class Mart(TrainingMethod):
     default_steps = 10
     min_steps = 1
 
-    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+    def loss(self, ctx: StepContext, x: tf.Tensor, x_adv: tf.Tensor | None,
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``BCE(f(x_adv), y) + beta * KL(f(x) || f(x_adv)) * (1 - f(x)_y)`` (batch means)."""
-        clean_logits = trainer._logits(x, True)
-        adv_logits = trainer._logits(x_adv, True)
+        clean_logits = ctx.logits(x, True)
+        adv_logits = ctx.logits(x_adv, True)
         p_adv = tf.nn.softmax(adv_logits)
         p_clean = tf.nn.softmax(clean_logits)
         true = tf.one_hot(y, tf.shape(adv_logits)[-1], dtype=p_adv.dtype)
         strongest_wrong = tf.reduce_max(p_adv * (1.0 - true), axis=-1)  # probabilities >= 0
-        boosted = trainer._training_ce(adv_logits, y) - tf.math.log(
+        boosted = ctx.training_ce(adv_logits, y) - tf.math.log(
             1.0001 - strongest_wrong + 1e-12)
         kl = kl_to_logits(p_clean, adv_logits)
         weight = 1.0 - tf.reduce_sum(p_clean * true, axis=-1)
-        loss = tf.reduce_mean(boosted) + trainer.beta * tf.reduce_mean(kl * weight)
+        loss = tf.reduce_mean(boosted) + ctx.beta * tf.reduce_mean(kl * weight)
         return loss, adv_logits, clean_logits
 
 
@@ -300,32 +294,31 @@ class Awp(TrainingMethod):
     default_steps = 10
     min_steps = 1
 
-    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
-               scale: tf.Tensor) -> StepOutputs:
+    def update(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor) -> StepOutputs:
         """Craft (PGD), perturb the kernels along the adversarial loss's gradient, take the
         weight gradient there, undo the perturbation, apply."""
-        model = trainer.model
+        model = ctx.model
         variables = model.trainable_variables
-        x_adv = self.craft(trainer, x, y, eps=eps, step_size=trainer.step_size * scale,
-                           steps=trainer.steps, seed=trainer._step_seed(1))
+        x_adv = self.craft(ctx, x, y, eps=ctx.eps, step_size=ctx.step_size,
+                           steps=ctx.steps, seed=ctx.step_seed(1))
         kernels = [v for v in variables if len(v.shape) >= 2]
         frozen_stats = [tf.identity(v) for v in model.non_trainable_variables]
         with tf.GradientTape() as tape:
-            probe = tf.reduce_mean(cross_entropy(trainer._logits(x_adv, True), y))
+            probe = tf.reduce_mean(cross_entropy(ctx.logits(x_adv, True), y))
         probe_grads = tape.gradient(probe, kernels)
         for v, value in zip(model.non_trainable_variables, frozen_stats):
             v.assign(value)  # the probe pass must not move batch-norm statistics
         deltas = []
         for v, g in zip(kernels, probe_grads):
             g = tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
-            delta = trainer.awp_gamma * tf.norm(v) * g / (tf.norm(g) + 1e-20)
+            delta = ctx.awp_gamma * tf.norm(v) * g / (tf.norm(g) + 1e-20)
             v.assign_add(delta)
             deltas.append(delta)
-        (loss, adv_logits, clean_logits), grads = _loss_and_gradients(
-            trainer, lambda: self.loss(trainer, x, x_adv, y), variables)
+        (loss, adv_logits, clean_logits), grads = ctx.loss_and_gradients(
+            lambda: self.loss(ctx, x, x_adv, y), variables)
         for v, delta in zip(kernels, deltas):
             v.assign_sub(delta)
-        gnorm = trainer._apply_gradients(grads, variables)
+        gnorm = ctx.apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, adv_logits, clean_logits)
 
 
@@ -337,32 +330,8 @@ class Clean(TrainingMethod):
     def default_step_size(self, eps: float, steps: int) -> float:
         return eps
 
-    def loss(self, trainer: Any, x: tf.Tensor, x_adv: tf.Tensor | None,
+    def loss(self, ctx: StepContext, x: tf.Tensor, x_adv: tf.Tensor | None,
              y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, Any]:
         """``CE(f(x), y)``; ``x_adv`` is ignored."""
-        logits = trainer._logits(x, True)
-        return tf.reduce_mean(trainer._training_ce(logits, y)), logits, logits
-
-
-from .certified import CrownIbp, Ibp, worst_case_logits  # noqa: E402, F401  (likewise)
-from .noise import Gaussian  # noqa: E402  (it subclasses TrainingMethod, defined above)
-from .smoothadv import SmoothAdv  # noqa: E402  (likewise)
-
-_ALL: tuple[TrainingMethod, ...] = (Madry(), Trades(), Fast(), Free(), Mart(), Awp(), Ibp(),
-                                    CrownIbp(), Clean(), Gaussian(), SmoothAdv())
-_REGISTRY: dict[str, TrainingMethod] = {m.name: m for m in _ALL}
-
-#: the certified-training methods (their loss bounds the model; the model must be supported
-#: by :mod:`robustgrad.bounds`)
-CERTIFIED_METHODS: tuple[str, ...] = tuple(n for n, m in _REGISTRY.items() if m.certified)
-
-#: the method names, in the order the documentation and the CLI list them
-METHODS: tuple[str, ...] = tuple(_REGISTRY)
-
-#: default number of crafting steps per method (PGD steps for madry/trades, replays for free)
-DEFAULT_STEPS: dict[str, int] = {name: m.default_steps for name, m in _REGISTRY.items()}
-
-
-def get_method(name: str) -> TrainingMethod:
-    """The method object registered as ``name``; ``ValueError`` naming the choices otherwise."""
-    return _REGISTRY[choice(name, "method", METHODS)]
+        logits = ctx.logits(x, True)
+        return tf.reduce_mean(ctx.training_ce(logits, y)), logits, logits

@@ -7,7 +7,7 @@
   :func:`attacks.certify.smooth_certify`, the noisy input is not clipped to the input box: train
   with the ``sigma`` you certify with.
 
-The method is registered in :mod:`attacks.training.methods` beside the adversarial ones.
+The method is registered in :mod:`attacks.training.registry` beside the adversarial ones.
 
 >>> import tensorflow as tf
 >>> x = tf.zeros([2, 3])
@@ -19,10 +19,9 @@ The method is registered in :mod:`attacks.training.methods` beside the adversari
 
 from __future__ import annotations
 
-from typing import Any
-
 import tensorflow as tf
 
+from .context import StepContext
 from .methods import TrainingMethod
 
 __all__ = ["Gaussian"]
@@ -37,7 +36,7 @@ class Gaussian(TrainingMethod):
         """Unused (no ascent): ``eps``."""
         return eps
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext | None, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """``x + eps * N(0, I)`` ``[B, ...]`` (stateless, from ``seed``; not clipped)."""
         noise = tf.random.stateless_normal(tf.shape(x), seed, dtype=x.dtype)

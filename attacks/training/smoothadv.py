@@ -44,8 +44,9 @@ import tensorflow as tf
 
 from robustgrad.checks import number, positive_int
 
+from .context import StepContext
 from .crafting import ascend, cross_entropy
-from .methods import StepOutputs, TrainingMethod, _loss_and_gradients
+from .methods import StepOutputs, TrainingMethod
 
 __all__ = ["SmoothAdv", "gaussian_noise", "smoothadv_attack", "smoothed_cross_entropy",
            "smoothed_log_probs"]
@@ -162,42 +163,40 @@ class SmoothAdv(TrainingMethod):
         """``2 * eps / steps`` (Salman et al.'s ``PGD_L2``)."""
         return 2.0 * eps / max(steps, 1)
 
-    def _noise(self, trainer, x, seed):
-        return gaussian_noise(x, trainer.sigma, trainer.noise_draws, seed)
+    def _noise(self, ctx, x, seed):
+        return gaussian_noise(x, ctx.sigma, ctx.noise_draws, seed)
 
-    def _craft_with(self, trainer, x, y, noise, *, eps, step_size, steps, seed):
-        training = trainer.craft_training  # logits unscaled: a scale would sharpen the softmax
-        return _smoothadv_ascend(lambda z: trainer._logits(z, training), x, y, noise, eps=eps,
-                                 step_size=step_size, steps=steps, clip_min=trainer.clip_min,
-                                 clip_max=trainer.clip_max, seed=seed,
-                                 scale=trainer._craft_scale())
+    def _craft_with(self, ctx, x, y, noise, *, eps, step_size, steps, seed):
+        training = ctx.craft_training  # logits unscaled: a scale would sharpen the softmax
+        return _smoothadv_ascend(lambda z: ctx.logits(z, training), x, y, noise, eps=eps,
+                                 step_size=step_size, steps=steps, clip_min=ctx.clip_min,
+                                 clip_max=ctx.clip_max, seed=seed,
+                                 scale=ctx.crafting_scale)
 
-    def craft(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
+    def craft(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
               step_size: tf.Tensor, steps: int, seed: tf.Tensor) -> tf.Tensor:
         """The adversarial ``x'`` ``[B, ...]`` against the smoothed classifier (noise from
         ``seed``; the update adds that noise to it)."""
-        noise = self._noise(trainer, x, seed)
-        return self._craft_with(trainer, x, y, noise, eps=eps, step_size=step_size,
+        noise = self._noise(ctx, x, seed)
+        return self._craft_with(ctx, x, y, noise, eps=eps, step_size=step_size,
                                 steps=steps, seed=seed)
 
-    def update(self, trainer: Any, x: tf.Tensor, y: tf.Tensor, *, eps: tf.Tensor,
-               scale: tf.Tensor) -> StepOutputs:
+    def update(self, ctx: StepContext, x: tf.Tensor, y: tf.Tensor) -> StepOutputs:
         """Draw ``m`` noises, craft ``x'`` (inference mode), then the mean cross-entropy of the
         ``m * B`` noisy copies ``x' + delta_i`` (training mode), applied. The reported
         adversarial logits are the soft smoothed log-probabilities at ``x'`` ``[B, C]``."""
-        seed = trainer._step_seed(1)
-        noise = self._noise(trainer, x, seed)
-        x_adv = self._craft_with(trainer, x, y, noise, eps=eps,
-                                 step_size=trainer.step_size * scale, steps=trainer.steps,
-                                 seed=seed)
-        labels = tf.tile(y, [trainer.noise_draws])  # draw-major, as _noisy_batch
+        seed = ctx.step_seed(1)
+        noise = self._noise(ctx, x, seed)
+        x_adv = self._craft_with(ctx, x, y, noise, eps=ctx.eps, step_size=ctx.step_size,
+                                 steps=ctx.steps, seed=seed)
+        labels = tf.tile(y, [ctx.noise_draws])  # draw-major, as _noisy_batch
 
         def loss_fn():
-            logits = trainer._logits(_noisy_batch(x_adv, noise), True)
-            loss = tf.reduce_mean(trainer._training_ce(logits, labels))
-            return loss, _average_log_probs(logits, trainer.noise_draws), None
+            logits = ctx.logits(_noisy_batch(x_adv, noise), True)
+            loss = tf.reduce_mean(ctx.training_ce(logits, labels))
+            return loss, _average_log_probs(logits, ctx.noise_draws), None
 
-        (loss, smoothed, _), grads = _loss_and_gradients(trainer, loss_fn,
-                                                         trainer.model.trainable_variables)
-        gnorm = trainer._apply_gradients(grads, trainer.model.trainable_variables)
+        variables = ctx.model.trainable_variables
+        (loss, smoothed, _), grads = ctx.loss_and_gradients(loss_fn, variables)
+        gnorm = ctx.apply_gradients(grads, variables)
         return StepOutputs(loss, gnorm, smoothed, None)

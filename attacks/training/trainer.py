@@ -1,8 +1,11 @@
 """The adversarial trainer: a ``keras.Model`` whose ``train_step`` trains its classifier
 adversarially, so ``compile()``, ``fit()``, callbacks, ``tf.distribute`` strategies and the
-``.keras`` format all work as usual. The methods (madry, trades, fast, free, clean) are objects
-in :mod:`attacks.training.methods`; this module holds the Keras plumbing and the update
-(clipping, the non-finite guard, the all-reduce under a strategy).
+``.keras`` format all work as usual. The methods (madry, trades, fast, free, clean, ...) are
+objects in :mod:`attacks.training.methods`, looked up by name in
+:mod:`attacks.training.registry`; each step hands its method a
+:class:`~attacks.training.StepContext` (:meth:`AdversarialTrainer.step_context`). This module
+holds the Keras plumbing and the update (clipping, the non-finite guard, the all-reduce under a
+strategy).
 
 Common options: ``eps`` ramps up linearly over ``warmup_steps`` train steps; ``adv_ratio``
 mixes the clean and adversarial losses (``(1 - r) * CE(clean) + r * CE(adv)``; TRADES ignores
@@ -38,8 +41,9 @@ import tensorflow as tf
 from robustgrad import checks as _checks
 from robustgrad import transforms
 
+from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
-from .methods import get_method
+from .registry import get_method
 
 __all__ = ["AdversarialTrainer"]
 
@@ -51,7 +55,9 @@ class AdversarialTrainer(keras.Model):
     Args:
         model: the classifier, a Keras model ``model(x, training) -> logits``.
         method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"mart"``,
-            ``"awp"``, ``"ibp"``, ``"crown-ibp"``, ``"clean"`` (:data:`attacks.training.METHODS`).
+            ``"awp"``, ``"ibp"``, ``"crown-ibp"``, ``"clean"``, ``"gaussian"``, ``"smoothadv"``
+            (:data:`attacks.training.METHODS`), or a name given to
+            :func:`attacks.training.register_method`.
         eps: the perturbation budget, in the units of the inputs; ``0 < eps <= clip_max - clip_min``.
         norm: ``"linf"`` or ``"l2"`` (``"l1"`` too for madry/trades; smoothadv: ``"l2"``);
             default ``"linf"``, ``"l2"`` for smoothadv.
@@ -279,6 +285,15 @@ class AdversarialTrainer(keras.Model):
         compute = getattr(policy, "compute_dtype", "float32")
         return 1024.0 if compute == "float16" else 1.0
 
+    def step_context(self, eps: Any = None) -> StepContext:
+        """The :class:`~attacks.training.StepContext` a method sees at the current step:
+        ``eps`` (a number or float32 scalar tensor) defaults to the current warm-up budget."""
+        if eps is None:
+            eps = self._current_eps()
+        elif not isinstance(eps, tf.Tensor):
+            eps = tf.constant(float(eps), tf.float32)
+        return StepContext(self, eps)
+
     def craft(self, x: Any, y: Any, eps: float | None = None, steps: int | None = None,
               seed: Any = None) -> tf.Tensor:
         """Adversarial examples for ``(x, y)`` as this trainer's method crafts them.
@@ -287,11 +302,10 @@ class AdversarialTrainer(keras.Model):
         budget, ``steps`` to the trainer's, ``seed`` to one derived from the step counter."""
         x = tf.convert_to_tensor(x, tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)
-        eps = self._current_eps() if eps is None else tf.constant(float(eps), tf.float32)
-        scale = eps / self.eps
-        seed = self._step_seed(1) if seed is None else seed
+        ctx = self.step_context(None if eps is None else float(eps))
+        seed = ctx.step_seed(1) if seed is None else seed
         return get_method(self.method).craft(
-            self, x, y, eps=eps, step_size=self.step_size * scale,
+            ctx, x, y, eps=ctx.eps, step_size=ctx.step_size,
             steps=self.steps if steps is None else steps, seed=seed)
 
     # ---------------------------------------------------------------- the update
@@ -448,8 +462,9 @@ class AdversarialTrainer(keras.Model):
         x, y = data[0], data[1]
         x = tf.cast(tf.convert_to_tensor(x), tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)
-        eps = self._current_eps()
-        out = get_method(self.method).update(self, x, y, eps=eps, scale=eps / self.eps)
+        ctx = self.step_context()
+        eps = ctx.eps
+        out = get_method(self.method).update(ctx, x, y)
 
         self.step_counter.assign_add(1)
         self.loss_tracker.update_state(out.loss)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from attacks import training
 from attacks.certify import verified_accuracy
 from attacks.data import load_dataset
-from attacks.training.methods import get_method, worst_case_logits
+from attacks.training import get_method, worst_case_logits
 from robustgrad.bounds import compute_ball_bounds, margin_spec
 
 
@@ -131,7 +131,7 @@ def test_schedules_warmup_delay_and_config(digits):
         tr.step_counter.assign(step)
         eps_seen.append(round(float(tr._current_eps()), 4))
     assert eps_seen == [0.0, 0.0, 0.05, 0.1, 0.15, 0.2, 0.2, 0.2]
-    kappa, beta = get_method("crown-ibp").schedule(tr, tf.constant(0.1))
+    kappa, beta = get_method("crown-ibp").schedule(tr.step_context(), tf.constant(0.1))
     assert float(kappa) == pytest.approx(0.75) and float(beta) == pytest.approx(0.5)
     cfg = json.loads(json.dumps(tr.get_config()))
     tr2 = training.AdversarialTrainer.from_config(cfg)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from attacks import training
 from attacks.certify import smooth_certify
 from attacks.data import load_dataset
-from attacks.training.methods import get_method
+from attacks.training import get_method
 
 
 @pytest.fixture(scope="module")

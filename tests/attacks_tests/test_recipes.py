@@ -323,7 +323,8 @@ def test_mart_loss_matches_its_definition():
     x = rng.uniform(size=(4, 8, 8, 1)).astype("float32")
     x_adv = np.clip(x + rng.uniform(-0.1, 0.1, size=x.shape), 0, 1).astype("float32")
     y = tf.constant([1, 2, 3, 4])
-    loss, adv_logits, clean_logits = training.get_method("mart").loss(tr, x, x_adv, y)
+    loss, adv_logits, clean_logits = training.get_method("mart").loss(tr.step_context(), x,
+                                                                      x_adv, y)
     pa = tf.nn.softmax(clf(x_adv, training=True)).numpy().astype("float64")
     pc = tf.nn.softmax(clf(x, training=True)).numpy().astype("float64")
     yy = y.numpy()

@@ -320,11 +320,11 @@ def test_cli_finetune_freeze_mixed_precision_accum_export(tmp_path, digits):
 # ------------------------------------------------------------------ methods, crafting, old files
 
 def test_methods_are_defined_once():
-    from attacks.training import methods
+    from attacks.training import registry
 
     assert training.METHODS == ("madry", "trades", "fast", "free", "mart", "awp", "ibp",
                                 "crown-ibp", "clean", "gaussian", "smoothadv") \
-        == methods.METHODS
+        == registry.METHODS == registry.registered_methods()
     assert training.DEFAULT_STEPS == {"madry": 10, "trades": 10, "fast": 1, "free": 4, "mart": 10,
                                       "awp": 10, "ibp": 0, "crown-ibp": 0, "clean": 0,
                                       "gaussian": 0, "smoothadv": 2}
