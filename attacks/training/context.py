@@ -41,7 +41,12 @@ __all__ = ["StepContext"]
 
 def _setting(name: str, doc: str) -> Any:
     """A read-only property returning the trainer's configuration value ``name``."""
-    return property(lambda self: getattr(self._trainer, name), doc=doc)
+
+    def get(self: StepContext) -> Any:
+        return getattr(self._trainer, name)
+
+    get.__doc__ = doc
+    return property(get)
 
 
 class StepContext:

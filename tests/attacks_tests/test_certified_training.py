@@ -88,10 +88,11 @@ def test_loss_is_the_definition_and_its_gradient_matches_finite_differences(digi
     x = tf.constant(digits.x_test[:16])
     y = tf.constant(digits.y_test[:16].astype("int32"))
     impl = get_method(method)
+    ctx = tr.step_context()
     eps = tf.constant(0.05)  # half the ramp: kappa = 1 - 0.6 / 2, beta = 1 - 0.8 / 2
-    kappa, beta = (float(v) for v in impl.schedule(tr, eps))
+    kappa, beta = (float(v) for v in impl.schedule(ctx, eps))
     assert kappa == pytest.approx(0.7) and beta == pytest.approx(0.6)
-    loss, worst, clean = impl.certified_loss(tr, x, y, eps)
+    loss, worst, clean = impl.certified_loss(ctx, x, y, eps)
     if method == "ibp":
         expected_worst = _expected_worst(model, x.numpy(), y.numpy(), 0.05, "ibp")
     else:
@@ -103,7 +104,7 @@ def test_loss_is_the_definition_and_its_gradient_matches_finite_differences(digi
     # the gradient w.r.t. the weights flows through the bounds: a directional finite difference
     variables = model.trainable_variables
     with tf.GradientTape() as tape:
-        loss = impl.certified_loss(tr, x, y, eps)[0]
+        loss = impl.certified_loss(ctx, x, y, eps)[0]
     grads = tape.gradient(loss, variables)
     assert all(g is not None for g in grads)
     rng = np.random.default_rng(1)
@@ -115,7 +116,7 @@ def test_loss_is_the_definition_and_its_gradient_matches_finite_differences(digi
     for sign in (1, -1):
         for v, b, d in zip(variables, base, direction):
             v.assign(b + sign * h * d)
-        values.append(float(impl.certified_loss(tr, x, y, eps)[0]))
+        values.append(float(impl.certified_loss(ctx, x, y, eps)[0]))
     for v, b in zip(variables, base):
         v.assign(b)
     numeric = (values[0] - values[1]) / (2 * h)
