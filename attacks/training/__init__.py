@@ -15,6 +15,9 @@ returning logits) and replaces ``train_step`` with an adversarial one, so ``comp
 One concept per module:
 
 * :mod:`~attacks.training.trainer` -- :class:`AdversarialTrainer` and its ``train_step``;
+* :mod:`~attacks.training.options` -- the trainer's options in typed groups
+  (:class:`CraftingOptions`, :class:`LossOptions`, :class:`UpdateOptions`,
+  :class:`ScheduleOptions`);
 * :mod:`~attacks.training.methods` -- madry, trades, fast, free, mart, awp, clean as objects
   with one ``craft`` and one ``loss``, with the papers (certified training in
   :mod:`~attacks.training.certified`, Gaussian augmentation in :mod:`~attacks.training.noise`);
@@ -74,6 +77,7 @@ from .crafting import robust_accuracy, robust_correct
 from .data import augment_dataset, epoch_dataset, random_crop_flip, steps_per_epoch
 from .methods import StepOutputs, TrainingMethod
 from .models import check_classifier, freeze_layers, make_classifier
+from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions
 from .recipes import find_recipe, list_recipes, resolve_settings
 from .registry import (
     CERTIFIED_METHODS,
@@ -102,16 +106,20 @@ __all__ = [
     "AdversarialTrainer",
     "CatastrophicOverfittingGuard",
     "ClassifierConfig",
+    "CraftingOptions",
     "EpochCheckpoint",
     "EpochTimer",
+    "LossOptions",
     "NonFiniteGuard",
     "RobustEarlyStopping",
     "SavedRun",
+    "ScheduleOptions",
     "ScalarLogger",
     "StepContext",
     "StepOutputs",
     "TrainedClassifier",
     "TrainingMethod",
+    "UpdateOptions",
     "WeightAveraging",
     "augment_dataset",
     "check_classifier",

@@ -43,6 +43,7 @@ from robustgrad import transforms
 
 from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
+from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions, split_options
 from .registry import get_method
 
 __all__ = ["AdversarialTrainer"]
@@ -52,8 +53,22 @@ __all__ = ["AdversarialTrainer"]
 class AdversarialTrainer(keras.Model):
     """A ``keras.Model`` that trains the wrapped classifier adversarially (see the module doc).
 
+    The options come as four typed groups (:mod:`attacks.training.options`) or, field by
+    field, as the flat keywords below (``AdversarialTrainer(clf, eps=0.1, beta=3.0)`` is
+    ``AdversarialTrainer(clf, eps=0.1, loss=LossOptions(beta=3.0))``); the attributes and
+    ``get_config`` stay flat.
+
     Args:
         model: the classifier, a Keras model ``model(x, training) -> logits``.
+        crafting: :class:`~attacks.training.options.CraftingOptions` (``norm``, ``clip_min``,
+            ``clip_max``, ``steps``, ``step_size``, ``random_start``, ``craft_training``).
+        loss: :class:`~attacks.training.options.LossOptions` (``beta``, ``adv_ratio``,
+            ``label_smoothing``, ``awp_gamma``, ``kappa_final``, ``beta_final``, ``sigma``,
+            ``noise_draws``).
+        update: :class:`~attacks.training.options.UpdateOptions` (``max_grad_norm``,
+            ``weight_decay``, ``max_nonfinite_steps``).
+        schedule: :class:`~attacks.training.options.ScheduleOptions` (``warmup_steps``,
+            ``warmup_delay``).
         method: one of ``"madry"``, ``"trades"``, ``"fast"``, ``"free"``, ``"mart"``,
             ``"awp"``, ``"ibp"``, ``"crown-ibp"``, ``"clean"``, ``"gaussian"``, ``"smoothadv"``
             (:data:`attacks.training.METHODS`), or a name given to
@@ -101,100 +116,49 @@ class AdversarialTrainer(keras.Model):
         model: Any,
         method: str = "madry",
         eps: float = 0.1,
-        norm: Any = None,
-        clip_min: float = 0.0,
-        clip_max: float = 1.0,
-        steps: int | None = None,
-        step_size: float | None = None,
-        beta: float = 6.0,
-        random_start: bool = True,
-        adv_ratio: float = 1.0,
-        warmup_steps: int = 0,
-        craft_training: bool = False,
-        max_grad_norm: float | None = None,
+        *,
+        crafting: CraftingOptions | None = None,
+        loss: LossOptions | None = None,
+        update: UpdateOptions | None = None,
+        schedule: ScheduleOptions | None = None,
         eval_steps: int = 10,
-        max_nonfinite_steps: int = 10,
         seed: int = 0,
-        weight_decay: float = 0.0,
-        label_smoothing: float = 0.0,
-        awp_gamma: float = 0.01,
-        warmup_delay: int = 0,
-        kappa_final: float = 0.5,
-        beta_final: float = 0.0,
-        sigma: float = 0.25,
-        noise_draws: int = 1,
         **kwargs: Any,
     ) -> None:
+        groups, kwargs = split_options(kwargs, crafting=crafting, loss=loss, update=update,
+                                       schedule=schedule)
         super().__init__(**kwargs)
         if isinstance(model, dict):
             model = keras.saving.deserialize_keras_object(model)
         if not callable(model):
             raise TypeError(f"model must be a Keras model returning logits; got {type(model)}")
         impl = get_method(method)
-        norm = impl.norms[0] if norm is None else _checks.norm_name(norm)
+        craft = groups["crafting"]
+        norm = impl.norms[0] if craft.norm is None else craft.norm
         if norm not in impl.norms:
             raise ValueError(f"norm {norm!r} is not supported by method {method!r}; use "
                              + " or ".join(impl.norms))
-        for name, v in (("eps", eps), ("clip_min", clip_min), ("clip_max", clip_max),
-                        ("beta", beta), ("adv_ratio", adv_ratio)):
-            _checks.number(v, name)
-        if not clip_min < clip_max:
-            raise ValueError(f"clip_min ({clip_min}) must be < clip_max ({clip_max})")
+        _checks.number(eps, "eps")
         if norm == "linf":
-            _checks.number(eps, "eps", minimum=0, maximum=clip_max - clip_min,
+            _checks.number(eps, "eps", minimum=0, maximum=craft.clip_max - craft.clip_min,
                            min_inclusive=False)
         else:
             _checks.number(eps, "eps", minimum=0, min_inclusive=False)
-        if steps is None:
-            steps = impl.default_steps
+        steps = impl.default_steps if craft.steps is None else craft.steps
         steps = _checks.positive_int(steps, "steps", minimum=impl.min_steps)
-        _checks.number(step_size, "step_size", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.nonnegative(beta, "beta")
-        _checks.probability(adv_ratio, "adv_ratio")
-        warmup_steps = _checks.positive_int(warmup_steps, "warmup_steps", minimum=0)
-        _checks.number(max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
-                       allow_none=True)
-        eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0)
-        max_nonfinite_steps = _checks.positive_int(max_nonfinite_steps, "max_nonfinite_steps",
-                                                   minimum=0)
-        _checks.number(weight_decay, "weight_decay", minimum=0)
-        _checks.number(awp_gamma, "awp_gamma", minimum=0)
-        warmup_delay = _checks.positive_int(warmup_delay, "warmup_delay", minimum=0)
-        _checks.probability(kappa_final, "kappa_final")
-        _checks.probability(beta_final, "beta_final")
-        _checks.number(sigma, "sigma", minimum=0, min_inclusive=False)
-        noise_draws = _checks.positive_int(noise_draws, "noise_draws")
+        step_size = (impl.default_step_size(eps, steps) if craft.step_size is None
+                     else craft.step_size)
         impl.check_model(model)
-        _checks.number(label_smoothing, "label_smoothing", minimum=0, maximum=1,
-                       max_inclusive=False)
 
         self.model = model
         self.method = method
         self.eps = float(eps)
         self.norm = norm
-        self.clip_min = float(clip_min)
-        self.clip_max = float(clip_max)
         self.steps = int(steps)
-        if step_size is None:
-            step_size = impl.default_step_size(eps, steps)
         self.step_size = float(step_size)
-        self.beta = float(beta)
-        self.random_start = bool(random_start)
-        self.adv_ratio = float(adv_ratio)
-        self.warmup_steps = int(warmup_steps)
-        self.craft_training = bool(craft_training)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self.eval_steps = int(eval_steps)
-        self.max_nonfinite_steps = int(max_nonfinite_steps)
+        self.eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0)
         self.seed = int(seed)
-        self.weight_decay = float(weight_decay)
-        self.label_smoothing = float(label_smoothing)
-        self.awp_gamma = float(awp_gamma)
-        self.warmup_delay = int(warmup_delay)
-        self.kappa_final = float(kappa_final)
-        self.beta_final = float(beta_final)
-        self.sigma = float(sigma)
-        self.noise_draws = int(noise_draws)
+        self._set_options(craft, groups["loss"], groups["update"], groups["schedule"])
         self._grad_step: transforms.GradientStep | None = None
 
         # state saved with the model (checkpoint and .keras): the train-step counter drives
@@ -215,6 +179,24 @@ class AdversarialTrainer(keras.Model):
         self._eval_fn = None
         if getattr(model, "built", False):
             self.built = True
+
+    def _set_options(self, craft: CraftingOptions, loss: LossOptions, update: UpdateOptions,
+                     schedule: ScheduleOptions) -> None:
+        """The options' fields as the trainer's flat attributes (what ``get_config`` saves)."""
+        self.clip_min, self.clip_max = float(craft.clip_min), float(craft.clip_max)
+        self.random_start = bool(craft.random_start)
+        self.craft_training = bool(craft.craft_training)
+        self.beta, self.adv_ratio = float(loss.beta), float(loss.adv_ratio)
+        self.label_smoothing, self.awp_gamma = float(loss.label_smoothing), float(loss.awp_gamma)
+        self.kappa_final, self.beta_final = float(loss.kappa_final), float(loss.beta_final)
+        self.sigma = float(loss.sigma)
+        self.noise_draws = int(loss.noise_draws)
+        self.max_grad_norm = (None if update.max_grad_norm is None
+                              else float(update.max_grad_norm))
+        self.weight_decay = float(update.weight_decay)
+        self.max_nonfinite_steps = int(update.max_nonfinite_steps)
+        self.warmup_steps = int(schedule.warmup_steps)
+        self.warmup_delay = int(schedule.warmup_delay)
 
     # ---------------------------------------------------------------- keras plumbing
     def call(self, x: Any, training: Any = False) -> tf.Tensor:

@@ -144,3 +144,44 @@ def test_method_modules_use_no_private_member_of_the_context_or_trainer():
                     and not node.attr.startswith("__") and isinstance(node.value, ast.Name)
                     and node.value.id in ("ctx", "trainer")]
     assert private == []
+
+
+# ------------------------------------------------------------------ the trainer's option groups
+
+def test_option_groups_and_flat_keywords_make_the_same_trainer():
+    clf = training.make_classifier((8, 8, 1), 10, width=4)
+    flat = training.AdversarialTrainer(
+        clf, method="trades", eps=0.3, norm="l2", clip_min=-1.0, steps=3, beta=2.0,
+        label_smoothing=0.1, max_grad_norm=1.0, weight_decay=5e-4, warmup_steps=7, seed=4,
+        name="t")
+    grouped = training.AdversarialTrainer(
+        clf, method="trades", eps=0.3, seed=4, name="t",
+        crafting=training.CraftingOptions(norm="l2", clip_min=-1.0, steps=3),
+        loss=training.LossOptions(beta=2.0, label_smoothing=0.1),
+        update=training.UpdateOptions(max_grad_norm=1.0, weight_decay=5e-4),
+        schedule=training.ScheduleOptions(warmup_steps=7))
+    config = flat.get_config()
+    assert grouped.get_config() == config
+    assert (config["norm"], config["beta"], config["warmup_steps"], config["step_size"]) == \
+        ("l2", 2.0, 7, pytest.approx(2.5 * 0.3 / 3))
+    # a flat config (every saved trainer's) still loads
+    assert training.AdversarialTrainer.from_config(config).get_config() == config
+
+
+def test_option_groups_refuse_conflicts_and_bad_values():
+    clf = training.make_classifier((8, 8, 1), 10, width=4)
+    with pytest.raises(TypeError, match="beta given both as keyword"):
+        training.AdversarialTrainer(clf, beta=1.0, loss=training.LossOptions(beta=2.0))
+    with pytest.raises(TypeError, match="update must be UpdateOptions; got dict"):
+        training.AdversarialTrainer(clf, update={"max_grad_norm": 1.0})
+    with pytest.raises(ValueError, match="adv_ratio"):
+        training.LossOptions(adv_ratio=1.5)
+    with pytest.raises(ValueError, match=r"clip_min \(1.0\) must be < clip_max \(0.0\)"):
+        training.CraftingOptions(clip_min=1.0, clip_max=0.0)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        training.AdversarialTrainer(clf, warmup_steps=-1)
+    with pytest.raises(ValueError, match="norm 'l1' is not supported by method 'fast'"):
+        training.AdversarialTrainer(clf, method="fast", crafting=training.CraftingOptions(
+            norm="l1"))
+    with pytest.raises(ValueError, match="Unrecognized keyword arguments .*not_an_option"):
+        training.AdversarialTrainer(clf, not_an_option=1)   # unknown keywords reach Keras

@@ -1,0 +1,147 @@
+"""The trainer's options in four small typed groups, each checked when it is made.
+
+:class:`~attacks.training.AdversarialTrainer` takes its options either as these objects
+(``crafting=``, ``loss=``, ``update=``, ``schedule=``) or as the flat keywords of earlier
+versions (``norm=``, ``beta=``, ``max_grad_norm=``, ...), which fill the same fields; giving one
+field both ways is a ``TypeError``. The trainer's attributes and its saved config stay flat.
+
+* :class:`CraftingOptions` -- how adversarial examples are crafted: norm, input box, steps,
+  step size, random start, the model's mode while crafting.
+* :class:`LossOptions` -- the weights and parameters of the methods' losses.
+* :class:`UpdateOptions` -- the gradient step: clipping, weight decay, the non-finite guard.
+* :class:`ScheduleOptions` -- the eps warm-up.
+
+>>> LossOptions(beta=3.0).beta, CraftingOptions(norm="inf").norm
+(3.0, 'linf')
+>>> UpdateOptions(max_grad_norm=0)
+Traceback (most recent call last):
+...
+robustgrad.errors.ConfigError: max_grad_norm must be a number > 0, got 0
+>>> split_options({"beta": 3.0, "warmup_steps": 2, "name": "t"})[1]     # the rest: Keras's
+{'name': 't'}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from robustgrad import checks as _checks
+
+__all__ = ["CraftingOptions", "LossOptions", "ScheduleOptions", "UpdateOptions",
+           "split_options"]
+
+
+@dataclass(frozen=True)
+class CraftingOptions:
+    """How adversarial examples are crafted (the trainer's docstring details each field).
+
+    ``norm`` None takes the method's first norm; ``steps`` None its default; ``step_size`` None
+    its default step size (an absolute step at full eps, scaled during warm-up)."""
+
+    norm: Any = None
+    clip_min: float = 0.0
+    clip_max: float = 1.0
+    steps: int | None = None
+    step_size: float | None = None
+    random_start: bool = True
+    craft_training: bool = False
+
+    def __post_init__(self) -> None:
+        if self.norm is not None:
+            object.__setattr__(self, "norm", _checks.norm_name(self.norm))
+        _checks.number(self.clip_min, "clip_min")
+        _checks.number(self.clip_max, "clip_max")
+        if not self.clip_min < self.clip_max:
+            raise ValueError(f"clip_min ({self.clip_min}) must be < clip_max ({self.clip_max})")
+        _checks.number(self.step_size, "step_size", minimum=0, min_inclusive=False,
+                       allow_none=True)
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The losses' parameters: ``beta`` (TRADES, MART), ``adv_ratio``, ``label_smoothing``,
+    ``awp_gamma``, ``kappa_final`` / ``beta_final`` (certified training), ``sigma`` and
+    ``noise_draws`` (SmoothAdv)."""
+
+    beta: float = 6.0
+    adv_ratio: float = 1.0
+    label_smoothing: float = 0.0
+    awp_gamma: float = 0.01
+    kappa_final: float = 0.5
+    beta_final: float = 0.0
+    sigma: float = 0.25
+    noise_draws: int = 1
+
+    def __post_init__(self) -> None:
+        _checks.number(self.beta, "beta")
+        _checks.number(self.adv_ratio, "adv_ratio")
+        _checks.nonnegative(self.beta, "beta")
+        _checks.probability(self.adv_ratio, "adv_ratio")
+        _checks.number(self.awp_gamma, "awp_gamma", minimum=0)
+        _checks.probability(self.kappa_final, "kappa_final")
+        _checks.probability(self.beta_final, "beta_final")
+        _checks.number(self.sigma, "sigma", minimum=0, min_inclusive=False)
+        object.__setattr__(self, "noise_draws",
+                           _checks.positive_int(self.noise_draws, "noise_draws"))
+        _checks.number(self.label_smoothing, "label_smoothing", minimum=0, maximum=1,
+                       max_inclusive=False)
+
+
+@dataclass(frozen=True)
+class UpdateOptions:
+    """The gradient step: ``max_grad_norm`` (None: no clipping), ``weight_decay`` (coupled,
+    added to the gradient), ``max_nonfinite_steps`` (the guard's patience)."""
+
+    max_grad_norm: float | None = None
+    weight_decay: float = 0.0
+    max_nonfinite_steps: int = 10
+
+    def __post_init__(self) -> None:
+        _checks.number(self.max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
+                       allow_none=True)
+        _checks.number(self.weight_decay, "weight_decay", minimum=0)
+        object.__setattr__(self, "max_nonfinite_steps", _checks.positive_int(
+            self.max_nonfinite_steps, "max_nonfinite_steps", minimum=0))
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """The eps warm-up: ``warmup_delay`` train steps at eps 0, then a linear ramp over
+    ``warmup_steps`` (0: none)."""
+
+    warmup_steps: int = 0
+    warmup_delay: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warmup_steps",
+                           _checks.positive_int(self.warmup_steps, "warmup_steps", minimum=0))
+        object.__setattr__(self, "warmup_delay",
+                           _checks.positive_int(self.warmup_delay, "warmup_delay", minimum=0))
+
+
+_GROUPS: dict[str, type] = {"crafting": CraftingOptions, "loss": LossOptions,
+                            "update": UpdateOptions, "schedule": ScheduleOptions}
+
+
+def split_options(kwargs: dict, **groups: Any) -> tuple[dict[str, Any], dict]:
+    """``({group name: options object}, the other keywords)``: the flat keywords in
+    ``kwargs`` fill the fields of the groups given (``crafting=CraftingOptions(...)``, ...; None
+    or absent: the defaults). ``TypeError`` when a field is given both ways or a group is not
+    its options type."""
+    rest = dict(kwargs)
+    built: dict[str, Any] = {}
+    for group, cls in _GROUPS.items():
+        given = groups.get(group)
+        if given is not None and not isinstance(given, cls):
+            raise TypeError(f"{group} must be {cls.__name__}; got {type(given).__name__}")
+        flat = {f.name: rest.pop(f.name) for f in dataclasses.fields(cls) if f.name in rest}
+        if given is None:
+            built[group] = cls(**flat)
+            continue
+        if flat:
+            raise TypeError(f"{', '.join(flat)} given both as keyword(s) and in {group}=; "
+                            "give each option once")
+        built[group] = given
+    return built, rest
