@@ -22,11 +22,10 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import tensorflow as tf  # noqa: F401 - used by the doctest above
 
-from agents.envs import make_vec_env
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv
 from robustgrad.checks import choice
 
@@ -59,14 +58,4 @@ def episode_capacity(config: AgentConfig, num_seeds: int = 1) -> int | None:
     return need if need > max(1024, 4 * total_envs) else None
 
 
-def make_training_env(config: AgentConfig) -> Any:
-    """The training vector env of an agent's ``config``: :class:`GraphBackendEnv` for
-    ``backend="graph"``, :func:`agents.envs.make_vec_env` otherwise."""
-    if getattr(config, "backend", "gymnasium") == "graph":
-        return GraphBackendEnv(config.env, config.num_envs, seed=config.seed,
-                               episode_capacity=episode_capacity(config))
-    return make_vec_env(config.env, config.num_envs, seed=config.seed,
-                        async_envs=config.async_envs)
-
-
-__all__ = ["GraphBackendEnv", "episode_capacity", "make_training_env"]
+__all__ = ["GraphBackendEnv", "episode_capacity"]

@@ -186,11 +186,10 @@ class SeedBlockVecEnv(VecEnv):
 
 
 def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
-    """The training env of an ``S``-seed agent (``S = len(seeds)``); an env factory with a
+    """The gymnasium training env of an ``S``-seed agent (``S = len(seeds)``; the backend is
+    chosen once, by :func:`agents.backends.factory.make_training_env`); an env factory with a
     ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one vector env of all
     seeds' copies (:class:`SeedBlockVecEnv`)."""
-    if config.backend == "graph":
-        return SeedGraphEnv(config.env, config.num_envs, seeds)
     make_seed_vector = getattr(config.env, "make_seed_vector_env", None)
     if make_seed_vector is not None:
         return SeedBlockVecEnv(make_seed_vector(len(seeds), config.num_envs, config.async_envs),

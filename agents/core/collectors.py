@@ -54,7 +54,7 @@ import abc
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
@@ -112,6 +112,59 @@ def check_batch(batch: Mapping[str, Any], horizon: int, lead: Sequence[int], obs
             raise ValueError(f"batch field 'obs': the first observations must be finite; "
                              f"environment(s) {bad[:5].tolist()}{' ...' if bad.size > 5 else ''} "
                              f"of {first.shape[0]} hold NaN or inf")
+
+
+@runtime_checkable
+class VectorEnv(Protocol):
+    """The one interface every training vector env implements (SB3's ``VecEnv`` contract, as
+    this package's envs spell it): what a :class:`Collector` reads from its env.
+
+    ``num_envs`` (all seeds' copies: ``S * N`` on the seed axis), the per-copy
+    ``single_observation_space`` / ``single_action_space`` and ``obs_shape``, ``discrete``;
+    ``obs`` (the last observations) and ``error`` (an exception ``step`` raised, or None);
+    ``reset(seed=None) -> obs [num_envs, *obs_shape]``; ``step(actions) -> (obs, reward,
+    terminated, truncated, final_obs)`` (same-step autoreset); ``drain_episodes() ->
+    [(return, length), ...]``; ``close()``. Implemented by :class:`agents.envs.VecEnv`,
+    :class:`agents.graph_envs.GraphVecEnv` (and the graph backend's), and the seed axis'
+    :class:`~agents.backends.seed_axis.SeedVecEnv` / ``SeedBlockVecEnv`` / ``SeedGraphEnv``;
+    :func:`agents.backends.factory.make_training_env` is the one place that picks among them.
+    """
+
+    num_envs: int
+    single_observation_space: Any
+    single_action_space: Any
+    obs_shape: tuple
+    discrete: bool
+    obs: Any
+    error: BaseException | None
+
+    def reset(self, seed: int | None = None) -> Any: ...
+
+    def step(self, actions: Any) -> tuple: ...
+
+    def drain_episodes(self) -> list[tuple[float, int]]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class GraphVectorEnv(VectorEnv, Protocol):
+    """A :class:`VectorEnv` in TensorFlow ops (``backend="graph"``), stepped by
+    :class:`GraphCollector` inside the agent's compiled call: ``spec`` (its ``dtype``), ``state``
+    (the env state read from its variables), ``write_state(state)``, ``step_state(state,
+    actions) -> (state, (obs, reward, terminated, truncated, final_obs), (ended_return,
+    ended_length))`` and ``record_episodes(done, ended_return, ended_length)``."""
+
+    spec: Any
+
+    @property
+    def state(self) -> Any: ...
+
+    def write_state(self, state: Any) -> None: ...
+
+    def step_state(self, state: Any, actions: Any) -> tuple: ...
+
+    def record_episodes(self, done: Any, ended_return: Any, ended_length: Any) -> None: ...
 
 
 class Collector(abc.ABC):
@@ -352,5 +405,6 @@ class CollectingAgent:
             exc.add_note(msg)
 
 
-__all__ = ["BATCH_FIELDS", "CollectingAgent", "Collector", "GraphCollector", "GymnasiumCollector",
+__all__ = ["BATCH_FIELDS", "CollectingAgent", "Collector", "GraphCollector", "GraphVectorEnv",
+           "GymnasiumCollector", "VectorEnv",
            "check_batch"]

@@ -32,8 +32,9 @@ The optimizer is a transformation too (optax's algebra): :func:`adam` is
 
 One theme per module (as optax's ``transforms/``): ``_base`` (the contract, :func:`identity`,
 :func:`chain`, :func:`global_norm`), ``_clipping``, ``_nonfinite`` (guards and their counts),
-``_accumulate``, ``_noise``, ``_masking``, ``_adam`` (Adam and the learning rate) and ``_step``
-(:class:`GradientStep`). Import from this
+``_accumulate``, ``_noise``, ``_masking``, ``_adam`` (Adam and the learning rate), ``_seeds``
+(the same over a leading seed axis: :func:`per_seed`, :func:`seed_axis_adam`,
+:class:`SeedAxisStep`) and ``_step`` (:class:`GradientStep`). Import from this
 package; the modules are an implementation detail.
 """
 
@@ -68,6 +69,12 @@ from robustgrad.transforms._nonfinite import (
     nonfinite_count,
     zero_nonfinite,
 )
+from robustgrad.transforms._seeds import (
+    SeedAxisStep,
+    per_seed,
+    seed_axis_adam,
+    seed_global_norm,
+)
 from robustgrad.transforms._step import GradientStep, should_apply
 
 __all__ = [
@@ -81,6 +88,7 @@ __all__ = [
     "NonFiniteGradientError",
     "ScaleByAdamState",
     "ScaleByScheduleState",
+    "SeedAxisStep",
     "accumulate",
     "adam",
     "adaptive_clip",
@@ -95,8 +103,11 @@ __all__ = [
     "identity",
     "masked",
     "nonfinite_count",
+    "per_seed",
     "scale_by_adam",
     "scale_by_learning_rate",
+    "seed_axis_adam",
+    "seed_global_norm",
     "should_apply",
     "zero_nonfinite",
 ]
