@@ -150,7 +150,7 @@ def prepare(graph, node, geo, pre, boxes, shapes, ball, dtype):
     Rh, Rw, C]}`` for the masks, the relaxations, the element-wise coefficients and the input
     box (and the ball's centre)."""
     target = shapes[node]
-    out = {}
+    out: dict = {}
     for j, g in geo.items():
         if j == node:
             continue
