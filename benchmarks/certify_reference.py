@@ -348,7 +348,7 @@ def main(argv=None):
     _, (x8, y8) = load_digits()
     npdt = np.dtype(args.dtype)
     data = {}  # input size -> x, lower, upper, spec (the first --n test images)
-    for size, (xs, ys) in {8: (x8, y8), 28: mnist and (mnist[2], mnist[3])}.items():
+    for size, (xs, ys) in {8: (x8, y8), 28: (mnist[2], mnist[3]) if mnist else (None, None)}.items():
         if xs is None:
             continue
         x, y = xs[:args.n], ys[:args.n]

@@ -52,6 +52,11 @@ MIN_ROWS = 16
 # (:mod:`robustgrad.bounds._patches`): None chooses (patches where they are at most half the dense
 # coefficients), True wherever the layers allow, False never. Read when a computation is traced.
 PATCHES: bool | None = None
+# Whether CROWN's intermediate passes bound only the elements an activation gains from (unstable
+# ReLUs, the elements a max pooling may pick; every tanh/sigmoid element): sound and lossless
+# (a stable ReLU's relaxation is exact whatever its bounds), on by default. Off, every element
+# gets a CROWN pass (auto_LiRPA's ``sparse_intermediate_bounds=False``). Read when traced.
+SPARSE_INTERMEDIATE = True
 
 
 def concretize(a_lo, a_hi, lo, hi, ball=None):
@@ -176,8 +181,11 @@ def _output_bounds_needed(graph, node):
 
 
 def _refine_mask(graph, node, boxes):
-    """Elements of ``node`` whose tighter bounds help an activation that reads it."""
+    """Elements of ``node`` whose tighter bounds help an activation that reads it (all of them
+    with :data:`SPARSE_INTERMEDIATE` off)."""
     lo, hi = boxes[node]
+    if not SPARSE_INTERMEDIATE:
+        return tf.ones_like(lo, tf.bool)
     masks = []
     for i, rule in enumerate(graph.rules):
         if rule is None or rule.linear or graph.inputs[i][0] != node:

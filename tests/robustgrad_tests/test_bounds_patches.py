@@ -119,3 +119,24 @@ def test_plan_windows_and_refusals():
     after_pool = kinds.index("Conv2D", kinds.index("MaxPooling2D"))
     assert _patches.plan(pooled, after_pool, pshapes) is None
     assert _patches.plan(pooled, 1, pshapes) is not None
+
+
+@pytest.mark.parametrize("name", ["patch", "classifier"])
+def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
+    # only the unstable ReLUs (and the elements a max pooling may pick) get intermediate CROWN
+    # passes; every element's pass changes no output bound, and costs more rows
+    model = PATCH_MODELS[name]()
+    lower, upper = _box(model.input_shape[1:], eps=0.1)
+    lower, upper = lower.astype(np.float64), upper.astype(np.float64)
+    spec = margin_spec([0, 1, 2], model.output_shape[-1], dtype=tf.float64)
+    out = {}
+    for sparse in (False, True):
+        monkeypatch.setattr(_engine, "SPARSE_INTERMEDIATE", sparse)
+        out[sparse] = BoundedModel(model).bounds(lower, upper, "crown", spec)
+    for a, b in zip(out[True], out[False]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+    graph, boxes, _ = _graph_and_boxes(model, "float64")
+    masks = [_engine._refine_mask(graph, graph.inputs[i][0], boxes)
+             for i, r in enumerate(graph.rules) if r is not None and not r.linear]
+    counts = [(int(tf.reduce_sum(tf.cast(m, tf.int32))), m.shape.num_elements()) for m in masks]
+    assert any(0 < k < n for k, n in counts), counts  # some elements skipped, some refined
