@@ -15,7 +15,11 @@ Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
 16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
 ``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
-max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU). The Keras
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``residual`` (conv 8 - a
+residual block of two 3x3 convolutions - a strided conv 16 - dense 64 - 10); on the 28x28 MNIST subset
+(``--mnist``): ``cnn-large-28`` (CROWN-IBP's "DM-large" at a quarter of its widths: conv 16, 16,
+32 stride 2, 32, 32 - dense 128 - 10) and ``residual-28``. ``--patches`` chooses how our
+convolutional intermediate bounds are computed (auto, always patches, always dense). The Keras
 weights go to a NumPy file; the torch side builds the equivalent module (NCHW convolutions,
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
