@@ -15,7 +15,11 @@ Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
 16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
 ``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
-max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU). The Keras
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``residual`` (conv 8 - a
+residual block of two 3x3 convolutions - a strided conv 16 - dense 64 - 10); on the 28x28 MNIST subset
+(``--mnist``): ``cnn-large-28`` (CROWN-IBP's "DM-large" at a quarter of its widths: conv 16, 16,
+32 stride 2, 32, 32 - dense 128 - 10) and ``residual-28``. ``--patches`` chooses how our
+convolutional intermediate bounds are computed (auto, always patches, always dense). The Keras
 weights go to a NumPy file; the torch side builds the equivalent module (NCHW convolutions,
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
@@ -62,7 +66,8 @@ import numpy as np  # noqa: E402
 
 METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP",
            "alpha-crown": "CROWN-Optimized"}
-NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool")
+NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool", "residual", "cnn-large-28",
+        "residual-28")
 
 # The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
 # Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
@@ -84,9 +89,18 @@ class NHWCFlatten(torch.nn.Module):
         return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
 
 
+class Residual(torch.nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
 def build(net):
-    layers = []
-    for i in range(int(data[f"{net}__n"])):
+    layers, pending = [], 0  # a zero padding goes into the next convolution's (its Pad op does
+    for i in range(int(data[f"{net}__n"])):  # not convert under this torch)
         kind = str(data[f"{net}__kind{i}"])
         if kind in ("dense", "conv"):
             w = torch.tensor(data[f"{net}__w{i}"], dtype=dtype)
@@ -98,13 +112,18 @@ def build(net):
         elif kind == "conv":
             stride, pad = int(data[f"{net}__s{i}"]), int(data[f"{net}__p{i}"])
             conv = torch.nn.Conv2d(w.shape[2], w.shape[3], w.shape[0], stride=stride,
-                                   padding=pad)
+                                   padding=pad + pending)
+            pending = 0
             conv.weight.data, conv.bias.data = w.permute(3, 2, 0, 1).contiguous(), b
             layers.append(conv)
         elif kind == "maxpool":
             layers.append(torch.nn.MaxPool2d(int(data[f"{net}__k{i}"])))
         elif kind == "flatten":
             layers.append(NHWCFlatten())
+        elif kind == "zeropad":
+            pending = int(data[f"{net}__p{i}"])
+        elif kind == "residual":
+            layers.append(Residual(build(f"{net}.{i}")))
         elif kind == "relu":
             layers.append(torch.nn.ReLU())
         elif kind == "tanh":
@@ -112,20 +131,23 @@ def build(net):
     return torch.nn.Sequential(*layers).to(dtype).eval()
 
 
-x = torch.tensor(data["x"], dtype=dtype).permute(0, 3, 1, 2)   # NCHW
-lower = torch.tensor(data["lower"], dtype=dtype).permute(0, 3, 1, 2)
-upper = torch.tensor(data["upper"], dtype=dtype).permute(0, 3, 1, 2)
-C = torch.tensor(data["C"], dtype=dtype)
 nets = [str(n) for n in data["nets"]]
+boxes = {}
+for size in {int(data[f"{net}__size"]) for net in nets}:
+    boxes[size] = [torch.tensor(data[f"{k}{size}"], dtype=dtype).permute(0, 3, 1, 2)  # NCHW
+                   for k in ("x", "lower", "upper")] + [torch.tensor(data[f"C{size}"], dtype=dtype)]
 modules, bounded = {}, {}
 for net in nets:
+    x = boxes[int(data[f"{net}__size"])][0]
     modules[net] = build(net)
     bounded[net] = BoundedModule(modules[net], torch.zeros_like(x[:1]), device="cpu",
                                  verbose=False)
-print(json.dumps({net: modules[net](x).detach().numpy().tolist() for net in nets}), flush=True)
+print(json.dumps({net: modules[net](boxes[int(data[f"{net}__size"])][0]).detach().numpy().tolist()
+                  for net in nets}), flush=True)
 for line in sys.stdin:
     cmd = json.loads(line)
     net, method, reps = cmd["net"], cmd["method"], cmd["reps"]
+    x, lower, upper, C = boxes[int(data[f"{net}__size"])]
     ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower, x_U=upper)
     optimized = method == "CROWN-Optimized"  # its optimiser needs autograd
     module = bounded[net]
@@ -152,14 +174,84 @@ for line in sys.stdin:
 '''
 
 
-def build_nets(epochs):
-    """The Keras networks, trained on digits, and their layer descriptions for the torch side."""
+def _residual(*layers):
+    """A residual block ``x + body(x)`` in a layer list of :func:`build_nets`."""
+    return ("residual", list(layers))
+
+
+def _keras_net(keras, shape, layers):
+    """A functional Keras model of a layer list (residual blocks as ``Add``)."""
+    def apply(h, items):
+        for item in items:
+            h = keras.layers.Add()([h, apply(h, item[1])]) if isinstance(item, tuple) \
+                else item(h)
+        return h
+
+    inp = keras.Input(shape)
+    return keras.Model(inp, apply(inp, layers))
+
+
+def _describe(name, layers, arrays):
+    """The torch side's description of a layer list (weights read from the built layers)."""
+    import keras
+
+    L = keras.layers  # noqa: N806
+    i = 0
+    for layer in layers:
+        if isinstance(layer, tuple):
+            arrays[f"{name}__kind{i}"] = "residual"
+            _describe(f"{name}.{i}", layer[1], arrays)
+            i += 1
+            continue
+        if isinstance(layer, L.Flatten):
+            arrays[f"{name}__kind{i}"] = "flatten"
+            i += 1
+            continue
+        if isinstance(layer, L.ZeroPadding2D):
+            (top, bottom), (left, right) = layer.padding
+            assert top == bottom == left == right
+            arrays[f"{name}__kind{i}"], arrays[f"{name}__p{i}"] = "zeropad", top
+            i += 1
+            continue
+        if isinstance(layer, L.MaxPooling2D):
+            assert layer.pool_size[0] == layer.strides[0] and layer.padding == "valid"
+            arrays[f"{name}__kind{i}"] = "maxpool"
+            arrays[f"{name}__k{i}"] = layer.pool_size[0]
+            i += 1
+            continue
+        w, b = layer.get_weights()
+        arrays[f"{name}__kind{i}"] = "dense" if isinstance(layer, L.Dense) else "conv"
+        arrays[f"{name}__w{i}"], arrays[f"{name}__b{i}"] = w, b
+        if isinstance(layer, L.Conv2D):
+            arrays[f"{name}__s{i}"] = layer.strides[0]
+            arrays[f"{name}__p{i}"] = layer.kernel_size[0] // 2 if layer.padding == "same" \
+                else 0  # odd kernels, stride 1 with "same"
+            assert layer.padding == "valid" or layer.strides[0] == 1
+        i += 1
+        act = layer.activation.__name__
+        if act != "linear":
+            arrays[f"{name}__kind{i}"] = act
+            i += 1
+    arrays[f"{name}__n"] = i
+
+
+def load_mnist(path):
+    """The 28x28 digits of ``--mnist`` (``../shared/data/mnist_digits10k.npz``), in [0, 1]."""
+    d = np.load(path)
+    return ((d["x_train"][..., None] / 255.0).astype(np.float32), d["y_train"],
+            (d["x_test"][..., None] / 255.0).astype(np.float32), d["y_test"])
+
+
+def build_nets(epochs, names, mnist=None):
+    """The Keras networks, trained on digits (8x8, or the 28x28 MNIST subset ``mnist`` for the
+    ``-28`` nets), and their layer descriptions for the torch side."""
     import keras
 
     from robustgrad.data import load_digits
 
-    (x_train, y_train), _ = load_digits()
     L = keras.layers  # noqa: N806
+    conv = lambda f, **kw: L.Conv2D(f, 3, padding="same", activation="relu", **kw)  # noqa: E731
+    down = lambda f: [L.ZeroPadding2D(1), L.Conv2D(f, 3, strides=2, activation="relu")]  # noqa: E731
     specs = {
         "mlp": [L.Flatten(), L.Dense(128, activation="relu"), L.Dense(128, activation="relu"),
                 L.Dense(10)],
@@ -170,44 +262,33 @@ def build_nets(epochs):
         "mlp-tanh": [L.Flatten(), L.Dense(64, activation="tanh"), L.Dense(64, activation="tanh"),
                      L.Dense(10)],
         # attacks.make_classifier's layers at width 8 (3x3 "same" convolutions, 2x2 max pooling)
-        "cnn-maxpool": [L.Conv2D(8, 3, padding="same", activation="relu"),
-                        L.Conv2D(16, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
-                        L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
+        "cnn-maxpool": [conv(8), conv(16), L.MaxPooling2D(2), conv(32), L.MaxPooling2D(2),
                         L.Flatten(), L.Dense(32, activation="relu"), L.Dense(10)],
+        # a residual block between convolutions
+        "residual": [conv(8), _residual(conv(8), L.Conv2D(8, 3, padding="same")), *down(16),
+                     L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
+        # CROWN-IBP's "DM-large" CNN (Zhang et al. 2020) at a quarter of its widths, 28x28
+        "cnn-large-28": [conv(16), conv(16), *down(32), conv(32), conv(32), L.Flatten(),
+                         L.Dense(128, activation="relu"), L.Dense(10)],
+        "residual-28": [conv(8), *down(16), _residual(conv(16), L.Conv2D(16, 3, padding="same")),
+                        *down(16), L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
     }
     nets, arrays = {}, {}
-    for name, layers in specs.items():
+    for name in names:
+        layers = specs[name]
+        size = 28 if name.endswith("-28") else 8
+        if size == 28:
+            x_train, y_train = mnist[0], mnist[1]
+        else:
+            (x_train, y_train), _ = load_digits()
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((8, 8, 1)), *layers])
+        model = _keras_net(keras, (size, size, 1), layers)
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.fit(x_train, y_train, epochs=epochs, batch_size=32, verbose=0)
         nets[name] = model
-        i = 0
-        for layer in model.layers:
-            if isinstance(layer, L.Flatten):
-                arrays[f"{name}__kind{i}"] = "flatten"
-                i += 1
-                continue
-            if isinstance(layer, L.MaxPooling2D):
-                assert layer.pool_size[0] == layer.strides[0] and layer.padding == "valid"
-                arrays[f"{name}__kind{i}"] = "maxpool"
-                arrays[f"{name}__k{i}"] = layer.pool_size[0]
-                i += 1
-                continue
-            w, b = layer.get_weights()
-            arrays[f"{name}__kind{i}"] = "dense" if isinstance(layer, L.Dense) else "conv"
-            arrays[f"{name}__w{i}"], arrays[f"{name}__b{i}"] = w, b
-            if isinstance(layer, L.Conv2D):
-                arrays[f"{name}__s{i}"] = layer.strides[0]
-                arrays[f"{name}__p{i}"] = layer.kernel_size[0] // 2 if layer.padding == "same" \
-                    else 0  # odd kernels, stride 1 with "same"
-            i += 1
-            act = layer.activation.__name__
-            if act != "linear":
-                arrays[f"{name}__kind{i}"] = act
-                i += 1
-        arrays[f"{name}__n"] = i
+        _describe(name, layers, arrays)
+        arrays[f"{name}__size"] = size
     return nets, arrays
 
 
@@ -245,6 +326,11 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dtype", default="float64", choices=("float32", "float64"))
     parser.add_argument("--nets", default=",".join(NETS))
+    parser.add_argument("--mnist", default="../shared/data/mnist_digits10k.npz",
+                        help="the 28x28 digits of the '-28' nets")
+    parser.add_argument("--patches", default="auto", choices=("auto", "on", "off"),
+                        help="our convolutional intermediate bounds by patches: where smaller "
+                        "(auto), wherever possible, never")
     parser.add_argument("--alpha-iterations", type=int, default=20)
     parser.add_argument("--alpha-lr", type=float, default=0.5)
     parser.add_argument("--methods", default="ibp,crown-ibp,crown,crown-pure,crown-dense,"
@@ -260,22 +346,30 @@ def main(argv=None):
     from robustgrad.bounds import BoundedModel, _engine, margin_spec
     from robustgrad.data import load_digits
 
-    _, (x_test, y_test) = load_digits()
-    x, y = x_test[:args.n], y_test[:args.n]
-    lower, upper = np.clip(x - args.eps, 0, 1), np.clip(x + args.eps, 0, 1)
-    spec = margin_spec(y, 10, dtype=tf.float64).numpy()
-    nets, arrays = build_nets(args.epochs)
+    _engine.PATCHES = {"auto": None, "on": True, "off": False}[args.patches]
     names = [n for n in args.nets.split(",")]
+    mnist = load_mnist(args.mnist) if any(n.endswith("-28") for n in names) else None
+    _, (x8, y8) = load_digits()
     npdt = np.dtype(args.dtype)
+    data = {}  # input size -> x, lower, upper, spec (the first --n test images)
+    for size, (xs, ys) in {8: (x8, y8), 28: (mnist[2], mnist[3]) if mnist else (None, None)}.items():
+        if xs is None:
+            continue
+        x, y = xs[:args.n], ys[:args.n]
+        data[size] = (x, np.clip(x - args.eps, 0, 1), np.clip(x + args.eps, 0, 1),
+                      margin_spec(y, 10, dtype=tf.float64).numpy())
+    nets, arrays = build_nets(args.epochs, names, mnist)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "weights.npz")
-        np.savez(path, x=x.astype(npdt), lower=lower.astype(npdt), upper=upper.astype(npdt),
-                 C=spec.astype(npdt), nets=np.array(names), **arrays)
+        boxes = {f"{k}{size}": v.astype(npdt) for size, d in data.items()
+                 for k, v in zip(("x", "lower", "upper", "C"), d)}
+        np.savez(path, nets=np.array(names), **boxes, **arrays)
         proc = subprocess.Popen([args.torch_python, "-c", _TORCH_SCRIPT, path, str(args.threads),
                                  args.dtype], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True)
         logits = json.loads(proc.stdout.readline())
         for name in names:
+            x = data[int(arrays[f"{name}__size"])][0]
             ours = nets[name](x.astype(np.float32)).numpy()
             gap = float(np.max(np.abs(np.asarray(logits[name]) - ours)))
             assert gap < 1e-4, f"{name}: the ported logits differ by {gap}"
@@ -295,8 +389,6 @@ def main(argv=None):
             r = json.loads(proc.stdout.readline())
             return (np.asarray(r["lb"]), np.asarray(r["ub"])), r["times"][0], r["cpus"][0]
 
-        tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
-        tspec = tf.constant(spec.astype(npdt))
         every = {"ibp": ("ibp", True), "crown-ibp": ("crown-ibp", True), "crown": ("crown", True),
                  "crown-pure": ("crown", False), "crown-dense": ("crown", None),
                  "alpha-crown": ("alpha-crown", True)}
@@ -304,13 +396,16 @@ def main(argv=None):
         alpha_kw = {"iterations": args.alpha_iterations, "lr": args.alpha_lr}
         rows, crown_rows = [], {}
         for name in names:
+            _, lower, upper, spec = data[int(arrays[f"{name}__size"])]
+            tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
+            tspec = tf.constant(spec.astype(npdt))
             for method, intersect in variants:
                 _engine.INTERSECT_WITH_IBP = bool(intersect)
                 dense = intersect is None  # the reference without its sparse intermediate bounds
                 bm = BoundedModel(nets[name])  # a fresh trace reads the flag
                 kw = alpha_kw if method == "alpha-crown" else {}
 
-                def ours_call():
+                def ours_call(bm=bm, kw=kw, tlo=tlo, thi=thi, tspec=tspec, method=method):
                     lb, ub = bm.bounds(tlo, thi, method, tspec, batch_size=None, **kw)
                     return lb.numpy(), ub.numpy()
 

@@ -29,6 +29,7 @@ import math
 
 import tensorflow as tf
 
+from . import _patches
 from ._activations import Activation
 from ._rules import sum_trailing
 
@@ -47,6 +48,15 @@ INTERSECT_WITH_IBP = True
 # Fewest identity rows per chunk of an intermediate layer's CROWN pass (a layer of n elements is
 # done in chunks of max(MIN_ROWS, n / 8) rows, so that mostly-stable layers cost a fraction).
 MIN_ROWS = 16
+# Whether the intermediate bounds of convolutional layers are computed by patches
+# (:mod:`robustgrad.bounds._patches`): None chooses (patches where they are at most half the dense
+# coefficients), True wherever the layers allow, False never. Read when a computation is traced.
+PATCHES: bool | None = None
+# Whether CROWN's intermediate passes bound only the elements an activation gains from (unstable
+# ReLUs, the elements a max pooling may pick; every tanh/sigmoid element): sound and lossless
+# (a stable ReLU's relaxation is exact whatever its bounds), on by default. Off, every element
+# gets a CROWN pass (auto_LiRPA's ``sparse_intermediate_bounds=False``). Read when traced.
+SPARSE_INTERMEDIATE = True
 
 
 def concretize(a_lo, a_hi, lo, hi, ball=None):
@@ -171,8 +181,11 @@ def _output_bounds_needed(graph, node):
 
 
 def _refine_mask(graph, node, boxes):
-    """Elements of ``node`` whose tighter bounds help an activation that reads it."""
+    """Elements of ``node`` whose tighter bounds help an activation that reads it (all of them
+    with :data:`SPARSE_INTERMEDIATE` off)."""
     lo, hi = boxes[node]
+    if not SPARSE_INTERMEDIATE:
+        return tf.ones_like(lo, tf.bool)
     masks = []
     for i, rule in enumerate(graph.rules):
         if rule is None or rule.linear or graph.inputs[i][0] != node:
@@ -196,7 +209,14 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
     shape = shapes[node]
     n = math.prod(shape)
     batch = boxes[0][0].shape[0]
-    widest = max(math.prod(shapes[i]) for i in range(node + 1))
+    geo = None if PATCHES is False else _patches.plan(graph, node, shapes)
+    if geo is not None and PATCHES is None and not _patches.worth_it(geo, shapes, node):
+        geo = None
+    if geo is not None:
+        widest = max(g.size_h * g.size_w * shapes[j][2] for j, g in geo.items())
+        prepared = _patches.prepare(graph, node, geo, pre, boxes, shapes, ball, dtype)
+    else:
+        widest = max(math.prod(shapes[i]) for i in range(node + 1))
     budget_rows = max(1, COEFFICIENT_BUDGET // max(1, batch * widest))
     rows = max(1, min(n, budget_rows, max(MIN_ROWS, -(-n // 8))))
     ibp_lo, ibp_hi = (tf.reshape(t, [batch, n]) for t in boxes[node])
@@ -210,8 +230,12 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
 
     def body(k, lo_acc, hi_acc):
         idx = tf.slice(order, tf.stack([0, k * rows]), [batch, rows])
-        spec = tf.reshape(tf.one_hot(idx, n, dtype=dtype), [batch, rows, *shape])
-        lo_k, hi_k = _backward(graph, node, spec, pre, boxes, shapes, 0, ball, dtype)
+        if geo is not None:
+            lo_k, hi_k = _patches.backward(graph, node, tf.minimum(idx, n - 1), geo, prepared,
+                                           shapes, ball, dtype)
+        else:
+            spec = tf.reshape(tf.one_hot(idx, n, dtype=dtype), [batch, rows, *shape])
+            lo_k, hi_k = _backward(graph, node, spec, pre, boxes, shapes, 0, ball, dtype)
         where = tf.stack([rows_of, idx], axis=-1)
         return (k + 1, tf.tensor_scatter_nd_update(lo_acc, where, lo_k),
                 tf.tensor_scatter_nd_update(hi_acc, where, hi_k))

@@ -1,0 +1,142 @@
+"""robustgrad.bounds._patches: CROWN's convolutional intermediate bounds by patches.
+
+The patch pass must give the dense pass's bounds (the same sums in another order: 1e-12 in
+float64, float32 rounding in float32) on every rule it takes (strides, "same"/"valid" padding,
+zero padding, batch norm, residual adds with unequal windows, average pooling, non-square
+kernels), be sound by sampling, and be refused where a rule has no patch form.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_bounds import MODELS, _assert_contains, _box, _outputs, _randomize, _samples
+
+from robustgrad.bounds import BoundedModel, _engine, _patches, compute_ball_bounds, margin_spec
+from robustgrad.bounds._keras_graph import Graph
+
+L = keras.layers
+
+
+def patch_model():
+    """Every rule with a patch form: zero padding, a strided "valid" convolution, batch norm, a
+    residual block (3x3 and 3x2 "same" kernels: the branches' windows differ), average pooling,
+    a strided "same" convolution with asymmetric padding."""
+    inp = keras.Input((12, 12, 2))
+    h = L.ZeroPadding2D(1)(inp)
+    h = L.Conv2D(4, 3, strides=2)(h)
+    h = L.ReLU()(L.BatchNormalization()(h))
+    r = L.Conv2D(4, 3, padding="same", activation="relu")(h)
+    r = L.Conv2D(4, (3, 2), padding="same")(r)
+    h = L.ReLU()(L.Add()([h, r]))
+    h = L.AveragePooling2D(2)(h)
+    h = L.Conv2D(5, 2, strides=2, padding="same", activation="relu")(h)
+    return _randomize(keras.Model(inp, L.Dense(3)(L.Flatten()(h))), seed=9)
+
+
+PATCH_MODELS = {"patch": patch_model, **{k: MODELS[k] for k in ("conv", "pool-bn",
+                                                                "conv-residual", "classifier")}}
+
+
+def _graph_and_boxes(model, dtype, eps=0.1):
+    lo, hi = _box(model.input_shape[1:], eps, batch=4)
+    lo, hi = tf.constant(lo.astype(dtype)), tf.constant(hi.astype(dtype))
+    graph = Graph(model)
+    boxes = _engine.interval_pass(graph, lo, hi, lo.dtype)
+    return graph, boxes, [tuple(b[0].shape[1:]) for b in boxes]
+
+
+@pytest.fixture
+def pure_crown(monkeypatch):
+    """CROWN's intermediate bounds alone (not intersected with IBP's): every difference shows."""
+    monkeypatch.setattr(_engine, "INTERSECT_WITH_IBP", False)
+
+
+@pytest.mark.parametrize("name", sorted(PATCH_MODELS))
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 2e-6)])
+def test_patches_give_the_dense_intermediate_bounds(name, dtype, tol, pure_crown, monkeypatch):
+    graph, boxes, shapes = _graph_and_boxes(PATCH_MODELS[name](), dtype)
+    bounds = {}
+    for patches in (False, True):
+        monkeypatch.setattr(_engine, "PATCHES", patches)
+        bounds[patches] = _engine.pre_activation_bounds(graph, boxes, shapes, None,
+                                                        boxes[0][0].dtype, "crown")
+    patched = [n for n in bounds[True] if n and _patches.plan(graph, n, shapes) is not None]
+    assert patched  # the patch pass ran
+    refined = 0
+    for node in bounds[True]:
+        for a, b, ibp in zip(bounds[True][node], bounds[False][node], boxes[node]):
+            scale = 1 + np.abs(b.numpy())
+            np.testing.assert_array_less(np.abs(a.numpy() - b.numpy()), tol * scale)
+            refined += int(np.sum(np.abs(b.numpy() - ibp.numpy()) > 1e-3))
+    assert refined > 0  # CROWN changed intermediate bounds: the relaxations were exercised
+
+
+@pytest.mark.parametrize("name", sorted(PATCH_MODELS))
+def test_patch_bounds_are_sound_by_sampling(name, monkeypatch):
+    monkeypatch.setattr(_engine, "PATCHES", True)
+    model = PATCH_MODELS[name]()
+    lower, upper = _box(model.input_shape[1:], eps=0.15)
+    values = _outputs(model, _samples(lower, upper, n=1000))
+    spec = margin_spec([0, 1, 2], model.output_shape[-1])
+    cvalues = np.einsum("bsk,bmk->bms", spec.numpy(), values)
+    lb, ub = BoundedModel(model).bounds(lower, upper, "crown")
+    _assert_contains(lb.numpy(), ub.numpy(), values)
+    clb, cub = BoundedModel(model).bounds(lower, upper, "crown", spec)
+    _assert_contains(clb.numpy(), cub.numpy(), cvalues)
+
+
+def test_patches_over_an_l2_ball_give_the_dense_bounds(pure_crown, monkeypatch):
+    model = patch_model()
+    x = np.random.default_rng(1).uniform(0.2, 0.8, (3, 12, 12, 2)).astype(np.float64)
+    out = {}
+    for patches in (False, True):
+        monkeypatch.setattr(_engine, "PATCHES", patches)
+        out[patches] = compute_ball_bounds(model, x, 0.5, norm="l2", method="crown",
+                                           clip_min=0.0, clip_max=1.0)
+    for a, b in zip(out[True], out[False]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_plan_windows_and_refusals():
+    graph = Graph(patch_model())
+    one = tf.zeros([1, 12, 12, 2])
+    shapes = [tuple(b[0].shape[1:]) for b in _engine.interval_pass(graph, one, one, tf.float32)]
+    # the first convolution's output (node 2, after the zero padding): its 3x3 window of the
+    # padded input is the input's window starting one row and column before, stride 2
+    geo = _patches.plan(graph, 2, shapes)
+    assert geo[0] == _patches.Geometry(1, 1, 3, 3, 2, 2)
+    # the residual add (node 8): the 3x2 kernel's branch widens the window to the right only
+    geo = _patches.plan(graph, 8, shapes)
+    assert geo[3] == _patches.Geometry(2, 1, 5, 4, 1, 1)
+    # the output (after Flatten and Dense) has no patch form
+    assert _patches.plan(graph, graph.output, shapes) is None
+    # max pooling on the way: none either
+    pooled = Graph(MODELS["max-pooling"]())
+    one = tf.zeros([1, 9, 9, 2])
+    pshapes = [tuple(b[0].shape[1:]) for b in _engine.interval_pass(pooled, one, one, tf.float32)]
+    kinds = [type(r).__name__ for r in pooled.rules]
+    after_pool = kinds.index("Conv2D", kinds.index("MaxPooling2D"))
+    assert _patches.plan(pooled, after_pool, pshapes) is None
+    assert _patches.plan(pooled, 1, pshapes) is not None
+
+
+@pytest.mark.parametrize("name", ["patch", "classifier"])
+def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
+    # only the unstable ReLUs (and the elements a max pooling may pick) get intermediate CROWN
+    # passes; every element's pass changes no output bound, and costs more rows
+    model = PATCH_MODELS[name]()
+    lower, upper = _box(model.input_shape[1:], eps=0.1)
+    lower, upper = lower.astype(np.float64), upper.astype(np.float64)
+    spec = margin_spec([0, 1, 2], model.output_shape[-1], dtype=tf.float64)
+    out = {}
+    for sparse in (False, True):
+        monkeypatch.setattr(_engine, "SPARSE_INTERMEDIATE", sparse)
+        out[sparse] = BoundedModel(model).bounds(lower, upper, "crown", spec)
+    for a, b in zip(out[True], out[False]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+    graph, boxes, _ = _graph_and_boxes(model, "float64")
+    masks = [_engine._refine_mask(graph, graph.inputs[i][0], boxes)
+             for i, r in enumerate(graph.rules) if r is not None and not r.linear]
+    counts = [(int(tf.reduce_sum(tf.cast(m, tf.int32))), m.shape.num_elements()) for m in masks]
+    assert any(0 < k < n for k, n in counts), counts  # some elements skipped, some refined
