@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
 from agents.core.collectors import CollectingAgent, Collector
-from agents.core.config import AUTO, AgentConfig, check_seeds, make_config
+from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
 from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
@@ -304,10 +304,7 @@ class Agent(CollectingAgent):
         directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
         ``KeyboardInterrupt``) naming it; a second signal aborts at once.
         """
-        if isinstance(total_steps, bool) or not isinstance(total_steps, (int, np.integer)) \
-                or total_steps <= 0:
-            raise ValueError(f"total_steps: must be a positive integer, got {total_steps!r}")
-        total_steps = int(total_steps)
+        total_steps = check_total_steps(total_steps)  # at most MAX_TOTAL_STEPS
         if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
                 or schedule_start < 0:
             raise ValueError(f"schedule_start: must be a non-negative integer, got "
