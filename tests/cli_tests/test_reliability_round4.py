@@ -250,3 +250,41 @@ def test_evaluate_on_vector_data_writes_its_report_and_exits_0(tmp_path, capsys)
                      "--attacks", "fgsm,square", "--out", str(tmp_path / "e3"),
                      "--no-progress"]) == 2
     assert "attacks: square: x: square needs images" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_an_npz_of_one_channel_sequences_is_read_as_it_is_not_as_images(tmp_path, dtype):
+    import numpy as np
+
+    from attacks.data import load_dataset, load_test_set
+
+    rng = np.random.default_rng(0)
+    x = (rng.uniform(size=(6, 64, 1)) * (255 if dtype == "uint8" else 1)).astype(dtype)
+    data = tmp_path / "seq.npz"
+    np.savez(data, x_train=x, y_train=np.arange(6) % 2, x_test=x, y_test=np.arange(6) % 2)
+    ds = load_dataset(str(data))
+    assert ds.x_train.shape == ds.x_test.shape == (6, 64, 1)  # no channel added: it has one
+    expected = x.astype("float32") / (255 if dtype == "uint8" else 1)
+    np.testing.assert_allclose(ds.x_test, expected, rtol=1e-6)
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, x=x, y=np.arange(6) % 2)
+    assert load_test_set(str(bare))[0].shape == (6, 64, 1)
+    # grayscale images [N, H, W] still get their channel
+    np.savez(data, x_train=x[..., 0].reshape(6, 8, 8), y_train=np.arange(6) % 2,
+             x_test=x[..., 0].reshape(6, 8, 8), y_test=np.arange(6) % 2)
+    assert load_dataset(str(data)).x_test.shape == (6, 8, 8, 1)
+
+
+def test_evaluate_of_a_sequence_model_on_its_npz_runs(tmp_path, capsys):
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "seq.npz"
+    x = rng.uniform(size=(8, 64, 1)).astype("float32")
+    np.savez(data, x_test=x, y_test=np.arange(8) % 3)
+    model = keras.Sequential([keras.Input((64, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.save(tmp_path / "m.keras")
+    assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
+                     "--attacks", "fgsm", "--out", str(tmp_path / "e"), "--no-progress"]) == 0
+    assert "holds vectors (64, 1), not images" not in capsys.readouterr().err
