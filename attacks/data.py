@@ -22,12 +22,12 @@ y_test`` or ``x, y``).
 
 Images come back as float32 NHWC (``[N, H, W, C]``; a channel axis is added to ``[N, H, W]``
 arrays, but not to ``[N, L, 1]``: an array whose last axis is 1 already has its channel, as a
-sequence of ``L`` one-channel values) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz``
-files too: a ``uint8`` array is 8-bit pixels); ``.npz`` files of floats keep their own value range, reported as
-``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem with a file
-(not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that are not
-class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the file and
-what is wrong, raised before any training or evaluation starts.
+sequence of ``L`` one-channel values) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz`` files
+too: a ``uint8`` array is 8-bit pixels); ``.npz`` files of floats keep their own value range,
+reported as ``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem
+with a file (not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that
+are not class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the
+file and what is wrong, raised before any training or evaluation starts.
 
 Example:
   >>> ds = load_dataset("digits")

@@ -6,7 +6,6 @@ import re
 import pytest
 
 import agents
-from agents.core import config as C
 from robustgrad.errors import ConfigError
 
 
@@ -22,8 +21,8 @@ def test_num_envs_and_hidden_sizes_are_bounded_for_every_agent(cls):
 
     _refused(f"num_envs must be an int in [1, 65536], got {10**6}",
              lambda: cls(num_envs=10**6, preset=None))
-    _refused(f"num_envs must be an int in [1, 1024] with async_envs=True (one subprocess per "
-             f"environment), got 2000", lambda: cls(num_envs=2000, async_envs=True, preset=None))
+    _refused("num_envs must be an int in [1, 1024] with async_envs=True (one subprocess per "
+             "environment), got 2000", lambda: cls(num_envs=2000, async_envs=True, preset=None))
     _refused("hidden_sizes must be an int in [1, 65536], got 100000000",
              lambda: cls(hidden_sizes=(64, 10**8), preset=None))
 

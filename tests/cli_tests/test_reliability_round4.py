@@ -288,3 +288,84 @@ def test_evaluate_of_a_sequence_model_on_its_npz_runs(tmp_path, capsys):
     assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
                      "--attacks", "fgsm", "--out", str(tmp_path / "e"), "--no-progress"]) == 0
     assert "holds vectors (64, 1), not images" not in capsys.readouterr().err
+
+
+def _disk_fills_up(monkeypatch):
+    """Every crash-safe write (robustgrad.atomic.replacing: JSON records, reports, plots) runs
+    its writer, then fails as a full disk does, before its file would replace the old one."""
+    import contextlib
+    import errno
+
+    from robustgrad import atomic
+
+    real = atomic.replacing
+
+    @contextlib.contextmanager
+    def full(path):
+        with real(path) as tmp:
+            yield tmp
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(atomic, "replacing", full)
+
+
+def _nothing_half_written(out):
+    """No temporary or staging file is left, and every JSON file in ``out`` parses."""
+    names = [p for p in out.rglob("*")] if out.exists() else []
+    assert not [p for p in names if ".tmp" in p.name or p.name.startswith(".")], names
+    for p in names:
+        if p.suffix == ".json":
+            json.loads(p.read_text())
+
+
+def test_a_full_disk_in_train_classifier_is_one_line(tmp_path, capsys, monkeypatch):
+    _disk_fills_up(monkeypatch)
+    out = tmp_path / "run"
+    assert cli.main(["train-classifier", "--epochs", "1", "--no-eval", "--verbose", "0",
+                     "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"robustgrad: error: no space left on device writing {out}"), err
+    assert err.endswith(f": {out} keeps its last complete files (writes are atomic); free space "
+                        "and run again with --resume"), err
+    _nothing_half_written(out)
+
+
+def test_a_full_disk_in_evaluate_agent_is_one_line(tmp_path, capsys, monkeypatch):
+    import agents
+
+    agent = tmp_path / "agent"
+    agents.PPO(env="CartPole-v1", n_steps=8, num_envs=2, n_minibatches=1,
+               preset=None).save(str(agent))
+    _disk_fills_up(monkeypatch)
+    out = tmp_path / "eval"
+    assert cli.main(["evaluate-agent", "--agent", str(agent), "--episodes", "1", "--attacks",
+                     "random", "--eps", "0.05", "--out", str(out), "--no-progress"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"robustgrad: error: no space left on device writing {out}"), err
+    assert err.endswith(f": {out} keeps its last complete files (writes are atomic); free space "
+                        "and run again"), err
+    _nothing_half_written(out)
+
+
+def test_a_full_disk_while_train_classifier_saves_its_model_leaves_no_truncated_file(
+        tmp_path, capsys, monkeypatch):
+    import errno
+    import zipfile
+
+    real = zipfile.ZipFile.writestr
+
+    def full(self, name, *args, **kwargs):  # Keras writes a .keras file as a zip
+        if str(getattr(self, "filename", "")).endswith(".keras"):
+            real(self, name, *args, **kwargs)  # part of the file is on disk, then none fits
+            raise OSError(errno.ENOSPC, "No space left on device", self.filename)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", full)
+    out = tmp_path / "run"
+    assert cli.main(["train-classifier", "--epochs", "1", "--no-eval", "--verbose", "0",
+                     "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("robustgrad: error: no space left on device writing "), err
+    assert err.endswith("free space and run again with --resume"), err
+    assert not (out / "model.keras").exists()  # no truncated model where a model would be
+    assert not [p for p in out.iterdir() if ".partial-" in p.name]
