@@ -369,3 +369,16 @@ def test_a_full_disk_while_train_classifier_saves_its_model_leaves_no_truncated_
     assert err.endswith("free space and run again with --resume"), err
     assert not (out / "model.keras").exists()  # no truncated model where a model would be
     assert not [p for p in out.iterdir() if ".partial-" in p.name]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps", str(10**15)], f"--steps must be an int in [1, 10000000000], got {10**15}"),
+    (["--num-envs", str(10**6)], f"num_envs must be an int in [1, 65536], got {10**6}"),
+    (["--set", "n_steps=1000000000"], "n_steps must be an int in [1, 16777216], got 1000000000"),
+    (["--set", "n_epochs=1000000000"], "n_epochs must be an int in [1, 100000], got 1000000000"),
+])
+def test_train_agent_counts_are_bounded_by_the_library_on_one_line(tmp_path, capsys, flags,
+                                                                  message):
+    out = tmp_path / "run"
+    assert cli.main([*TRAIN, "--out", str(out), *flags]) == 2  # the last --steps counts
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
