@@ -21,12 +21,13 @@
 y_test`` or ``x, y``).
 
 Images come back as float32 NHWC (``[N, H, W, C]``; a channel axis is added to ``[N, H, W]``
-arrays) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz`` files too: a ``uint8`` array is
-8-bit pixels); ``.npz`` files of floats keep their own value range, reported as
-``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem with a file
-(not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that are not
-class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the file and
-what is wrong, raised before any training or evaluation starts.
+arrays, but not to ``[N, L, 1]``: an array whose last axis is 1 already has its channel, as a
+sequence of ``L`` one-channel values) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz`` files
+too: a ``uint8`` array is 8-bit pixels); ``.npz`` files of floats keep their own value range,
+reported as ``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem
+with a file (not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that
+are not class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the
+file and what is wrong, raised before any training or evaluation starts.
 
 Example:
   >>> ds = load_dataset("digits")
@@ -188,8 +189,11 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def _images(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32, with a channel axis added to grayscale images ``[N, H, W]``. An array
+    whose last axis has size 1 already ends in its channel (``[N, 64, 1]``: 64 one-channel
+    values, the shape a ``(64, 1)`` model takes; no image is one pixel wide), so it is kept."""
     x = np.asarray(x, np.float32)
-    return x[..., None] if x.ndim == 3 else x
+    return x[..., None] if x.ndim == 3 and x.shape[-1] != 1 else x
 
 
 def _npz_images(x: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from agents.algorithms.registry import ALGORITHMS
-from agents.core.config import DQNConfig, OnPolicyConfig, check_seeds  # noqa: F401 - agents.algorithms.many.check_seeds, as before
+from agents.core.config import DQNConfig, OnPolicyConfig, check_seeds, check_total_steps  # noqa: F401 - agents.algorithms.many.check_seeds, as before
 from robustgrad.atomic import save_figure
 from robustgrad.checks import choice, positive_int
 
@@ -77,7 +77,7 @@ def train_many(config: OnPolicyConfig | DQNConfig, seeds: Sequence[int] | None =
     """
     cls = _agent_class(config)
     seed_list = check_seeds(seeds, num_seeds, config.seed)
-    steps = positive_int(steps, "steps")
+    steps = check_total_steps(steps, "steps")
     if design is not None:
         choice(design, "design", ("auto", "stacked", "group"))
         warnings.warn("train_many: design= is deprecated and ignored: every number of seeds runs "

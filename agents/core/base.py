@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
 from agents.core.collectors import CollectingAgent, Collector
-from agents.core.config import AUTO, AgentConfig, check_seeds, make_config
+from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
 from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
@@ -59,13 +59,43 @@ def _compact(seeds: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+class _OwnFunction:
+    """A callable that calls ``method``; no ``__code__``, so ``tf.function`` keys its tracing
+    statistics on this object itself (see :func:`own_function`)."""
+
+    __slots__ = ("__name__", "__weakref__", "_method")
+
+    def __init__(self, method: Callable):
+        self._method = method
+        self.__name__ = getattr(method, "__name__", "call")
+
+    def __call__(self, *args):
+        return self._method(*args)
+
+
 def own_function(method: Callable) -> Callable:
-    """``method`` behind a function of its own, to give to ``tf.function``: TensorFlow counts
-    traces per underlying Python function, so the methods of many agents in one process (one
-    trace each) would otherwise read as retracing and print its warning."""
-    def call(*args):
-        return method(*args)
-    return call
+    """``method`` behind a callable of its own, to give to ``tf.function``: one trace per agent,
+    and each agent's compiled function counted on its own.
+
+    TensorFlow counts traces for its retracing warning per *code object* of the Python function
+    it compiles (``Function._get_key_for_call_stats``: the ``__code__`` of the function, or of a
+    bound method's function, or of a closure -- equal for every closure made by one ``def``).
+    The methods of many agents in one process (repeated ``train_many`` calls, ``--resume``,
+    a sweep), one trace each, would all count as one function tracing again and again, and
+    print "5 out of the last 5 calls ... triggered tf.function retracing". The object returned
+    here has no ``__code__``, so TensorFlow counts it alone (weakly: the count goes with it).
+
+    >>> import tensorflow as tf
+    >>> class Scale:
+    ...     def __init__(self, k):
+    ...         self.fn = tf.function(own_function(self.call))
+    ...         self.k = k
+    ...     def call(self, x):
+    ...         return x * self.k
+    >>> [float(Scale(k).fn(tf.constant(2.0))) for k in range(3)]
+    [0.0, 2.0, 4.0]
+    """
+    return _OwnFunction(method)
 
 
 class NonFiniteTrainingError(NonFiniteError, RuntimeError):
@@ -274,10 +304,7 @@ class Agent(CollectingAgent):
         directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
         ``KeyboardInterrupt``) naming it; a second signal aborts at once.
         """
-        if isinstance(total_steps, bool) or not isinstance(total_steps, (int, np.integer)) \
-                or total_steps <= 0:
-            raise ValueError(f"total_steps: must be a positive integer, got {total_steps!r}")
-        total_steps = int(total_steps)
+        total_steps = check_total_steps(total_steps)  # at most MAX_TOTAL_STEPS
         if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
                 or schedule_start < 0:
             raise ValueError(f"schedule_start: must be a non-negative integer, got "

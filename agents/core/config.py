@@ -46,6 +46,45 @@ MAX_ITERATIONS_PER_CALL = 4096
 larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
 more iterations per call than its budget has (the compiled loop is sized by that)."""
 
+MAX_NUM_ENVS = 65_536
+"""The largest ``num_envs``: 16x the widest vectorised batches of the graph-env literature
+(PureJaxRL's 4,096 per device); a Python (gymnasium) env per copy costs far more first."""
+
+MAX_ASYNC_ENVS = 1_024
+"""The largest ``num_envs`` with ``async_envs=True``: each environment is a subprocess."""
+
+MAX_ROLLOUT_TRANSITIONS = 2**24
+"""The most transitions one on-policy rollout holds (``n_steps * num_envs * num_seeds``, kept in
+memory with their observations until the update): 16.8 million, 128x the 131,072 of a
+PureJaxRL-sized batch (2,048 envs x 64 steps), about 1 GiB for CartPole's four floats."""
+
+MAX_HIDDEN_SIZE = 65_536
+"""The widest hidden layer: a 65,536 x 65,536 float32 weight matrix alone is 16 GiB."""
+
+MAX_REPEATS = 100_000
+"""The most repetitions of one step per update (``n_epochs``, ``robust_steps``,
+``gradient_steps``): each multiplies the time of every update, and none of the published
+settings of these methods uses more than a few hundred."""
+
+MAX_TOTAL_STEPS = 10**10
+"""The largest ``learn`` budget (``total_steps``, ``robustgrad train-agent --steps``): about six
+CPU days at 18,000 environment steps per CPU second, 50x Atari's 200M-frame benchmark budget."""
+
+
+def check_total_steps(value: Any, name: str = "total_steps") -> int:
+    """``value`` as a learn budget: an int in ``[1, MAX_TOTAL_STEPS]``, or a
+    :class:`robustgrad.errors.ConfigError` naming ``name`` (``"--steps"`` on the command line).
+
+    >>> check_total_steps(1e5)
+    100000
+    >>> check_total_steps(10**15, "--steps")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    robustgrad.errors.ConfigError: --steps must be an int in [1, 10000000000], got 1000000000000000
+    """
+    return positive_int(value, name, maximum=MAX_TOTAL_STEPS)
+
+
 EPISODE_SLOT_BYTES = 16
 """Bytes per slot of the graph env's ring buffer of finished episodes (a float32 return and an
 int32 length, allocated from zeros of the same size): ``iterations_per_call * n_steps * num_envs
@@ -284,7 +323,11 @@ class AgentConfig:
 
     def __post_init__(self):
         check_env_id(self.env, "env")
-        self.num_envs = positive_int(self.num_envs, "num_envs")
+        self.num_envs = positive_int(self.num_envs, "num_envs", maximum=MAX_NUM_ENVS)
+        if self.async_envs and self.num_envs > MAX_ASYNC_ENVS:
+            raise ConfigError(f"num_envs must be an int in [1, {MAX_ASYNC_ENVS}] with "
+                              f"async_envs=True (one subprocess per environment), got "
+                              f"{self.num_envs}")
         _positive(self.learning_rate, "learning_rate")
         probability(self.gamma, "gamma")
         if self.max_grad_norm is not None:
@@ -293,7 +336,8 @@ class AgentConfig:
                                                                       "__iter__"):
             raise ConfigError(f"hidden_sizes must be a sequence of ints >= 1, got "
                              f"{self.hidden_sizes!r}")
-        self.hidden_sizes = tuple(positive_int(h, "hidden_sizes") for h in self.hidden_sizes)
+        self.hidden_sizes = tuple(positive_int(h, "hidden_sizes", maximum=MAX_HIDDEN_SIZE)
+                                  for h in self.hidden_sizes)
         choice(self.activation, "activation", ("tanh", "relu"))
         self.max_nonfinite_updates = positive_int(self.max_nonfinite_updates,
                                                   "max_nonfinite_updates")
@@ -318,7 +362,7 @@ class AgentConfig:
             choice(self.robust, "robust", tuple(ROBUSTNESS) or ("sa", "adv", "atla", "atla-sa"))
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
-        self.robust_steps = positive_int(self.robust_steps, "robust_steps")
+        self.robust_steps = positive_int(self.robust_steps, "robust_steps", maximum=MAX_REPEATS)
         choice(self.robust_method, "robust_method", ("pgd", "sgld", "convex"))
         probability(self.robust_eps_warmup, "robust_eps_warmup")
         if self.atla_start_radius is not None:
@@ -433,7 +477,13 @@ class OnPolicyConfig(AgentConfig):
                              f"eps/kappa schedule (and ATLA its adversary) in Python between "
                              f"iterations; use iterations_per_call=1, got "
                              f"{self.iterations_per_call}")
-        self.n_steps = positive_int(self.n_steps, "n_steps")
+        self.n_steps = positive_int(self.n_steps, "n_steps", maximum=MAX_ROLLOUT_TRANSITIONS)
+        rollout = self.n_steps * self.num_envs * self.num_seeds
+        if rollout > MAX_ROLLOUT_TRANSITIONS:
+            raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
+                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
+                              f"memory), got {self.n_steps} * {self.num_envs} * "
+                              f"{self.num_seeds} = {rollout}")
         if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
             try:
                 check_allocation(self.iterations_per_call,
@@ -481,7 +531,7 @@ class PPOConfig(OnPolicyConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        self.n_epochs = positive_int(self.n_epochs, "n_epochs")
+        self.n_epochs = positive_int(self.n_epochs, "n_epochs", maximum=MAX_REPEATS)
         self.n_minibatches = positive_int(self.n_minibatches, "n_minibatches")
         _positive(self.clip_coef, "clip_coef")
         if self.target_kl is not None:
@@ -618,9 +668,10 @@ class DQNConfig(AgentConfig):
             raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "
                              f"{self.robust_method!r}")
-        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps",
-                     "target_update_interval"):
+        for name in ("buffer_size", "batch_size", "train_freq", "target_update_interval"):
             setattr(self, name, positive_int(getattr(self, name), name))
+        self.gradient_steps = positive_int(self.gradient_steps, "gradient_steps",
+                                           maximum=MAX_REPEATS)
         self.learning_starts = positive_int(self.learning_starts, "learning_starts", minimum=0)
         if self.learning_rate_final is not None:
             nonnegative(self.learning_rate_final, "learning_rate_final")

@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from robustgrad import atomic
 from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
 
@@ -533,8 +534,9 @@ def _finish(loop: _Loop, run: RunDirectory, seconds: float, export: str | None,
                       f"{int(loop.averager.state.count.numpy())} updates as the model")
     if c.mixed_precision:
         keras.mixed_precision.set_global_policy("float32")
-    clf.save(run.join("model.keras"))
-    loop.trainer.save(run.join("trainer.keras"))
+    for keras_object, name in ((clf, "model.keras"), (loop.trainer, "trainer.keras")):
+        with atomic.replacing(run.join(name)) as tmp:  # a full disk: no truncated file
+            keras_object.save(tmp)
     _log(verbose, f"saved {run.join('model.keras')} and trainer.keras "
                   f"({seconds:.0f} s of training in all)")
     if export:

@@ -263,8 +263,9 @@ def plot_learning_curve(history, path, title):
 def _flag_overrides(args: argparse.Namespace) -> dict:
     """The config fields the flags set (``--set`` and the named flags), checked."""
     overrides = _parse_sets(args.set)
-    if args.steps is None or args.steps <= 0:
-        raise ConfigError(f"--steps: must be positive, got {args.steps}")
+    from agents.core.config import check_total_steps
+
+    check_total_steps(args.steps, "--steps")  # the library's bound
     if args.num_envs is not None:
         overrides["num_envs"] = args.num_envs
     if args.lr is not None:

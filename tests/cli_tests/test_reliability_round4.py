@@ -250,3 +250,135 @@ def test_evaluate_on_vector_data_writes_its_report_and_exits_0(tmp_path, capsys)
                      "--attacks", "fgsm,square", "--out", str(tmp_path / "e3"),
                      "--no-progress"]) == 2
     assert "attacks: square: x: square needs images" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_an_npz_of_one_channel_sequences_is_read_as_it_is_not_as_images(tmp_path, dtype):
+    import numpy as np
+
+    from attacks.data import load_dataset, load_test_set
+
+    rng = np.random.default_rng(0)
+    x = (rng.uniform(size=(6, 64, 1)) * (255 if dtype == "uint8" else 1)).astype(dtype)
+    data = tmp_path / "seq.npz"
+    np.savez(data, x_train=x, y_train=np.arange(6) % 2, x_test=x, y_test=np.arange(6) % 2)
+    ds = load_dataset(str(data))
+    assert ds.x_train.shape == ds.x_test.shape == (6, 64, 1)  # no channel added: it has one
+    expected = x.astype("float32") / (255 if dtype == "uint8" else 1)
+    np.testing.assert_allclose(ds.x_test, expected, rtol=1e-6)
+    bare = tmp_path / "bare.npz"
+    np.savez(bare, x=x, y=np.arange(6) % 2)
+    assert load_test_set(str(bare))[0].shape == (6, 64, 1)
+    # grayscale images [N, H, W] still get their channel
+    np.savez(data, x_train=x[..., 0].reshape(6, 8, 8), y_train=np.arange(6) % 2,
+             x_test=x[..., 0].reshape(6, 8, 8), y_test=np.arange(6) % 2)
+    assert load_dataset(str(data)).x_test.shape == (6, 8, 8, 1)
+
+
+def test_evaluate_of_a_sequence_model_on_its_npz_runs(tmp_path, capsys):
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "seq.npz"
+    x = rng.uniform(size=(8, 64, 1)).astype("float32")
+    np.savez(data, x_test=x, y_test=np.arange(8) % 3)
+    model = keras.Sequential([keras.Input((64, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.save(tmp_path / "m.keras")
+    assert cli.main(["evaluate", "--model", str(tmp_path / "m.keras"), "--data", str(data),
+                     "--attacks", "fgsm", "--out", str(tmp_path / "e"), "--no-progress"]) == 0
+    assert "holds vectors (64, 1), not images" not in capsys.readouterr().err
+
+
+def _disk_fills_up(monkeypatch):
+    """Every crash-safe write (robustgrad.atomic.replacing: JSON records, reports, plots) runs
+    its writer, then fails as a full disk does, before its file would replace the old one."""
+    import contextlib
+    import errno
+
+    from robustgrad import atomic
+
+    real = atomic.replacing
+
+    @contextlib.contextmanager
+    def full(path):
+        with real(path) as tmp:
+            yield tmp
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(atomic, "replacing", full)
+
+
+def _nothing_half_written(out):
+    """No temporary or staging file is left, and every JSON file in ``out`` parses."""
+    names = [p for p in out.rglob("*")] if out.exists() else []
+    assert not [p for p in names if ".tmp" in p.name or p.name.startswith(".")], names
+    for p in names:
+        if p.suffix == ".json":
+            json.loads(p.read_text())
+
+
+def test_a_full_disk_in_train_classifier_is_one_line(tmp_path, capsys, monkeypatch):
+    _disk_fills_up(monkeypatch)
+    out = tmp_path / "run"
+    assert cli.main(["train-classifier", "--epochs", "1", "--no-eval", "--verbose", "0",
+                     "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"robustgrad: error: no space left on device writing {out}"), err
+    assert err.endswith(f": {out} keeps its last complete files (writes are atomic); free space "
+                        "and run again with --resume"), err
+    _nothing_half_written(out)
+
+
+def test_a_full_disk_in_evaluate_agent_is_one_line(tmp_path, capsys, monkeypatch):
+    import agents
+
+    agent = tmp_path / "agent"
+    agents.PPO(env="CartPole-v1", n_steps=8, num_envs=2, n_minibatches=1,
+               preset=None).save(str(agent))
+    _disk_fills_up(monkeypatch)
+    out = tmp_path / "eval"
+    assert cli.main(["evaluate-agent", "--agent", str(agent), "--episodes", "1", "--attacks",
+                     "random", "--eps", "0.05", "--out", str(out), "--no-progress"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"robustgrad: error: no space left on device writing {out}"), err
+    assert err.endswith(f": {out} keeps its last complete files (writes are atomic); free space "
+                        "and run again"), err
+    _nothing_half_written(out)
+
+
+def test_a_full_disk_while_train_classifier_saves_its_model_leaves_no_truncated_file(
+        tmp_path, capsys, monkeypatch):
+    import errno
+    import zipfile
+
+    real = zipfile.ZipFile.writestr
+
+    def full(self, name, *args, **kwargs):  # Keras writes a .keras file as a zip
+        if str(getattr(self, "filename", "")).endswith(".keras"):
+            real(self, name, *args, **kwargs)  # part of the file is on disk, then none fits
+            raise OSError(errno.ENOSPC, "No space left on device", self.filename)
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", full)
+    out = tmp_path / "run"
+    assert cli.main(["train-classifier", "--epochs", "1", "--no-eval", "--verbose", "0",
+                     "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("robustgrad: error: no space left on device writing "), err
+    assert err.endswith("free space and run again with --resume"), err
+    assert not (out / "model.keras").exists()  # no truncated model where a model would be
+    assert not [p for p in out.iterdir() if ".partial-" in p.name]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--steps", str(10**15)], f"--steps must be an int in [1, 10000000000], got {10**15}"),
+    (["--num-envs", str(10**6)], f"num_envs must be an int in [1, 65536], got {10**6}"),
+    (["--set", "n_steps=1000000000"], "n_steps must be an int in [1, 16777216], got 1000000000"),
+    (["--set", "n_epochs=1000000000"], "n_epochs must be an int in [1, 100000], got 1000000000"),
+])
+def test_train_agent_counts_are_bounded_by_the_library_on_one_line(tmp_path, capsys, flags,
+                                                                  message):
+    out = tmp_path / "run"
+    assert cli.main([*TRAIN, "--out", str(out), *flags]) == 2  # the last --steps counts
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
