@@ -661,9 +661,12 @@ class DQNConfig(AgentConfig):
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        if self.robust in ("atla", "atla-sa", "wocar"):
-            raise ConfigError(f"robust: {self.robust!r} trains an actor-critic (PPO, A2C); DQN "
-                             f"supports 'sa' and 'adv', got {self.robust!r}")
+        if self.robust in ("atla", "atla-sa"):
+            raise ConfigError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
+                             f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
+        if self.robust == "wocar":
+            raise ConfigError("robust: 'wocar' trains an actor-critic (PPO, A2C); DQN "
+                             "supports 'sa' and 'adv', got 'wocar'")
         if self.robust is not None and self.robust_method not in ("pgd", "convex"):
             raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "

@@ -118,13 +118,14 @@ def test_iterations_per_call_has_an_upper_bound_and_a_memory_check():
                                          r"share of a call is already negligible at 32\), got "
                                          r"1000000$"):
         agents.PPOConfig(backend="graph", iterations_per_call=10**6)
-    # within the bound, a ring buffer of finished episodes larger than the machine: refused
+    # within the bound (and a rollout within its own, 2**24 transitions), a ring buffer of
+    # finished episodes larger than the machine (4096 x 16 bytes x 2**24 = 1 TiB): refused
     with pytest.raises(ValueError, match=r"^iterations_per_call=4096: the record of the episodes "
-                                         r"one call can finish \(65536 steps x 65536 envs per "
+                                         r"one call can finish \(4096 steps x 4096 envs per "
                                          r"iteration\) would allocate .* iterations_per_call must "
                                          r"be at most \d+ here$"):
-        agents.PPOConfig(backend="graph", iterations_per_call=4096, n_steps=2**16,
-                         num_envs=2**16, n_minibatches=1)
+        agents.PPOConfig(backend="graph", iterations_per_call=4096, n_steps=2**12,
+                         num_envs=2**12, n_minibatches=1)
 
 
 def test_the_compiled_loop_is_sized_by_the_budget_not_by_k():

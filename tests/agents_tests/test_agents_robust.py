@@ -180,7 +180,7 @@ def test_robust_config_is_saved_and_loaded(tmp_path):
     (PPOConfig, {"robust": "pgd"},
      "robust must be one of ('sa', 'adv', 'atla', 'atla-sa', 'wocar'), got 'pgd'"),
     (A2CConfig, {"robust_eps": -0.1}, "robust_eps must be a number >= 0, got -0.1"),
-    (DQNConfig, {"robust_steps": 0}, "robust_steps must be an int >= 1, got 0"),
+    (DQNConfig, {"robust_steps": 0}, "robust_steps must be an int in [1, 100000], got 0"),
     (PPOConfig, {"robust_eps_warmup": 1.5}, "robust_eps_warmup"),
     (PPOConfig, {"robust_attack": "rs"}, "robust_attack must be one of"),
     (REINFORCEConfig, {"robust": "sa"}, "robust: REINFORCE has no robust variant"),
