@@ -138,13 +138,20 @@ class VectorEnv(Protocol):
     obs: Any
     error: BaseException | None
 
-    def reset(self, seed: int | None = None) -> Any: ...
+    def reset(self, seed: int | None = None) -> Any:
+        """Reset every copy (seeded when ``seed`` is given); the observations
+        ``[num_envs, *obs_shape]``."""
 
-    def step(self, actions: Any) -> tuple: ...
+    def step(self, actions: Any) -> tuple:
+        """One step of every copy with ``actions [num_envs, ...]``: ``(obs, reward, terminated,
+        truncated, final_obs)``, a finished copy reset in the same step."""
 
-    def drain_episodes(self) -> list[tuple[float, int]]: ...
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """The ``(return, length)`` of each episode finished since the last call, then forget
+        them."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the copies (processes, files); the env is unusable afterwards."""
 
 
 @runtime_checkable
@@ -158,13 +165,19 @@ class GraphVectorEnv(VectorEnv, Protocol):
     spec: Any
 
     @property
-    def state(self) -> Any: ...
+    def state(self) -> Any:
+        """The env state (a structure of tensors) read from its variables."""
 
-    def write_state(self, state: Any) -> None: ...
+    def write_state(self, state: Any) -> None:
+        """Assign ``state`` (as :attr:`state` returns it) to the env's variables."""
 
-    def step_state(self, state: Any, actions: Any) -> tuple: ...
+    def step_state(self, state: Any, actions: Any) -> tuple:
+        """A pure step: ``(state, (obs, reward, terminated, truncated, final_obs),
+        (ended_return, ended_length))``, traceable inside a compiled call."""
 
-    def record_episodes(self, done: Any, ended_return: Any, ended_length: Any) -> None: ...
+    def record_episodes(self, done: Any, ended_return: Any, ended_length: Any) -> None:
+        """Append the episodes that ended (``done [num_envs]`` bool) to the ring buffer that
+        :meth:`drain_episodes` reads."""
 
 
 class Collector(abc.ABC):
