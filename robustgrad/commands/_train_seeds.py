@@ -35,6 +35,8 @@ import re
 import shutil
 import sys
 
+from robustgrad import atomic
+
 _SEEDS_FORMAT = "seeds >= 0 like 0-7 or 0,2,5 (ranges ascending, no repeats)"
 MAX_SEEDS = 10_000
 """The most seeds one ``--seeds`` run accepts (larger lists: split them over several runs)."""
@@ -225,8 +227,7 @@ def _write_group(args, agent, dirs) -> None:
                                 f"{one.algo.upper()} {args.env} (seed {seed})")
             if args.eval_episodes > 0:
                 result = one.evaluate(args.eval_episodes)
-                with open(os.path.join(dirs[seed], "evaluation.json"), "w") as f:
-                    json.dump(result, f, indent=2)
+                atomic.write_json(os.path.join(dirs[seed], "evaluation.json"), result, indent=2)
         finally:
             if one is not agent:
                 one.close()
@@ -267,8 +268,7 @@ def _summarize(args, seeds, dirs, out, config) -> int:
         summary["eval_return"]["per_seed"] = evaluations
         summary["eval_episodes"] = args.eval_episodes
     summary["train_return_last20"]["per_seed"] = last_returns
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    atomic.write_json(os.path.join(out, "summary.json"), summary, indent=2)
     plot_seed_curves(curves, os.path.join(out, "learning_curves.png"),
                      f"{args.algo.upper()} {args.env} ({len(seeds)} seeds)")
     key = "eval_return" if evaluations else "train_return_last20"

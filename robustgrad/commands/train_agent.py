@@ -37,6 +37,7 @@ import os
 import sys
 import time
 
+from robustgrad import atomic
 from robustgrad.commands._files import remove_outputs
 from robustgrad.errors import ConfigError
 
@@ -428,8 +429,7 @@ def _report(args: argparse.Namespace, agent, out: str, status: int) -> None:
                         f"{agent.algo.upper()} {args.env} (seed {args.seed})")
     if args.eval_episodes > 0 and status == 0:
         result = agent.evaluate(args.eval_episodes)
-        with open(os.path.join(out, "evaluation.json"), "w") as f:
-            json.dump(result, f, indent=2)
+        atomic.write_json(os.path.join(out, "evaluation.json"), result, indent=2)
         print(f"evaluation ({args.eval_episodes} episodes, deterministic): mean return "
               f"{result['mean_return']:.1f} +/- {result['std_return']:.1f}")
     print(f"saved to {out} (agents.load({out!r})); TensorBoard logs in "
