@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agents.core.persistence import (
     SEEDS_FILE,
@@ -25,6 +25,7 @@ from agents.core.persistence import (
 
 if TYPE_CHECKING:
     from agents.core.base import Agent
+    from agents.core.config import DQNConfig, OnPolicyConfig
 
 _TABLE: dict[str, type[Agent]] = {}
 ALGORITHM_TABLE: Mapping[str, type[Agent]] = MappingProxyType(_TABLE)
@@ -42,7 +43,8 @@ def register_algorithms(*classes: type[Agent]) -> None:
         _TABLE[cls.algo] = cls
 
 
-def _check_config_matches(cls, cfg: dict, directory: str, algorithms: dict, env: Any) -> None:
+def _check_config_matches(cls, cfg: dict, directory: str,
+                          algorithms: Mapping[str, type[Agent]], env: Any) -> None:
     """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
     ``env`` is given (``agents.core.persistence``)."""
     fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
@@ -70,7 +72,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
                              f"{directory} holds an agent of several seeds")
         return _load_seeds(directory, env, algorithms, overrides)
     meta, cfg = read_metadata(directory)
-    cls = algorithms.get(meta.get("algo"))
+    cls = algorithms.get(meta.get("algo", ""))
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
     _check_config_matches(cls, cfg, directory, algorithms, env)
@@ -84,17 +86,20 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     return agent
 
 
-def _load_seeds(directory: str, env: Any, algorithms: dict, overrides: dict) -> Agent:
+def _load_seeds(directory: str, env: Any, algorithms: Mapping[str, type[Agent]],
+                overrides: dict) -> Agent:
     """An agent of several seeds saved by :meth:`Agent.save` (``seeds.json`` + ``seed_<s>/``)."""
     info = _read_json(os.path.join(directory, SEEDS_FILE))
     seeds = info.get("seeds")
-    cls = algorithms.get(info.get("algo"))
+    cls = algorithms.get(info.get("algo", ""))
     if cls is None or not isinstance(seeds, list) or len(seeds) < 2:
         raise ValueError(f"directory: {os.path.join(directory, SEEDS_FILE)} must name an "
                          f"algorithm and at least two seeds, got {json.dumps(info)[:200]}")
     ones = [load(os.path.join(directory, f"seed_{int(s)}"), env, **overrides) for s in seeds]
     try:
-        config = dataclasses.replace(ones[0].config, num_seeds=len(seeds))
+        # seeds.json is written by an agent with a seed axis: its config has num_seeds
+        one_config = cast("OnPolicyConfig | DQNConfig", ones[0].config)
+        config = dataclasses.replace(one_config, num_seeds=len(seeds))
         many = cls(config, seeds=[int(s) for s in seeds])
         for k, one in enumerate(ones):
             many.import_seed(k, one)

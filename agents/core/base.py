@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -36,7 +36,7 @@ from agents.envs import run_episodes
 from robustgrad.atomic import replacing
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
-from robustgrad.transforms import GradientTransformation
+from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
 
 FORMAT_VERSION = 1
 
@@ -107,19 +107,33 @@ class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
 
 
+class RolloutWorkersClass(Protocol):
+    """What the core needs of an algorithm's ``rollout_workers_cls``
+    (:class:`agents.backends.distributed.RolloutWorkers`): its arguments checked before any work,
+    and the collector it builds for an agent."""
+
+    def check_args(self, rollout_workers: int, ray_address: str | None = None,
+                   num_cpus: int | None = None) -> Any: ...
+
+    def __call__(self, agent: Agent, num_workers: int, address: str | None = None,
+                 num_cpus: int | None = None) -> Collector: ...
+
+
 class Agent(CollectingAgent):
     """Base class; see :class:`agents.PPO` and friends."""
 
     algo: str = ""
     config_cls: type[AgentConfig] = AgentConfig
-    rollout_workers = None  # agents.backends.distributed.RolloutWorkers when rollouts run on Ray
+    rollout_workers: Collector | None = None  # RolloutWorkers when rollouts run on Ray
     # the backends wing, given by the algorithm (the core imports none of it): the factory of
     # the agent's collector from its config and seeds (agents.backends.factory.make_collector) and the
     # class of its Ray rollout workers (agents.backends.distributed.RolloutWorkers; None: no Ray)
     make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
-    rollout_workers_cls: type | None = None
+    rollout_workers_cls: RolloutWorkersClass | None = None
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
     robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
+    config: AgentConfig  # an algorithm declares its own config class here
+    gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build
 
     def __init__(self, config: AgentConfig | None = None, *,
                  transform: GradientTransformation | None = None,
@@ -153,7 +167,10 @@ class Agent(CollectingAgent):
         self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
         self.num_seeds = len(self.seeds)
         # where experience comes from (agents.core.collectors); self.env: its environments
-        self.collector = type(self).make_collector(config, self.seeds)
+        make_collector = type(self).make_collector
+        if make_collector is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no make_collector")
+        self.collector = make_collector(config, self.seeds)
         self.env = self.collector.env
         self._check_spaces(self.env)
         self.obs_shape = self.env.obs_shape
@@ -167,10 +184,11 @@ class Agent(CollectingAgent):
         self.rejected_steps = 0  # gradient steps rejected by the non-finite guard
         self.training_failed = False  # set while learn() runs; stays True if it raised
         self.history: list[dict] = []  # one entry per update: steps, episode_return, ...
-        self.episode_returns = collections.deque(maxlen=20)
+        self.episode_returns: collections.deque[float] = collections.deque(maxlen=20)
         # the seed axis (num_seeds > 1): the same bookkeeping for each seed
         self.seed_histories: list[list[dict]] = [[] for _ in self.seeds]
-        self.seed_episode_returns = [collections.deque(maxlen=20) for _ in self.seeds]
+        self.seed_episode_returns: list[collections.deque[float]] = [
+            collections.deque(maxlen=20) for _ in self.seeds]
         self.seed_rejected_steps = [0] * self.num_seeds
         # finished episodes of a call's iterations, one list each, drained by _record_update
         self._queued_episodes: list[list[tuple[int, float, int]]] = []
@@ -179,7 +197,7 @@ class Agent(CollectingAgent):
         self._build()
         self.robustness = robustness_for(self)  # after the networks it reads
         self._act_fn = tf.function(own_function(self._act_graph), reduce_retracing=True)
-        if rollout_workers is not None:
+        if rollout_workers is not None and self.rollout_workers_cls is not None:
             self.rollout_workers = self.rollout_workers_cls(self, rollout_workers, ray_address,
                                                             num_cpus)
             self.collector = self.rollout_workers

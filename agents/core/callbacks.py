@@ -16,6 +16,9 @@ from typing import IO, TYPE_CHECKING, Any
 from agents.core._loading import load
 
 if TYPE_CHECKING:  # agents.core.base imports this module
+    import numpy as np
+    import tensorflow as tf
+
     from agents.core.base import Agent
 
 
@@ -88,7 +91,7 @@ class TensorBoardCallback(Callback):
 
     def __init__(self, log_dir: str):
         self.log_dir = log_dir
-        self._writer = None
+        self._writer: tf.summary.SummaryWriter | None = None
 
     def on_training_start(self, agent: Agent) -> None:
         """Open the event-file writer in ``log_dir``."""
@@ -105,6 +108,7 @@ class TensorBoardCallback(Callback):
 
         if self._writer is None:
             self.on_training_start(agent)
+        assert self._writer is not None  # on_training_start opened it
         with self._writer.as_default():
             step = int(logs["steps"])
             for k, v in logs.items():
@@ -170,10 +174,10 @@ class EvalCallback(Callback):
         self.verbose = verbose
         self.evaluations: list[tuple[int, float]] = []
         self.best_return = float("-inf")
-        self.best_steps = None
+        self.best_steps: int | None = None
         self.restored = False
-        self._best_weights = None
-        self._next = None
+        self._best_weights: list[np.ndarray] | None = None
+        self._next: int | None = None
 
     def _evaluate(self, agent) -> float:
         seed = agent.config.seed + 20_000 if self.seed is None else self.seed
@@ -214,6 +218,7 @@ class EvalCallback(Callback):
         ``logs['eval_return']``."""
         if self._next is None:
             self.on_training_start(agent)
+        assert self._next is not None  # on_training_start scheduled it
         if logs["steps"] >= self._next:
             logs["eval_return"] = self._evaluate(agent)
             while self._next <= logs["steps"]:

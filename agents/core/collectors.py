@@ -54,12 +54,15 @@ import abc
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 
 from agents.envs import graph_env_step
+
+if TYPE_CHECKING:
+    from agents.core.config import AgentConfig
 
 BATCH_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
 """The fields every batch holds (module doc for shapes and dtypes)."""
@@ -120,7 +123,8 @@ class VectorEnv(Protocol):
     this package's envs spell it): what a :class:`Collector` reads from its env.
 
     ``num_envs`` (all seeds' copies: ``S * N`` on the seed axis), the per-copy
-    ``single_observation_space`` / ``single_action_space`` and ``obs_shape``, ``discrete``;
+    ``single_observation_space`` / ``single_action_space`` and ``obs_shape``, ``discrete``,
+    ``action_low`` / ``action_high`` (float32 bounds of a continuous action, else None);
     ``obs`` (the last observations) and ``error`` (an exception ``step`` raised, or None);
     ``reset(seed=None) -> obs [num_envs, *obs_shape]``; ``step(actions) -> (obs, reward,
     terminated, truncated, final_obs)`` (same-step autoreset); ``drain_episodes() ->
@@ -135,6 +139,8 @@ class VectorEnv(Protocol):
     single_action_space: Any
     obs_shape: tuple
     discrete: bool
+    action_low: np.ndarray | None
+    action_high: np.ndarray | None
     obs: Any
     error: BaseException | None
 
@@ -187,6 +193,10 @@ class Collector(abc.ABC):
     """The traceable step is pure TensorFlow ops: collection and update may be one compiled call."""
     remote: bool = False
     """The policy that collects is a copy elsewhere (the agent's own per-step state is untouched)."""
+    # copied from the env in __init__ (with the spaces and action bounds)
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    discrete: bool
 
     def __init__(self, env: Any):
         self.env = env
@@ -307,6 +317,20 @@ class CollectingAgent:
     (its compiled collection over ``self.collector``'s traceable step) and ``_batch_shape``."""
 
     collector: Collector
+    if TYPE_CHECKING:  # given by agents.core.base.Agent, the one subclass
+        config: AgentConfig
+        algo: str
+        env: VectorEnv  # the collector's env
+        obs_shape: tuple[int, ...]
+        discrete: bool
+        rng: tf.random.Generator
+        crash_checkpoint: str
+        _env_ready: bool
+        _batch_checked: bool
+
+        def _model_variables(self) -> list: ...
+
+        def save(self, directory: str) -> str: ...
 
     # -- weights (the policy) ------------------------------------------------------------------------------
     def get_weights(self) -> list[np.ndarray]:

@@ -83,7 +83,8 @@ class MLP(tf.Module):
             raise ValueError(f"activation: expected one of {sorted(_ACTIVATIONS)}, got "
                              f"{activation!r}")
         seeds = seed_list(seed)
-        rngs = [np.random.default_rng(s) for s in (seeds or [seed])]
+        alone: list[int | Sequence[int]] = [seed]
+        rngs = [np.random.default_rng(s) for s in (seeds or alone)]
         self.num_seeds = None if seeds is None else len(seeds)
         self.in_dim = in_dim
         self.activation = _ACTIVATIONS[activation]
@@ -225,7 +226,7 @@ class ActorCritic(tf.Module):
             self.log_std = tf.Variable(tf.fill(lead + (n_actions_or_dim,), float(log_std_init)),
                                        name="log_std")
 
-    def distribution(self, obs: tf.Tensor) -> tfd.Distribution:
+    def distribution(self, obs: tf.Tensor) -> tfp.distributions.Distribution:
         """The policy at raw observations ``obs [B, *obs_shape]``: a ``Categorical`` over the
         actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
         x = self.obs_norm(obs)

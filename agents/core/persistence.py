@@ -49,7 +49,8 @@ def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, m
         with open(os.path.join(stage, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
         if normalization is not None:
-            np.savez(os.path.join(stage, "normalization.npz"), **normalization)
+            # numpy's stub types **kwds beside allow_pickle: bool, so a dict of arrays clashes
+            np.savez(os.path.join(stage, "normalization.npz"), **normalization)  # type: ignore[arg-type]
         with open(os.path.join(stage, COMMIT), "w") as f:
             json.dump(meta, f)
             f.flush()

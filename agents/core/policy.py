@@ -174,7 +174,7 @@ class PolicySurface:
             raise ValueError(f"std: a {self.kind!r} policy has no Gaussian std")
         return tf.exp(tf.cast(self.log_std, tf.float32))
 
-    def distribution(self, obs: tf.Tensor | np.ndarray) -> tfd.Distribution:
+    def distribution(self, obs: tf.Tensor | np.ndarray) -> tfp.distributions.Distribution:
         """``π(·|obs)``: ``Categorical(logits)`` (DQN: ``Categorical(Q)``, i.e. ``softmax(Q)``)
         or ``Independent(Normal(mean, σ), 1)``; differentiable w.r.t. ``obs`` and the weights."""
         out = self.outputs(obs)

@@ -14,6 +14,7 @@ tensors (inside a compiled loop).
 from __future__ import annotations
 
 import numbers
+from typing import cast
 
 import tensorflow as tf
 
@@ -31,5 +32,7 @@ def linear(start: float, end: float, done: float | tf.Tensor, horizon: float | t
     0.7
     """
     if isinstance(done, numbers.Real) and isinstance(horizon, numbers.Real):
-        return start + (end - start) * min(done / max(horizon, 1), 1.0)
+        # numbers.Real has no arithmetic in typeshed; these are Python or numpy numbers
+        done_, horizon_ = cast(float, done), cast(float, horizon)
+        return start + (end - start) * min(done_ / max(horizon_, 1), 1.0)
     return start + (end - start) * tf.minimum(done / tf.maximum(horizon, 1.0), 1.0)

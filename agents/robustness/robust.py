@@ -123,7 +123,8 @@ class RobustSchedule(tf.Module):
         self.kappa.assign(self.target_kappa * frac)
 
 
-def clean_distribution(policy: ActorCritic | PolicySurface, obs: tf.Tensor) -> tfd.Distribution:
+def clean_distribution(policy: ActorCritic | PolicySurface, obs: tf.Tensor
+                       ) -> tfp.distributions.Distribution:
     """``pi(.|obs)`` of ``policy`` (an :class:`agents.PolicySurface` or an
     :class:`agents.core.networks.ActorCritic`: anything with ``distribution(obs)``) with every
     parameter under ``tf.stop_gradient`` (the fixed side of the KL)."""
