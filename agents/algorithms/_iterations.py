@@ -25,16 +25,47 @@ callbacks run at call boundaries (:meth:`agents.Agent.learn`).
 
 from __future__ import annotations
 
+import collections
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
+
+if TYPE_CHECKING:  # the mixin's host: OnPolicyAgent (its MRO puts Agent after the mixin)
+    from collections.abc import Callable
+
+    from agents.core.base import Agent
+    from agents.core.collectors import GraphCollector
+    from agents.core.config import OnPolicyConfig
+
+    _Host = Agent
+else:
+    _Host = object
 
 MAX_STATS = 32
 """Room for an iteration's statistics in the packed per-call record of ``_iterations``."""
 
 
-class IterationsPerCall:
+class IterationsPerCall(_Host):
     """The ``K > 1`` path of :meth:`agents.Agent.learn`'s ``_train_call`` (module doc): the
     compiled loop (``_iterations_graph``, compiled as ``_iterations`` by the agent) and the
     Python side that cuts ``K`` and hands each iteration's logs and episodes back in order."""
+
+    if TYPE_CHECKING:  # given by OnPolicyAgent
+        config: OnPolicyConfig
+        collector: GraphCollector  # K > 1 runs on the graph backend
+        trace_counts: collections.Counter[str]
+        _lead: tuple[int, ...]
+        _stat_keys: list[str]
+        _iterations_pad: int
+        _iterations: Callable[[tf.Tensor, tf.Tensor], tuple]  # _iterations_graph compiled
+
+        def _train_graph(self, batch: dict) -> dict: ...
+
+        def _rollout_graph(self) -> dict: ...
+
+        def _learning_rate(self, steps_done: int, total: int) -> float: ...
+
+        def _stats_logs(self, stats: dict, lr: float) -> dict: ...
 
     def _iterations_graph(self, lrs, failures):
         """``n`` iterations (rollout, targets, update), ``lrs [L]`` float32 their learning rates

@@ -19,3 +19,4 @@ class A2C(OnPolicyAgent):
 
     algo = "a2c"
     config_cls = A2CConfig
+    config: A2CConfig

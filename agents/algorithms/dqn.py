@@ -44,6 +44,7 @@ minibatch is attacked against its own Q-network in its own units, one attack cal
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -62,6 +63,9 @@ from agents.core.policy import PolicySurface
 from agents.core.returns import td_target
 from agents.core.schedules import linear
 from robustgrad.errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
@@ -97,6 +101,7 @@ class DQN(Agent):
 
     algo = "dqn"
     config_cls = DQNConfig
+    config: DQNConfig
     value_based = True
     # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
     make_collector = staticmethod(make_collector)
@@ -139,7 +144,7 @@ class DQN(Agent):
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
         self._obs = tf.Variable(tf.zeros((self.env.num_envs,) + self.obs_shape), trainable=False,
                                 name="obs")
-        self.trace_counts = collections.Counter()
+        self.trace_counts: collections.Counter[str] = collections.Counter()
         # own_function: one trace per agent, not read as retracing when many agents are built
         self._collect = tf.function(own_function(self._collect_graph))
         self._record = tf.function(own_function(self._record_graph))
@@ -192,7 +197,7 @@ class DQN(Agent):
         """
         return export_seed(self, index)
 
-    def import_seed(self, index: int, one: DQN) -> None:
+    def import_seed(self, index: int, one: Self) -> None:
         """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
         :func:`agents.backends.seed_axis.import_seed`)."""
         import_seed(self, index, one)
@@ -459,6 +464,7 @@ class DQN(Agent):
         if not self._lead:
             return {k: float(v) for k, v in stats.items()}
         per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
-        logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+        logs: dict[str, float | dict[str, list[float]]] = {
+            k: float(np.mean(v)) for k, v in per_seed.items()}
         logs["per_seed"] = per_seed
         return logs

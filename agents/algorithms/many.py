@@ -135,9 +135,10 @@ def summarize_runs(values: Sequence[float] | np.ndarray, confidence: float = 0.9
     """``mean``, ``median``, ``iqm``, ``std``, ``min``, ``max``, ``n`` of one number per run,
     with ``mean_ci``, ``median_ci`` and ``iqm_ci`` (percentile bootstrap, ``confidence``)."""
     x = np.asarray(values, np.float64).ravel()
-    out = {"n": int(x.size), "mean": float(np.mean(x)), "median": float(np.median(x)),
-           "iqm": iqm(x), "std": float(np.std(x)), "min": float(np.min(x)),
-           "max": float(np.max(x)), "confidence": confidence}
+    out: dict[str, float | list[float]] = {
+        "n": int(x.size), "mean": float(np.mean(x)), "median": float(np.median(x)),
+        "iqm": iqm(x), "std": float(np.std(x)), "min": float(np.min(x)),
+        "max": float(np.max(x)), "confidence": confidence}
     for name, fn in (("mean", np.mean), ("median", np.median), ("iqm", iqm)):
         out[f"{name}_ci"] = list(bootstrap_ci(x, fn, confidence, reps, seed))
     return out

@@ -55,6 +55,7 @@ from agents.envs import RunningMeanStd
 
 if TYPE_CHECKING:
     import tensorflow_probability as tfp
+    from typing_extensions import Self
 
 
 def _normalize(x):
@@ -72,6 +73,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
     """Base of the actor-critic agents; subclasses implement ``_update``."""
 
     config_cls = OnPolicyConfig
+    config: OnPolicyConfig
     # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
     make_collector = staticmethod(make_collector)
     rollout_workers_cls = RolloutWorkers
@@ -107,7 +109,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         if not self.discrete:
             self._low = tf.constant(self.env.action_low)
             self._high = tf.constant(self.env.action_high)
-        self.trace_counts = collections.Counter()
+        self.trace_counts: collections.Counter[str] = collections.Counter()
         self._rollout = tf.function(own_function(self._rollout_graph))
         self._train = tf.function(own_function(self._train_graph), jit_compile=cfg.jit_compile)
         # backend="graph": rollout + targets + update of an iteration in one compiled call
@@ -178,7 +180,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         """
         return export_seed(self, index)
 
-    def import_seed(self, index: int, one: OnPolicyAgent) -> None:
+    def import_seed(self, index: int, one: Self) -> None:
         """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
         :func:`agents.backends.seed_axis.import_seed`)."""
         import_seed(self, index, one)
@@ -428,7 +430,8 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         """An iteration's logs from its statistics (tensors or NumPy values) and learning rate."""
         if self._lead:  # the mean over seeds, and each seed's value under "per_seed"
             per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
-            logs = {k: float(np.mean(v)) for k, v in per_seed.items()}
+            logs: dict[str, float | dict[str, list[float]]] = {
+                k: float(np.mean(v)) for k, v in per_seed.items()}
             logs["per_seed"] = per_seed
         else:
             logs = {k: float(v) for k, v in stats.items()}

@@ -29,6 +29,7 @@ class PPO(OnPolicyAgent):
 
     algo = "ppo"
     config_cls = PPOConfig
+    config: PPOConfig
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
         cfg, robustness = self.config, self.robustness

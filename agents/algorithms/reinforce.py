@@ -18,4 +18,5 @@ class REINFORCE(OnPolicyAgent):
 
     algo = "reinforce"
     config_cls = REINFORCEConfig
+    config: REINFORCEConfig
     monte_carlo = True

@@ -21,11 +21,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import tensorflow as tf
 
+from agents.core._step import AdamSlots, SeedAxisAdamStep
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
 from agents.core.collectors import CollectingAgent, Collector
 from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
@@ -37,6 +38,9 @@ from robustgrad.atomic import replacing
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 FORMAT_VERSION = 1
 
@@ -133,7 +137,8 @@ class Agent(CollectingAgent):
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
     robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
     config: AgentConfig  # an algorithm declares its own config class here
-    gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build
+    gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build, with
+    optimizer: AdamSlots | SeedAxisAdamStep  # the Adam state it checkpoints as "optimizer"
 
     def __init__(self, config: AgentConfig | None = None, *,
                  transform: GradientTransformation | None = None,
@@ -523,7 +528,7 @@ class Agent(CollectingAgent):
         weights, optimiser state, statistics, step counts and history)."""
         raise ValueError(f"export: {self.algo} has no seed axis")
 
-    def import_seed(self, index: int, one: Agent) -> None:
+    def import_seed(self, index: int, one: Self) -> None:
         """The inverse of :meth:`export`: ``one`` (an ordinary agent of seed
         ``self.seeds[index]``) becomes slice ``index`` of this agent of several seeds."""
         raise ValueError(f"import_seed: {self.algo} has no seed axis")

@@ -372,8 +372,9 @@ class CollectingAgent:
     def _on_env_reset(self, obs):
         pass
 
-    def _collection(self, **kwargs) -> dict:
-        """The compiled collection of one batch over ``self.collector``'s traceable step."""
+    def _collection(self, *args: Any, **kwargs: Any) -> dict:
+        """The compiled collection of one batch over ``self.collector``'s traceable step (its
+        keyword arguments are the algorithm's own)."""
         raise NotImplementedError
 
     def _batch_shape(self, kwargs: dict) -> tuple[int, tuple[int, ...]]:
