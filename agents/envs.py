@@ -82,7 +82,7 @@ def make_vec_env(env: EnvSpec, num_envs: int, seed: int | None = 0,
                               f"{' '.join(str(exc).split())}") from None
     else:
         cls = gym.vector.AsyncVectorEnv if async_envs else gym.vector.SyncVectorEnv
-        vec = cls([env] * num_envs, **kwargs)
+        vec = cls([env] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)  # = kwargs
     return VecEnv(vec, seed=seed)
 
 
@@ -172,7 +172,8 @@ def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
 class VecEnv:
     """A gymnasium vector env seen through same-step autoreset semantics (see module doc)."""
 
-    def __init__(self, vec: gym.vector.VectorEnv, seed: int | None = 0):
+    def __init__(self, vec: gym.vector.VectorEnv, seed: int | list[int | None] | None = 0):
+        # seed: of the first reset, one for the copies (copy i from seed + i) or one per copy
         self.vec = vec
         self.num_envs = int(vec.num_envs)
         self.mode = _autoreset_mode(vec)
@@ -187,7 +188,7 @@ class VecEnv:
         self.discrete = isinstance(space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(space, gym.spaces.Box):
             raise ConfigError(f"env: action space {space} is not supported (Discrete or Box)")
-        if self.discrete:
+        if not isinstance(space, gym.spaces.Box):  # discrete (checked above: Discrete or Box)
             self.action_low = self.action_high = None
         else:
             self.action_low = np.asarray(space.low, np.float32)
@@ -203,8 +204,9 @@ class VecEnv:
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every sub-environment; returns the observations ``[N, *obs_shape] float32``.
         Only the first reset uses the constructor's ``seed`` (unless ``seed`` is given)."""
-        seed = self._seed if seed is None else seed
-        obs, _ = self.vec.reset(seed=seed)
+        first = self._seed if seed is None else seed
+        # gymnasium's VectorEnv.reset annotates int | None; its vector envs take a list per copy
+        obs, _ = self.vec.reset(seed=first)  # type: ignore[arg-type]
         self._seed = None  # seed only the first reset, later resets continue the RNG streams
         self._ep_return[:] = 0
         self._ep_length[:] = 0

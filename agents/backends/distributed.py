@@ -57,6 +57,7 @@ from agents.backends._ray_setup import (  # noqa: F401 - re-exported: agents.bac
     init_ray,
 )
 from agents.core.collectors import Collector
+from agents.core.config import AgentConfig, DQNConfig
 from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:
@@ -194,12 +195,16 @@ class RolloutWorkers(Collector):
         actor_cls = ray.remote(num_cpus=cpus_per_worker, max_restarts=max_restarts,
                                max_task_retries=0)(_RolloutWorker)
         self.actors = []
-        # a DQN worker only collects: its replay buffer is never written, keep it minimal
-        small = {"buffer_size": cfg.batch_size} if hasattr(cfg, "buffer_size") else {}
         for k in range(num_workers):
-            wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
-                                       checkpoint_dir=None, checkpoint_every=0,
-                                       **small)
+            wcfg: AgentConfig
+            if isinstance(cfg, DQNConfig):
+                # a DQN worker only collects: its replay buffer is never written, keep it minimal
+                wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
+                                           checkpoint_dir=None, checkpoint_every=0,
+                                           buffer_size=cfg.batch_size)
+            else:
+                wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
+                                           checkpoint_dir=None, checkpoint_every=0)
             self.actors.append(actor_cls.remote(type(agent), wcfg, k))
         self._get([a.ready.remote() for a in self.actors], startup_timeout, "start")
 

@@ -63,7 +63,8 @@ class SeedGraphEnv(GraphBackendEnv):
         self._first_reset = False
         resets = [self.spec.reset(s, self.envs_per_seed) for s in self.seeds]
         key = tf.constant([self.seeds[0], 1 + len(self.seeds)], tf.int64)
-        state = GraphEnvState(*(tf.concat([r[i] for r in resets], 0) for i in range(3)), key)
+        physics, time, episode_return = (tf.concat([r[i] for r in resets], 0) for i in range(3))
+        state = GraphEnvState(physics, time, episode_return, key)
         self.write_state(state)
         self._ep_count.assign(0)
         self._seed, self._was_reset = None, True
@@ -163,12 +164,13 @@ class SeedBlockVecEnv(VecEnv):
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every copy (the first time each block from its seed; with ``seed``: block
         ``s`` from ``seed + s``, as :class:`SeedVecEnv`)."""
-        if seed is not None:
-            seed = [seed + k + i for k in range(len(self.seeds))
-                    for i in range(self.envs_per_seed)]
-        return super().reset(seed)
+        if seed is not None:  # the seeds of this reset, one per copy
+            self._seed = [seed + k + i for k in range(len(self.seeds))
+                          for i in range(self.envs_per_seed)]
+        return super().reset()
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+    def step(self, actions: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """As :meth:`VecEnv.step`, noting the seed of each finished episode."""
         out = super().step(actions)
         done = out[2] | out[3]

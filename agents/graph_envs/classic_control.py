@@ -59,8 +59,8 @@ class Dynamics(NamedTuple):
 
     env_id: str
     max_episode_steps: int
-    observation_space: gym.spaces.Space
-    action_space: gym.spaces.Space
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Discrete | gym.spaces.Box
     sample: Callable[[tf.Tensor, tf.Tensor, tf.DType], tf.Tensor]
     transition: Callable[[tf.Tensor, tf.Tensor], tuple]
     observe: Callable[[tf.Tensor], tf.Tensor]

@@ -108,7 +108,7 @@ class GraphEnvSpec:
         return self.dynamics.observation_space
 
     @property
-    def action_space(self) -> gym.spaces.Space:
+    def action_space(self) -> gym.spaces.Discrete | gym.spaces.Box:
         """The gymnasium action space of one environment (``Discrete`` or ``Box``)."""
         return self.dynamics.action_space
 

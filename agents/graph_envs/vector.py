@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
@@ -91,7 +92,7 @@ class GraphVecEnv:
         self.obs_shape = tuple(self.single_observation_space.shape)
         self.discrete = self.spec.discrete
         space = self.single_action_space
-        if self.discrete:
+        if isinstance(space, gym.spaces.Discrete):  # self.discrete
             self.action_low = self.action_high = None
         else:
             self.action_low = np.asarray(space.low, np.float32)
@@ -193,8 +194,9 @@ class GraphVecEnv:
     def _check_actions(self, actions):
         a = np.asarray(actions)
         n = self.num_envs
-        if self.discrete:
-            count = int(self.single_action_space.n)
+        space = self.single_action_space
+        if isinstance(space, gym.spaces.Discrete):  # self.discrete
+            count = int(space.n)
             if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or a.min() < 0 or a.max() >= count:
                 raise ValueError(f"actions must be {n} integers in [0, {count}), got {a!r}")
             return tf.constant(a, tf.int32)

@@ -248,7 +248,9 @@ def evaluate_under_attack(agent: Agent, attacks: str | Sequence[str] = ATTACK_NA
         scale = np.maximum(np.asarray(clean["trajectory"], np.float32).std(0), 1e-6) \
             if len(clean["trajectory"]) > 1 else None
     r_clean, r_rand = float(np.mean(clean["returns"])), float(np.mean(rand["returns"]))
-    rows, trajectories = [], {"clean": clean["trajectory"]}
+    rows = []
+    # the clean episode's observations, and each (attack, eps) run's
+    trajectories: dict[str | tuple[str, float], list[list[float]]] = {"clean": clean["trajectory"]}
     for name in attacks:
         kw = dict(attack_kwargs.get(name, {}))
         if name in LEARNED_ATTACKS:

@@ -146,7 +146,8 @@ class AgentAttackReport:
         ax.set_title(f"{self.algo.upper()} {self.env} under observation attacks")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        return save_figure(fig, path)
+        save_figure(fig, path)
+        return path
 
     def plot_trajectories(self, path: str) -> str:
         """Each observation dimension over time: one clean and one attacked episode."""
@@ -167,7 +168,8 @@ class AgentAttackReport:
         axes[0, 0].legend(fontsize=8)
         axes[-1, 0].set_xlabel("step")
         fig.tight_layout()
-        return save_figure(fig, path)
+        save_figure(fig, path)
+        return path
 
     def save(self, directory: str) -> dict:
         """Write ``report.json``, ``report.txt``, ``return_vs_eps.png``, ``trajectories.png``."""

@@ -81,14 +81,19 @@ def _network_box(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float
     return tf.stop_gradient(lower), tf.stop_gradient(upper)
 
 
-def _stack(surface: PolicySurface):
-    weights = [w for w, _ in surface.layers]
-    biases = [b for _, b in surface.layers]
-    return weights, biases, surface.activation
+def _stack(surface: PolicySurface) -> tuple[list[tf.Variable], list[tf.Variable], str]:
+    layers, act = surface.layers, surface.activation
+    # check_certifiable refused a surface without layers; PolicySurface, layers without activation
+    assert layers is not None and act is not None
+    weights = [w for w, _ in layers]
+    biases = [b for _, b in layers]
+    return weights, biases, act
 
 
 def _n_outputs(surface: PolicySurface) -> int:
-    return int((surface.layers or surface.seed_layers)[-1][0].shape[-1])
+    layers = surface.layers or surface.seed_layers
+    assert layers is not None  # a surface that is bounded declares one or the other
+    return int(layers[-1][0].shape[-1])
 
 
 def _block_diagonal(w: tf.Tensor) -> tf.Tensor:
@@ -124,14 +129,16 @@ def _bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float, meth
         weights, biases, act = _stack(surface)
         return affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec)
     n = surface.num_seeds
-    weights = [_block_diagonal(w) for w, _ in surface.seed_layers]
-    biases = [tf.reshape(b, [-1]) for _, b in surface.seed_layers]
+    seed_layers, seed_act = surface.seed_layers, surface.activation
+    assert seed_layers is not None and seed_act is not None  # a seed-axis surface that is bounded
+    weights = [_block_diagonal(w) for w, _ in seed_layers]
+    biases = [tf.reshape(b, [-1]) for _, b in seed_layers]
     if spec is not None:  # [S * B, m, k] -> [B, S * m, S * k], block-diagonal per row
         m, k = spec.shape[-2:]
         spec = tf.reshape(spec, [n, -1, m, k])
         spec = tf.reshape(tf.einsum("sbij,st->bsitj", spec, tf.eye(n, dtype=spec.dtype)),
                           [-1, n * m, n * k])
-    lb, ub = affine_stack_bounds(weights, biases, surface.activation, _side_by_side(lower),
+    lb, ub = affine_stack_bounds(weights, biases, seed_act, _side_by_side(lower),
                                  _side_by_side(upper), method=method, C=spec)
     return _per_seed(lb, n), _per_seed(ub, n)
 
@@ -194,8 +201,8 @@ def certified_actions(agent: Any, obs: tf.Tensor | np.ndarray, eps: float,
         raise ValueError(f"obs must be finite observations of shape [B, "
                          f"{', '.join(map(str, surface.obs_shape))}], got shape {obs.shape}"
                          f"{'' if np.isfinite(obs).all() else ' holding NaN or inf'}")
-    n_actions = int(surface.layers[-1][0].shape[-1])
     weights, biases, act = _stack(surface)
+    n_actions = int(weights[-1].shape[-1])
     out = []
     for start in range(0, len(obs), _CHUNK):
         chunk = tf.constant(obs[start:start + _CHUNK])

@@ -36,6 +36,7 @@ the observation space's bounds: the perturbation is what the agent *sees*.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -336,8 +337,9 @@ def rs_attack(agent: Agent, obs: tf.Tensor | np.ndarray, q_pi: QPi, *, eps: floa
     return _in_scaled_space(victim, obs_t, eps, norm, run)
 
 
-_FUNCTIONS = {"random": random_attack, "action": action_attack, "mad": mad_attack,
-              "critic": critic_attack, "rs": rs_attack}
+_FUNCTIONS: dict[str, Callable[..., tf.Tensor]] = {
+    "random": random_attack, "action": action_attack, "mad": mad_attack,
+    "critic": critic_attack, "rs": rs_attack}
 
 
 def attack_observations(agent: Agent, obs: tf.Tensor | np.ndarray, attack: str, *,

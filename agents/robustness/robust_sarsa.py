@@ -110,7 +110,8 @@ def collect_transitions(agent: Agent, steps: int, seed: int = 0, num_envs: int =
     ``terminated`` and ``next_actions`` (the deterministic policy at ``next_obs``)."""
     steps = _checks.positive_int(steps, "steps")
     env = make_vec_env(agent.config.env, num_envs, seed=seed)
-    out = {k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated")}
+    out: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("obs", "actions", "rewards", "next_obs", "terminated")}
     try:
         obs = env.reset()
         for _ in range(-(-steps // num_envs)):
