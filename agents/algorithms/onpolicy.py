@@ -74,6 +74,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
 
     config_cls = OnPolicyConfig
     config: OnPolicyConfig
+    atla_adversary: OnPolicyAgent  # robust="atla": its learned adversary (agents.robustness.atla)
     # where experience comes from (the backends wing, agents.backends.factory and agents.backends.distributed)
     make_collector = staticmethod(make_collector)
     rollout_workers_cls = RolloutWorkers

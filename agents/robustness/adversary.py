@@ -206,7 +206,7 @@ class AdversaryEnv(gym.Wrapper):
         self.perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.scale))
         k = int(action_dim or surface.obs_shape[0])
         self.action_space = gym.spaces.Box(-np.inf, np.inf, (k,), np.float32)
-        self._obs = None
+        self._obs: np.ndarray | None = None
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         """The wrapped env's reset; the clean observation is kept for the next step."""
@@ -216,6 +216,7 @@ class AdversaryEnv(gym.Wrapper):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         """The victim acts on the perturbed observation; the adversary gets minus its reward."""
+        assert self._obs is not None, "reset() before step()"
         seen = self.perturb(self._obs[None], np.asarray(action, np.float32)[None],
                             self.radius.value)
         victim_action = self.surface.act(seen)[0]
@@ -261,9 +262,9 @@ class AdversaryVectorEnv(gym.vector.VectorEnv):
         self.observation_space = self.envs.observation_space
         self.single_action_space = gym.spaces.Box(-np.inf, np.inf, (k,), np.float32)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
-        self._obs = None
+        self._obs: np.ndarray | None = None
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict | None = None
               ) -> tuple[np.ndarray, dict]:
         """The copies' reset; their clean observations are kept for the next step."""
         obs, info = self.envs.reset(seed=seed, options=options)
@@ -341,7 +342,9 @@ def _victim_return(adversary: LearnedAdversary, n_episodes: int, seed: int) -> f
     k = min(int(n_episodes), 8)
     env = make_vec_env(adversary.surface.env_id, k, seed=seed)
     targets = episodes_split_evenly(int(n_episodes), k)
-    counts, returns, lengths = np.zeros(k, int), [], []
+    counts = np.zeros(k, int)
+    returns: list[float] = []
+    lengths: list[int] = []
     try:
         obs = env.reset()
         while (counts < targets).any():
@@ -353,17 +356,29 @@ def _victim_return(adversary: LearnedAdversary, n_episodes: int, seed: int) -> f
 
 
 # -- training -----------------------------------------------------------------------------------
-def _factory(surface: VictimSurface, radius: _Radius, perturb, action_dim):
+class _AdversaryEnvFactory:
     """The adversary PPO's env: one :class:`AdversaryEnv` per call, and the vector form its
-    vector envs are built from (:class:`AdversaryVectorEnv`: one victim call per step)."""
-    def make():
-        return AdversaryEnv(gym.make(surface.env_id), surface, radius, perturb, action_dim)
+    vector envs are built from (``make_vector_env``, read by :func:`agents.envs.make_vec_env`:
+    :class:`AdversaryVectorEnv`, one victim call per step)."""
 
-    def make_vector_env(num_envs: int, async_envs: bool = False) -> AdversaryVectorEnv:
-        return AdversaryVectorEnv(surface.env_id, num_envs, surface, radius, perturb,
-                                  action_dim, async_envs)
-    make.make_vector_env = make_vector_env
-    return make
+    def __init__(self, surface: VictimSurface, radius: _Radius, perturb: Callable | None,
+                 action_dim: int | None):
+        self.surface, self.radius = surface, radius
+        self.perturb, self.action_dim = perturb, action_dim
+
+    def __call__(self) -> AdversaryEnv:
+        return AdversaryEnv(gym.make(self.surface.env_id), self.surface, self.radius,
+                            self.perturb, self.action_dim)
+
+    def make_vector_env(self, num_envs: int, async_envs: bool = False) -> AdversaryVectorEnv:
+        return AdversaryVectorEnv(self.surface.env_id, num_envs, self.surface, self.radius,
+                                  self.perturb, self.action_dim, async_envs)
+
+
+def _factory(surface: VictimSurface, radius: _Radius, perturb: Callable | None,
+             action_dim: int | None) -> _AdversaryEnvFactory:
+    """The adversary PPO's env factory (:class:`_AdversaryEnvFactory`)."""
+    return _AdversaryEnvFactory(surface, radius, perturb, action_dim)
 
 
 def _adversary_ppo(factory, seed: int, overrides: dict | None):

@@ -79,6 +79,7 @@ from agents.robustness.adversary import (
 from agents.robustness.robust import SAPlugin, ScheduledPlugin
 
 if TYPE_CHECKING:
+    from agents.algorithms.onpolicy import OnPolicyAgent
     from agents.core.base import Agent
     from agents.core.config import AgentConfig
     from agents.core.policy import PolicySurface
@@ -140,6 +141,7 @@ class SeedVictimSurface(VictimSurface):
     Built by :func:`seed_victim_surface`."""
 
     def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
+        assert policy.num_seeds is not None  # seed_victim_surface: the seed-axis policy
         self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
         super().__init__(agent, policy)
 
@@ -169,30 +171,47 @@ def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
     return SeedVictimSurface(agent, policy, envs_per_seed)
 
 
-def _seed_factory(surface: SeedVictimSurface, radius: _Radius):
+class _SeedAdversaryEnvFactory:
     """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
     ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
     :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
     per vector step for all seeds; :func:`agents.backends.seed_axis.make_seed_env` seeds each block as
-    that seed alone)."""
-    def make():
+    that seed alone); called alone it refuses."""
+
+    def __init__(self, surface: SeedVictimSurface, radius: _Radius):
+        self.surface, self.radius = surface, radius
+
+    def __call__(self) -> Any:
         raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
                          "build its agent with num_seeds="
-                         f"{surface.num_seeds} (make_seed_vector_env)")
+                         f"{self.surface.num_seeds} (make_seed_vector_env)")
 
-    def make_seed_vector_env(num_seeds: int, num_envs: int, async_envs: bool = False
+    def make_seed_vector_env(self, num_seeds: int, num_envs: int, async_envs: bool = False
                              ) -> AdversaryVectorEnv:
+        surface = self.surface
         if (num_seeds, num_envs) != (surface.num_seeds, surface.envs_per_seed):
             raise ValueError(f"num_envs: the victims' surface holds {surface.num_seeds} seeds "
                              f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
-        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
+        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, self.radius,
                                   async_envs=async_envs)
-    make.make_seed_vector_env = make_seed_vector_env
-    return make
+
+
+def _seed_factory(surface: SeedVictimSurface, radius: _Radius) -> _SeedAdversaryEnvFactory:
+    """The env factory of an adversary PPO with a seed axis (:class:`_SeedAdversaryEnvFactory`)."""
+    return _SeedAdversaryEnvFactory(surface, radius)
+
+
+def _plugin(agent: Agent) -> ATLAPlugin:
+    """``agent``'s ATLA plug-in (``robust="atla"`` or ``"atla-sa"``)."""
+    plugin = agent.robustness
+    if not isinstance(plugin, ATLAPlugin):
+        raise TypeError(f"agent: trains with robust={agent.config.robust!r}, not ATLA's "
+                        f"learned adversary ({' or '.join(ATLA_MODES)})")
+    return plugin
 
 
 # -- building and training the adversary -------------------------------------------------------
-def _build_adversary(agent: Agent) -> None:
+def _build_adversary(agent: OnPolicyAgent) -> None:
     """``agent``'s adversary (module doc), held by its ATLA plug-in (``agent.robustness``:
     ``adversary``, its victim ``surface`` and ``radius``) and shown as ``agent.atla_adversary``;
     with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
@@ -201,7 +220,8 @@ def _build_adversary(agent: Agent) -> None:
         raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
                          "Ray rollout workers do not carry it (train robust='atla' locally)")
     cfg = agent.config  # one adversary iteration per agent iteration, of the same size
-    settings = {**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs, "n_steps": cfg.n_steps}
+    settings: dict[str, Any] = {**DEFAULT_PPO, **ADVERSARY_PPO,  # PPO's keyword overrides
+                                "num_envs": cfg.num_envs, "n_steps": cfg.n_steps}
     seeds = [seed + 104_729 for seed in agent.seeds]
     radius = _Radius(0.0)
     if agent.num_seeds == 1:
@@ -212,7 +232,7 @@ def _build_adversary(agent: Agent) -> None:
         surface = seed_victim_surface(agent, cfg.num_envs)
         adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
                         num_seeds=len(seeds), preset=None, **settings)
-    agent.robustness.adopt(adversary, surface, radius)
+    _plugin(agent).adopt(adversary, surface, radius)
 
 
 def _mean_return(returns) -> float:
@@ -221,21 +241,22 @@ def _mean_return(returns) -> float:
     return sum(ret) / len(ret) if ret else float("nan")
 
 
-def adversary_phase(agent: Agent) -> dict:
+def adversary_phase(agent: OnPolicyAgent) -> dict:
     """Train ``agent``'s adversary (built on first use) for one agent batch of steps (per seed)
     at the current radius (:func:`adversary_radius`); returns logs (``atla_adversary_return``:
     the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``). With
     ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
     under ``"per_seed"``."""
-    plugin = agent.robustness
+    plugin = _plugin(agent)
     if plugin.adversary is None:
         _build_adversary(agent)
     cfg = agent.config
     radius = adversary_radius(float(plugin.schedule.eps.numpy()), cfg.robust_eps,
                               cfg.atla_start_radius)
-    adversary = plugin.adversary
-    plugin.radius.value = radius
-    plugin.surface.refresh()  # the agent's normaliser moved in its last update
+    adversary, surface, holder = plugin.adversary, plugin.surface, plugin.radius
+    assert adversary is not None and surface is not None and holder is not None  # adopted
+    holder.value = radius
+    surface.refresh()  # the agent's normaliser moved in its last update
     if radius > 0:
         adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
     if agent.num_seeds == 1:
@@ -255,7 +276,8 @@ def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tenso
     seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
     schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
     through. Stopped. Runs inside the rollout."""
-    plugin = agent.robustness
+    plugin = _plugin(agent)
+    assert plugin.adversary is not None  # built by the adversary phase before the first rollout
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
     a = plugin.adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
@@ -270,6 +292,8 @@ class ATLAPlugin(ScheduledPlugin):
     (:func:`atla_observations`); before each iteration the adversary trains against the agent
     (:func:`adversary_phase`, which builds it on first use). Holds the adversary (``adversary``,
     also ``agent.atla_adversary``), its victim ``surface`` and training ``radius``."""
+
+    agent: OnPolicyAgent  # ATLA trains PPO and A2C (the configs refuse it elsewhere)
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
