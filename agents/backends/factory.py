@@ -18,7 +18,6 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from agents.backends.graph_backend import GraphBackendEnv, episode_capacity
 from agents.backends.seed_axis import SeedGraphEnv, make_seed_env
@@ -29,17 +28,18 @@ from agents.core.collectors import (
     GymnasiumCollector,
     VectorEnv,
 )
+from agents.core.config import AgentConfig
 from agents.envs import make_vec_env
 
 __all__ = ["is_graph_backend", "make_collector", "make_training_env"]
 
 
-def is_graph_backend(config: Any) -> bool:
+def is_graph_backend(config: AgentConfig) -> bool:
     """Whether ``config`` trains on environments in TensorFlow ops (``backend="graph"``)."""
     return getattr(config, "backend", "gymnasium") == "graph"
 
 
-def make_training_env(config: Any, seeds: Sequence[int]) -> VectorEnv:
+def make_training_env(config: AgentConfig, seeds: Sequence[int]) -> VectorEnv:
     """The training vector env of an agent's ``config`` for ``seeds`` (one seed, or ``S`` on the
     seed axis: ``S * num_envs`` copies, seed ``s``'s block seeded as that seed alone).
 
@@ -63,7 +63,7 @@ def make_training_env(config: Any, seeds: Sequence[int]) -> VectorEnv:
     return env
 
 
-def make_collector(config: Any, seeds: Sequence[int]) -> Collector:
+def make_collector(config: AgentConfig, seeds: Sequence[int]) -> Collector:
     """The local collector of an agent's ``config``: :class:`GraphCollector` for
     ``backend="graph"``, :class:`GymnasiumCollector` otherwise; with several ``seeds`` (the seed
     axis) over ``len(seeds) * num_envs`` environments."""

@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 from agents.backends.graph_backend import GraphBackendEnv
+from agents.core.config import AgentConfig
 from agents.envs import VecEnv, make_vec_env
 from agents.graph_envs import GraphEnvState
 
@@ -187,7 +188,7 @@ class SeedBlockVecEnv(VecEnv):
         return [(r, n) for _k, r, n in self.drain_seed_episodes()]
 
 
-def make_seed_env(config: Any, seeds: Sequence[int]) -> Any:
+def make_seed_env(config: AgentConfig, seeds: Sequence[int]) -> Any:
     """The gymnasium training env of an ``S``-seed agent (``S = len(seeds)``; the backend is
     chosen once, by :func:`agents.backends.factory.make_training_env`); an env factory with a
     ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one vector env of all

@@ -57,7 +57,7 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import tensorflow as tf
@@ -181,7 +181,7 @@ class _SeedAdversaryEnvFactory:
     def __init__(self, surface: SeedVictimSurface, radius: _Radius):
         self.surface, self.radius = surface, radius
 
-    def __call__(self) -> Any:
+    def __call__(self) -> NoReturn:
         raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
                          "build its agent with num_seeds="
                          f"{self.surface.num_seeds} (make_seed_vector_env)")
