@@ -136,7 +136,7 @@ class Agent(CollectingAgent):
     rollout_workers_cls: RolloutWorkersClass | None = None
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
     robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
-    config: AgentConfig  # an algorithm declares its own config class here
+    config: AgentConfig  # an algorithm re-declares it with its own config class
     gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build, with
     optimizer: AdamSlots | SeedAxisAdamStep  # the Adam state it checkpoints as "optimizer"
 
