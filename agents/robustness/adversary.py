@@ -356,29 +356,20 @@ def _victim_return(adversary: LearnedAdversary, n_episodes: int, seed: int) -> f
 
 
 # -- training -----------------------------------------------------------------------------------
-class _AdversaryEnvFactory:
-    """The adversary PPO's env: one :class:`AdversaryEnv` per call, and the vector form its
-    vector envs are built from (``make_vector_env``, read by :func:`agents.envs.make_vec_env`:
-    :class:`AdversaryVectorEnv`, one victim call per step)."""
-
-    def __init__(self, surface: VictimSurface, radius: _Radius, perturb: Callable | None,
-                 action_dim: int | None):
-        self.surface, self.radius = surface, radius
-        self.perturb, self.action_dim = perturb, action_dim
-
-    def __call__(self) -> AdversaryEnv:
-        return AdversaryEnv(gym.make(self.surface.env_id), self.surface, self.radius,
-                            self.perturb, self.action_dim)
-
-    def make_vector_env(self, num_envs: int, async_envs: bool = False) -> AdversaryVectorEnv:
-        return AdversaryVectorEnv(self.surface.env_id, num_envs, self.surface, self.radius,
-                                  self.perturb, self.action_dim, async_envs)
-
-
 def _factory(surface: VictimSurface, radius: _Radius, perturb: Callable | None,
-             action_dim: int | None) -> _AdversaryEnvFactory:
-    """The adversary PPO's env factory (:class:`_AdversaryEnvFactory`)."""
-    return _AdversaryEnvFactory(surface, radius, perturb, action_dim)
+             action_dim: int | None) -> Callable[[], AdversaryEnv]:
+    """The adversary PPO's env: one :class:`AdversaryEnv` per call, and the vector form its
+    vector envs are built from (:class:`AdversaryVectorEnv`: one victim call per step)."""
+    def make() -> AdversaryEnv:
+        return AdversaryEnv(gym.make(surface.env_id), surface, radius, perturb, action_dim)
+
+    def make_vector_env(num_envs: int, async_envs: bool = False) -> AdversaryVectorEnv:
+        return AdversaryVectorEnv(surface.env_id, num_envs, surface, radius, perturb,
+                                  action_dim, async_envs)
+    # a function, not a callable object: the config holding it is copied by dataclasses.asdict,
+    # which deep-copies objects (the victim's compiled graphs cannot be) but not functions
+    make.make_vector_env = make_vector_env  # type: ignore[attr-defined]
+    return make
 
 
 def _adversary_ppo(factory, seed: int, overrides: dict | None):

@@ -79,6 +79,8 @@ from agents.robustness.adversary import (
 from agents.robustness.robust import SAPlugin, ScheduledPlugin
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from agents.algorithms.onpolicy import OnPolicyAgent
     from agents.core.base import Agent
     from agents.core.config import AgentConfig
@@ -171,34 +173,27 @@ def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
     return SeedVictimSurface(agent, policy, envs_per_seed)
 
 
-class _SeedAdversaryEnvFactory:
+def _seed_factory(surface: SeedVictimSurface, radius: _Radius) -> Callable[[], NoReturn]:
     """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
     ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
     :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
     per vector step for all seeds; :func:`agents.backends.seed_axis.make_seed_env` seeds each block as
-    that seed alone); called alone it refuses."""
-
-    def __init__(self, surface: SeedVictimSurface, radius: _Radius):
-        self.surface, self.radius = surface, radius
-
-    def __call__(self) -> NoReturn:
+    that seed alone)."""
+    def make() -> NoReturn:
         raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
                          "build its agent with num_seeds="
-                         f"{self.surface.num_seeds} (make_seed_vector_env)")
+                         f"{surface.num_seeds} (make_seed_vector_env)")
 
-    def make_seed_vector_env(self, num_seeds: int, num_envs: int, async_envs: bool = False
+    def make_seed_vector_env(num_seeds: int, num_envs: int, async_envs: bool = False
                              ) -> AdversaryVectorEnv:
-        surface = self.surface
         if (num_seeds, num_envs) != (surface.num_seeds, surface.envs_per_seed):
             raise ValueError(f"num_envs: the victims' surface holds {surface.num_seeds} seeds "
                              f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
-        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, self.radius,
+        return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
                                   async_envs=async_envs)
-
-
-def _seed_factory(surface: SeedVictimSurface, radius: _Radius) -> _SeedAdversaryEnvFactory:
-    """The env factory of an adversary PPO with a seed axis (:class:`_SeedAdversaryEnvFactory`)."""
-    return _SeedAdversaryEnvFactory(surface, radius)
+    # a function with an attribute, as agents.robustness.adversary._factory (why: there)
+    make.make_seed_vector_env = make_seed_vector_env  # type: ignore[attr-defined]
+    return make
 
 
 def _plugin(agent: Agent) -> ATLAPlugin:
