@@ -117,10 +117,12 @@ class RolloutWorkersClass(Protocol):
     and the collector it builds for an agent."""
 
     def check_args(self, rollout_workers: int, ray_address: str | None = None,
-                   num_cpus: int | None = None) -> object: ...
+                   num_cpus: int | None = None) -> object:
+        """Refuse bad distributed arguments (``ValueError`` naming them) before any work."""
 
     def __call__(self, agent: Agent, num_workers: int, address: str | None = None,
-                 num_cpus: int | None = None) -> Collector: ...
+                 num_cpus: int | None = None) -> Collector:
+        """The workers of ``agent``: the collector it collects through from then on."""
 
 
 class Agent(CollectingAgent):
