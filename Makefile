@@ -20,8 +20,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/robustgrad demo
 
+# the default suite on pytest-xdist workers, one per logical CPU (at most 4: each holds TensorFlow and
+# its session fixtures), a test file's tests on one worker (--dist loadfile: module fixtures
+# are built once); TEST_WORKERS=0 runs it in this one process
+TEST_WORKERS ?= logical
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''

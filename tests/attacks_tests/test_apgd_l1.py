@@ -16,16 +16,22 @@ BOX = dict(clip_min=0.0, clip_max=1.0)
 
 
 def _dykstra(v, eps, lower, upper, iterations=20000):
-    """The projection onto {||d||_1 <= eps} and [lower, upper] by Dykstra's alternating
-    projections (each set's projection is simple; the iteration converges to the exact
-    projection onto the intersection), in float64 NumPy."""
+    """The projection of each row of ``v`` [rows, n] onto {||d||_1 <= eps[row]} and
+    [lower, upper] (rows of the same shape) by Dykstra's alternating projections (each set's
+    projection is simple; the iteration converges to the exact projection onto the
+    intersection), in float64 NumPy, all rows at once (each row's iteration is its own)."""
+    rows, n = v.shape
+    index = np.arange(rows)
+
     def onto_ball(z):
-        if np.abs(z).sum() <= eps:
-            return z
-        u = np.sort(np.abs(z))[::-1]
-        css = np.cumsum(u)
-        rho = np.nonzero(u * np.arange(1, len(z) + 1) > css - eps)[0][-1]
-        return np.sign(z) * np.maximum(np.abs(z) - (css[rho] - eps) / (rho + 1), 0.0)
+        a = np.abs(z)
+        u = -np.sort(-a, axis=1)
+        css = np.cumsum(u, axis=1)
+        above = u * np.arange(1, n + 1) > css - eps[:, None]  # True at k = 1 whenever eps > 0
+        rho = n - 1 - np.argmax(above[:, ::-1], axis=1)  # the last index where it holds
+        theta = (css[index, rho] - eps) / (rho + 1)
+        shrunk = np.sign(z) * np.maximum(a - theta[:, None], 0.0)
+        return np.where((a.sum(1) <= eps)[:, None], z, shrunk)
 
     x, p, q = v.copy(), np.zeros_like(v), np.zeros_like(v)
     for _ in range(iterations):
@@ -45,8 +51,7 @@ def test_l1_box_projection_matches_dykstra_on_small_vectors():
     upper[:, 0] = 0.0  # a coordinate at its upper bound
     eps = rng.uniform(0.1, 2.5, rows)
     d = project_l1_box(tf.constant(v), tf.constant(eps), lower, upper).numpy()
-    for i in range(rows):
-        np.testing.assert_allclose(d[i], _dykstra(v[i], eps[i], lower[i], upper[i]), atol=1e-9)
+    np.testing.assert_allclose(d, _dykstra(v, eps, lower, upper), atol=1e-9)
     assert np.all(np.abs(d).sum(1) <= eps + 1e-12)
     assert np.all(d >= lower) and np.all(d <= upper)
     inside = np.clip(v, lower, upper)  # a clip already inside the ball is the projection
