@@ -125,6 +125,12 @@ ATTACK_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 """The numbered forms of a name, as ``(pattern, help)`` pairs."""
 
+MAX_STEPS = 100_000
+"""The most steps a numbered name may set (``pgd100000``): 100x Square's 1,000 queries and
+AutoAttack's 100 APGD steps x 1,000; more would run one compiled loop for hours, deaf to Ctrl-C."""
+MAX_RESTARTS = 1_000
+"""The most restarts a ``KxR`` name may set: 200x AutoAttack's 5."""
+
 _NUMBERED = re.compile(r"(?P<base>[a-z]+(?:-[a-z]+)*)-?(?P<steps>\d+)(?:x(?P<restarts>\d+))?")
 
 
@@ -175,7 +181,8 @@ def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
     entry = ATTACK_TABLE[match["base"]]
     if not entry.takes_steps:
         raise ValueError(f"attacks: {spec!r}: {entry.name} has no step count to set")
-    overrides = {"steps": _checks.positive_int(int(match["steps"]), f"steps of {spec!r}")}
+    overrides = {"steps": _checks.positive_int(int(match["steps"]), f"steps of {spec!r}",
+                                               maximum=MAX_STEPS)}
     if match["restarts"] is not None:
         if not entry.takes_restarts:
             raise ValueError(f"attacks: {spec!r}: {entry.name} has no restarts to set "
@@ -183,7 +190,8 @@ def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
                              + ", ".join(n for n, e in ATTACK_TABLE.items() if e.takes_restarts)
                              + ")")
         overrides["restarts"] = _checks.positive_int(int(match["restarts"]),
-                                                     f"restarts of {spec!r}")
+                                                     f"restarts of {spec!r}",
+                                                     maximum=MAX_RESTARTS)
     return name, entry.build().replace(**overrides)
 
 

@@ -342,7 +342,7 @@ class AgentConfig:
         self.max_nonfinite_updates = positive_int(self.max_nonfinite_updates,
                                                   "max_nonfinite_updates")
         self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every",
-                                             minimum=0)
+                                             minimum=0, maximum=MAX_TOTAL_STEPS)
         self.seed = positive_int(self.seed, "seed", minimum=None)
         choice(self.backend, "backend", ("gymnasium", "graph"))
         if self.backend == "graph":
@@ -671,11 +671,22 @@ class DQNConfig(AgentConfig):
             raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "
                              f"{self.robust_method!r}")
-        for name in ("buffer_size", "batch_size", "train_freq", "target_update_interval"):
+        for name in ("buffer_size", "batch_size"):
             setattr(self, name, positive_int(getattr(self, name), name))
+        self.train_freq = positive_int(self.train_freq, "train_freq",
+                                       maximum=MAX_ROLLOUT_TRANSITIONS)
+        collected = self.train_freq * self.num_envs * self.num_seeds
+        if collected > MAX_ROLLOUT_TRANSITIONS:  # one training phase's steps, collected at once
+            raise ConfigError(f"train_freq * num_envs * num_seeds must be at most "
+                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one collection keeps in "
+                              f"memory), got {self.train_freq} * {self.num_envs} * "
+                              f"{self.num_seeds} = {collected}")
+        for name in ("target_update_interval", "learning_starts"):  # periods in env steps
+            setattr(self, name, positive_int(getattr(self, name), name,
+                                             minimum=0 if name == "learning_starts" else 1,
+                                             maximum=MAX_TOTAL_STEPS))
         self.gradient_steps = positive_int(self.gradient_steps, "gradient_steps",
                                            maximum=MAX_REPEATS)
-        self.learning_starts = positive_int(self.learning_starts, "learning_starts", minimum=0)
         if self.learning_rate_final is not None:
             nonnegative(self.learning_rate_final, "learning_rate_final")
         probability(self.tau, "tau", open_low=True)

@@ -31,12 +31,28 @@ DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
 ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
 STRATEGIES = ("none", "mirrored", "multiworker")
 # flag -> the methods it configures; given with another --method it would do nothing (refused)
+CRAFTING = ("madry", "trades", "fast", "free", "mart", "awp", "smoothadv")  # an attack per batch
 METHOD_FLAGS = {"--awp-gamma": ("awp",), "--sigma": ("smoothadv",),
                 "--noise-draws": ("smoothadv",), "--kappa-final": CERTIFIED,
-                "--beta-final": ("crown-ibp",)}
+                "--beta-final": ("crown-ibp",), "--beta": ("trades", "mart"),
+                "--steps": tuple(m for m in CRAFTING if m != "fast"),  # fast: one FGSM step
+                "--step-size": CRAFTING,
+                # the methods whose loss mixes in the clean loss (attacks.training.methods)
+                "--adv-ratio": ("madry", "fast", "awp", "gaussian"),
+                # free starts at a random point always, trades near x
+                "--no-random-start": ("madry", "fast", "mart", "awp"),
+                # free crafts inside its training-mode update
+                "--craft-training": tuple(m for m in CRAFTING if m != "free"),
+                "--no-guard": ("fast",)}
+MAX_FREE_REPLAYS = 64
+"""``--method free``'s most replays (``--steps``; Shafahi et al. use 2-10): each is unrolled in
+the traced step, so 10**6 would trace for hours."""
+MAX_NOISE_DRAWS = 1_024
+"""``--noise-draws``' most draws: each multiplies the batch held in memory (Salman et al.: 1-8)."""
 # flag -> the architectures it configures (--init-from brings its own: none)
 ARCH_FLAGS = {"--width": ("cnn", "preactresnet18")}
 DEFAULT_WIDTH = 64
+EVAL_ATTACKS = "pgd50x5,apgd-ce,apgd-t,square"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -102,8 +118,9 @@ def _method_arguments(g) -> None:
                    help="TRADES / MART KL weight (default: the recipe's, else 6)")
     g.add_argument("--awp-gamma", type=float, default=None,
                    help="awp: relative size of the weight perturbation (default 0.01)")
-    g.add_argument("--adv-ratio", type=float, default=1.0,
-                   help="weight of the adversarial loss vs the clean loss (default 1)")
+    g.add_argument("--adv-ratio", type=float, default=None,
+                   help="madry, fast, awp, gaussian: weight of the adversarial loss vs the "
+                        "clean loss (default 1)")
     g.add_argument("--warmup-epochs", type=float, default=None,
                    help="ramp eps linearly from 0 over this many epochs (default: the recipe's, "
                         "else 0; ibp/crown-ibp: half of --epochs)")
@@ -189,7 +206,7 @@ def _running_arguments(g) -> None:
     g.add_argument("--val-steps", type=int, default=10,
                    help="PGD steps of the per-epoch robust validation (default 10; 0: clean "
                         "only). PGD-10 overstates robustness: the final report is the measure")
-    g.add_argument("--eval-attacks", default="pgd50x5,apgd-ce,apgd-t,square",
+    g.add_argument("--eval-attacks", default=EVAL_ATTACKS,
                    help="attacks of the final report (attacks.evaluate names; pgdKxR = PGD-K "
                         "with R restarts); default pgd50x5,apgd-ce,apgd-t,square")
     g.add_argument("--eval-eps", default=None, help="comma-separated eps list (default --eps)")
@@ -202,7 +219,9 @@ def _running_arguments(g) -> None:
 
 
 def _given(args: argparse.Namespace, table: dict) -> list[str]:
-    return [flag for flag in table if getattr(args, flag[2:].replace("-", "_")) is not None]
+    """The flags of ``table`` given on the command line (a switch: given when on)."""
+    return [flag for flag in table
+            if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
 
 
 def _check_applicable(args: argparse.Namespace) -> None:
@@ -221,6 +240,8 @@ def _check_applicable(args: argparse.Namespace) -> None:
         raise UsageError(refusal)
     if args.width is None:
         args.width = DEFAULT_WIDTH
+    if args.adv_ratio is None:
+        args.adv_ratio = 1.0
 
 
 def check_values(args: argparse.Namespace) -> None:
@@ -256,34 +277,48 @@ def _check_names(args: argparse.Namespace) -> None:
 def _check_numbers(args: argparse.Namespace) -> None:
     """Every numeric flag in its range (:mod:`robustgrad.checks`)."""
     from robustgrad import checks as _checks
+    from robustgrad.commands._bounds import MAX_REPEATS
 
+    _check_counts(args)
     with user_errors(ValueError):
         _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.positive_int(args.epochs, "--epochs", allow_none=True)
-        _checks.positive_int(args.batch_size, "--batch-size", allow_none=True)
         _checks.number(args.momentum, "--momentum", minimum=0, maximum=1, max_inclusive=False,
                        allow_none=True)
         _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
         _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
                        max_inclusive=False, allow_none=True)
         _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, allow_none=True)
-        _checks.positive_int(args.val_size, "--val-size", minimum=0)
-        _checks.positive_int(args.val_steps, "--val-steps", minimum=0)
-        _checks.positive_int(args.grad_accum, "--grad-accum")
-        _checks.positive_int(args.steps, "--steps", allow_none=True)
         _checks.probability(args.adv_ratio, "--adv-ratio")
-        _checks.number(args.warmup_epochs, "--warmup-epochs", minimum=0, allow_none=True)
-        _checks.number(args.warmup_delay_epochs, "--warmup-delay-epochs", minimum=0,
-                       allow_none=True)
+        for flag in ("--warmup-epochs", "--warmup-delay-epochs"):  # epochs, as --epochs
+            _checks.number(getattr(args, flag[2:].replace("-", "_")), flag, minimum=0,
+                           maximum=MAX_REPEATS, allow_none=True)
         _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.positive_int(args.noise_draws, "--noise-draws", allow_none=True)
         _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
         _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
-        _checks.positive_int(args.limit, "--limit", minimum=2, allow_none=True)
-        _checks.positive_int(args.eval_limit, "--eval-limit", allow_none=True)
-        _checks.positive_int(args.logical_cpus, "--logical-cpus", minimum=0)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    """Every count flag within its bound (:mod:`robustgrad.commands._bounds`), before any work."""
+    from robustgrad.commands import _bounds as b
+
+    steps_bound = MAX_FREE_REPLAYS if args.method == "free" else b.MAX_REPEATS
+    with user_errors(ValueError):
+        for flag, value, maximum, minimum in (
+                ("--epochs", args.epochs, b.MAX_REPEATS, 1),
+                ("--batch-size", args.batch_size, b.MAX_BATCH, 1),
+                ("--val-size", args.val_size, b.MAX_EXAMPLES, 0),
+                ("--val-steps", args.val_steps, b.MAX_REPEATS, 0),
+                ("--grad-accum", args.grad_accum, b.MAX_REPEATS, 1),
+                ("--steps", args.steps, steps_bound, 1),
+                ("--noise-draws", args.noise_draws, MAX_NOISE_DRAWS, 1),
+                ("--limit", args.limit, b.MAX_EXAMPLES, 2),
+                ("--eval-limit", args.eval_limit, b.MAX_EXAMPLES, 1),
+                ("--width", args.width, b.MAX_WIDTH, 1),
+                ("--seed", args.seed, b.MAX_SEED, 0),
+                ("--logical-cpus", args.logical_cpus, b.MAX_PROCESSES, 0)):
+            b.count(value, flag, maximum, minimum)
 
 
 def _check_combinations(args: argparse.Namespace) -> None:
@@ -312,6 +347,23 @@ def _check_combinations(args: argparse.Namespace) -> None:
     if args.arch is not None and args.init_from is not None:
         raise UsageError("--arch and --init-from are exclusive (--init-from brings its own "
                          "architecture)")
+    _check_run_flags(args)
+
+
+def _check_run_flags(args: argparse.Namespace) -> None:
+    """Flags that configure a part of the run the other flags turned off (refused, naming it)."""
+    if args.momentum is not None and args.optimizer == "adam":
+        raise UsageError("--momentum: SGD's momentum, not with --optimizer adam")
+    if args.no_eval:
+        given = [flag for flag, on in (("--eval-eps", args.eval_eps is not None),
+                                       ("--eval-limit", args.eval_limit is not None),
+                                       ("--eval-attacks", args.eval_attacks != EVAL_ATTACKS))
+                 if on]
+        if given:
+            raise UsageError(f"{given[0]}: configures the final report, which --no-eval skips")
+    if args.logical_cpus and args.strategy != "mirrored":
+        raise UsageError(f"--logical-cpus: splits the CPU for --strategy mirrored, not with "
+                         f"--strategy {args.strategy}")
 
 
 def _check_paths(args: argparse.Namespace) -> None:

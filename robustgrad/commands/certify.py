@@ -71,7 +71,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Every flag, before TensorFlow loads."""
     from robustgrad import checks as _checks
-    from robustgrad.commands._bounds import at_most, not_applicable
+    from robustgrad.commands._bounds import (
+        MAX_BATCH,
+        MAX_EXAMPLES,
+        MAX_SEED,
+        at_most,
+        not_applicable,
+    )
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
     from robustgrad.commands.evaluate import parse_eps
 
@@ -94,8 +100,9 @@ def validate(args: argparse.Namespace) -> None:
                          + (" (Gaussian noise); leave --norm out" if args.method == "smoothing"
                             else ""))
     with user_errors(ValueError):
-        _checks.positive_int(args.batch_size, "--batch-size")
-        _checks.positive_int(args.limit, "--limit", allow_none=True)
+        _checks.positive_int(args.batch_size, "--batch-size", maximum=MAX_BATCH)
+        _checks.positive_int(args.limit, "--limit", maximum=MAX_EXAMPLES, allow_none=True)
+        _checks.positive_int(args.seed, "--seed", minimum=0, maximum=MAX_SEED)
         if args.method == "smoothing":
             _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False)
             _checks.positive_int(args.n0, "--n0")

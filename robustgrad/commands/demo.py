@@ -156,9 +156,14 @@ def plot_summary(classifiers: dict, agents_: dict, path) -> str:
 
 
 def validate(args) -> None:
-    """Before TensorFlow loads: ``--out`` must be a writable directory (or new)."""
+    """Before TensorFlow loads: ``--seed`` in NumPy's range, ``--out`` a writable directory (or
+    new)."""
+    from robustgrad.cli import user_errors
+    from robustgrad.commands._bounds import MAX_SEED, count
     from robustgrad.commands._files import check_output_dir
 
+    with user_errors(ValueError):
+        count(args.seed, "--seed", MAX_SEED, minimum=0)
     check_output_dir(args.out, "--out", overwrite=True)
 
 

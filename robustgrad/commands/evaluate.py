@@ -109,6 +109,7 @@ def parse_eps(text: str, flag: str = "--eps") -> list[float]:
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
     from robustgrad import checks as _checks
+    from robustgrad.commands._bounds import MAX_BATCH, MAX_EXAMPLES, MAX_SEED
     from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
 
     args.eps_values = parse_eps(args.eps)
@@ -120,9 +121,10 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--attacks: give at least one attack name, got {args.attacks!r}")
     with user_errors(ValueError):
         args.norm = _checks.norm_name(args.norm, "--norm")
-        _checks.positive_int(args.batch_size, "--batch-size")
+        _checks.positive_int(args.batch_size, "--batch-size", maximum=MAX_BATCH)
         if args.limit is not None:
-            _checks.positive_int(args.limit, "--limit")
+            _checks.positive_int(args.limit, "--limit", maximum=MAX_EXAMPLES)
+        _checks.positive_int(args.seed, "--seed", minimum=0, maximum=MAX_SEED)
     if args.certify is not None:
         if args.certify not in CERTIFY:
             raise UsageError(f"--certify: unknown method {args.certify!r}; choose one of "

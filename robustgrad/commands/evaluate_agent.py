@@ -114,18 +114,24 @@ def _check_numbers_and_agent(args: argparse.Namespace) -> None:
     """The counts (``--episodes``, step budgets, ``--num-envs``, ``--seed``) and the saved agent
     of ``--agent``."""
     from robustgrad import checks as _checks
-    from robustgrad.commands._bounds import MAX_ENV_STEPS, at_most
+    from robustgrad.commands._bounds import (
+        MAX_ENV_STEPS,
+        MAX_ENVS,
+        MAX_EPISODES,
+        MAX_SEED,
+        at_most,
+    )
 
     with user_errors(ValueError):
-        _checks.positive_int(args.episodes, "--episodes")
+        _checks.positive_int(args.episodes, "--episodes", maximum=MAX_EPISODES)
         for field in DEFAULT_STEPS:
             flag = "--" + field.replace("_", "-")
             if getattr(args, field) is not None:
                 at_most(_checks.positive_int(getattr(args, field), flag), flag, MAX_ENV_STEPS)
         if args.num_envs is not None:
-            _checks.positive_int(args.num_envs, "--num-envs")
+            _checks.positive_int(args.num_envs, "--num-envs", maximum=MAX_ENVS)
         if args.seed is not None:
-            _checks.positive_int(args.seed, "--seed", minimum=0)
+            _checks.positive_int(args.seed, "--seed", minimum=0, maximum=MAX_SEED)
     if not os.path.isdir(args.agent):
         raise UsageError(f"--agent {args.agent}: no such directory")
     for name in ("config.json", "agent.json"):

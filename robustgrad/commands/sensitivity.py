@@ -204,13 +204,19 @@ def _figures(out, results, y, num_classes, image_shape):
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads)."""
     from robustgrad import checks as _checks
+    from robustgrad.commands import _bounds as b
     from robustgrad.commands._files import check_model_file, check_output_dir
 
     with user_errors(ValueError):
-        for name in ("num", "power_iters", "chunk_size", "batch_size", "lipschitz_steps",
-                     "restarts"):
-            _checks.positive_int(getattr(args, name), f"--{name.replace('_', '-')}")
-        _checks.positive_int(args.smoothgrad_samples, "--smoothgrad-samples", minimum=0)
+        for name, maximum in (("num", b.MAX_EXAMPLES), ("power_iters", b.MAX_REPEATS),
+                              ("chunk_size", b.MAX_REPEATS), ("batch_size", b.MAX_BATCH),
+                              ("lipschitz_steps", b.MAX_REPEATS),
+                              ("restarts", b.MAX_RESTARTS)):
+            _checks.positive_int(getattr(args, name), f"--{name.replace('_', '-')}",
+                                 maximum=maximum)
+        _checks.positive_int(args.smoothgrad_samples, "--smoothgrad-samples", minimum=0,
+                             maximum=b.MAX_REPEATS)
+        _checks.positive_int(args.seed, "--seed", minimum=0, maximum=b.MAX_SEED)
         _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False)
         args.norm = _checks.norm_name(args.norm, "--norm")
     check_model_file(args.model, "--model")

@@ -154,13 +154,13 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         return {}
     if args.algo == "reinforce":
         raise ConfigError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
-    only = {"robust_method": ("sa", "the inner maximiser of the SA regulariser"),
-            "robust_kappa": ("sa", "the weight of the SA regulariser"),
-            "robust_attack": ("adv", "the attack adversarial training trains on")}
+    from robustgrad.commands._agent_flags import ROBUST_ONLY
+
     for flag, _field in given:  # a flag the chosen method would ignore
-        if flag in only and only[flag][0] != args.robust.replace("atla-sa", "sa"):
-            raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust {only[flag][0]} "
-                             f"({only[flag][1]}), not with --robust {args.robust}")
+        if flag in ROBUST_ONLY and args.robust not in ROBUST_ONLY[flag][0]:
+            raise ConfigError(f"--{flag.replace('_', '-')}: only with --robust "
+                              f"{ROBUST_ONLY[flag][1]} ({ROBUST_ONLY[flag][2]}), "
+                              f"not with --robust {args.robust}")
         if flag in SEARCH_ONLY and args.robust_method == "convex":
             raise ConfigError(f"--{flag.replace('_', '-')}: --robust-method convex searches "
                               f"nothing (it bounds the whole ball); {SEARCH_ONLY[flag]}")
@@ -169,7 +169,9 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         name = "--" + flag.replace("_", "-")
         value = getattr(args, flag)
         if flag == "robust_steps":
-            value = _checks.positive_int(value, name)
+            from agents.core.config import MAX_REPEATS
+
+            value = _checks.positive_int(value, name, maximum=MAX_REPEATS)
         elif flag == "eps_warmup":
             value = _checks.probability(value, name)
         elif flag == "robust_attack":
@@ -209,6 +211,9 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--ray-address/--num-cpus: need --rollout-workers N")
     if args.rollout_workers is not None and args.rollout_workers <= 0:
         raise UsageError(f"--rollout-workers must be an int >= 1, got {args.rollout_workers}")
+    from robustgrad.commands._agent_flags import check_flags
+
+    check_flags(args)  # bounds and flags the run would ignore
     if args.rollout_workers is not None and args.seeds is not None:
         raise UsageError("--rollout-workers: cannot be combined with --seeds")
     if args.seeds is not None:
@@ -452,6 +457,13 @@ def run(args: argparse.Namespace) -> int:
         from robustgrad.cli import UsageError
 
         raise UsageError(" ".join(str(exc).split())) from None
+    except ConfigError as exc:  # the library's checks name fields: name the flags that set them
+        from robustgrad.commands._agent_flags import flag_error
+
+        named = flag_error(exc, args)
+        if named is exc:
+            raise
+        raise named from exc
     # a ConfigError (the user's mistake, the library's checks among them) prints as one line;
     # any other ValueError or TypeError is a bug and keeps its traceback
     from robustgrad.commands._resume import read_agent_record, write_agent_record

@@ -373,9 +373,17 @@ def test_a_full_disk_while_train_classifier_saves_its_model_leaves_no_truncated_
 
 @pytest.mark.parametrize("flags, message", [
     (["--steps", str(10**15)], f"--steps must be an int in [1, 10000000000], got {10**15}"),
-    (["--num-envs", str(10**6)], f"num_envs must be an int in [1, 65536], got {10**6}"),
-    (["--set", "n_steps=1000000000"], "n_steps must be an int in [1, 16777216], got 1000000000"),
-    (["--set", "n_epochs=1000000000"], "n_epochs must be an int in [1, 100000], got 1000000000"),
+    # the library names its fields; the command line names the flag that set each
+    (["--num-envs", str(10**6)], f"--num-envs must be an int in [1, 65536], got {10**6}"),
+    (["--set", "n_steps=1000000000"],
+     "--set n_steps must be an int in [1, 16777216], got 1000000000"),
+    (["--set", "n_epochs=1000000000"],
+     "--set n_epochs must be an int in [1, 100000], got 1000000000"),
+    (["--num-envs", "65536", "--set", "n_steps=512"],
+     "--set n_steps * --num-envs * num_seeds must be at most 16777216 (transitions one rollout "
+     "keeps in memory), got 512 * 65536 * 1 = 33554432"),
+    (["--checkpoint-every", str(10**12)],
+     f"--checkpoint-every must be an int in [0, 10000000000], got {10**12}"),
 ])
 def test_train_agent_counts_are_bounded_by_the_library_on_one_line(tmp_path, capsys, flags,
                                                                   message):
