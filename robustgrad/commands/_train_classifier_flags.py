@@ -118,7 +118,7 @@ def _method_arguments(g) -> None:
                    help="TRADES / MART KL weight (default: the recipe's, else 6)")
     g.add_argument("--awp-gamma", type=float, default=None,
                    help="awp: relative size of the weight perturbation (default 0.01)")
-    g.add_argument("--adv-ratio", type=float, default=None,
+    g.add_argument("--adv-ratio", type=float, default=1.0,
                    help="madry, fast, awp, gaussian: weight of the adversarial loss vs the "
                         "clean loss (default 1)")
     g.add_argument("--warmup-epochs", type=float, default=None,
@@ -219,9 +219,11 @@ def _running_arguments(g) -> None:
 
 
 def _given(args: argparse.Namespace, table: dict) -> list[str]:
-    """The flags of ``table`` given on the command line (a switch: given when on)."""
+    """The flags of ``table`` given on the command line (a switch: given when on;
+    ``--adv-ratio``: when not 1, the value that mixes in no clean loss)."""
     return [flag for flag in table
-            if getattr(args, flag[2:].replace("-", "_")) not in (None, False)]
+            if getattr(args, flag[2:].replace("-", "_")) not in (None, False)
+            and not (flag == "--adv-ratio" and args.adv_ratio == 1.0)]
 
 
 def _check_applicable(args: argparse.Namespace) -> None:
@@ -240,8 +242,6 @@ def _check_applicable(args: argparse.Namespace) -> None:
         raise UsageError(refusal)
     if args.width is None:
         args.width = DEFAULT_WIDTH
-    if args.adv_ratio is None:
-        args.adv_ratio = 1.0
 
 
 def check_values(args: argparse.Namespace) -> None:

@@ -109,8 +109,8 @@ def test_config_messages_name_the_field():
     (["--set", "n_steps"], "robustgrad: error: --set must be KEY=VALUE with KEY a config "
                            "field, got 'n_steps'"),
     (["--set", "=3"], "--set must be KEY=VALUE with KEY a config field, got '=3'"),
-    (["--set", "n_step=8"], "robustgrad: error: n_step is not a field of PPOConfig"),
-    (["--set", "n_steps=eight"], "robustgrad: error: n_steps must be an int in [1, 16777216], "
+    (["--set", "n_step=8"], "robustgrad: error: --set n_step is not a field of PPOConfig"),
+    (["--set", "n_steps=eight"], "robustgrad: error: --set n_steps must be an int in [1, 16777216], "
                                  "got 'eight'"),
 ])
 def test_cli_bad_preset_or_set(tmp_path, capsys, argv, message):

@@ -21,7 +21,7 @@ TRAIN = ["train-agent", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "64"
      "--robust-attack: only with --robust adv (the attack adversarial training trains on), not "
      "with --robust sa"),
     (["--backend", "graph", "--async-envs"],
-     "async_envs: the graph backend steps its environments inside the compiled iteration"),
+     "--async-envs: the graph backend steps its environments inside the compiled iteration"),
 ])
 def test_train_agent_refuses_a_flag_the_method_would_ignore(tmp_path, capsys, flags, message):
     out = tmp_path / "run"

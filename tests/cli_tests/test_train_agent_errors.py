@@ -10,8 +10,8 @@ TRAIN = ["train-agent", "--algo", "ppo", "--steps", "64", "--no-progress", "--ev
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--set", "n_steps=0"], "robustgrad: error: n_steps"),
-    (["--algo", "dqn", "--env", "Pendulum-v1"], "robustgrad: error: env: DQN needs a Discrete "
+    (["--set", "n_steps=0"], "robustgrad: error: --set n_steps"),  # the flag, not the field
+    (["--algo", "dqn", "--env", "Pendulum-v1"], "robustgrad: error: --env: DQN needs a Discrete "
                                                 "action space"),
 ])
 def test_a_validation_error_of_the_library_is_one_line(tmp_path, capsys, flags, message):
