@@ -37,6 +37,7 @@ import re
 from collections.abc import Callable, Iterable
 
 from robustgrad import checks as _checks
+from robustgrad.errors import ConfigError
 
 from ._base import Attack
 from .apgd import APGD
@@ -148,6 +149,13 @@ def describe_attacks() -> str:
     return "\n".join(lines)
 
 
+def _at_most(value: int, name: str, maximum: int) -> int:
+    """``value``, or a ``ConfigError`` naming ``name`` when it is over ``maximum``."""
+    if value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
 def _unknown(spec: str) -> ValueError:
     return ValueError(f"attacks: unknown attack {spec!r}; known: {', '.join(ATTACK_NAMES)} "
                       "(a number after the name sets the steps, e.g. 'pgd40'; 'pgd50x5' also "
@@ -181,17 +189,18 @@ def parse_attack(spec: AttackSpec) -> tuple[str, Attack]:
     entry = ATTACK_TABLE[match["base"]]
     if not entry.takes_steps:
         raise ValueError(f"attacks: {spec!r}: {entry.name} has no step count to set")
-    overrides = {"steps": _checks.positive_int(int(match["steps"]), f"steps of {spec!r}",
-                                               maximum=MAX_STEPS)}
+    overrides = {"steps": _at_most(_checks.positive_int(int(match["steps"]),
+                                                        f"steps of {spec!r}"),
+                                   f"steps of {spec!r}", MAX_STEPS)}
     if match["restarts"] is not None:
         if not entry.takes_restarts:
             raise ValueError(f"attacks: {spec!r}: {entry.name} has no restarts to set "
                              "(KxR works for "
                              + ", ".join(n for n, e in ATTACK_TABLE.items() if e.takes_restarts)
                              + ")")
-        overrides["restarts"] = _checks.positive_int(int(match["restarts"]),
-                                                     f"restarts of {spec!r}",
-                                                     maximum=MAX_RESTARTS)
+        overrides["restarts"] = _at_most(_checks.positive_int(int(match["restarts"]),
+                                                              f"restarts of {spec!r}"),
+                                         f"restarts of {spec!r}", MAX_RESTARTS)
     return name, entry.build().replace(**overrides)
 
 

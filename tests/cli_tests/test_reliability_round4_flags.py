@@ -204,11 +204,11 @@ def test_attack_names_bound_their_steps_and_restarts():
     import attacks
     from robustgrad.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"^steps of 'pgd1000000' must be an int in "
-                                          r"\[1, 100000\], got 1000000$"):
+    with pytest.raises(ConfigError, match=r"^steps of 'pgd1000000' must be at most 100000, "
+                                          r"got 1000000$"):
         attacks.parse_attack("pgd1000000")
-    with pytest.raises(ConfigError, match=r"^restarts of 'pgd10x5000' must be an int in "
-                                          r"\[1, 1000\], got 5000$"):
+    with pytest.raises(ConfigError, match=r"^restarts of 'pgd10x5000' must be at most 1000, "
+                                          r"got 5000$"):
         attacks.parse_attack("pgd10x5000")
     assert attacks.parse_attack("pgd100000x1000")[0] == "pgd100000x1000"  # the bounds themselves
 
