@@ -36,7 +36,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from agents.algorithms.registry import algorithm_of_config
@@ -46,7 +46,8 @@ from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
 
 __all__ = ["ARTIFACTS", "CHECKPOINT", "RESUME_FREE", "TrainedAgent", "check_checkpoint_resume",
-           "plot_learning_curve", "provenance", "read_history_record", "train_agent", "write_run_record"]
+           "plot_learning_curve", "provenance", "read_history_record", "setup_errors",
+           "train_agent", "write_run_record"]
 
 CHECKPOINT = "checkpoint"
 """The agent checkpoint's directory in the run directory."""
@@ -264,8 +265,27 @@ def _start_new(config: AgentConfig, run: RunDirectory, ckpt: str, *, resume: boo
     return _Start(agent, False, [], provenance(agent.config, explicit))
 
 
+@contextlib.contextmanager
+def setup_errors() -> Iterator[None]:
+    """Building an agent: an environment that needs a missing optional dependency, or a Ray
+    cluster missing or unreachable, is the user's to fix: re-raised as
+    :class:`robustgrad.errors.ConfigError` (one line, the cause kept as ``__cause__``)."""
+    try:
+        yield
+    except (ImportError, ConnectionError, TimeoutError) as exc:
+        raise ConfigError(" ".join(str(exc).split())) from exc
+
+
 def _start(config: AgentConfig, run: RunDirectory, *, steps: int, resume: bool, overwrite: bool,
            override: str | None, explicit: Collection[str] | None, distributed: dict) -> _Start:
+    with setup_errors():
+        return _start_agent(config, run, steps=steps, resume=resume, overwrite=overwrite,
+                            override=override, explicit=explicit, distributed=distributed)
+
+
+def _start_agent(config: AgentConfig, run: RunDirectory, *, steps: int, resume: bool,
+                 overwrite: bool, override: str | None, explicit: Collection[str] | None,
+                 distributed: dict) -> _Start:
     ckpt = run.join(CHECKPOINT)
     if resume:  # a crash inside a save: the new checkpoint or the old one, said
         from agents.core.persistence import recover_checkpoint

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from agents.algorithms.registry import algorithm_of_config
 from agents.core.base import Agent, NonFiniteTrainingError, _compact
 from agents.core.config import AgentConfig, DQNConfig, OnPolicyConfig, check_seeds
-from agents.training.run import _check_options, _env_name, plot_learning_curve
+from agents.training.run import _check_options, _env_name, plot_learning_curve, setup_errors
 from robustgrad.errors import ConfigError, ResumeError
 from robustgrad.rundir import RunDirectory
 
@@ -128,8 +128,11 @@ def _resumed_group(plan: _Plan, resume: bool, finished: list[int]) -> Agent | No
     if not (resume and os.path.exists(ckpt)):
         return None
     try:
-        resumed = load(ckpt, env=None, checkpoint_dir=ckpt,
-                       checkpoint_every=plan.config.checkpoint_every)
+        with setup_errors():
+            resumed = load(ckpt, env=None, checkpoint_dir=ckpt,
+                           checkpoint_every=plan.config.checkpoint_every)
+    except ConfigError:
+        raise
     except (ValueError, OSError) as exc:
         raise ResumeError(f"--resume: {ckpt}: {' '.join(str(exc).split())}") from None
     if resumed.algo != plan.algo:
@@ -184,7 +187,8 @@ def _group_agent(plan: _Plan, group: list[int], seed_axis: bool) -> Agent:
     cfg = dataclasses.replace(plan.config, seed=group[0])
     if seed_axis and isinstance(cfg, (OnPolicyConfig, DQNConfig)):  # (those with num_seeds)
         cfg = dataclasses.replace(cfg, num_seeds=len(group))
-    return algorithm_of_config(type(cfg))(cfg, seeds=group if len(group) > 1 else None)
+    with setup_errors():
+        return algorithm_of_config(type(cfg))(cfg, seeds=group if len(group) > 1 else None)
 
 
 def _seed_record(plan: _Plan, seed: int) -> tuple[float, list[dict], float | None]:

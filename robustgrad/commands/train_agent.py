@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     or with ``--seeds`` :func:`agents.training.train_seeds`
     (:func:`robustgrad.commands._train_seeds.run_seeds`). A ``ConfigError`` (the user's mistake,
     the library's checks among them) prints as one line; anything else keeps its traceback."""
-    from robustgrad.cli import UsageError, user_errors
+    from robustgrad.cli import user_errors
 
     overrides = _flag_overrides(args)
     preset = _preset(args)
@@ -330,9 +330,4 @@ def run(args: argparse.Namespace) -> int:
             config = _config(args, overrides, preset)
         return run_seeds(args, seeds, config, output_dir(args))
     config = _config(args, overrides, preset)
-    if args.rollout_workers is None:
-        return _train(args, config, {*overrides, "env", "seed"})
-    try:
-        return _train(args, config, {*overrides, "env", "seed"})
-    except (ImportError, ConnectionError, TimeoutError) as exc:  # Ray missing or unreachable
-        raise UsageError(" ".join(str(exc).split())) from None
+    return _train(args, config, {*overrides, "env", "seed"})
