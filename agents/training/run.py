@@ -463,7 +463,9 @@ def train_agent(config: AgentConfig, run: RunDirectory | str, *, steps: int,
     steps = _check_options(steps, eval_every, keep_best)
     distributed = {"rollout_workers": rollout_workers, "ray_address": ray_address,
                    "num_cpus": num_cpus}
-    with run if lock else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if lock:
+            stack.enter_context(run)
         start = _start(config, run, steps=steps, resume=resume, overwrite=overwrite,
                        override=override, explicit=explicit, distributed=distributed)
         agent = start.agent

@@ -306,7 +306,9 @@ def train_seeds(config: AgentConfig, run: RunDirectory | str, *, seeds: Sequence
     steps = _check_options(steps, None, False)
     plan = _Plan(dataclasses.replace(config, checkpoint_dir=run.join("checkpoint")), run,
                  check_seeds(list(seeds)), steps, eval_episodes, progress)
-    with run if lock else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if lock:
+            stack.enter_context(run)
         return _train_all(plan, resume, overwrite)
 
 
