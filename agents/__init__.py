@@ -34,13 +34,15 @@ from agents.robustness.attack_evaluation import ObservationAttackWrapper, evalua
 from agents.robustness.attack_report import AgentAttackReport  # noqa: F401
 from agents.robustness.observation_attacks import ObservationAttack, attack_observations  # noqa: F401
 from agents.robustness.robust_sarsa import fit_q_pi  # noqa: F401
+from agents.training import SeedsResult, TrainedAgent, train_agent, train_seeds  # noqa: F401
 
 __all__ = [
     "A2C", "A2CConfig", "ALGORITHMS", "ALGORITHM_NAMES", "ATLA", "Adversarial", "Agent",
     "AgentAttackReport", "Callback", "Collector", "DQN", "DQNConfig", "EvalCallback", "GRAPH_ENV_IDS",
     "GraphCollector", "GraphVecEnv", "GymnasiumCollector", "LearnedAdversary", "NonFiniteTrainingError",
     "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface", "REINFORCE",
-    "REINFORCEConfig", "RobustMethod", "SA", "TensorBoardCallback", "VecEnv", "WocaR", "algorithm", "atla",
-    "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env", "load", "load_adversary",
-    "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_many", "wocar"
+    "REINFORCEConfig", "RobustMethod", "SA", "SeedsResult", "TensorBoardCallback", "TrainedAgent", "VecEnv",
+    "WocaR", "algorithm", "atla", "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env",
+    "load", "load_adversary", "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_agent",
+    "train_many", "train_seeds", "wocar"
 ]

@@ -35,16 +35,11 @@ import argparse
 import json
 import os
 import sys
-import time
 
-from robustgrad import atomic
-from robustgrad.commands._files import remove_outputs
 from robustgrad.errors import ConfigError
 
 HELP = "train an RL agent (ppo, a2c, reinforce, dqn) on a gymnasium environment"
 ALGOS = ("ppo", "a2c", "reinforce", "dqn")
-_AGENT_FILES = ("config.json", "agent.json", "weights", "normalization.npz", "checkpoint",
-                "logs", "learning_curve.png", "evaluation.json", "best")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -202,7 +197,7 @@ def output_dir(args: argparse.Namespace) -> str:
 def validate(args: argparse.Namespace) -> None:
     """The checks that need no TensorFlow (before it loads): ``--seeds``."""
     from robustgrad.cli import UsageError
-    from robustgrad.commands._train_seeds import parse_seeds
+    from robustgrad.commands._train_seeds import parse_seeds  # (no TensorFlow)
 
     args.seed_list = None
     if getattr(args, "threads", None) == 1 and args.robust in ("atla", "atla-sa"):
@@ -245,25 +240,10 @@ def _parse_sets(items):
 
 
 def plot_learning_curve(history, path, title):
-    """Episode return (mean of the last 20 episodes) against environment steps."""
-    import matplotlib
+    """:func:`agents.training.plot_learning_curve` (episode return against steps)."""
+    from agents.training.run import plot_learning_curve as plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [(h["steps"], h["episode_return"]) for h in history
-           if h.get("episode_return") == h.get("episode_return")]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    if pts:
-        ax.plot(*zip(*pts))
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("episode return (last 20)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    from robustgrad.atomic import save_figure
-
-    save_figure(fig, path)
+    plot(history, path, title)
 
 
 def _flag_overrides(args: argparse.Namespace) -> dict:
@@ -309,154 +289,42 @@ def _preset(args: argparse.Namespace):
     return preset
 
 
-def _resumed_agent(args: argparse.Namespace, ckpt: str, overrides: dict, distributed: dict):
-    """The checkpoint's agent with the changes ``--override`` lets through (the one resume
-    rule); returns ``(agent, changed, record of every override so far)``."""
+def _config(args: argparse.Namespace, overrides: dict, preset):
+    """The flags as the agent's config (preset < ``--set`` and the named flags), with the run's
+    checkpoint period (``--checkpoint-every``, default a tenth of ``--steps``)."""
     import agents
-    from robustgrad.commands import _resume
+    from agents.core.config import make_config
 
-    fields = {k: v for k, v in overrides.items() if k not in ("checkpoint_dir",
-                                                              "checkpoint_every")}
-    changed = _resume.check_agent_resume(ckpt, {**fields, "env": args.env, "seed": args.seed},
-                                         override=args.override, steps=args.steps)
-    record = _resume.agent_overrides(ckpt) + ([changed] if changed else [])
-    overrides.update({k: new for k, (_, new) in changed.items()})
-    if changed and args.steps <= int(_resume.read_checkpoint_steps(ckpt)):
-        raise ConfigError(f"--override: the checkpoint in {ckpt} already holds the "
-                          f"{args.steps} steps of --steps; nothing is left to train with "
-                          "the new settings (raise --steps)")
-    agent = agents.load(ckpt, **distributed, **overrides)
-    if agent.algo != args.algo:
-        raise ConfigError(f"--algo: the checkpoint in {ckpt} is {agent.algo}, not {args.algo}")
-    return agent, record
-
-
-def _new_agent(args: argparse.Namespace, out: str, ckpt: str, preset, overrides: dict,
-               distributed: dict):
-    """A new agent in ``out`` (refusing to replace one without ``--overwrite``)."""
-    import agents
-
-    if args.override is not None:
-        raise ConfigError(f"--override: only with --resume of a checkpoint (none in {ckpt})"
-                          if args.resume else "--override: only with --resume")
-    if os.path.exists(os.path.join(out, "agent.json")) and not args.overwrite:
-        if args.resume:
-            raise ConfigError(f"--resume: {out} holds a finished agent but no checkpoint "
-                              f"to resume from ({ckpt} is missing); agents.load({out!r}) "
-                              "loads it, --overwrite trains anew")
-        raise ConfigError(f"--out: {out} already holds an agent; pass --overwrite or --resume")
-    if args.overwrite:
-        remove_outputs(out, _AGENT_FILES)
     cls = agents.algorithm(args.algo, "--algo")
-    return cls(env=args.env, seed=args.seed, preset=preset, **distributed, **overrides)
-
-
-def _agent(args: argparse.Namespace, out: str, overrides: dict, preset):
-    """The agent to train (resumed from ``out/checkpoint`` or new), whether it was resumed and
-    the record of the overrides of every resume."""
-    ckpt = os.path.join(out, "checkpoint")
     every = args.checkpoint_every if args.checkpoint_every is not None else max(
         args.steps // 10, 1)
-    overrides.update(checkpoint_dir=ckpt, checkpoint_every=every)
-    if args.resume:  # a crash inside a save: the new checkpoint or the old one, said
-        from agents.core.persistence import recover_checkpoint
-
-        recovered = recover_checkpoint(ckpt)
-        if recovered:
-            print(f"--resume: {ckpt}: {recovered}")
-    resumed = args.resume and os.path.exists(os.path.join(ckpt, "agent.json"))
-    distributed = {"rollout_workers": args.rollout_workers, "ray_address": args.ray_address,
-                   "num_cpus": args.num_cpus}
-    if resumed:  # the same configuration, or the keys named by --override
-        agent, record = _resumed_agent(args, ckpt, overrides, distributed)
-        return agent, True, record
-    return _new_agent(args, out, ckpt, preset, overrides, distributed), False, []
+    seed = args.seed_list[0] if getattr(args, "seed_list", None) else args.seed
+    return make_config(cls.config_cls, args.algo, preset, env=args.env, seed=seed,
+                       checkpoint_every=every, **overrides)
 
 
-def _evaluation_plan(args: argparse.Namespace, agent) -> tuple:
-    """``(eval_every, keep_best)``: the flags', else the preset's ``learn`` options."""
-    from agents.core.config import get_preset
+def _train(args: argparse.Namespace, config, explicit: set) -> int:
+    """:func:`agents.training.train_agent` as the flags say; returns the exit status."""
+    from agents.training import train_agent
+    from robustgrad.rundir import RunDirectory
 
-    learn_options = {}
-    if agent.config.preset is not None:
-        learn_options = get_preset(agent.config.preset).get("learn", {})
-    eval_every = args.eval_every or learn_options.get("eval_every")
-    keep_best = args.keep_best or (args.eval_every is None
-                                   and bool(learn_options.get("keep_best")))
-    return eval_every, keep_best
-
-
-def _announce(args: argparse.Namespace, agent, out: str, resumed: bool, done: int,
-              eval_every, keep_best) -> None:
-    print(f"{'resuming' if resumed else 'training'} {agent.algo.upper()} on {args.env}: "
-          f"{done} -> {args.steps} steps, {agent.config.num_envs} envs, seed {args.seed}, "
-          f"output {out}")
-    if agent.config.preset is not None:
-        extra = (f"; evaluation every {eval_every} steps, keeping the best weights"
-                 if keep_best and not args.keep_best else "")
-        print(f"preset {agent.config.preset} (agents/presets.json; every value in "
-              f"{os.path.join(out, 'config.json')}; --preset none for the plain defaults)"
-              f"{extra}")
-
-
-def _learn(args: argparse.Namespace, agent, out: str, resumed: bool, done: int,
-           eval_every, keep_best) -> int:
-    """Train the remaining steps with evaluation (``--eval-every``) and TensorBoard logs;
-    returns the exit status (1 when training went non-finite)."""
-    import agents
-    from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
-
-    callbacks: list[Callback] = []
-    evaluator = None
-    if eval_every is not None:
-        best_dir = os.path.join(out, "best")
-        evaluator = EvalCallback(eval_every, keep_best=keep_best, best_dir=best_dir,
-                                 verbose=not args.no_progress)
-        if resumed and os.path.exists(os.path.join(best_dir, "best.json")):
-            evaluator.load_best(best_dir)
-        callbacks.append(evaluator)
-    callbacks.append(TensorBoardCallback(os.path.join(out, "logs")))
-    try:
-        agent.learn(args.steps - done, callbacks=callbacks, progress_bar=not args.no_progress,
-                    schedule_start=done)
-    except agents.NonFiniteTrainingError as exc:
-        print(f"robustgrad train-agent: {exc}", file=sys.stderr)
-        return 1
-    if keep_best and evaluator is not None and evaluator.restored:
-        print(f"kept the best-evaluated weights: step {evaluator.best_steps}, "
-              f"return {evaluator.best_return:.1f} over {evaluator.n_episodes} episodes")
-    return 0
-
-
-def _report(args: argparse.Namespace, agent, out: str, status: int) -> None:
-    """The learning curve and, after a clean run, the agent's evaluation."""
-    plot_learning_curve(agent.history, os.path.join(out, "learning_curve.png"),
-                        f"{agent.algo.upper()} {args.env} (seed {args.seed})")
-    if args.eval_episodes > 0 and status == 0:
-        result = agent.evaluate(args.eval_episodes)
-        atomic.write_json(os.path.join(out, "evaluation.json"), result, indent=2)
-        print(f"evaluation ({args.eval_episodes} episodes, deterministic): mean return "
-              f"{result['mean_return']:.1f} +/- {result['std_return']:.1f}")
-    print(f"saved to {out} (agents.load({out!r})); TensorBoard logs in "
-          f"{os.path.join(out, 'logs')}; curve in {os.path.join(out, 'learning_curve.png')}")
+    run = RunDirectory(output_dir(args), command="robustgrad train-agent")
+    result = train_agent(config, run, steps=args.steps, resume=args.resume,
+                         overwrite=args.overwrite, override=args.override, explicit=explicit,
+                         eval_episodes=args.eval_episodes, eval_every=args.eval_every,
+                         keep_best=args.keep_best, progress=not args.no_progress,
+                         rollout_workers=args.rollout_workers, ray_address=args.ray_address,
+                         num_cpus=args.num_cpus, lock=False)  # the CLI holds the lock
+    return result.status
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build or resume the agent as the flags say, train it, save it and report; ``--seeds``
-    goes to :func:`robustgrad.commands._train_seeds.run_seeds`."""
-    out = args.out or os.path.join("runs", args.algo)
+    """Parse the flags into an agent config and train it: :func:`agents.training.train_agent`,
+    or with ``--seeds`` :func:`agents.training.train_seeds`
+    (:func:`robustgrad.commands._train_seeds.run_seeds`). A ``ConfigError`` (the user's mistake,
+    the library's checks among them) prints as one line; anything else keeps its traceback."""
     try:
-        overrides = _flag_overrides(args)
-        preset = _preset(args)
-        if getattr(args, "seed_list", None) is not None:  # --seeds: agents.train_many
-            from robustgrad.commands._train_seeds import run_seeds
-            return run_seeds(args, args.seed_list, overrides, preset)
-        agent, resumed, record = _agent(args, out, overrides, preset)
-        eval_every, keep_best = _evaluation_plan(args, agent)
-    except (ImportError, ConnectionError, TimeoutError) as exc:  # Ray missing or unreachable
-        from robustgrad.cli import UsageError
-
-        raise UsageError(" ".join(str(exc).split())) from None
+        return _run(args)
     except ConfigError as exc:  # the library's checks name fields: name the flags that set them
         from robustgrad.commands._agent_flags import flag_error
 
@@ -464,29 +332,20 @@ def run(args: argparse.Namespace) -> int:
         if named is exc:
             raise
         raise named from exc
-    # a ConfigError (the user's mistake, the library's checks among them) prints as one line;
-    # any other ValueError or TypeError is a bug and keeps its traceback
-    from robustgrad.commands._resume import read_agent_record, write_agent_record
-    from robustgrad.interrupts import TrainingInterrupted
 
-    done = int(agent.num_timesteps.numpy())
-    os.makedirs(out, exist_ok=True)
-    _announce(args, agent, out, resumed, done, eval_every, keep_best)
-    prior_seconds, resumed_at = read_agent_record(out) if resumed else (0.0, [])
-    resumed_at = resumed_at + ([done] if resumed else [])
-    started = time.perf_counter()
-    status = 0
-    if args.steps - done > 0:
-        try:
-            status = _learn(args, agent, out, resumed, done, eval_every, keep_best)
-        except TrainingInterrupted:  # the checkpoint keeps the record for --resume
-            seconds = prior_seconds + time.perf_counter() - started
-            write_agent_record(os.path.join(out, "checkpoint"), record, agent.history, seconds,
-                               resumed_at)
-            write_agent_record(out, [], agent.history, seconds, resumed_at)
-            raise
-    train_seconds = prior_seconds + time.perf_counter() - started
-    agent.save(out)
-    write_agent_record(out, record, agent.history, train_seconds, resumed_at)
-    _report(args, agent, out, status)
-    return status
+
+def _run(args: argparse.Namespace) -> int:
+    """:func:`run` before the library's field names become flag names."""
+    from robustgrad.cli import user_errors
+
+    overrides = _flag_overrides(args)
+    preset = _preset(args)
+    seeds = getattr(args, "seed_list", None)
+    if seeds is not None:  # --seeds: one directory per seed
+        from robustgrad.commands._train_seeds import run_seeds
+
+        with user_errors(ValueError):
+            config = _config(args, overrides, preset)
+        return run_seeds(args, seeds, config, output_dir(args))
+    config = _config(args, overrides, preset)
+    return _train(args, config, {*overrides, "env", "seed"})

@@ -286,10 +286,10 @@ def test_cli_seeds_interrupted_saves_per_seed_and_the_printed_resume_works(tmp_p
     import signal
 
     from agents.core.base import Agent
-    from robustgrad.commands import _train_seeds
+    from agents.training import seeds as train_seeds
 
     out = tmp_path / "run"
-    monkeypatch.setattr(_train_seeds, "GROUP_SIZE", 2)  # groups 0-1 and 2
+    monkeypatch.setattr(train_seeds, "GROUP_SIZE", 2)  # groups 0-1 and 2
     record, calls = Agent._record_update, []
 
     def interrupting(self, logs, failures):

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from robustgrad import cli, errors
-from robustgrad.commands import _resume, train_classifier
+from robustgrad import cli, errors, rundir
+from robustgrad.commands import train_classifier
 
 HERE = os.path.dirname(__file__)
 OLD_RUN = os.path.join(HERE, "data", "classifier_run_ba70c33")
@@ -51,15 +51,17 @@ def test_an_old_classifier_run_refuses_a_change_then_records_the_override(old_ru
 
 
 def test_an_old_agent_checkpoint_goes_through_the_same_rule(tmp_path):
-    ckpt = str(tmp_path / "checkpoint")
-    shutil.copytree(OLD_AGENT, ckpt)
+    from agents.training.run import check_checkpoint_resume
+
+    shutil.copytree(OLD_AGENT, str(tmp_path / "checkpoint"))
+    run = rundir.RunDirectory(str(tmp_path))
     same = {"env": "CartPole-v1", "seed": 3}
-    assert _resume.check_agent_resume(ckpt, same, override=None, steps=128) == {}
-    with pytest.raises(cli.UsageError, match=r"lr: saved 0.00025 != 0.001\); pass --override lr"):
-        _resume.check_agent_resume(ckpt, {**same, "learning_rate": 1e-3}, override=None,
-                                   steps=128)
-    assert _resume.check_agent_resume(ckpt, {**same, "learning_rate": 1e-3}, override="lr",
-                                      steps=128) == {"learning_rate": [0.00025, 0.001]}
+    assert check_checkpoint_resume(run, same, override=None, steps=128)[2] == {}
+    with pytest.raises(errors.ResumeError,
+                       match=r"lr: saved 0.00025 != 0.001\); pass --override lr"):
+        check_checkpoint_resume(run, {**same, "learning_rate": 1e-3}, override=None, steps=128)
+    assert check_checkpoint_resume(run, {**same, "learning_rate": 1e-3}, override="lr",
+                                   steps=128)[2] == {"learning_rate": [0.00025, 0.001]}
 
 
 def test_the_resume_error_is_a_config_error(tmp_path):

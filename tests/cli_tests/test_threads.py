@@ -69,12 +69,13 @@ def test_threads_reach_tensorflow_in_a_fresh_process():
 def test_a_resumed_classifier_run_may_change_its_thread_count():
     """``--threads`` is how a run uses the machine, not what it computes: a resume with another
     count (or none) is not refused as a changed configuration; a changed eps still is."""
+    from robustgrad import errors
     from robustgrad.commands import train_classifier
-    from robustgrad.commands._resume import check_resume
+    from robustgrad.rundir import check_resume
 
     free = train_classifier._RESUME_FREE
     saved = {"threads": 1, "eps": 0.1}
     assert check_resume(saved, {"threads": None, "eps": 0.1}, override=None, where="runs/x",
                         free=free) == {}
-    with pytest.raises(cli.UsageError, match=r"eps: saved 0.1 != 0.2"):
+    with pytest.raises(errors.ResumeError, match=r"eps: saved 0.1 != 0.2"):
         check_resume(saved, {"threads": 2, "eps": 0.2}, override=None, where="runs/x", free=free)
