@@ -40,6 +40,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agents.algorithms.registry import algorithm_of_config
 from agents.core.base import Agent, NonFiniteTrainingError, _compact
@@ -238,7 +239,7 @@ def _summarize(plan: _Plan) -> dict | None:
     last_returns = [r[0] for r in records]
     evaluations = [r[2] for r in records if r[2] is not None]
     config = plan.config
-    summary = {"algo": plan.algo, "env": _env_name(config.env), "steps": plan.steps,
+    summary: dict[str, Any] = {"algo": plan.algo, "env": _env_name(config.env), "steps": plan.steps,
                "seeds": seeds, "backend": config.backend, "preset": config.preset,
                "design": ("one program per group of seeds (seed axis)" if _on_axis(config)
                           else "sequential"),
