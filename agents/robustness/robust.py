@@ -227,7 +227,7 @@ def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     lb, ub = output_bounds(surface, obs, eps, method)
     mean = tf.stop_gradient(surface.outputs(obs))
     deviation = tf.maximum(ub - mean, mean - lb)
-    w = 0.5 * tf.exp(-2.0 * tf.cast(surface._per_row(surface.log_std), tf.float32))
+    w = 0.5 * tf.exp(-2.0 * tf.cast(surface.per_row(surface.log_std), tf.float32))
     return _batch_mean(tf.reduce_sum(w * tf.square(deviation), axis=-1))
 
 
