@@ -81,14 +81,15 @@ DEFAULT_PPO = {"num_envs": 8, "n_steps": 128, "n_minibatches": 4, "n_epochs": 10
 
 
 # -- the victim ---------------------------------------------------------------------------------
-def victim_surface(agent: Any, argument: str = "victim") -> Victim:
+def victim_surface(agent: Any, argument: str = "victim", *, seed_axis: bool = False
+                   ) -> Victim:
     """``agent`` as a learned adversary's MDP steps it: a :class:`agents.robustness._victim.Victim`
-    of its ``policy_surface()`` (with a seed axis, ``num_seeds > 1``: of its
-    ``seed_axis_surface()``, ``num_envs`` rows per seed), its unit of eps read now.
-    ``TypeError`` naming what is missing when it is not an agent with a policy surface,
+    of its ``policy_surface()`` (with ``seed_axis`` and ``num_seeds > 1``, ATLA's adversaries of
+    all seeds: of its ``seed_axis_surface()``, ``num_envs`` rows per seed), its unit of eps read
+    now. ``TypeError`` naming what is missing when it is not an agent with a policy surface,
     ``ValueError`` unless it has a 1-D Box observation space and a gymnasium env id."""
     _check_victim(agent, argument)
-    many = agent.num_seeds > 1
+    many = seed_axis and agent.num_seeds > 1
     policy = agent.seed_axis_surface() if many else surface_of(agent, argument)
     _check_victim_env(agent, argument)
     victim = Victim(policy, env_id=agent.config.env, algo=agent.algo,

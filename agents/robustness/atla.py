@@ -189,7 +189,7 @@ class ATLAPlugin(ScheduledPlugin):
                     "n_steps": cfg.n_steps}
         seeds = [seed + 104_729 for seed in agent.seeds]
         self.radius = _Radius(0.0)
-        self.victim = victim_surface(agent, "agent")
+        self.victim = victim_surface(agent, "agent", seed_axis=True)
         if agent.num_seeds == 1:
             self.adversary = PPO(env=_factory(self.victim, self.radius, None, None),
                                  seed=seeds[0], preset=None, **settings)

@@ -276,7 +276,7 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     from agents.robustness.atla import _seed_factory
 
     pair = _pair()
-    factory = _seed_factory(victim_surface(pair, "agent"), _Radius(0.1))
+    factory = _seed_factory(victim_surface(pair, "agent", seed_axis=True), _Radius(0.1))
     with pytest.raises(ValueError, match=r"^env: this adversary MDP steps the victims of all "
                                          r"seeds together; build its agent with num_seeds=2 "
                                          r"\(make_seed_vector_env\)$"):
