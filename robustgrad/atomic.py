@@ -215,6 +215,22 @@ def write_json(path: str | os.PathLike, value: Any, indent: int | None = 1) -> s
     return os.fspath(path)
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive ``Agg`` backend (figures are only saved),
+    imported on first use: matplotlib is an optional dependency, needed only by the plots.
+
+    >>> plt = pyplot()
+    >>> plt.get_backend().lower()
+    'agg'
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 100) -> str | os.PathLike:
     """Save a matplotlib figure to ``path`` crash-safely (:func:`replacing`: a full disk leaves
     no truncated image) and close it, also when saving fails; returns ``path``.

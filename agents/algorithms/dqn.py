@@ -225,7 +225,7 @@ class DQN(Agent):
                              layers=list(zip(net.weights_, net.biases)),
                              activation=self.config.activation)
 
-    def _seed_axis_surface(self) -> PolicySurface:
+    def seed_axis_surface(self) -> PolicySurface:
         """The greedy policies of all ``S`` seeds (``num_seeds > 1``) for robust training on the
         seed axis: Q-values of observations ``[S, B, d]``, each seed's own network and
         normaliser (:class:`agents.PolicySurface` ``num_seeds``)."""

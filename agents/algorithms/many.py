@@ -38,7 +38,7 @@ import numpy as np
 
 from agents.algorithms.registry import ALGORITHMS
 from agents.core.config import DQNConfig, OnPolicyConfig, check_seeds, check_total_steps  # noqa: F401 - agents.algorithms.many.check_seeds, as before
-from robustgrad.atomic import save_figure
+from robustgrad.atomic import pyplot, save_figure
 from robustgrad.checks import choice, positive_int
 
 
@@ -169,11 +169,7 @@ def learning_curves(histories: Sequence[list[dict]], points: int = 100
 def plot_seed_curves(histories: Sequence[list[dict]], path: str, title: str) -> None:
     """Learning curve over seeds: the median return and the interquartile and min-max
     bands against environment steps, written to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     grid, rows = learning_curves(histories)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     with warnings.catch_warnings():  # all-NaN columns before the first episode

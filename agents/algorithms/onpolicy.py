@@ -227,7 +227,7 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         return self._surface(layers=list(zip(net.weights_, net.biases))
                              if net.weights_[0].shape.rank == 2 else None)
 
-    def _seed_axis_surface(self) -> PolicySurface:
+    def seed_axis_surface(self) -> PolicySurface:
         """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
         each seed's through its own network and normaliser (robust training on the seed axis,
         :mod:`agents.robustness.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""

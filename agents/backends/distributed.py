@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
+import tensorflow as tf
 
 from agents.backends._ray_setup import (  # noqa: F401 - re-exported: agents.backends.distributed.init_ray etc.
     INSTALL_HINT,
@@ -98,8 +99,6 @@ class _RolloutWorker:
     collects through the agent's public :meth:`agents.Agent.collect`."""
 
     def __init__(self, agent_cls, config, worker_id: int):
-        import tensorflow as tf
-
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         self.worker_id = worker_id
@@ -269,8 +268,6 @@ class RolloutWorkers(Collector):
         fragments are concatenated along the env axis (axis 1; per-step fields such as DQN's
         ``epsilon [T]`` are worker 0's). The learner's random stream goes on where worker 0's
         ended. Returns the batch as tensors ``[T, num_envs, ...]``."""
-        import tensorflow as tf
-
         ray = _import_ray()
         agent = self.agent
         state = ray.put(agent.policy_state())  # once per iteration, read by every worker

@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
+from agents.core.interface import AgentInterface
+
+if TYPE_CHECKING:
+    from agents.core.config import DQNConfig, OnPolicyConfig
+
 from agents.core.persistence import (
     SEEDS_FILE,
     _read_json,
@@ -23,18 +28,14 @@ from agents.core.persistence import (
     read_metadata,
 )
 
-if TYPE_CHECKING:
-    from agents.core.base import Agent
-    from agents.core.config import DQNConfig, OnPolicyConfig
-
-_TABLE: dict[str, type[Agent]] = {}
-ALGORITHM_TABLE: Mapping[str, type[Agent]] = MappingProxyType(_TABLE)
+_TABLE: dict[str, type[AgentInterface]] = {}
+ALGORITHM_TABLE: Mapping[str, type[AgentInterface]] = MappingProxyType(_TABLE)
 """``name -> agent class`` that :func:`load` reads (read-only), filled by the algorithms wing
 above this module (:mod:`agents.algorithms.registry` calls :func:`register_algorithms` when it is imported,
 which ``import agents`` does): the core loads an agent of any algorithm without importing one."""
 
 
-def register_algorithms(*classes: type[Agent]) -> None:
+def register_algorithms(*classes: type[AgentInterface]) -> None:
     """Enter agent classes in :data:`ALGORITHM_TABLE` under their ``algo`` (a name taken by
     another class is a ``ValueError``)."""
     for cls in classes:
@@ -44,7 +45,7 @@ def register_algorithms(*classes: type[Agent]) -> None:
 
 
 def _check_config_matches(cls, cfg: dict, directory: str,
-                          algorithms: Mapping[str, type[Agent]], env: Any) -> None:
+                          algorithms: Mapping[str, type[AgentInterface]], env: Any) -> None:
     """Refuse a ``config.json`` of another algorithm, or naming a module as its env, unless
     ``env`` is given (``agents.core.persistence``)."""
     fields = {a: {f.name for f in dataclasses.fields(c.config_cls)} for a, c in algorithms.items()}
@@ -53,7 +54,7 @@ def _check_config_matches(cls, cfg: dict, directory: str,
 
 
 def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
-         ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Agent:
+         ray_address: str | None = None, num_cpus: int | None = None, **overrides) -> Any:
     """Load an agent saved by :meth:`Agent.save` (or a checkpoint directory).
 
     ``env``: the env factory, required when the agent was trained on one. ``overrides``
@@ -63,6 +64,9 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     never chooses where the program writes.
     ``rollout_workers``, ``ray_address``, ``num_cpus``: as for the agent's constructor
     (resume a run on Ray workers).
+
+    Returns the :class:`agents.Agent` of the saved algorithm (typed ``Any``: this module sits
+    below the agent class, and sees agents through :class:`agents.core.interface.AgentInterface`).
     """
     algorithms = ALGORITHM_TABLE
     directory = os.fspath(directory)
@@ -72,7 +76,7 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
                              f"{directory} holds an agent of several seeds")
         return _load_seeds(directory, env, algorithms, overrides)
     meta, cfg = read_metadata(directory)
-    cls = algorithms.get(meta.get("algo", ""))
+    cls: Any = algorithms.get(meta.get("algo", ""))  # an Agent class (the core sees its interface)
     if cls is None:
         raise ValueError(f"directory: unknown algorithm {meta.get('algo')!r} in {directory}")
     _check_config_matches(cls, cfg, directory, algorithms, env)
@@ -82,16 +86,16 @@ def load(directory: str, env: Any = None, *, rollout_workers: int | None = None,
     config = cls.config_cls.from_dict(cfg, env=env)
     agent = cls(config, rollout_workers=rollout_workers, ray_address=ray_address,
                 num_cpus=num_cpus)
-    agent._restore(directory)
+    agent.restore(directory)
     return agent
 
 
-def _load_seeds(directory: str, env: Any, algorithms: Mapping[str, type[Agent]],
-                overrides: dict) -> Agent:
+def _load_seeds(directory: str, env: Any, algorithms: Mapping[str, type[AgentInterface]],
+                overrides: dict) -> AgentInterface:
     """An agent of several seeds saved by :meth:`Agent.save` (``seeds.json`` + ``seed_<s>/``)."""
     info = _read_json(os.path.join(directory, SEEDS_FILE))
     seeds = info.get("seeds")
-    cls = algorithms.get(info.get("algo", ""))
+    cls: Any = algorithms.get(info.get("algo", ""))  # an Agent class
     if cls is None or not isinstance(seeds, list) or len(seeds) < 2:
         raise ValueError(f"directory: {os.path.join(directory, SEEDS_FILE)} must name an "
                          f"algorithm and at least two seeds, got {json.dumps(info)[:200]}")

@@ -238,9 +238,13 @@ class Agent(CollectingAgent):
                              f"({_compact(self.seeds)}); agent.export(s) gives seed s as an "
                              "ordinary agent")
 
-    def _seed(self, rng=None):
-        """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: training)."""
+    def draw_seed(self, rng: tf.random.Generator | None = None) -> tf.Tensor:
+        """A fresh stateless seed (shape [2], int32) drawn from ``rng`` (default: the training
+        stream ``rng``): how the agent's parts (its robustness plug-in's inner searches) draw
+        from the agent's stream without reaching into it."""
         return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
+
+    _seed = draw_seed  # the algorithms' own spelling inside their class
 
     def _apply_gradients(self, grads, active=None):
         """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
@@ -293,6 +297,13 @@ class Agent(CollectingAgent):
         """The policy as observation attacks and certification see it, an
         :class:`agents.PolicySurface` (every algorithm declares its own)."""
         raise NotImplementedError(f"{type(self).__name__} declares no policy_surface()")
+
+    def seed_axis_surface(self) -> PolicySurface:
+        """The policies of all ``S`` seeds of an agent with a seed axis (``num_seeds > 1``) as
+        one :class:`agents.PolicySurface` with ``num_seeds = S`` (observations ``[S, B, d]``,
+        each seed's through its own network and normaliser): what robust training on the axis
+        attacks. An algorithm with a seed axis declares it."""
+        raise NotImplementedError(f"{type(self).__name__} declares no seed_axis_surface()")
 
     def _model_variables(self) -> list:
         """The variables that decide how the agent acts: network weights and observation
@@ -549,7 +560,10 @@ class Agent(CollectingAgent):
                        "history": self.history}, f)
         return directory
 
-    def _restore(self, directory: str):
+    def restore(self, directory: str) -> None:
+        """Read the weights, step counts and history saved in ``directory`` by :meth:`save`
+        into this agent (built with the same config; :func:`agents.load` builds it and calls
+        this)."""
         meta, _ = read_metadata(directory)
         if meta["algo"] != self.algo:
             raise ValueError(f"directory: {directory!r} holds a {meta['algo']!r} agent, not "

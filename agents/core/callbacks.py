@@ -11,28 +11,28 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
 from agents.core._loading import load
-
-if TYPE_CHECKING:  # agents.core.base imports this module
-    import numpy as np
-    import tensorflow as tf
-
-    from agents.core.base import Agent
+from agents.core.interface import AgentInterface
+from robustgrad.progress import Progress
 
 
 class Callback:
     """Hooks of ``learn``: override the ones you need."""
 
-    def on_training_start(self, agent: Agent) -> None:
+    def on_training_start(self, agent: AgentInterface) -> None:
         """Called once before the first update of ``learn``."""
 
-    def on_update(self, agent: Agent, logs: dict[str, Any]) -> bool | None:
+    def on_update(self, agent: AgentInterface, logs: dict[str, Any]) -> bool | None:
         """Called after every update with its ``logs``; return ``False`` to stop training."""
         return None
 
-    def on_training_end(self, agent: Agent) -> None:
+    def on_training_end(self, agent: AgentInterface) -> None:
         """Called once when ``learn`` ends (also when it stops early or fails)."""
 
 
@@ -70,8 +70,6 @@ def as_callbacks(callbacks: Callback | Callable | Iterable[Callback | Callable] 
 
 
 def _scalar_metadata() -> bytes:
-    from tensorflow.core.framework import summary_pb2
-
     md = summary_pb2.SummaryMetadata()
     md.plugin_data.plugin_name = "scalars"
     md.data_class = summary_pb2.DATA_CLASS_SCALAR
@@ -93,19 +91,15 @@ class TensorBoardCallback(Callback):
         self.log_dir = log_dir
         self._writer: tf.summary.SummaryWriter | None = None
 
-    def on_training_start(self, agent: Agent) -> None:
+    def on_training_start(self, agent: AgentInterface) -> None:
         """Open the event-file writer in ``log_dir``."""
-        import tensorflow as tf
-
         global _SCALAR_METADATA
         if _SCALAR_METADATA is None:
             _SCALAR_METADATA = _scalar_metadata()
         self._writer = tf.summary.create_file_writer(self.log_dir)
 
-    def on_update(self, agent: Agent, logs: dict[str, Any]) -> None:
+    def on_update(self, agent: AgentInterface, logs: dict[str, Any]) -> None:
         """Write every finite numeric entry of ``logs`` as a scalar at step ``logs['steps']``."""
-        import tensorflow as tf
-
         if self._writer is None:
             self.on_training_start(agent)
         assert self._writer is not None  # on_training_start opened it
@@ -117,7 +111,7 @@ class TensorBoardCallback(Callback):
                                      metadata=_SCALAR_METADATA)
         return None
 
-    def on_training_end(self, agent: Agent) -> None:
+    def on_training_end(self, agent: AgentInterface) -> None:
         """Flush the event file."""
         if self._writer is not None:
             self._writer.flush()
@@ -208,12 +202,12 @@ class EvalCallback(Callback):
         if self.keep_best:
             self._best_weights = load(directory, env=env).get_weights()
 
-    def on_training_start(self, agent: Agent) -> None:
+    def on_training_start(self, agent: AgentInterface) -> None:
         """Schedule the first evaluation ``every`` steps from the agent's current step."""
         self._next = int(agent.num_timesteps.numpy()) + self.every
         self.restored = False
 
-    def on_update(self, agent: Agent, logs: dict[str, Any]) -> None:
+    def on_update(self, agent: AgentInterface, logs: dict[str, Any]) -> None:
         """Evaluate when ``logs['steps']`` passed the next scheduled step; the return goes into
         ``logs['eval_return']``."""
         if self._next is None:
@@ -225,7 +219,7 @@ class EvalCallback(Callback):
                 self._next += self.every
         return None
 
-    def on_training_end(self, agent: Agent) -> None:
+    def on_training_end(self, agent: AgentInterface) -> None:
         """Evaluate the final weights (unless the last update was) and, with ``keep_best``, put
         the best-evaluated weights back if they beat them; nothing when training failed."""
         if getattr(agent, "training_failed", False):
@@ -251,8 +245,6 @@ class ProgressBar:
     """
 
     def __init__(self, total: int, enabled: bool = True, stream: IO[str] | None = None):
-        from robustgrad.progress import Progress
-
         self.total = max(int(total), 1)
         self._progress = Progress(self.total, desc="training", unit="steps", enabled=enabled,
                                   stream=stream)

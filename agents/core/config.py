@@ -4,8 +4,9 @@ Each field carries a docstring (the string literal under it). ``__post_init__``
 validates everything it can before an environment is built, and raises
 ``ValueError`` naming the offending field. ``to_dict``/``from_dict`` round-trip
 through JSON (an env factory is not serialisable: it is saved as ``None`` and must be
-passed again to :func:`agents.load`). The tuned presets (``presets.json``, :func:`make_config`)
-live in :mod:`agents.core.presets` and are re-exported here.
+passed again to :func:`agents.load`). :func:`make_config` builds a config from a tuned preset
+(the table ``presets.json``, read by :mod:`agents.core.presets`, whose names are also found
+here) and overrides.
 
 >>> PPOConfig(n_steps=64, n_minibatches=4).to_dict()["n_steps"]
 64
@@ -14,17 +15,17 @@ live in :mod:`agents.core.presets` and are re-exported here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from agents.core.plugin import ROBUSTNESS
-from agents.core.presets import (  # noqa: F401 - re-exported: agents.core.config.make_config etc.
+from agents.core.presets import (  # noqa: F401 - PRESETS_FILE, load_presets: also read here by callers
     AUTO,
     PRESETS_FILE,
     get_preset,
     load_presets,
-    make_config,
     preset_for,
 )
 from agents.envs import check_env_id
@@ -39,6 +40,8 @@ from robustgrad.checks import (
 )
 from robustgrad.errors import ConfigError
 from robustgrad.memory import check_allocation
+
+_log = logging.getLogger("agents")
 
 MAX_ITERATIONS_PER_CALL = 4096
 """The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
@@ -698,6 +701,49 @@ class DQNConfig(AgentConfig):
         if self.batch_size > self.buffer_size:
             raise ConfigError(f"batch_size must be <= buffer_size ({self.buffer_size}), got "
                              f"{self.batch_size}")
+
+
+def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = AUTO,
+                **overrides: Any) -> AgentConfig:
+    """A ``config_cls`` built from a preset and ``overrides`` (which win over the preset).
+
+    ``preset``: :data:`AUTO` (the preset for ``algo`` on ``overrides["env"]``, or on the
+    default env, when one exists; :mod:`agents.core.presets`), a preset name, or
+    ``None``/``"none"`` (dataclass defaults only). The config records the preset name in
+    ``preset``. Unknown fields raise ``ValueError`` naming them.
+
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", seed=3).preset
+    'ppo-CartPole-v1'
+    >>> make_config(PPOConfig, "ppo", preset=None, env="CartPole-v1").n_steps
+    128
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", n_steps=64).n_steps
+    64
+    """
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ConfigError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
+                         f"{', '.join(sorted(fields))}")
+    if "preset" in overrides:
+        raise ConfigError("preset is chosen with the preset= argument, not as an override")
+    env = overrides.get("env", config_cls.env)
+    if preset == AUTO:
+        name = preset_for(algo, env)
+    elif preset is None or (isinstance(preset, str) and preset.lower() == "none"):
+        name = None
+    else:
+        name = preset
+    values = {}
+    if name is not None:
+        values.update(get_preset(name, algo)["config"])
+        bad = sorted(set(values) - fields)
+        if bad:  # a broken presets.json
+            raise ConfigError(f"preset {name!r}: {bad[0]} is not a field of "
+                             f"{config_cls.__name__}")
+        _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
+                  ", ".join(f"{k}={v!r}" for k, v in values.items()))
+    values.update(overrides)
+    return config_cls(**values, preset=name)
 
 
 def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None,

@@ -39,12 +39,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
-if TYPE_CHECKING:
-    from agents.core.base import Agent
+from agents.core.interface import AgentInterface
 
 __all__ = ["ROBUSTNESS", "RobustnessPlugin", "register_robustness", "robustness_for"]
 
@@ -58,7 +57,7 @@ class RobustnessPlugin:
 
     schedule: Any = None
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: AgentInterface):
         self.agent = agent
 
     # -- what the agent perceives --------------------------------------------------------------
@@ -104,12 +103,12 @@ class RobustnessPlugin:
         """After the driver's bookkeeping of an update (``agent.history`` and each seed's)."""
 
 
-_TABLE: dict[str, Callable[[Agent], RobustnessPlugin]] = {}
-ROBUSTNESS: Mapping[str, Callable[[Agent], RobustnessPlugin]] = MappingProxyType(_TABLE)
+_TABLE: dict[str, Callable[[Any], RobustnessPlugin]] = {}
+ROBUSTNESS: Mapping[str, Callable[[Any], RobustnessPlugin]] = MappingProxyType(_TABLE)
 """``robust`` value -> the factory of its plug-in (read-only; :func:`register_robustness`)."""
 
 
-def register_robustness(name: str, factory: Callable[[Agent], RobustnessPlugin]) -> None:
+def register_robustness(name: str, factory: Callable[[Any], RobustnessPlugin]) -> None:
     """Enter ``factory`` (``agent -> plug-in``) as the plug-in of ``robust=name``."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
@@ -120,7 +119,7 @@ def register_robustness(name: str, factory: Callable[[Agent], RobustnessPlugin])
     _TABLE[name] = factory
 
 
-def robustness_for(agent: Agent) -> RobustnessPlugin:
+def robustness_for(agent: AgentInterface) -> RobustnessPlugin:
     """The plug-in of ``agent.config.robust`` (``None``: :class:`RobustnessPlugin`)."""
     name = getattr(agent.config, "robust", None)
     if name is None:

@@ -152,7 +152,7 @@ class PolicySurface:
         """``(S,)`` with a seed axis, else ``()``."""
         return () if self.num_seeds is None else (self.num_seeds,)
 
-    def _per_row(self, x: tf.Tensor) -> tf.Tensor:
+    def per_row(self, x: tf.Tensor) -> tf.Tensor:
         """A per-seed ``x [S, k]`` as ``[S, 1, k]`` (broadcasting over each seed's rows); ``x``
         itself without a seed axis."""
         return x if self.num_seeds is None else x[:, None, :]
@@ -180,7 +180,7 @@ class PolicySurface:
         out = self.outputs(obs)
         if self.discrete:
             return tfd.Categorical(logits=out)
-        std = tf.exp(self._per_row(self.log_std)) * tf.ones_like(out)
+        std = tf.exp(self.per_row(self.log_std)) * tf.ones_like(out)
         return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
 
     def deterministic_actions(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:

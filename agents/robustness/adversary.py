@@ -24,8 +24,9 @@ Two lessons from building it (issue 25 §3), both on by default:
   on held-out env seeds at eps (deterministic actions); the weights that left the victim the
   lowest mean return are kept.
 
-The victim is reached through one adapter, :func:`victim_surface` (its deterministic actions
-and the unit of eps), so the agents' declared policy surface can replace it in one place.
+The victim is the robustness wing's one adapter of the agent's declared policy surface,
+:class:`agents.robustness._victim.Victim` (its deterministic actions and the unit of eps; built
+by :func:`victim_surface`).
 :mod:`agents.robustness.paad` reuses the MDP with a different perturbation (PA-AD's director).
 
 >>> import agents
@@ -45,26 +46,26 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import tensorflow as tf
+from gymnasium.vector import AutoresetMode
 
 from agents.algorithms.ppo import PPO
 from agents.core._loading import load
 from agents.core.base import Agent
 from agents.core.policy import surface_of
 from agents.envs import episodes_split_evenly, make_vec_env, take_finished_episodes
+from agents.robustness._victim import Victim
 from agents.robustness.observation_attacks import check_box_observations
 from agents.robustness.paad import director_perturbation
 from robustgrad import checks as _checks
 from robustgrad.atomic import replacing
 
-if TYPE_CHECKING:
-    from agents.core.policy import PolicySurface
-
 __all__ = ["ADVERSARY_FILE", "LEARNED_ATTACKS", "AdversaryEnv", "AdversaryVectorEnv",
-           "LearnedAdversary", "VictimSurface", "adversary_for", "check_adversary_request",
+           "LearnedAdversary", "adversary_for", "check_adversary_request",
            "check_inter_op_threads", "load_adversary", "train_adversary", "victim_surface"]
 
 LEARNED_ATTACKS = ("optimal", "paad")
@@ -79,57 +80,22 @@ DEFAULT_PPO = {"num_envs": 8, "n_steps": 128, "n_minibatches": 4, "n_epochs": 10
 """The adversary PPO's settings (a MuJoCo-style PPO: its action is a real vector)."""
 
 
-# -- the victim, through one adapter ------------------------------------------------------------
-class VictimSurface:
-    """What a learned adversary needs of its victim, read from its declared
-    :class:`agents.PolicySurface`: ``act(obs [B, d]) -> actions`` (the deterministic action, as
-    the evaluation uses; one call of a concrete graph function), ``scale [d]`` (the unit of eps,
-    read once and cached: the adversary env calls it every step; a victim that trains, as in
-    ATLA, calls :meth:`refresh` after each of its updates), ``clip`` (its normaliser's clip in
-    std, or ``None``), the env id, the observation shape and whether actions are discrete.
-    Built by :func:`victim_surface`."""
-
-    def __init__(self, agent: Agent, policy: PolicySurface):
-        import tensorflow as tf
-
-        self.agent, self.policy = agent, policy
-        self.env_id = agent.config.env
-        self.obs_shape = tuple(policy.obs_shape)
-        self.discrete = bool(policy.discrete)
-        stats = policy.obs_statistics()
-        self.clip = None if stats is None else float(stats[2])
-        # a concrete function skips tf.function's per-call signature matching (~35% of a call)
-        self._act = tf.function(policy.deterministic_actions).get_concrete_function(
-            tf.TensorSpec(self._batch_shape() + self.obs_shape, tf.float32))
-        self.refresh()
-
-    def _batch_shape(self) -> tuple:
-        """The leading shape of the observations the victim's policy takes: ``(B,)``."""
-        return (None,)
-
-    def refresh(self) -> None:
-        """Re-read the unit of eps (after the victim's normaliser moved)."""
-        self._scale = self.policy.obs_scale().numpy()
-
-    @property
-    def scale(self) -> np.ndarray:
-        """The unit of eps ``[d]`` float32 (the normaliser's std, or ones; see :meth:`refresh`)."""
-        return self._scale
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic actions of the victim for raw observations ``[B, d]``."""
-        return self._act(np.asarray(obs, np.float32)).numpy()
-
-
-def victim_surface(agent: Any, argument: str = "victim") -> VictimSurface:
-    """The adapter to ``agent`` (its ``policy_surface()``); ``TypeError`` naming what is
-    missing when it is not an agent with a policy surface, ``ValueError`` unless it has a 1-D
-    Box observation space and a gymnasium env id (an agent with a seed axis:
-    :func:`agents.robustness.atla.seed_victim_surface`)."""
+# -- the victim ---------------------------------------------------------------------------------
+def victim_surface(agent: Any, argument: str = "victim", *, seed_axis: bool = False
+                   ) -> Victim:
+    """``agent`` as a learned adversary's MDP steps it: a :class:`agents.robustness._victim.Victim`
+    of its ``policy_surface()`` (with ``seed_axis`` and ``num_seeds > 1``, ATLA's adversaries of
+    all seeds: of its ``seed_axis_surface()``, ``num_envs`` rows per seed), its unit of eps read
+    now. ``TypeError`` naming what is missing when it is not an agent with a policy surface,
+    ``ValueError`` unless it has a 1-D Box observation space and a gymnasium env id."""
     _check_victim(agent, argument)
-    policy = surface_of(agent, argument)
+    many = seed_axis and agent.num_seeds > 1
+    policy = agent.seed_axis_surface() if many else surface_of(agent, argument)
     _check_victim_env(agent, argument)
-    return VictimSurface(agent, policy)
+    victim = Victim(policy, env_id=agent.config.env, algo=agent.algo,
+                    envs_per_seed=agent.config.num_envs if many else 1)
+    victim.refresh()
+    return victim
 
 
 def _check_victim(agent: Any, argument: str) -> None:
@@ -149,8 +115,6 @@ def check_inter_op_threads() -> None:
     """``RuntimeError`` when TensorFlow runs one inter-op thread: the victim is called from
     inside the adversary's compiled rollout (``tf.numpy_function`` around the env), and that
     nested call would wait forever for the only thread, which the rollout holds."""
-    import tensorflow as tf
-
     if tf.config.threading.get_inter_op_parallelism_threads() == 1:
         raise RuntimeError("a learned adversary needs >= 2 TensorFlow inter-op threads (the "
                            "victim acts inside the adversary's compiled rollout); "
@@ -159,7 +123,7 @@ def check_inter_op_threads() -> None:
 
 
 def check_adversary_request(agent: Any, eps: float, steps: int, argument: str = "victim"
-                            ) -> tuple[VictimSurface, float, int]:
+                            ) -> tuple[Victim, float, int]:
     """Validate a learned-adversary request before any work: ``eps`` a finite radius > 0 that
     the victim can see (below its observation normaliser's clip of 10 std), ``steps`` > 0,
     TensorFlow with >= 2 inter-op threads (:func:`check_inter_op_threads`)."""
@@ -199,11 +163,11 @@ class AdversaryEnv(gym.Wrapper):
     ``action_dim`` its action size. ``info["victim_reward"]`` is the victim's reward.
     """
 
-    def __init__(self, env: gym.Env, surface: VictimSurface, radius: _Radius,
+    def __init__(self, env: gym.Env, surface: Victim, radius: _Radius,
                  perturb: Callable | None = None, action_dim: int | None = None):
         super().__init__(env)
         self.surface, self.radius = surface, radius
-        self.perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.scale))
+        self.perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.units))
         k = int(action_dim or surface.obs_shape[0])
         self.action_space = gym.spaces.Box(-np.inf, np.inf, (k,), np.float32)
         self._obs: np.ndarray | None = None
@@ -245,16 +209,14 @@ class AdversaryVectorEnv(gym.vector.VectorEnv):
     ((3, 4), [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0])
     """
 
-    def __init__(self, env_id: str, num_envs: int, surface: VictimSurface, radius: _Radius,
+    def __init__(self, env_id: str, num_envs: int, surface: Victim, radius: _Radius,
                  perturb: Callable | None = None, action_dim: int | None = None,
                  async_envs: bool = False):
-        from gymnasium.vector import AutoresetMode
-
         cls = gym.vector.AsyncVectorEnv if async_envs else gym.vector.SyncVectorEnv
         self.envs = cls([lambda: gym.make(env_id)] * int(num_envs),
                         autoreset_mode=AutoresetMode.SAME_STEP)
         self.surface, self.radius = surface, radius
-        self.perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.scale))
+        self.perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.units))
         k = int(action_dim or surface.obs_shape[0])
         self.num_envs = int(num_envs)
         self.metadata = {**self.envs.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
@@ -295,11 +257,13 @@ class LearnedAdversary:
     ``eps`` must be its own). ``cost`` holds its training steps, wall and CPU seconds.
     """
 
-    def __init__(self, agent: Agent, surface: VictimSurface, eps: float, kind: str = "optimal",
-                 cost: dict | None = None, perturb: Callable | None = None):
+    def __init__(self, agent: Agent, surface: Victim, eps: float, kind: str = "optimal",
+                 cost: dict | None = None, perturb: Callable | None = None,
+                 victim: Agent | None = None):
         self.agent, self.surface, self.eps, self.kind = agent, surface, float(eps), kind
+        self.victim = victim  # the agent it was trained against
         self.cost = dict(cost or {})
-        self._perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.scale))
+        self._perturb = perturb or (lambda o, a, r: _squash_step(o, a, r, surface.units))
         self.name = kind
 
     def perturb(self, obs: np.ndarray) -> np.ndarray:
@@ -316,7 +280,7 @@ class LearnedAdversary:
                              f"got {eps}; train one per budget")
         obs = np.asarray(obs, np.float32)
         seen = self.perturb(obs)
-        norms = np.max(np.abs((seen - obs) / self.surface.scale), axis=-1)
+        norms = np.max(np.abs((seen - obs) / self.surface.units), axis=-1)
         return seen, norms, self.surface.act(seen), self.surface.act(obs)
 
     def victim_return(self, n_episodes: int = 10, seed: int = 1_000) -> float:
@@ -328,7 +292,7 @@ class LearnedAdversary:
         obs shape, kind, cost)."""
         self.agent.save(directory)
         meta = {"kind": self.kind, "victim_env": self.surface.env_id, "eps": self.eps,
-                "obs_shape": list(self.surface.obs_shape), "victim_algo": self.surface.agent.algo,
+                "obs_shape": list(self.surface.obs_shape), "victim_algo": self.surface.algo,
                 "cost": self.cost}
         with replacing(os.path.join(directory, ADVERSARY_FILE)) as tmp, open(tmp, "w") as f:
             json.dump(meta, f, indent=1)
@@ -356,8 +320,7 @@ def _victim_return(adversary: LearnedAdversary, n_episodes: int, seed: int) -> f
 
 
 # -- training -----------------------------------------------------------------------------------
-def _factory(surface: VictimSurface, radius: _Radius, perturb: Callable | None,
-             action_dim: int | None) -> Callable[[], AdversaryEnv]:
+def _factory(surface: Victim, radius: _Radius, perturb, action_dim):
     """The adversary PPO's env: one :class:`AdversaryEnv` per call, and the vector form its
     vector envs are built from (:class:`AdversaryVectorEnv`: one victim call per step)."""
     def make() -> AdversaryEnv:
@@ -417,7 +380,7 @@ def train_adversary(victim: Agent, eps: float, steps: int = 100_000, *, seed: in
     radius = _Radius(start)
     t0, c0 = time.perf_counter(), time.process_time()
     agent = _adversary_ppo(_factory(surface, radius, perturb, action_dim), seed, ppo)
-    adversary = LearnedAdversary(agent, surface, eps, kind, perturb=perturb)
+    adversary = LearnedAdversary(agent, surface, eps, kind, perturb=perturb, victim=victim)
     ramp = curriculum * steps
     best = {"return": math.inf, "weights": None, "step": 0}
     next_eval = [max(int(ramp), 1)]
@@ -449,7 +412,7 @@ def adversary_for(victim: Agent, kind: str, eps: float, adversaries: Any, steps:
     else one trained now by :func:`train_adversary` (``steps``, ``seed``, ``kwargs``)."""
     for adv in adversaries or ():
         if adv.kind == kind and math.isclose(adv.eps, eps, rel_tol=1e-6):
-            if adv.surface.agent is not victim:
+            if adv.victim is not victim:
                 raise ValueError(f"adversaries: the {kind} adversary at eps={eps} was trained "
                                  "against another agent")
             return adv
@@ -489,4 +452,5 @@ def load_adversary(directory: str, victim: Agent) -> LearnedAdversary:
         perturb, action_dim = director_perturbation(victim, surface)
     factory = _factory(surface, _Radius(eps), perturb, action_dim)
     agent = load(directory, env=factory)
-    return LearnedAdversary(agent, surface, eps, kind, cost=meta.get("cost"), perturb=perturb)
+    return LearnedAdversary(agent, surface, eps, kind, cost=meta.get("cost"), perturb=perturb,
+                            victim=victim)

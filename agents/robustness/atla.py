@@ -13,6 +13,10 @@ iteration of ``n_steps · num_envs`` env steps is preceded by as many adversary 
    from the adversary's policy (in the compiled rollout: the adversary's network is called
    in the agent's graph), stores and learns from ``ŝ`` as ``robust="adv"`` does.
 
+One object owns both learners and alternates them: :class:`ATLAPlugin`, the agent's robustness
+plug-in (``agent.robustness``), holds the agent and its adversary (``agent.robustness.adversary``)
+and runs the adversary phase before each agent iteration.
+
 The radius ``r`` is the robust schedule's eps (rising from 0 to ``robust_eps`` over
 ``robust_eps_warmup`` of the budget, :class:`agents.robustness.robust.RobustSchedule`): by default the
 adversary's curriculum grows with the agent's. With ``atla_start_radius`` the adversary trains
@@ -33,14 +37,15 @@ vector step calls the agent once (:class:`agents.robustness.adversary.AdversaryV
 The seed axis (``num_seeds=S > 1``, DESIGN.md sections 7-8): each seed ``s`` meets its own
 adversary, trained against seed ``s``'s own policy at the radius the schedule gives; the agent's
 ``S`` seeds still roll out and update in one compiled call. The adversaries are one PPO with a
-seed axis of its own (``agent.atla_adversary``, ``num_seeds=S``, seeds ``seeds[s] + 104_729``,
-the same settings: slice ``s`` is exactly the adversary seed ``s`` builds alone), whose env is
-one :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies against all seeds'
-victims (:class:`SeedVictimSurface`: block ``s`` perturbed in seed ``s``'s
-unit of eps and answered by seed ``s``'s policy, read live from the stacked variables; one
-victim call per vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env
-alone, :class:`agents.backends.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed ``s``'s
-observations are perturbed by slice ``s`` of that network (one draw for all seeds). The logs
+seed axis of its own (``agent.robustness.adversary``, ``num_seeds=S``, seeds
+``seeds[s] + 104_729``, the same settings: slice ``s`` is exactly the adversary seed ``s`` builds
+alone), whose env is one :class:`agents.robustness.adversary.AdversaryVectorEnv` of
+``S · num_envs`` copies against all seeds' victims (the agent's seed-axis
+:class:`agents.robustness._victim.Victim`: block ``s`` perturbed in seed ``s``'s unit of eps
+and answered by seed ``s``'s policy, read live from the stacked variables; one victim call per
+vector step for all seeds; block ``s`` seeded as seed ``s``'s adversary env alone,
+:class:`agents.backends.seed_axis.SeedBlockVecEnv`). In the agent's compiled rollout, seed
+``s``'s observations are perturbed by slice ``s`` of that network (one draw for all seeds). The logs
 carry each seed's ``atla_adversary_return`` (from the adversary's seed ``s`` episodes) and
 ``atla_adversary_radius`` under ``"per_seed"`` (the top level: their mean), and each seed's
 ``history`` entries carry them too. ``agent.export(s)`` is an ordinary ``robust="atla"`` agent
@@ -51,26 +56,25 @@ exported agent that learns again starts fresh ones).
 >>> agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
 ...                    robust_eps=0.1, robust_eps_warmup=0.0)
 >>> _ = agent.learn(32, progress_bar=False)
->>> int(agent.atla_adversary.num_timesteps.numpy()) >= 32
+>>> int(agent.robustness.adversary.num_timesteps.numpy()) >= 32
 True
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
+from agents.algorithms.onpolicy import OnPolicyAgent
 from agents.algorithms.ppo import PPO
+from agents.core.base import Agent
+from agents.core.config import AgentConfig
 from agents.core.plugin import register_robustness
-from agents.robustness._victim import _victim
+from agents.robustness._victim import Victim, _victim
 from agents.robustness.adversary import (
     DEFAULT_PPO,
     AdversaryVectorEnv,
-    VictimSurface,
-    _check_victim,
-    _check_victim_env,
     _factory,
     _Radius,
     check_inter_op_threads,
@@ -78,16 +82,7 @@ from agents.robustness.adversary import (
 )
 from agents.robustness.robust import SAPlugin, ScheduledPlugin
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agents.algorithms.onpolicy import OnPolicyAgent
-    from agents.core.base import Agent
-    from agents.core.config import AgentConfig
-    from agents.core.policy import PolicySurface
-
-__all__ = ["ATLAPlugin", "ATLASAPlugin", "ATLA_MODES", "SeedVictimSurface", "adversary_phase",
-           "adversary_radius", "atla_observations", "seed_victim_surface", "uses_atla", "uses_sa"]
+__all__ = ["ATLAPlugin", "ATLASAPlugin", "ATLA_MODES", "adversary_radius", "uses_atla", "uses_sa"]
 
 ATLA_MODES = ("atla", "atla-sa")
 """The ``robust`` values that train with a learned adversary (``atla-sa``: plus SA's KL)."""
@@ -132,54 +127,16 @@ def adversary_radius(eps: float, robust_eps: float, start_radius: float | None) 
 
 
 # -- the seed axis' adversary env: all seeds' victims in one call -------------------------------
-class SeedVictimSurface(VictimSurface):
-    """The victims of all ``S`` seeds of an agent with a seed axis, as one
-    :class:`VictimSurface` over ``S * n`` rows (``n`` per seed, seed ``s``'s block of rows
-    ``s·n`` to ``(s+1)·n``): ``act(obs [S·n, d])`` calls the seed-axis policy once on
-    ``[S, n, d]`` (each block by its own seed's weights and normaliser, read live), ``scale
-    [S·n, d]`` each row its seed's unit of eps (so the one-seed ``_squash_step`` perturbs
-    every block in its own units). ATLA's adversary with a seed axis trains on an
-    :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · n`` copies against it (module doc).
-    Built by :func:`seed_victim_surface`."""
-
-    def __init__(self, agent: Agent, policy: PolicySurface, envs_per_seed: int):
-        assert policy.num_seeds is not None  # seed_victim_surface: the seed-axis policy
-        self.num_seeds, self.envs_per_seed = int(policy.num_seeds), int(envs_per_seed)
-        super().__init__(agent, policy)
-
-    def _batch_shape(self) -> tuple:
-        """The seed-axis policy takes ``[S, n, d]``."""
-        return (self.num_seeds, None)
-
-    def refresh(self) -> None:
-        """Re-read every seed's unit of eps (after the agent's normalisers moved)."""
-        scale = self.policy.obs_scale().numpy().reshape((self.num_seeds, -1))
-        self._scale = np.repeat(scale, self.envs_per_seed, axis=0)
-
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic actions ``[S·n(, k)]`` of each block's own seed (one call)."""
-        obs = np.asarray(obs, np.float32)
-        out = self._act(obs.reshape((self.num_seeds, -1) + self.obs_shape)).numpy()
-        return out.reshape((obs.shape[0],) + out.shape[2:])
-
-
-def seed_victim_surface(agent: Any, envs_per_seed: int, argument: str = "agent"
-                        ) -> SeedVictimSurface:
-    """:class:`SeedVictimSurface` of an agent with a seed axis (``num_seeds > 1``), ``n =
-    envs_per_seed`` rows per seed; checked as :func:`agents.robustness.adversary.victim_surface` checks."""
-    _check_victim(agent, argument)
-    policy = agent._seed_axis_surface()
-    _check_victim_env(agent, argument)
-    return SeedVictimSurface(agent, policy, envs_per_seed)
-
-
-def _seed_factory(surface: SeedVictimSurface, radius: _Radius) -> Callable[[], NoReturn]:
+def _seed_factory(surface: Victim, radius: _Radius):
     """The env of an adversary PPO with a seed axis (``num_seeds = S``) against ``surface``'s
-    ``S`` victims: its ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
-    :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim call
-    per vector step for all seeds; :func:`agents.backends.seed_axis.make_seed_env` seeds each block as
-    that seed alone)."""
-    def make() -> NoReturn:
+    ``S`` victims (a :class:`agents.robustness._victim.Victim` of the agent's seed-axis surface,
+    ``envs_per_seed`` rows per seed: block ``s`` perturbed in seed ``s``'s unit of eps and
+    answered by seed ``s``'s policy, read live from the stacked variables): its
+    ``make_seed_vector_env(num_seeds, num_envs, async_envs)`` builds one
+    :class:`agents.robustness.adversary.AdversaryVectorEnv` of ``S · num_envs`` copies (one victim
+    call per vector step for all seeds; :func:`agents.backends.seed_axis.make_seed_env` seeds each
+    block as that seed alone)."""
+    def make():
         raise ValueError("env: this adversary MDP steps the victims of all seeds together; "
                          "build its agent with num_seeds="
                          f"{surface.num_seeds} (make_seed_vector_env)")
@@ -191,43 +148,8 @@ def _seed_factory(surface: SeedVictimSurface, radius: _Radius) -> Callable[[], N
                              f"x {surface.envs_per_seed} envs, got {num_seeds} x {num_envs}")
         return AdversaryVectorEnv(surface.env_id, num_seeds * num_envs, surface, radius,
                                   async_envs=async_envs)
-    # a function with an attribute, as agents.robustness.adversary._factory (why: there)
     make.make_seed_vector_env = make_seed_vector_env  # type: ignore[attr-defined]
     return make
-
-
-def _plugin(agent: Agent) -> ATLAPlugin:
-    """``agent``'s ATLA plug-in (``robust="atla"`` or ``"atla-sa"``)."""
-    plugin = agent.robustness
-    if not isinstance(plugin, ATLAPlugin):
-        raise TypeError(f"agent: trains with robust={agent.config.robust!r}, not ATLA's "
-                        f"learned adversary ({' or '.join(ATLA_MODES)})")
-    return plugin
-
-
-# -- building and training the adversary -------------------------------------------------------
-def _build_adversary(agent: OnPolicyAgent) -> None:
-    """``agent``'s adversary (module doc), held by its ATLA plug-in (``agent.robustness``:
-    ``adversary``, its victim ``surface`` and ``radius``) and shown as ``agent.atla_adversary``;
-    with ``S > 1`` seeds one PPO with a seed axis of ``S`` against all seeds' victims."""
-    check_inter_op_threads()
-    if agent.rollout_workers is not None:
-        raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local rollout; "
-                         "Ray rollout workers do not carry it (train robust='atla' locally)")
-    cfg = agent.config  # one adversary iteration per agent iteration, of the same size
-    settings: dict[str, Any] = {**DEFAULT_PPO, **ADVERSARY_PPO,  # PPO's keyword overrides
-                                "num_envs": cfg.num_envs, "n_steps": cfg.n_steps}
-    seeds = [seed + 104_729 for seed in agent.seeds]
-    radius = _Radius(0.0)
-    if agent.num_seeds == 1:
-        surface = victim_surface(agent, "agent")
-        adversary = PPO(env=_factory(surface, radius, None, None), seed=seeds[0], preset=None,
-                        **settings)
-    else:
-        surface = seed_victim_surface(agent, cfg.num_envs)
-        adversary = PPO(env=_seed_factory(surface, radius), seed=seeds[0], seeds=seeds,
-                        num_seeds=len(seeds), preset=None, **settings)
-    _plugin(agent).adopt(adversary, surface, radius)
 
 
 def _mean_return(returns) -> float:
@@ -236,78 +158,98 @@ def _mean_return(returns) -> float:
     return sum(ret) / len(ret) if ret else float("nan")
 
 
-def adversary_phase(agent: OnPolicyAgent) -> dict:
-    """Train ``agent``'s adversary (built on first use) for one agent batch of steps (per seed)
-    at the current radius (:func:`adversary_radius`); returns logs (``atla_adversary_return``:
-    the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``). With
-    ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed ``s``)
-    under ``"per_seed"``."""
-    plugin = _plugin(agent)
-    if plugin.adversary is None:
-        _build_adversary(agent)
-    cfg = agent.config
-    radius = adversary_radius(float(plugin.schedule.eps.numpy()), cfg.robust_eps,
-                              cfg.atla_start_radius)
-    adversary, surface, holder = plugin.adversary, plugin.surface, plugin.radius
-    assert adversary is not None and surface is not None and holder is not None  # adopted
-    holder.value = radius
-    surface.refresh()  # the agent's normaliser moved in its last update
-    if radius > 0:
-        adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False, handle_interrupts=False)
-    if agent.num_seeds == 1:
-        return {"atla_adversary_return": _mean_return(adversary.episode_returns),
-                "atla_adversary_radius": radius}
-    returns = [_mean_return(r) for r in adversary.seed_episode_returns]
-    finite = [x for x in returns if x == x]
-    return {"atla_adversary_return": sum(finite) / len(finite) if finite else float("nan"),
-            "atla_adversary_radius": radius,
-            "per_seed": {"atla_adversary_return": returns,
-                         "atla_adversary_radius": [radius] * agent.num_seeds}}
-
-
-def atla_observations(agent: Agent, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]`` (``[S, N, d]`` with the
-    seed axis: seed ``s``'s rows by slice ``s`` of the adversary's seed axis, one draw for all
-    seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r`` the
-    schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows pass
-    through. Stopped. Runs inside the rollout."""
-    plugin = _plugin(agent)
-    assert plugin.adversary is not None  # built by the adversary phase before the first rollout
-    finite = tf.math.is_finite(obs)
-    safe = tf.where(finite, obs, tf.zeros_like(obs))
-    a = plugin.adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
-    scale = _victim(agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit of eps
-    seen = safe + plugin.schedule.eps * tf.tanh(a) * scale
-    return tf.stop_gradient(tf.where(finite, seen, obs))
-
-
-# -- the plug-in (agents.core.plugin) ------------------------------------------------------------------
+# -- the two learners ---------------------------------------------------------------------------
 class ATLAPlugin(ScheduledPlugin):
-    """``robust="atla"``: the agent's rollout perceives its learned adversary's perturbation
-    (:func:`atla_observations`); before each iteration the adversary trains against the agent
-    (:func:`adversary_phase`, which builds it on first use). Holds the adversary (``adversary``,
-    also ``agent.atla_adversary``), its victim ``surface`` and training ``radius``."""
+    """``robust="atla"``: the object that owns both learners, the agent (``agent``, whose
+    plug-in it is) and its learned adversary (``adversary``, a :class:`agents.PPO` built on first
+    use by :meth:`build_adversary`), and alternates them: before each agent iteration
+    :meth:`adversary_phase` trains the adversary against the agent, then the agent's rollout
+    perceives the adversary's perturbation (:meth:`observations`). ``victim`` is the agent as the
+    adversary's MDP steps it (:class:`agents.robustness._victim.Victim`), ``radius`` the radius
+    the adversary trains at. Neither learner's private state is touched: the agent is read
+    through its public API (config, seeds, surfaces, histories), the adversary trained through
+    ``learn``."""
 
     agent: OnPolicyAgent  # ATLA trains PPO and A2C (the configs refuse it elsewhere)
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
         self.adversary: PPO | None = None
-        self.surface: VictimSurface | None = None
+        self.victim: Victim | None = None
         self.radius: _Radius | None = None
 
-    def adopt(self, adversary: PPO, surface: VictimSurface, radius: _Radius) -> None:
-        """Take ``adversary`` (built by :func:`_build_adversary`) as the agent's adversary."""
-        self.adversary, self.surface, self.radius = adversary, surface, radius
-        self.agent.atla_adversary = adversary  # the public name of the agent's adversary
+    # -- the adversary ------------------------------------------------------------------------
+    def build_adversary(self) -> PPO:
+        """The agent's adversary (module doc): a PPO in the adversary MDP of the agent, one
+        iteration the size of the agent's; with ``S > 1`` seeds one PPO with a seed axis of
+        ``S`` against all seeds' victims."""
+        agent = self.agent
+        check_inter_op_threads()
+        if agent.rollout_workers is not None:
+            raise ValueError("rollout_workers: ATLA's adversary acts in the agent's local "
+                             "rollout; Ray rollout workers do not carry it (train robust='atla' "
+                             "locally)")
+        cfg = agent.config
+        settings: dict[str, Any] = {**DEFAULT_PPO, **ADVERSARY_PPO, "num_envs": cfg.num_envs,
+                    "n_steps": cfg.n_steps}
+        seeds = [seed + 104_729 for seed in agent.seeds]
+        self.radius = _Radius(0.0)
+        self.victim = victim_surface(agent, "agent", seed_axis=True)
+        if agent.num_seeds == 1:
+            self.adversary = PPO(env=_factory(self.victim, self.radius, None, None),
+                                 seed=seeds[0], preset=None, **settings)
+        else:
+            self.adversary = PPO(env=_seed_factory(self.victim, self.radius), seed=seeds[0],
+                                 seeds=seeds, num_seeds=len(seeds), preset=None, **settings)
+        return self.adversary
 
+    def adversary_phase(self) -> dict:
+        """Train the adversary (built on first use) for one agent batch of steps (per seed) at
+        the current radius (:func:`adversary_radius`); returns logs (``atla_adversary_return``:
+        the adversary's mean episode return, minus the agent's; ``atla_adversary_radius``).
+        With ``S > 1`` seeds: their means, and each seed's values (from the adversary's seed
+        ``s``) under ``"per_seed"``."""
+        adversary = self.adversary if self.adversary is not None else self.build_adversary()
+        assert self.victim is not None and self.radius is not None
+        agent, cfg = self.agent, self.agent.config
+        radius = adversary_radius(float(self.schedule.eps.numpy()), cfg.robust_eps,
+                                  cfg.atla_start_radius)
+        self.radius.value = radius
+        self.victim.refresh()  # the agent's normaliser moved in its last update
+        if radius > 0:
+            adversary.learn(cfg.n_steps * cfg.num_envs, progress_bar=False,
+                            handle_interrupts=False)
+        if agent.num_seeds == 1:
+            return {"atla_adversary_return": _mean_return(adversary.episode_returns),
+                    "atla_adversary_radius": radius}
+        returns = [_mean_return(r) for r in adversary.seed_episode_returns]
+        finite = [x for x in returns if x == x]
+        return {"atla_adversary_return": sum(finite) / len(finite) if finite else float("nan"),
+                "atla_adversary_radius": radius,
+                "per_seed": {"atla_adversary_return": returns,
+                             "atla_adversary_radius": [radius] * agent.num_seeds}}
+
+    def observations(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        """``ŝ = s + r · tanh(a) · scale`` for the rollout's ``obs [N, d]`` (``[S, N, d]`` with
+        the seed axis: seed ``s``'s rows by slice ``s`` of the adversary's seed axis, one draw for
+        all seeds), ``a`` sampled with the stateless ``seed`` from the adversary's policy, ``r``
+        the schedule's eps, ``scale`` the agent's unit of eps (each seed's own); non-finite rows
+        pass through. Stopped. Runs inside the rollout."""
+        assert self.adversary is not None, "the adversary phase runs before the rollout"
+        finite = tf.math.is_finite(obs)
+        safe = tf.where(finite, obs, tf.zeros_like(obs))
+        a = self.adversary.model.distribution(safe).sample(seed=seed)  # [S, N, d]: slice s
+        scale = _victim(self.agent, None).row_scale()  # [d], or [S, 1, d]: each seed's unit
+        seen = safe + self.schedule.eps * tf.tanh(a) * scale
+        return tf.stop_gradient(tf.where(finite, seen, obs))
+
+    # -- the plug-in's hooks (agents.core.plugin) ----------------------------------------------
     def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-        return atla_observations(self.agent, obs,
-                                 tf.random.experimental.stateless_fold_in(seed, 1))
+        return self.observations(obs, tf.random.experimental.stateless_fold_in(seed, 1))
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
-        return adversary_phase(self.agent)
+        return self.adversary_phase()
 
     def record(self, logs: dict) -> None:
         """With ``S > 1`` seeds each seed's ``history`` entry also records its adversary's

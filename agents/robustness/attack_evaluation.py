@@ -24,6 +24,7 @@ observations both paths give the same perturbations.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -156,8 +157,6 @@ def _check_attack_kwargs(attack_kwargs: Any, attacks: Sequence[str]) -> dict:
     each value a dict of keywords that attack takes (``steps`` an int >= 1). A key that is not
     an attack being evaluated (``{"steps": 20}`` for ``{"mad": {"steps": 20}}``) or a keyword
     the attack does not take would otherwise be ignored without a word."""
-    import inspect
-
     if attack_kwargs is None:
         return {}
     if not isinstance(attack_kwargs, dict):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Any
 
 import numpy as np
 
-from robustgrad.atomic import replacing, save_figure
+from robustgrad.atomic import pyplot, replacing, save_figure
 
 __all__ = ["AgentAttackReport", "monotonicity_warnings", "worst_cases"]
 
@@ -129,11 +130,7 @@ class AgentAttackReport:
 
     def plot(self, path: str) -> str:
         """Mean return vs eps per attack, with the clean and random-policy returns."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(6, 4))
         for name in self.attacks:
             rows = [r for r in self.rows if r["attack"] == name]
@@ -151,11 +148,7 @@ class AgentAttackReport:
 
     def plot_trajectories(self, path: str) -> str:
         """Each observation dimension over time: one clean and one attacked episode."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         clean = np.asarray(self.trajectories["clean"])
         attacked = np.asarray(self.trajectories["attacked"])
         d = min(clean.shape[1], 8)
@@ -173,8 +166,6 @@ class AgentAttackReport:
 
     def save(self, directory: str) -> dict:
         """Write ``report.json``, ``report.txt``, ``return_vs_eps.png``, ``trajectories.png``."""
-        import os
-
         os.makedirs(directory, exist_ok=True)
         paths = {k: os.path.join(directory, k) for k in
                  ("report.json", "report.txt", "return_vs_eps.png", "trajectories.png")}

@@ -76,7 +76,7 @@ def _network_box(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float
     """The box the network sees ``[B, d]`` (``[S, B, d]`` on a seed-axis surface; stopped) for
     the ball ``obs ± eps · scale``, each seed in its own units."""
     obs = tf.convert_to_tensor(obs, tf.float32)
-    radius = tf.cast(eps, tf.float32) * surface._per_row(surface.obs_scale())
+    radius = tf.cast(eps, tf.float32) * surface.per_row(surface.obs_scale())
     lower, upper = surface.input_box(obs - radius, obs + radius)
     return tf.stop_gradient(lower), tf.stop_gradient(upper)
 

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
@@ -53,9 +54,6 @@ from agents.robustness._victim import (  # noqa: F401  (perturbation_* re-export
 )
 from agents.robustness.robust_sarsa import QPi, fit_q_pi
 from robustgrad import checks as _checks
-
-if TYPE_CHECKING:
-    import gymnasium as gym
 
 __all__ = [
     "ATTACK_NAMES",
@@ -89,8 +87,6 @@ def check_attack_name(name: str, argument: str = "attack") -> str:
 
 def check_box_observations(space: gym.spaces.Space, argument: str = "env") -> None:
     """``ValueError`` naming ``argument`` unless ``space`` is a 1-D ``gymnasium.spaces.Box``."""
-    import gymnasium as gym
-
     if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise ValueError(f"{argument} must have a 1-D Box observation space (observation "
                          f"attacks perturb real vectors), got {space}")

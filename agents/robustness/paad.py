@@ -30,18 +30,14 @@ numbers instead of 4, on MuJoCo a few instead of ~11-376, which is the paper's p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
 
 import attacks
-from agents.robustness._victim import _victim
+from agents.core.base import Agent
+from agents.robustness._victim import Victim, _victim
 from robustgrad import checks as _checks
-
-if TYPE_CHECKING:
-    from agents.core.base import Agent
-    from agents.robustness.adversary import VictimSurface
 
 __all__ = ["director_perturbation", "policy_direction_objective"]
 
@@ -68,7 +64,7 @@ def _policy_in_units(victim: Agent):
     return v.policy, v.scale()
 
 
-def director_perturbation(victim: Agent, surface: VictimSurface, pgd_steps: int = 10
+def director_perturbation(victim: Agent, surface: Victim, pgd_steps: int = 10
                           ) -> tuple[Callable, int]:
     """``(perturb, k)``: PA-AD's actor as the adversary MDP's perturbation
     ``perturb(obs [B, d], a [B, k], radius) -> ŝ [B, d]`` float32, and the director's action

@@ -228,7 +228,7 @@ def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     lb, ub = output_bounds(surface, obs, eps, method)
     mean = tf.stop_gradient(surface.outputs(obs))
     deviation = tf.maximum(ub - mean, mean - lb)
-    w = 0.5 * tf.exp(-2.0 * tf.cast(surface._per_row(surface.log_std), tf.float32))
+    w = 0.5 * tf.exp(-2.0 * tf.cast(surface.per_row(surface.log_std), tf.float32))
     return _batch_mean(tf.reduce_sum(w * tf.square(deviation), axis=-1))
 
 
@@ -275,6 +275,8 @@ class ScheduledPlugin(RobustnessPlugin):
     config's ``robust_eps``, ``robust_kappa``, ``robust_eps_warmup``), updated before each
     iteration; the iteration's logs carry ``robust_eps`` and ``robust_kappa``."""
 
+    agent: Agent  # the methods of the robustness wing serve the agents of the algorithms
+
     def __init__(self, agent: Agent):
         super().__init__(agent)
         cfg = agent.config
@@ -303,10 +305,10 @@ class SAPlugin(ScheduledPlugin):
         agent, cfg = self.agent, self.agent.config
         if agent.value_based:
             return sa_dqn_observations(agent, obs, self.schedule.eps, cfg.robust_steps,
-                                       agent._seed(), cfg.robust_method)
+                                       agent.draw_seed(), cfg.robust_method)
         if cfg.robust_method == "convex":  # no search: the bound covers the ball
             return tf.stop_gradient(obs)
-        return sa_observations(agent, obs, self.schedule.eps, cfg.robust_steps, agent._seed(),
+        return sa_observations(agent, obs, self.schedule.eps, cfg.robust_steps, agent.draw_seed(),
                                cfg.robust_method)
 
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
@@ -337,7 +339,7 @@ class AdversarialPlugin(ScheduledPlugin):
     def learner_observations(self, obs: tf.Tensor) -> tf.Tensor:
         cfg = self.agent.config
         return adversarial_observations(self.agent, obs, cfg.robust_attack, self.schedule.eps,
-                                        cfg.robust_steps, self.agent._seed())
+                                        cfg.robust_steps, self.agent.draw_seed())
 
 
 register_robustness("sa", SAPlugin)

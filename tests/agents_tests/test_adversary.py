@@ -231,7 +231,7 @@ def test_atla_trains_against_its_adversary():
     agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=16, robust="atla",
                        robust_eps=0.1, robust_eps_warmup=0.0)
     agent.learn(64, progress_bar=False)
-    assert int(agent.atla_adversary.num_timesteps.numpy()) == 64
+    assert int(agent.robustness.adversary.num_timesteps.numpy()) == 64
     # the rollout saw attacked observations: stored obs differ from a clean replay by <= eps
     seen = agent.robustness.perceive(np.zeros([2, 4], np.float32), np.array([1, 2], np.int32)).numpy()
     assert 0 < np.abs(seen).max() <= 0.1 + 1e-6

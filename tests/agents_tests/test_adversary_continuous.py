@@ -7,7 +7,6 @@ import pytest
 
 import agents
 from agents.robustness.adversary import train_adversary, victim_surface
-from agents.robustness.atla import adversary_phase
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +22,13 @@ def pendulum():
 def test_victim_unit_is_cached_until_refresh():
     agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True)
     surface = victim_surface(agent)
-    before = surface.scale.copy()
+    before = surface.units.copy()
     agent.learn(64, progress_bar=False)
     now = agent.policy_surface().obs_scale().numpy()
     assert np.abs(now - before).max() > 1e-3  # the normaliser moved
-    np.testing.assert_array_equal(surface.scale, before)
+    np.testing.assert_array_equal(surface.units, before)
     surface.refresh()
-    np.testing.assert_allclose(surface.scale, now, rtol=1e-6)
+    np.testing.assert_allclose(surface.units, now, rtol=1e-6)
 
 
 def test_optimal_adversary_on_a_gaussian_victim_stays_in_std_units(pendulum):
@@ -65,11 +64,11 @@ def test_atla_adversary_follows_the_agents_normaliser():
     agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=32, normalize_obs=True,
                        robust="atla", robust_eps=0.2, robust_eps_warmup=0.0)
     agent.learn(64, progress_bar=False)
-    first = agent.robustness.surface.scale.copy()
+    first = agent.robustness.victim.units.copy()
     now = agent.policy_surface().obs_scale().numpy()
     assert np.abs(now - first).max() > 1e-3  # the last agent update moved the normaliser
-    adversary_phase(agent)
-    np.testing.assert_allclose(agent.robustness.surface.scale, now, rtol=1e-6)
+    agent.robustness.adversary_phase()
+    np.testing.assert_allclose(agent.robustness.victim.units, now, rtol=1e-6)
 
 
 def test_the_random_policy_baseline_repeats_on_a_continuous_space():

@@ -35,13 +35,13 @@ def _radii_seen(monkeypatch, **config):
     monkeypatch.setattr(agents.robustness.adversary, "_squash_step", recording)
     agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, robust="atla",
                        robust_eps=0.05, robust_eps_warmup=0.5, **config)
-    orig_phase = agents.robustness.atla.adversary_phase
+    orig_phase = agents.robustness.atla.ATLAPlugin.adversary_phase
 
-    def phase(a):
+    def phase(plugin):
         seen.append(set())
-        return orig_phase(a)
+        return orig_phase(plugin)
 
-    monkeypatch.setattr(agents.robustness.atla, "adversary_phase", phase)
+    monkeypatch.setattr(agents.robustness.atla.ATLAPlugin, "adversary_phase", phase)
     agent.learn(64, progress_bar=False, callbacks=lambda a, lg: logs.append(dict(lg)))
     return agent, seen, logs
 
@@ -53,14 +53,14 @@ def test_atla_start_radius_trains_the_adversary_wider_than_the_agent(monkeypatch
     assert [lg["atla_adversary_radius"] for lg in logs] == pytest.approx([0.2, 0.125, 0.05, 0.05])
     assert seen == [{0.2}, {0.125}, {0.05}, {0.05}]
     # it learns from the first iteration on (at eps 0 the default adversary does not)
-    assert int(agent.atla_adversary.num_timesteps.numpy()) == 64
+    assert int(agent.robustness.adversary.num_timesteps.numpy()) == 64
 
 
 def test_atla_default_adversary_follows_the_agents_radius(monkeypatch):
     agent, seen, logs = _radii_seen(monkeypatch)
     assert [lg["atla_adversary_radius"] for lg in logs] == pytest.approx([0.0, 0.025, 0.05, 0.05])
     assert seen == [set(), {0.025}, {0.05}, {0.05}]
-    assert int(agent.atla_adversary.num_timesteps.numpy()) == 48
+    assert int(agent.robustness.adversary.num_timesteps.numpy()) == 48
 
 
 def test_atla_start_radius_is_validated():

@@ -27,7 +27,7 @@ def _fingerprints(agent):
     """Fingerprints of (agent weights + Adam's first moments, history, adversary weights)."""
     return [fingerprint(agent.get_weights() + [np.asarray(v) for v in agent.optimizer.m]),
             fingerprint([history_numbers(agent.history)]),
-            fingerprint(agent.atla_adversary.get_weights())]
+            fingerprint(agent.robustness.adversary.get_weights())]
 
 
 # seed 3, 48 steps, warm-up 0.5. Recorded on the CI machine from a tree whose weights are, byte for
@@ -61,7 +61,7 @@ def test_one_seed_atla_is_the_run_before_the_axis(cls, backend, robust, extra, b
                                ["weights and moments", "history", "adversary weights"],
                                strict=True):
         assert_same_fingerprint(got, want, what)
-    assert agent.atla_adversary.num_seeds == 1
+    assert agent.robustness.adversary.num_seeds == 1
 
 
 def _pair(backend="gymnasium", **overrides):
@@ -74,7 +74,7 @@ def _pair(backend="gymnasium", **overrides):
     rms.var.assign(np.stack([np.linspace(0.5, 2.0, 4), np.linspace(3.0, 0.2, 4)]))
     head = many.model.policy_net.weights_[-1]
     head.assign(head * 100.0)
-    atla._build_adversary(many)
+    many.robustness.build_adversary()
     return many
 
 
@@ -86,21 +86,21 @@ def _alone(many, s):
     """The adversary seed ``s`` of ``many`` builds alone, its weights set to slice ``s`` of
     ``many``'s adversary."""
     alone = agents.PPO(seed=many.seeds[s], robust="atla", normalize_obs=True, **SMALL)
-    atla._build_adversary(alone)
-    alone.atla_adversary.set_weights([w[s] for w in many.atla_adversary.get_weights()])
-    return alone.atla_adversary
+    alone.robustness.build_adversary()
+    alone.robustness.adversary.set_weights([w[s] for w in many.robustness.adversary.get_weights()])
+    return alone.robustness.adversary
 
 
 def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
     many = _pair()
-    adv, surface = many.atla_adversary, many.robustness.surface
+    adv, surface = many.robustness.adversary, many.robustness.victim
     assert adv.num_seeds == 2
     assert adv.seeds == [s + 104_729 for s in many.seeds]
     assert adv.env.vec.surface is surface and adv.env.num_envs == 4
     for s in range(2):  # slice s is exactly the adversary seed s's agent builds alone
         alone = agents.PPO(seed=many.seeds[s], robust="atla", normalize_obs=True, **SMALL)
-        atla._build_adversary(alone)
-        for a, b in zip(adv.get_weights(), alone.atla_adversary.get_weights()):
+        alone.robustness.build_adversary()
+        for a, b in zip(adv.get_weights(), alone.robustness.adversary.get_weights()):
             np.testing.assert_array_equal(a[s], b)
     # block s of the victims' rows acts (and scales) as seed s alone, live: a negated head
     # flips most greedy actions, a wider normaliser widens the unit of eps
@@ -112,7 +112,7 @@ def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
             np.testing.assert_array_equal(acts[block],
                                           many.export(s).act(obs[block], deterministic=True))
             std = np.sqrt(many._obs_rms().var.numpy()[s] + 1e-8)
-            np.testing.assert_allclose(surface.scale[2 * s:2 * s + 2],  # num_envs rows a seed
+            np.testing.assert_allclose(surface.units[2 * s:2 * s + 2],  # num_envs rows a seed
                                        np.broadcast_to(std, (2, 4)), rtol=1e-6)
         if step == 0:
             before = acts
@@ -125,7 +125,7 @@ def test_one_adversary_with_a_seed_axis_whose_slices_are_the_seeds_own():
 
 def test_each_seeds_block_sees_its_own_victim():
     many = _pair()
-    surface = many.robustness.surface
+    surface = many.robustness.victim
     obs = np.concatenate([_obs([64, 4])] * 2)  # the same rows in both blocks
     acts = surface.act(obs)
     assert (acts[:64] != acts[64:]).any()
@@ -142,7 +142,7 @@ def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_
     from agents.robustness.adversary import AdversaryVectorEnv, victim_surface
 
     many = _pair()
-    adv, surface = many.atla_adversary, many.robustness.surface
+    adv, surface = many.robustness.adversary, many.robustness.victim
     many.robustness.radius.value = 0.5  # large enough to end episodes
     alone = []
     for s in range(2):  # what seed s's adversary alone steps (make_vec_env of its factory)
@@ -150,6 +150,7 @@ def test_the_seed_axis_adversary_env_is_the_seeds_envs_with_one_victim_call_per_
         alone.append(VecEnv(AdversaryVectorEnv("CartPole-v1", 2, one, many.robustness.radius),
                             seed=adv.seeds[s]))
     env, calls = adv.env, []
+    surface.act(np.zeros([4, 4], np.float32))  # its concrete function, built on first use
     act = surface._act
     surface._act = lambda x: calls.append(x.shape) or act(x)
     got = env.reset()
@@ -191,7 +192,7 @@ def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
     many = _pair(backend)
     seed = tf.constant([7, 9], tf.int32)
     obs = np.repeat(_obs([1, 2, 4]), 2, axis=0)  # the same rows for both seeds
-    seen = atla.atla_observations(many, tf.constant(obs), seed).numpy()
+    seen = many.robustness.observations(tf.constant(obs), seed).numpy()
     np.testing.assert_allclose(seen, _expected(many, obs, seed), rtol=1e-5, atol=1e-6)
     scale = np.sqrt(many._obs_rms().var.numpy() + 1e-8)[:, None]
     step = np.abs(seen - obs) / scale
@@ -213,14 +214,14 @@ def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
 def test_a_short_atla_run_on_the_seed_axis(cls, backend, robust):
     many = cls(num_seeds=2, seed=0, backend=backend, robust=robust, robust_eps_warmup=0.0,
                **SMALL)
-    atla._build_adversary(many)
-    initial = [w.numpy() for w in many.atla_adversary.model.trainable]
+    many.robustness.build_adversary()
+    initial = [w.numpy() for w in many.robustness.adversary.model.trainable]
     logs = []
     many.learn(32, progress_bar=False, callbacks=lambda a, lg: logs.append(dict(lg)))
     assert many.trace_counts["rollout" if backend == "gymnasium" else "iteration"] == 1
     for w in many.get_weights():
         assert w.shape[0] == 2 and np.isfinite(w).all()
-    adv = many.atla_adversary  # one adversary of two seeds: both slices took steps and moved
+    adv = many.robustness.adversary  # one adversary of two seeds: both slices took steps and moved
     assert adv.num_seeds == 2 and adv.trace_counts["rollout"] == 1
     assert int(adv.num_timesteps.numpy()) == 32 and int(adv.num_updates.numpy()) == 2
     for w in adv.model.trainable:
@@ -241,7 +242,7 @@ def test_a_short_atla_run_on_the_seed_axis(cls, backend, robust):
         assert entry["atla_adversary_radius"] == pytest.approx(0.1)
     one = many.export(1)  # an ordinary agent, its adversary not part of it
     assert one.num_seeds == 1 and one.config.robust == robust
-    assert one.history == many.seed_histories[1] and getattr(one, "atla_adversary", None) is None
+    assert one.history == many.seed_histories[1] and one.robustness.adversary is None
     if robust == "atla-sa":
         stats = many._iteration()
         assert np.isfinite(stats["sa_kl"].numpy()).all() and stats["sa_kl"].shape == (2,)
@@ -271,11 +272,11 @@ def test_what_atla_on_the_seed_axis_still_refuses():
     assert int(many.num_timesteps.numpy()) == 0
     # the seed-axis adversary's env is built for all seeds at once, never one copy at a time
     from agents.backends.seed_axis import SeedBlockVecEnv
-    from agents.robustness.adversary import _Radius
-    from agents.robustness.atla import _seed_factory, seed_victim_surface
+    from agents.robustness.adversary import _Radius, victim_surface
+    from agents.robustness.atla import _seed_factory
 
     pair = _pair()
-    factory = _seed_factory(seed_victim_surface(pair, 2), _Radius(0.1))
+    factory = _seed_factory(victim_surface(pair, "agent", seed_axis=True), _Radius(0.1))
     with pytest.raises(ValueError, match=r"^env: this adversary MDP steps the victims of all "
                                          r"seeds together; build its agent with num_seeds=2 "
                                          r"\(make_seed_vector_env\)$"):
