@@ -60,6 +60,7 @@ from agents.core.config import DQNConfig
 from agents.core.networks import QNetwork
 from agents.core.policy import PolicySurface
 from agents.core.returns import td_target
+from agents.core.streams import SeedStreams
 from agents.core.schedules import linear
 from robustgrad.errors import ConfigError
 
@@ -125,6 +126,8 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
+        # the random streams: the agent's rng, or each seed's own as alone (agents.core.streams)
+        self.streams = SeedStreams(None, self.seeds) if many else SeedStreams(self.rng)
         if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
             self.gradient_step = self.optimizer = SeedAxisAdamStep(
                 self.variables, cfg.learning_rate, cfg.max_grad_norm)
@@ -300,7 +303,10 @@ class DQN(Agent):
         """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
         safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
         greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
-        return self._explore(greedy, eps, self.rng)
+        if not self._lead:
+            return self._explore(greedy, eps, self.rng)
+        blocks = tf.reshape(greedy, self._lead + (-1,))  # each seed's envs from its own stream
+        return tf.reshape(self.streams.draw(lambda g, a: self._explore(a, eps, g), blocks), [-1])
 
     def _record_graph(self, batch, update_obs_stats):
         """The learner's side of a collected batch, step by step in time order: transitions
@@ -351,7 +357,8 @@ class DQN(Agent):
         """Minibatch indices into the replay buffer and their loss weights: uniform, or
         proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
         importance-sampling weights ``(N P(i)) ** -beta / max``."""
-        return self.buffer.sample(self.rng, self.config.batch_size, beta)
+        rng = self.streams.generators if self._lead else self.rng  # each seed's own stream
+        return self.buffer.sample(rng, self.config.batch_size, beta)
 
     def _update_priorities(self, idx, td):
         """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN
