@@ -34,7 +34,8 @@ clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.
 priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_axis`), acted on
 epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
-gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
+gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
+draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update schedule are functions of the
 step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
 ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
 minibatch is attacked against its own Q-network in its own units, one attack call for all seeds

@@ -23,7 +23,8 @@ loss depends only on slice ``s``, so the gradient of the sum is the stack of per
 gradients), clipping, the non-finite guard and Adam act per seed
 (:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
-examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
+examples); every random draw (actions, minibatch order) is made from each seed's own stream as
+that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
 ``S = 1`` the axis is absent and every op is the ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend):
