@@ -35,8 +35,8 @@ priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_a
 epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
-draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update schedule are functions of the
-step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
+draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update
+schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
 ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
 minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
 (:mod:`agents.robustness.robust`).
@@ -61,8 +61,8 @@ from agents.core.config import DQNConfig
 from agents.core.networks import QNetwork
 from agents.core.policy import PolicySurface
 from agents.core.returns import td_target
-from agents.core.streams import SeedStreams
 from agents.core.schedules import linear
+from agents.core.streams import SeedStreams
 from robustgrad.errors import ConfigError
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")

@@ -24,8 +24,8 @@ gradients), clipping, the non-finite guard and Adam act per seed
 (:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
 examples); every random draw (actions, minibatch order) is made from each seed's own stream as
-that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
-``S = 1`` the axis is absent and every op is the ordinary agent's.
+that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``,
+update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend):
 :mod:`agents.algorithms._iterations`.
@@ -50,9 +50,9 @@ from agents.core.collectors import check_batch
 from agents.core.config import OnPolicyConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface
-from agents.core.streams import SeedStreams, stateless_per_seed
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
+from agents.core.streams import SeedStreams, stateless_per_seed
 from agents.envs import RunningMeanStd
 
 if TYPE_CHECKING:
