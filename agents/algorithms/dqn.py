@@ -36,8 +36,8 @@ epsilon-greedily by each seed's own network; TD losses are reduced per seed and 
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
 draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update
-schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
-ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
+schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is
+absent and every op is the ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
 minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
 (:mod:`agents.robustness.robust`).
 """

@@ -25,7 +25,8 @@ gradients), clipping, the non-finite guard and Adam act per seed
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
 examples); every random draw (actions, minibatch order) is made from each seed's own stream as
 that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``,
-update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the ordinary agent's.
+update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the
+ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend):
 :mod:`agents.algorithms._iterations`.
