@@ -37,9 +37,9 @@ epsilon-greedily by each seed's own network; TD losses are reduced per seed and 
 gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
 draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update
 schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is
-absent and every op is the ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
-minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
-(:mod:`agents.robustness.robust`).
+absent and every op is the ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works
+on the axis: each seed's minibatch is attacked against its own Q-network in its own units, one
+attack call for all seeds (:mod:`agents.robustness.robust`).
 """
 
 from __future__ import annotations
