@@ -232,16 +232,15 @@ def test_each_seed_of_a_sweep_reruns_alone_to_float_rounding(backend):
         np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
 
 
-@pytest.mark.parametrize("backend", ["gymnasium", "graph"])
-def test_each_dqn_seed_of_a_sweep_reruns_alone_to_float_rounding(backend):
-    # epsilon-greedy exploration and replay sampling (uniform and prioritised) per seed as alone
-    for prioritized in (False, True):
-        for many, one in _sweep_and_alone(
-                agents.DQN, 64, backend=backend, env="CartPole-v1", num_envs=2, hidden_sizes=(8,),
-                buffer_size=64, batch_size=8, learning_starts=16, train_freq=8, gradient_steps=2,
-                prioritized_replay=prioritized, preset=None):
-            assert _max_weight_diff(many, one) <= RERUN_TOL
-            np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
+@pytest.mark.parametrize("backend,prioritized", [("gymnasium", False), ("graph", True)])
+def test_each_dqn_seed_of_a_sweep_reruns_alone_to_float_rounding(backend, prioritized):
+    # epsilon-greedy exploration and replay sampling (uniform, prioritised) per seed as alone
+    for many, one in _sweep_and_alone(
+            agents.DQN, 64, backend=backend, env="CartPole-v1", num_envs=2, hidden_sizes=(8,),
+            buffer_size=64, batch_size=8, learning_starts=16, train_freq=8, gradient_steps=2,
+            prioritized_replay=prioritized, preset=None):
+        assert _max_weight_diff(many, one) <= RERUN_TOL
+        np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
 
 
 @pytest.mark.slow
