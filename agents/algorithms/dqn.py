@@ -34,11 +34,12 @@ clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.
 priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_axis`), acted on
 epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
 ``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
-gradients). Epsilon, the learning rate, beta and the target-update schedule are functions of the
-step count, which all seeds share. With ``S = 1`` the axis is absent and every op is the
-ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works on the axis: each seed's
-minibatch is attacked against its own Q-network in its own units, one attack call for all seeds
-(:mod:`agents.robustness.robust`).
+gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
+draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update
+schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is
+absent and every op is the ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works
+on the axis: each seed's minibatch is attacked against its own Q-network in its own units, one
+attack call for all seeds (:mod:`agents.robustness.robust`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from agents.core.networks import QNetwork
 from agents.core.policy import PolicySurface
 from agents.core.returns import td_target
 from agents.core.schedules import linear
+from agents.core.streams import SeedStreams
 from robustgrad.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -130,6 +132,8 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
+        # the random streams: the agent's rng, or each seed's own as alone (agents.core.streams)
+        self.streams = SeedStreams(None, self.seeds) if many else SeedStreams(self.rng)
         if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
             self.gradient_step = self.optimizer = SeedAxisAdamStep(
                 self.variables, cfg.learning_rate, cfg.max_grad_norm)
@@ -305,7 +309,10 @@ class DQN(Agent):
         """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
         safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
         greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
-        return self._explore(greedy, eps, self.rng)
+        if not self._lead:
+            return self._explore(greedy, eps, self.rng)
+        blocks = tf.reshape(greedy, self._lead + (-1,))  # each seed's envs from its own stream
+        return tf.reshape(self.streams.draw(lambda g, a: self._explore(a, eps, g), blocks), [-1])
 
     def _record_graph(self, batch, update_obs_stats):
         """The learner's side of a collected batch, step by step in time order: transitions
@@ -356,7 +363,8 @@ class DQN(Agent):
         """Minibatch indices into the replay buffer and their loss weights: uniform, or
         proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
         importance-sampling weights ``(N P(i)) ** -beta / max``."""
-        return self.buffer.sample(self.rng, self.config.batch_size, beta)
+        rng = self.streams.generators if self._lead else self.rng  # each seed's own stream
+        return self.buffer.sample(rng, self.config.batch_size, beta)
 
     def _update_priorities(self, idx, td):
         """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN

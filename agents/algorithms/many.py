@@ -10,10 +10,9 @@ It trains through the one ``learn`` driver, so callbacks, ``checkpoint_dir``/``c
 (one ordinary saved agent per seed, ``seed_<s>/``), interrupts (Ctrl-C/SIGTERM save and raise
 :class:`robustgrad.interrupts.TrainingInterrupted`) and the non-finite stop work as for one
 agent. It returns ordinary one-seed agents (``agent.export(s)``) that save, load, evaluate and
-are attacked like any other. The random numbers of a seed in a group are not those it draws
-alone (one draw per step covers every seed, and the environments' resets after the first
-come from one key): the two agree in distribution (tested), with equal initial weights and
-first environment states.
+are attacked like any other. Each seed in a group draws its random numbers as it draws them
+alone (:mod:`agents.core.streams`; the graph envs keep a key per seed): seed ``s`` of a sweep
+re-run alone trains to the same weights up to float rounding (robust training aside).
 
 Statistics over seeds follow rliable (Agarwal et al. 2021): mean, median and the interquartile
 mean (IQM: the mean of the middle 50% of the runs), each with a percentile bootstrap

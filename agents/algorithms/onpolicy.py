@@ -23,8 +23,10 @@ loss depends only on slice ``s``, so the gradient of the sum is the stack of per
 gradients), clipping, the non-finite guard and Adam act per seed
 (:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
-examples). Layouts: rollouts ``[T, S, N, ...]``, update batches ``[S, T * N, ...]``; with
-``S = 1`` the axis is absent and every op is the ordinary agent's.
+examples); every random draw (actions, minibatch order) is made from each seed's own stream as
+that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``,
+update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the
+ordinary agent's.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend):
 :mod:`agents.algorithms._iterations`.
@@ -51,6 +53,7 @@ from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
+from agents.core.streams import SeedStreams, stateless_per_seed
 from agents.envs import RunningMeanStd
 
 if TYPE_CHECKING:
@@ -95,6 +98,8 @@ class OnPolicyAgent(IterationsPerCall, Agent):
                                  cfg.activation, cfg.normalize_obs, cfg.log_std_init,
                                  self.seeds if many else cfg.seed)
         self.variables = self.model.trainable
+        # the random streams: the agent's rng, or each seed's own as alone (agents.core.streams)
+        self.streams = SeedStreams(None, self.seeds) if many else SeedStreams(self.rng)
         if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
             self.gradient_step = self.optimizer = SeedAxisAdamStep(
                 self.variables, cfg.learning_rate, cfg.max_grad_norm)
@@ -257,18 +262,19 @@ class OnPolicyAgent(IterationsPerCall, Agent):
 
     # -- rollout (agents.core.collectors: the collector steps the environments) ------------------
     def _sample_actions(self, obs, seed):
-        """Actions ``[N]`` int32 (discrete) or ``[N, d]`` float32 drawn from the policy at the
-        (finite) observations ``obs`` with the stateless ``seed``. Discrete: the draw
+        """Actions ``[(S,) N]`` int32 (discrete) or ``[(S,) N, d]`` float32 drawn from the policy
+        at the (finite) observations ``obs`` with the stateless ``seed`` (``[(S,) 2]``: each seed
+        draws with its own key, as alone). Discrete: the draw
         ``Categorical(logits).sample(seed=seed)`` makes (one ``stateless_categorical``), without
         building the distribution object in the rollout's loop."""
+        axis = bool(self._lead)
         if self.discrete:
             logits = self.model.policy_net(self.model.obs_norm(obs))
-            if not self._lead:
-                return tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
-            flat = tf.reshape(logits, [-1, logits.shape[-1]])  # [S * N, actions]: one draw
-            draws = tf.random.stateless_categorical(flat, 1, seed=seed, dtype=tf.int32)[:, 0]
-            return tf.reshape(draws, self._lead + (self.config.num_envs,))
-        return self.model.distribution(obs).sample(seed=seed)
+            return stateless_per_seed(
+                lambda key, x: tf.random.stateless_categorical(x, 1, seed=key, dtype=tf.int32)[:, 0],
+                seed, logits, axis=axis)
+        return stateless_per_seed(lambda key, dist: dist.sample(seed=key), seed,
+                                  self.model.distribution(obs), axis=axis)
 
     def _rollout_graph(self):
         """``n_steps`` steps of the collector's environments with the policy (its traceable
@@ -290,13 +296,15 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         obs = self._obs.read_value()
         collector = self.collector
         carry = collector.begin(horizon)
-        seeds = tf.cast(self.rng.make_seeds(horizon), tf.int32)  # one RNG read per rollout
+        seeds = self.streams.keys(horizon)  # [(S,) 2, T]: one read of each seed's stream
         for t in tf.range(horizon):
-            obs = self.robustness.perceive(obs, seeds[:, t])  # robust="adv", ATLA: attacked
+            key = seeds[..., t]  # [(S,) 2]
+            # robust="adv", ATLA: attacked (on the seed axis with seed 0's key for all seeds)
+            obs = self.robustness.perceive(obs, key[0] if self._lead else key)
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-            a = self._sample_actions(safe, seeds[:, t])
+            a = self._sample_actions(safe, key)
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
             carry, out = collector.step(carry, self._join_envs(a_env), t)
             nobs, r, term, trunc, fin = (self._split_envs(x) for x in out)

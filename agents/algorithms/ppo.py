@@ -16,6 +16,7 @@ import tensorflow as tf
 from agents.algorithms.onpolicy import OnPolicyAgent, _mean, _normalize
 from agents.core import _sums
 from agents.core.config import PPOConfig
+from agents.core.streams import stateless_per_seed
 
 
 class PPO(OnPolicyAgent):
@@ -43,8 +44,10 @@ class PPO(OnPolicyAgent):
         epochs = tf.zeros(lead)
         active = tf.ones(lead, tf.bool)
         for _epoch in tf.range(cfg.n_epochs):
-            perm = tf.argsort(tf.random.stateless_uniform(lead + (batch,), seed=self._seed()),
-                              axis=-1)
+            # each seed's shuffle from its own stream, as alone (agents.core.streams)
+            perm = tf.argsort(stateless_per_seed(
+                lambda key: tf.random.stateless_uniform((batch,), seed=key),
+                self.streams.keys(), axis=bool(lead)), axis=-1)
             # the epoch's shuffled batch, one gather per array (as PureJaxRL); each minibatch is
             # then a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
             # length and pads every minibatch to the whole batch (4x the work)

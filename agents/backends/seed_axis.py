@@ -9,9 +9,8 @@ the
 from seed ``s`` as it would be alone:
 
 * :class:`SeedGraphEnv` (``backend="graph"``): one compiled batch of ``S * num_envs``
-  environments (one op per step for all seeds). Its later resets draw from one key for the
-  batch, so after the first episodes a seed's environments differ from its own run's: a seed
-  inside a group and the same seed alone agree in distribution, not bit for bit.
+  environments (the dynamics one op per step for all seeds); each seed's block keeps its own
+  RNG key and draws its resets from it as :class:`GraphBackendEnv` of that seed alone does.
 * :class:`SeedVecEnv` (``backend="gymnasium"``): ``S`` ordinary vector envs, each seeded as
   alone, stepped in turn from one ``tf.numpy_function``.
 
@@ -31,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,12 +39,28 @@ import tensorflow as tf
 from agents.backends.graph_backend import GraphBackendEnv
 from agents.core.config import AgentConfig
 from agents.envs import VecEnv, make_vec_env
-from agents.graph_envs import GraphEnvState
+from agents.graph_envs import GraphEnvSpec, GraphEnvState
+
+
+@dataclass(frozen=True)
+class SeedGraphEnvSpec(GraphEnvSpec):
+    """A :class:`GraphEnvSpec` over ``S`` seeds' blocks of ``envs_per_seed`` environments: the
+    state's ``rng`` is ``[S, 2]`` (one key per seed) and a step draws block ``s``'s resets from
+    key ``s``, as the spec of one seed's ``envs_per_seed`` environments does alone."""
+
+    envs_per_seed: int = 1
+
+    def draw_resets(self, rng: tf.Tensor, num_envs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(keys [S, 2], reset physics [S * envs_per_seed, k])``, seed by seed."""
+        one = GraphEnvSpec(self.dynamics, self.dtype)
+        draws = [one.draw_resets(rng[s], self.envs_per_seed) for s in range(int(rng.shape[0]))]
+        return tf.stack([k for k, _ in draws]), tf.concat([f for _, f in draws], 0)
 
 
 class SeedGraphEnv(GraphBackendEnv):
-    """``len(seeds) * num_envs`` compiled environments; block ``s`` first reset from ``seeds[s]``
-    (module doc). ``num_envs`` is per seed; :attr:`num_envs` is the total."""
+    """``len(seeds) * num_envs`` compiled environments; block ``s`` reset from ``seeds[s]`` and
+    stepped with its own key (module doc). ``num_envs`` is per seed; :attr:`num_envs` is the
+    total."""
 
     def __init__(self, env_id: str, num_envs: int, seeds: Sequence[int],
                  episode_capacity: int | None = None):
@@ -52,20 +68,28 @@ class SeedGraphEnv(GraphBackendEnv):
         self.envs_per_seed = int(num_envs)
         super().__init__(env_id, self.envs_per_seed * len(self.seeds), seed=self.seeds[0],
                          episode_capacity=episode_capacity)
+        self.spec = SeedGraphEnvSpec(self.spec.dynamics, self.spec.dtype, self.envs_per_seed)
+        self.variables = self.variables._replace(rng=tf.Variable(
+            tf.zeros([len(self.seeds), 2], tf.int64), trainable=False, name="env_rng"))
         self._ep_seeds = tf.Variable(tf.zeros([self.capacity + 1], tf.int32), trainable=False,
                                      name="episode_seeds")
         self._first_reset = True
 
     def reset(self, seed: int | None = None) -> np.ndarray | tf.Tensor:
-        """The first reset: each seed's block as :class:`GraphBackendEnv` of that seed resets
-        it; later ones (or with ``seed``): one draw for the batch."""
-        if seed is not None or not self._first_reset:
-            return super().reset(seed)
+        """Reset each seed's block as :class:`GraphBackendEnv` of that seed alone resets it:
+        the first time from its seed, later from its own key; with ``seed``: block ``s`` from
+        ``seed + s`` (as :class:`SeedVecEnv`)."""
+        one = GraphEnvSpec(self.spec.dynamics, self.spec.dtype)
+        if seed is not None:
+            starts: list[Any] = [seed + k for k in range(len(self.seeds))]
+        elif self._first_reset:
+            starts = list(self.seeds)
+        else:
+            starts = list(tf.unstack(self.variables.rng.read_value()))
         self._first_reset = False
-        resets = [self.spec.reset(s, self.envs_per_seed) for s in self.seeds]
-        key = tf.constant([self.seeds[0], 1 + len(self.seeds)], tf.int64)
-        physics, time, episode_return = (tf.concat([r[i] for r in resets], 0) for i in range(3))
-        state = GraphEnvState(physics, time, episode_return, key)
+        resets = [one.reset(s, self.envs_per_seed) for s in starts]
+        state = GraphEnvState(*(tf.concat([r[i] for r in resets], 0) for i in range(3)),
+                              tf.stack([r.rng for r in resets]))
         self.write_state(state)
         self._ep_count.assign(0)
         self._seed, self._was_reset = None, True
@@ -243,6 +267,9 @@ def export_seed(agent: Any, index: int) -> Any:
         b.assign(a[index])
     for a, b in shared:
         b.assign(a)
+    streams = getattr(agent, "streams", None)
+    if streams is not None and streams.axis:  # seed s's random stream goes on as its rng
+        one.rng.reset(streams.generators[index].state)
     one.history = list(agent.seed_histories[index])
     one.episode_returns.extend(agent.seed_episode_returns[index])
     one.rejected_steps = agent.seed_rejected_steps[index]
@@ -258,6 +285,9 @@ def import_seed(agent: Any, index: int, one: Any) -> None:
         a.assign(tf.tensor_scatter_nd_update(a, [[index]], b.read_value()[None]))
     for a, b in shared:
         a.assign(b)
+    streams = getattr(agent, "streams", None)
+    if streams is not None and streams.axis:
+        streams.generators[index].reset(one.rng.state)
     agent.seed_histories[index] = list(one.history)
     agent.seed_episode_returns[index].extend(one.episode_returns)
     agent.seed_rejected_steps[index] = one.rejected_steps

@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -121,19 +122,26 @@ class ReplayBuffer(tf.Module):
         self.pos.assign((self.pos + n) % cap)
         self.size.assign(tf.minimum(self.size + n, cap))
 
-    def sample(self, rng: tf.random.Generator, batch_size: int, beta: float | tf.Tensor = 1.0
-               ) -> tuple[tf.Tensor, tf.Tensor | None]:
+    def sample(self, rng: tf.random.Generator | Sequence[tf.random.Generator], batch_size: int,
+               beta: float | tf.Tensor = 1.0) -> tuple[tf.Tensor, tf.Tensor | None]:
         """``(indices [B] int64, weights [B] float32 or None)`` (``[S, B]`` each with the seed
         axis, seed ``s`` from its own slots): uniform over the filled slots, or (prioritised)
         stratified proportional to ``priority`` with importance weights ``(N P(i)) ** -beta``
-        divided by their batch maximum."""
+        divided by their batch maximum. ``rng``: one generator, or with the seed axis one per
+        seed (seed ``s`` draws from ``rng[s]`` what a one-seed buffer draws from its own)."""
         n, size, lead = batch_size, self.size, self._lead
+
+        def uniform(*args, **kwargs):
+            if isinstance(rng, tf.random.Generator):
+                return rng.uniform(lead + (n,), *args, **kwargs)
+            return tf.stack([g.uniform((n,), *args, **kwargs) for g in rng])
+
         if not self.prioritized:
-            return rng.uniform(lead + (n,), 0, size, dtype=tf.int64), None
+            return uniform(0, size, dtype=tf.int64), None
         filled = tf.range(self.capacity, dtype=tf.int64) < size
         cdf = tf.cumsum(tf.where(filled, tf.cast(self.priority, tf.float64), 0.0), axis=-1)
         total = cdf[..., -1:]
-        u = (tf.cast(rng.uniform(lead + (n,)), tf.float64) + tf.range(n, dtype=tf.float64)) / n
+        u = (tf.cast(uniform(), tf.float64) + tf.range(n, dtype=tf.float64)) / n
         idx = tf.searchsorted(cdf, u * total, side="right", out_type=tf.int64)
         idx = tf.minimum(idx, size - 1)
         prob = tf.cast(self._take(self.priority, idx), tf.float64) / total

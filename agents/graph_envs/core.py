@@ -138,6 +138,14 @@ class GraphEnvSpec:
         """``[N, obs_dim]`` float32 observations of ``state``."""
         return self.dynamics.observe(state.physics)
 
+    def draw_resets(self, rng: tf.Tensor, num_envs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(next key, reset physics [num_envs, k])``: the draws of one step from the key
+        ``rng`` (split: one half the next key, the other the reset states). A subclass may draw
+        otherwise (the seed axis: each seed's block from its own key,
+        :class:`agents.backends.seed_axis.SeedGraphEnv`)."""
+        key, sub = _split(rng)
+        return key, self.dynamics.sample(sub, num_envs, self.dtype)
+
     def step(self, state: GraphEnvState, actions: tf.Tensor
              ) -> tuple[GraphEnvState, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
         """One step of all environments with same-step autoreset.
@@ -157,8 +165,7 @@ class GraphEnvSpec:
         truncated = time >= d.max_episode_steps
         done = terminated | truncated
         final_obs = d.observe(physics)
-        key, sub = _split(state.rng)
-        fresh = d.sample(sub, tf.shape(time)[0], self.dtype)
+        key, fresh = self.draw_resets(state.rng, tf.shape(time)[0])
         fresh.set_shape(physics.shape)  # keeps N static (a tf.while_loop needs a fixed shape for N = 1)
         physics = tf.where(done[:, None], fresh, physics)
         obs = tf.where(done[:, None], d.observe(fresh), final_obs)

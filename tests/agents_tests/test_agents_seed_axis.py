@@ -3,8 +3,10 @@
 Each seed's slice of an S-seed agent must do what the same seed does alone: the same initial
 weights and first environment states, and, fed the same batch, the same update (losses,
 gradient norms, weights, Adam count, per-seed target_kl stop, normalisation statistics). The
-random draws after that differ (one draw covers every seed), so learning is compared in
-distribution (a slow test). Configs are small: traces are expensive on 2 shared cores.
+random draws too are each seed's own (agents.core.streams: every draw is made from each seed's
+generator as alone), so seed s of a sweep re-run alone trains to the same weights up to float
+rounding (RERUN_TOL; the slow test measures it after 2,048 and 50,000 steps of the presets).
+Configs are small: traces are expensive on 2 shared cores.
 """
 
 import io
@@ -62,9 +64,11 @@ def test_each_seeds_slice_updates_as_that_seed_alone(cls, overrides):
         np.testing.assert_allclose(many.reward_rms.var.numpy()[s], one.reward_rms.var.numpy(),
                                    rtol=1e-6)
     if overrides.get("target_kl"):  # the KL of epoch 1 is 0 (ratio 1 before the first step),
-        # epoch 2's exceeds 1e-7: the mask froze both seeds after epoch 2 of 4, as alone
-        assert stats["epochs"].numpy().tolist() == [2.0, 2.0]
-        assert stats["updates_tried"].numpy().tolist() == [2.0, 2.0]
+        # a later one exceeds 1e-7: the mask froze each seed before epoch 4, where it stopped
+        # alone (compared above), one step per epoch
+        epochs = stats["epochs"].numpy().tolist()
+        assert all(2.0 <= e < 4.0 for e in epochs), epochs
+        assert stats["updates_tried"].numpy().tolist() == epochs
 
 
 def test_a_nonfinite_seed_is_rejected_alone_and_the_other_steps():
@@ -192,6 +196,62 @@ def test_many_agents_in_one_process_print_no_retracing_warning():
 
     assert "retracing" in log_of(own=False)  # the methods themselves: TensorFlow warns
     assert "retracing" not in log_of(own=True)  # as the agents wrap them: it does not
+
+
+RERUN_TOL = 1e-4
+"""Max |weight difference| allowed between seed s of a sweep and seed s alone after a short run
+(measured 0 for PPO, <= 2e-5 for DQN on CartPole; random streams that differ give ~0.1)."""
+
+
+def _max_weight_diff(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(a.get_weights(), b.get_weights()))
+
+
+def _sweep_and_alone(cls, steps, seed=3, **kw):
+    """``[(seed s of an S=2 sweep exported, seed s trained alone)]`` after ``steps`` each."""
+    many = cls(num_seeds=2, seed=seed, **kw)
+    many.learn(steps, progress_bar=False)
+    pairs = []
+    for s in range(2):
+        one = cls(seed=seed + s, **kw)
+        one.learn(steps, progress_bar=False)
+        pairs.append((many.export(s), one))
+    return pairs
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "graph"])
+def test_each_seed_of_a_sweep_reruns_alone_to_float_rounding(backend):
+    # 2 iterations of 2 epochs x 2 minibatches: actions, env resets (episodes end within 32
+    # steps of random CartPole play) and minibatch order are each seed's own draws
+    for many, one in _sweep_and_alone(agents.PPO, 64, backend=backend, env="CartPole-v1",
+                                      num_envs=2, n_steps=16, n_epochs=2, n_minibatches=2,
+                                      preset=None):
+        assert one.num_timesteps.numpy() == many.num_timesteps.numpy() == 64
+        assert _max_weight_diff(many, one) <= RERUN_TOL
+        # the exported seed's random stream goes on where the seed alone is
+        np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
+
+
+@pytest.mark.parametrize("backend,prioritized", [("gymnasium", False), ("graph", True)])
+def test_each_dqn_seed_of_a_sweep_reruns_alone_to_float_rounding(backend, prioritized):
+    # epsilon-greedy exploration and replay sampling (uniform, prioritised) per seed as alone
+    for many, one in _sweep_and_alone(
+            agents.DQN, 64, backend=backend, env="CartPole-v1", num_envs=2, hidden_sizes=(8,),
+            buffer_size=64, batch_size=8, learning_starts=16, train_freq=8, gradient_steps=2,
+            prioritized_replay=prioritized, preset=None):
+        assert _max_weight_diff(many, one) <= RERUN_TOL
+        np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo,steps,tol", [
+    ("ppo", 2_048, 1e-4), ("ppo", 50_000, 1e-2), ("dqn", 2_048, 1e-4), ("dqn", 50_000, 1e-2)])
+@pytest.mark.parametrize("backend", ["gymnasium", "graph"])
+def test_each_seed_of_a_preset_sweep_reruns_alone(algo, steps, tol, backend):
+    # the shipped CartPole presets; tolerances as docs/guides/rl-agents.md states them
+    cls = {"ppo": agents.PPO, "dqn": agents.DQN}[algo]
+    for many, one in _sweep_and_alone(cls, steps, seed=0, env="CartPole-v1", backend=backend):
+        assert _max_weight_diff(many, one) <= tol
 
 
 @pytest.mark.slow

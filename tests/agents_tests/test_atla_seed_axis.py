@@ -200,7 +200,9 @@ def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
     # the compiled rollout's first stored observations are exactly that, at the step's seed
     many._reset_env()
     clean = many._obs.numpy()
-    rng = tf.random.Generator.from_state(tf.identity(many.rng.state), many.rng.algorithm)
+    # the rollout's attack key on the seed axis: seed 0's stream (agents.core.streams)
+    first = many.streams.generators[0]
+    rng = tf.random.Generator.from_state(tf.identity(first.state), first.algorithm)
     step_seed = tf.cast(rng.make_seeds(many.config.n_steps), tf.int32)[:, 0]
     batch = many._rollout()
     expected = _expected(many, clean, tf.random.experimental.stateless_fold_in(step_seed, 1))
