@@ -168,3 +168,30 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     worst = tf.reduce_min(tf.where(adm, agent.robustness.worst_q(obs), np.inf), -1).numpy()
     natural = agent.value(obs).numpy()
     assert worst.mean() < natural.mean(), (worst, natural)
+
+
+def test_the_inner_search_runs_once_per_rollout_and_the_update_reads_its_inputs(monkeypatch):
+    """Traced once per compiled update, the search runs in shape_advantages only: the update's
+    minibatches (here 2 per epoch, 3 epochs) read the rollout's inputs; called outside that
+    update (eagerly), regularizer_inputs searches for its own observations."""
+    calls = []
+    search = wocar.sa_observations
+
+    def counting(agent, obs, *args, **kwargs):
+        calls.append(int(obs.shape[0]))
+        return search(agent, obs, *args, **kwargs)
+
+    monkeypatch.setattr(wocar, "sa_observations", counting)
+    agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, n_epochs=3,
+                       n_minibatches=2, preset=None, backend="graph",
+                       robust=agents.WocaR(eps=0.05, steps=2, warmup=0.0))
+    logs = []
+    agent.learn(64, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    assert calls == [16], calls  # one trace: the rollout's 16 states, no minibatch search
+    assert all(np.isfinite(e["sa_kl"]) and e["sa_kl"] >= 0.0 for e in logs)
+    obs = tf.random.stateless_normal([5, 4], seed=[3, 4])
+    clean, obs_adv, importance = agent.robustness.regularizer_inputs(obs)
+    assert calls == [16, 5]
+    assert clean.shape == (5, 2) and obs_adv.shape == (5, 4) and importance.shape == (5,)
+    np.testing.assert_allclose(tf.reduce_sum(tf.exp(clean), -1).numpy(), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(float(tf.reduce_mean(importance)), 1.0, rtol=1e-5)
