@@ -173,7 +173,7 @@ def main(argv=None) -> int:
     if args.quick:
         for k, v in QUICK.items():
             setattr(args, k, v)
-        args.main_eps = float(QUICK["eps"])
+        args.main_eps = float(args.eps)
     methods = [m for m in args.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:

@@ -47,9 +47,10 @@ rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`):
    current weights (SA-PPO and the paper's code search again on every minibatch of every epoch:
    with the CartPole preset's 20 epochs that search was ~70% of WocaR's training CPU).
 
-The cost (CartPole preset, 100k steps, one seed, tracing included, 2026-12-04 on the shared
-2-core machine): 1.46x vanilla PPO's training CPU with the search once per rollout, 2.77x with
-the search per minibatch (3 seeds); per rollout of 256 steps the worst-attack critic's 16 steps
+The cost (CartPole preset, 100k steps, tracing included, 2026-12-04 on the shared 2-core
+machine, docs/benchmarks/robust-rl.md): 1.46x vanilla PPO's training CPU (one seed; 1.64x the
+median of 3 seeds at load ~2.6) with the search once per rollout, 2.77x with the search per
+minibatch; per rollout of 256 steps the worst-attack critic's 16 steps
 cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search ~5.4 ms, against
 ~2 ms for one PPO gradient step.
 
