@@ -140,10 +140,21 @@ def test_train_agent_accepts_robust_wocar():
     assert parser.parse_args(["--robust", "wocar"]).robust == "wocar"
 
 
-def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural_one():
+def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural_one(
+        monkeypatch):
     """A short real run (graph backend, 12k steps, 10 epochs, a 2-step inner search): the policy
     learns well above random (~22), the weight follows its schedule, and the worst-attack value
-    of the states the policy visits is below the natural critic's value there."""
+    of the states the policy visits is below the natural critic's value there. The inner search
+    is traced once, on the rollout's 256 states (shape_advantages), not in the epochs' loop;
+    outside the compiled update, regularizer_inputs searches for its own observations."""
+    calls = []
+    search = wocar.sa_observations
+
+    def counting(agent, obs, *args, **kwargs):
+        calls.append(int(obs.shape[0]))
+        return search(agent, obs, *args, **kwargs)
+
+    monkeypatch.setattr(wocar, "sa_observations", counting)
     agent = agents.PPO(env="CartPole-v1", seed=0, backend="graph", n_epochs=10,
                        robust=agents.WocaR(eps=0.05, bound="ibp", steps=2))
     logs = []
@@ -154,6 +165,14 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     last = logs[-1]
     assert last["wocar_weight"] == pytest.approx(0.8 * min(1.0, last["steps"] / 9216), rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
+    assert calls == [256], calls
+    assert all(np.isfinite(e["sa_kl"]) and e["sa_kl"] >= 0.0 for e in logs)
+    assert logs[-1]["sa_kl"] > 0.0
+    clean, obs_adv, importance = agent.robustness.regularizer_inputs(tf.zeros([5, 4]))
+    assert calls == [256, 5]
+    assert clean.shape == (5, 2) and obs_adv.shape == (5, 4) and importance.shape == (5,)
+    np.testing.assert_allclose(tf.reduce_sum(tf.exp(clean), -1).numpy(), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(float(tf.reduce_mean(importance)), 1.0, rtol=1e-5)
     env = gymnasium.make("CartPole-v1")
     state, _ = env.reset(seed=5)
     visited = []
@@ -168,3 +187,4 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     worst = tf.reduce_min(tf.where(adm, agent.robustness.worst_q(obs), np.inf), -1).numpy()
     natural = agent.value(obs).numpy()
     assert worst.mean() < natural.mean(), (worst, natural)
+

@@ -1,0 +1,200 @@
+"""Robust-RL leaderboard: every robust training method x every attack x seeds (issue 37, item 2).
+
+Per method (``--methods``: ``vanilla``, ``sa``, ``adv``, ``atla``, ``atla-sa``, ``wocar``) and
+seed, a PPO agent is trained on ``--env`` (the preset, ``--steps``) with the method at
+``--robust-eps``, its training CPU seconds recorded, then evaluated by
+``agents.evaluate_under_attack`` under every attack of ``--attacks`` at every eps of ``--eps``.
+Per agent, the *worst case* at an eps is the lowest median return over the attacks there. Per
+method, over seeds: natural and worst-case return (at ``--main-eps``) as median and IQM, each
+with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_runs``,
+rliable-style), the median return under each attack, and the median training CPU seconds.
+
+``--figure PATH`` draws worst-case return against eps per method (median over seeds, the band
+from the lowest to the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
+of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
+eps); its numbers judge nothing.
+
+Examples::
+
+    python benchmarks/robust_rl_leaderboard.py --quick --json /tmp/lb.json
+    python benchmarks/robust_rl_leaderboard.py --seeds 0 1 2 3 4 --episodes 8 --rs-steps 10000 \
+        --eps 0.02,0.05,0.1 --json leaderboard.json \
+        --figure docs/benchmarks/robust_rl_leaderboard.png
+
+Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
+eps) is hours of CPU; run it from a snapshot copy of the tree under ``cpuslot``, ``--threads 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# the repository before benchmarks/ (whose agents.py would shadow the agents package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+METHODS = ("vanilla", "sa", "adv", "atla", "atla-sa", "wocar")
+ATTACKS = "random,action,mad,critic,rs,optimal,paad"
+QUICK = {"seeds": [0, 1], "steps": 20_000, "episodes": 3, "attacks": "random,action,mad,critic",
+         "eps": "0.05", "rs_steps": 2_000, "adversary_steps": 10_000}
+
+
+def robust_spec(method: str, eps: float, kappa: float | None):
+    """The ``robust=`` argument of ``method`` at radius ``eps`` (``None``: vanilla)."""
+    import agents
+
+    if method not in METHODS:
+        raise ValueError(f"methods: {method!r} is not one of {', '.join(METHODS)}")
+    return {"vanilla": lambda: None,
+            "sa": lambda: agents.SA(eps=eps, kappa=kappa),
+            "adv": lambda: agents.Adversarial(eps=eps, attack="action"),
+            "atla": lambda: agents.ATLA(eps=eps),
+            "atla-sa": lambda: agents.ATLA(eps=eps, kappa=3.0 if kappa is None else kappa),
+            "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa)}[method]()
+
+
+def worst_cases(rows: list[dict]) -> dict[float, float]:
+    """eps -> the lowest median return over the attacks at that eps (one agent's report rows)."""
+    out: dict[float, float] = {}
+    for r in rows:
+        e = float(r["eps"])
+        out[e] = min(out.get(e, np.inf), float(r["median"]))
+    return out
+
+
+def run_agent(method: str, seed: int, args) -> dict:
+    """Train one agent and evaluate it; one JSON-able row."""
+    import agents
+
+    spec = robust_spec(method, args.robust_eps, args.kappa)
+    kw = {} if spec is None else {"robust": spec}
+    agent = agents.PPO(env=args.env, seed=seed, backend="graph", **kw)
+    c0, t0 = time.process_time(), time.perf_counter()
+    agent.learn(args.steps, progress_bar=False)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    clean = agent.evaluate(args.episodes, seed=10_000 + seed)
+    report = agents.evaluate_under_attack(
+        agent, args.attacks.split(","), [float(e) for e in args.eps.split(",")],
+        n_episodes=args.episodes, seed=10_000 + seed, rs_steps=args.rs_steps,
+        adversary_steps=args.adversary_steps)
+    rows = [{"attack": str(r["attack"]), "eps": float(r["eps"]), "median": float(r["median"])}
+            for r in report.rows]
+    row = {"method": method, "seed": seed, "natural": float(np.median(clean["returns"])),
+           "worst": {str(e): v for e, v in worst_cases(rows).items()}, "attacks": rows,
+           "train_cpu_seconds": cpu, "train_wall_seconds": wall, "load": os.getloadavg()[0]}
+    print(json.dumps({k: row[k] for k in ("method", "seed", "natural", "worst",
+                                          "train_cpu_seconds")}), flush=True)
+    return row
+
+
+def leaderboard(rows: list[dict], main_eps: float) -> dict:
+    """Per method: natural and worst case (at ``main_eps``) summaries over seeds (median, IQM,
+    bootstrap intervals), each attack's median over seeds, the median training CPU seconds."""
+    from agents.algorithms.many import summarize_runs
+
+    out = {}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        per_attack: dict[str, list[float]] = {}
+        for r in mine:
+            for a in r["attacks"]:
+                if np.isclose(a["eps"], main_eps):
+                    per_attack.setdefault(a["attack"], []).append(a["median"])
+        out[method] = {
+            "natural": summarize_runs([r["natural"] for r in mine]),
+            "worst": summarize_runs([r["worst"][str(float(main_eps))] for r in mine]),
+            "attacks": {k: float(np.median(v)) for k, v in per_attack.items()},
+            "train_cpu_seconds": float(np.median([r["train_cpu_seconds"] for r in mine]))}
+    return out
+
+
+def print_table(board: dict, main_eps: float) -> None:
+    def cell(s: dict, k: str) -> str:
+        lo, hi = s[f"{k}_ci"]
+        return f"{s[k]:6.1f} [{lo:5.1f}, {hi:5.1f}]"
+
+    print(f"method    natural median [95% CI]   worst@{main_eps} median [95% CI]   "
+          f"worst IQM [95% CI]       train CPU s")
+    for m, b in board.items():
+        print(f"{m:9s} {cell(b['natural'], 'median')}   {cell(b['worst'], 'median')}   "
+              f"{cell(b['worst'], 'iqm')}   {b['train_cpu_seconds']:8.1f}")
+        print("          " + ", ".join(f"{a} {v:.1f}" for a, v in b["attacks"].items()))
+
+
+def plot(rows: list[dict], path: str, env: str) -> None:
+    """Worst-case return against eps per method (median over seeds, min-max band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r["worst"] for r in rows if r["method"] == method]
+        eps = sorted(float(e) for e in mine[0])
+        vals = np.array([[w[str(e)] for e in eps] for w in mine])
+        ax.plot(eps, np.median(vals, 0), marker="o", label=method)
+        ax.fill_between(eps, vals.min(0), vals.max(0), alpha=0.15)
+    ax.set_xlabel("attack budget eps (L-inf)")
+    ax.set_ylabel("worst-case return (lowest attack median)")
+    ax.set_title(f"{env}: worst case over attacks, median over seeds")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--robust-eps", type=float, default=0.05, help="every method's training eps")
+    p.add_argument("--kappa", type=float, default=None,
+                   help="SA/WocaR regulariser weight (default: the preset's)")
+    p.add_argument("--attacks", default=ATTACKS)
+    p.add_argument("--eps", default="0.02,0.05,0.1", help="evaluation budgets (comma-separated)")
+    p.add_argument("--main-eps", type=float, default=0.05, help="the leaderboard's eps")
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--rs-steps", type=int, default=10_000)
+    p.add_argument("--adversary-steps", type=int, default=100_000)
+    p.add_argument("--quick", action="store_true", help="smoke run (module doc)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--figure", default=None, help="PNG of worst case against eps")
+    args = p.parse_args(argv)
+    if args.quick:
+        for k, v in QUICK.items():
+            setattr(args, k, v)
+        args.main_eps = float(args.eps)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        p.error(f"--methods: {', '.join(unknown) or 'none given'} not among {', '.join(METHODS)}")
+    if not any(np.isclose(float(e), args.main_eps) for e in args.eps.split(",")):
+        p.error(f"--main-eps {args.main_eps} is not one of --eps {args.eps}")
+    if args.threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
+    rows = [run_agent(m, s, args) for m in methods for s in args.seeds]
+    board = leaderboard(rows, args.main_eps)
+    print_table(board, args.main_eps)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+    if args.figure:
+        plot(rows, args.figure, args.env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
