@@ -193,7 +193,8 @@ def _running_arguments(g) -> None:
                    help="with --resume: let these configuration keys change (e.g. epochs); "
                         "recorded in config.json")
     g.add_argument("--strategy", default="none",
-                   help="none (default), mirrored, or multiworker (reads TF_CONFIG; the chief "
+                   help="none (default), mirrored, or multiworker (or multi-worker; reads "
+                        "TF_CONFIG; the chief "
                         "writes --out, worker i --out/workers/i)")
     g.add_argument("--logical-cpus", type=int, default=0,
                    help="mirrored on a CPU-only host: split the CPU into N logical devices")
@@ -333,6 +334,8 @@ def _check_combinations(args: argparse.Namespace) -> None:
                          "one of them")
     if args.early_stop and args.val_size < 1:
         raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
+    if args.strategy == "multi-worker":  # the and tf.distribute's spelling
+        args.strategy = "multiworker"
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
                          + ", ".join(STRATEGIES))
