@@ -55,6 +55,12 @@ DEFAULT_WIDTH = 64
 EVAL_ATTACKS = "pgd50x5,apgd-ce,apgd-t,square"
 
 
+def _strategy_name(text: str) -> str:
+    """``--strategy``: ``multi-worker`` (the issue's spelling) is ``multiworker``, from the
+    parse on (the run's lock and record use it)."""
+    return "multiworker" if text == "multi-worker" else text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
     _data_arguments(p.add_argument_group("data and model"))
@@ -192,7 +198,7 @@ def _running_arguments(g) -> None:
     g.add_argument("--override", default=None, metavar="KEY[,KEY]",
                    help="with --resume: let these configuration keys change (e.g. epochs); "
                         "recorded in config.json")
-    g.add_argument("--strategy", default="none",
+    g.add_argument("--strategy", default="none", type=_strategy_name,
                    help="none (default), mirrored, or multiworker (or multi-worker; reads "
                         "TF_CONFIG; the chief "
                         "writes --out, worker i --out/workers/i)")
@@ -334,8 +340,6 @@ def _check_combinations(args: argparse.Namespace) -> None:
                          "one of them")
     if args.early_stop and args.val_size < 1:
         raise UsageError("--early-stop needs held-out examples: --val-size must be >= 1")
-    if args.strategy == "multi-worker":  # the issue's and tf.distribute's spelling
-        args.strategy = "multiworker"
     if args.strategy not in STRATEGIES:
         raise UsageError(f"--strategy: unknown strategy {args.strategy!r}; choose one of "
                          + ", ".join(STRATEGIES))
