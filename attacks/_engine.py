@@ -243,7 +243,7 @@ def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init
            tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),
            tf.TensorSpec([2], tf.int32)]
     compiled = tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile),
-                           reduce_retracing=False)
+                           reduce_retracing=False, autograph=False)  # see apgd.py
 
     def call(*args):
         x_adv, rows, frows, zero = compiled(*args)

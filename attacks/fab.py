@@ -309,7 +309,9 @@ def _build(p, model, training, *, norm, steps, restarts, n_targets, mode, alpha_
     sig = [relaxed_spec(p.x), relaxed_spec(p.y), tf.TensorSpec([], p.x.dtype),
            tf.TensorSpec(p.lo.shape, p.x.dtype), tf.TensorSpec(p.hi.shape, p.x.dtype),
            tf.TensorSpec([2], tf.int32)]
-    return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile))
+    # autograph=False: the loop is written in tf.while_loop, and converting it (and the model
+    # call under it) took ~2-5 s per attack and process: most of a resumed run's start-up
+    return tf.function(loop, input_signature=sig, jit_compile=bool(jit_compile), autograph=False)
 
 
 @tf.autograph.experimental.do_not_convert

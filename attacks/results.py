@@ -17,6 +17,9 @@ and an interrupted evaluation resumed later ends, per example, equal to an unint
     results/certified-crown-000000.npz
                                  with certification, one per chunk and bound method: per eps
                                  the verified mask, committed the same way
+    results/smoothed-000000.npz  ``robustgrad certify --method smoothing`` (a store whose
+                                 settings say ``kind: certify``): per chunk the smoothed
+                                 predictions and certified radii
 
 A store opened with different settings than its manifest raises a ``ValueError`` that names
 each difference; a chunk file that is not one of ours (or was damaged) raises one naming the
@@ -66,6 +69,9 @@ DEFAULT_CHUNK_SIZE = 1000
 few minutes of work, the most an interruption loses."""
 
 _MANIFEST = "manifest.json"
+# settings["kind"] -> what a store holds (an evaluation's settings have no kind)
+_KINDS = {None: "an evaluation (robustgrad evaluate)",
+          "certify": "a certification (robustgrad certify)"}
 
 
 def split_chunks(n: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -133,6 +139,11 @@ class ResultsStore:
         path = os.path.join(self.directory, _MANIFEST)
         if os.path.exists(path):
             recorded = self._read_manifest(path)
+            if recorded.get("kind") != self.settings.get("kind"):
+                raise ValueError(f"resume: {self.directory} holds the results of "
+                                 f"{_KINDS.get(recorded.get('kind'), 'another run')}, not of "
+                                 f"{_KINDS.get(self.settings.get('kind'), 'this run')}; use "
+                                 "another --out")
             diff = [f"{k}: recorded {recorded.get(k)!r}, now {self.settings.get(k)!r}"
                     for k in sorted(set(recorded) | set(self.settings))
                     if recorded.get(k) != self.settings.get(k)]
@@ -230,6 +241,56 @@ class ResultsStore:
             raise ValueError(f"resume: {path} is not a readable certificate of this evaluation "
                              f"({error}); remove it to recompute that chunk's certificate") \
                 from None
+
+    # -- randomized smoothing (``robustgrad certify --method smoothing``): one file per chunk,
+    # per example the smoothed prediction (or ABSTAIN) and its certified L2 radius.
+
+    def smoothing_path(self, chunk: int) -> str:
+        """The file of chunk ``chunk``'s smoothing certificates."""
+        return os.path.join(self.directory, f"smoothed-{int(chunk):06d}.npz")
+
+    def finished_smoothing(self) -> list[int]:
+        """The indices of the chunks whose smoothing certificates are committed, sorted."""
+        return self._indices("smoothed-")
+
+    def commit_smoothing(self, chunk: int, start: int, labels: np.ndarray, radii: np.ndarray,
+                         seconds: float) -> None:
+        """Write chunk ``chunk``'s smoothing certificates atomically: the smoothed predictions
+        ``labels`` ``[n]`` (int64, ``ABSTAIN`` where it abstains) and certified radii ``radii``
+        ``[n]`` (float64) of examples ``start ...``, and the seconds they took."""
+        meta = {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "kind": "smoothing",
+                "chunk": int(chunk), "start": int(start), "n": int(len(labels)),
+                "seconds": float(seconds)}
+        with replacing(self.smoothing_path(chunk)) as tmp:
+            np.savez_compressed(tmp, meta=np.array(json.dumps(meta)),
+                                labels=np.asarray(labels, np.int64),
+                                radii=np.asarray(radii, np.float64))
+
+    def load_smoothing(self, chunk: int, start: int,
+                       size: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Chunk ``chunk``'s smoothing certificates ``(labels [size], radii [size], seconds)``,
+        checked against what the run expects of the chunk; ``ValueError`` naming the file when
+        it is not that."""
+        path = self.smoothing_path(chunk)
+        try:
+            if not zipfile.is_zipfile(path):
+                raise ValueError("not an npz archive")
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                if (meta.get("format"), meta.get("kind"), meta.get("chunk")) != (
+                        RESULTS_FORMAT, "smoothing", chunk):
+                    raise ValueError(f"not the smoothing certificates of chunk {chunk}")
+                if meta.get("start") != start or meta.get("n") != size:
+                    raise ValueError(f"it holds examples {meta.get('start')}.. "
+                                     f"({meta.get('n')}), expected {start}.. ({size})")
+                labels = np.asarray(data["labels"], np.int64)
+                radii = np.asarray(data["radii"], np.float64)
+            if labels.shape != (size,) or radii.shape != (size,):
+                raise ValueError("its arrays do not hold one entry per example")
+            return labels, radii, float(meta["seconds"])
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as error:
+            raise ValueError(f"resume: {path} is not a readable chunk of this certification "
+                             f"({error}); remove it to recompute that chunk") from None
 
     def commit(self, chunk: int, start: int, outcomes: Sequence[BudgetOutcome],
                margin: Sequence[np.ndarray]) -> None:

@@ -59,7 +59,10 @@ def _run(cmd: list[str], stop_after: float | None = None,
     code, the wall time and the CPU seconds the process used."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     cpu, start = _children_cpu(), time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # SIGINT back to its default in the child: a benchmark started in the background by a
+    # shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if stop_after is not None:
         try:
             proc.wait(timeout=stop_after)
@@ -68,6 +71,10 @@ def _run(cmd: list[str], stop_after: float | None = None,
     _, err = proc.communicate()
     if proc.returncode not in (0, 130, -signal.SIGKILL, -signal.SIGINT):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
+    if stop_after is not None and proc.returncode == 0 and time.perf_counter() - start > \
+            stop_after + 5:
+        print(f"warning: the process outlived its {signal.Signals(sig).name} by more than 5 s "
+              "(the signal ignored?)")
     return proc.returncode, time.perf_counter() - start, _children_cpu() - cpu
 
 

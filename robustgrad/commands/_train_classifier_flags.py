@@ -55,6 +55,12 @@ DEFAULT_WIDTH = 64
 EVAL_ATTACKS = "pgd50x5,apgd-ce,apgd-t,square"
 
 
+def _strategy_name(text: str) -> str:
+    """``--strategy``: ``multi-worker`` (the issue's spelling) is ``multiworker``, from the
+    parse on (the run's lock and record use it)."""
+    return "multiworker" if text == "multi-worker" else text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``train-classifier`` (data and model, method, optimisation, running)."""
     _data_arguments(p.add_argument_group("data and model"))
@@ -192,8 +198,9 @@ def _running_arguments(g) -> None:
     g.add_argument("--override", default=None, metavar="KEY[,KEY]",
                    help="with --resume: let these configuration keys change (e.g. epochs); "
                         "recorded in config.json")
-    g.add_argument("--strategy", default="none",
-                   help="none (default), mirrored, or multiworker (reads TF_CONFIG; the chief "
+    g.add_argument("--strategy", default="none", type=_strategy_name,
+                   help="none (default), mirrored, or multiworker (or multi-worker; reads "
+                        "TF_CONFIG; the chief "
                         "writes --out, worker i --out/workers/i)")
     g.add_argument("--logical-cpus", type=int, default=0,
                    help="mirrored on a CPU-only host: split the CPU into N logical devices")

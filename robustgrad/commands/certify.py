@@ -11,7 +11,15 @@ lower bound on the accuracy under any attack. ``--method smoothing`` certifies t
 Gaussian-smoothed classifier instead (Cohen et al. 2019, :func:`attacks.certify.smooth_certify`):
 an example counts at radius ``r`` (L2) when the smoothed prediction is right and its certified
 radius is at least ``r``. Every flag is checked before TensorFlow loads; the result goes to
-``report.json`` and ``report.txt`` under ``--out`` (default ``runs/certify``).
+``report.json``, ``report.txt`` and ``per_example.npz`` (per example: label, clean prediction,
+certified or not at each radius) under ``--out`` (default ``runs/certify``).
+
+The examples are certified in chunks of ``--chunk-size``, each committed to ``--out/results/``
+as it ends: after Ctrl-C or a kill, ``--resume`` with the same flags continues where the run
+stopped and never certifies a finished chunk again (a different model, data, method, radius,
+norm or smoothing setting is refused, naming it)::
+
+    robustgrad certify --model m.keras --method crown --eps 0.05 --out runs/c --resume
 """
 
 from __future__ import annotations
@@ -64,7 +72,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="smoothing: noise seed (default 0)")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help=f"output directory for report.json and report.txt (default {DEFAULT_OUT})")
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out (its report and results replaced)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the certification committed in --out/results (same model, "
+                        "data, method, eps, norm, bounds and chunk size; a difference is named)")
+    p.add_argument("--chunk-size", type=int, default=None, metavar="N",
+                   help="examples per committed chunk (default 1000): the most an interruption "
+                        "loses")
     p.add_argument("--no-progress", action="store_true", help="no per-radius progress lines")
 
 
@@ -78,7 +93,7 @@ def validate(args: argparse.Namespace) -> None:
         at_most,
         not_applicable,
     )
-    from robustgrad.commands._files import check_clip_flags, check_model_file, check_output_dir
+    from robustgrad.commands._files import check_clip_flags, check_model_file
     from robustgrad.commands.evaluate import parse_eps
 
     if args.method not in METHODS:
@@ -103,6 +118,7 @@ def validate(args: argparse.Namespace) -> None:
         _checks.positive_int(args.batch_size, "--batch-size", maximum=MAX_BATCH)
         _checks.positive_int(args.limit, "--limit", maximum=MAX_EXAMPLES, allow_none=True)
         _checks.positive_int(args.seed, "--seed", minimum=0, maximum=MAX_SEED)
+        _checks.positive_int(args.chunk_size, "--chunk-size", allow_none=True, maximum=10**9)
         if args.method == "smoothing":
             _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False)
             _checks.positive_int(args.n0, "--n0")
@@ -116,12 +132,29 @@ def validate(args: argparse.Namespace) -> None:
                              f"estimation draws)")
     check_clip_flags(args.clip_min, args.clip_max)
     check_model_file(args.model)
-    check_output_dir(args.out, "--out", overwrite=args.overwrite)
+    _check_out(args)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out``: new or empty (or ``--overwrite``), or with ``--resume`` a certification's
+    committed results."""
+    from robustgrad.commands._files import check_output_dir
+
+    if getattr(args, "resume", False):
+        if args.overwrite:
+            raise UsageError("--resume continues the results in --out; --overwrite replaces "
+                             "them: give one")
+        if not os.path.isfile(os.path.join(args.out, "results", "manifest.json")):
+            raise UsageError(f"--resume: {args.out} holds no certification to resume (no "
+                             "results/manifest.json); run without --resume")
+    else:
+        check_output_dir(args.out, "--out", overwrite=args.overwrite)
 
 
 def run(args: argparse.Namespace) -> int:
     """Certify the model at every radius of ``--eps``: :func:`attacks.certification.certify_run`
-    writes ``report.json`` and ``report.txt``."""
+    writes ``report.json``, ``report.txt`` and ``per_example.npz``, committing each chunk to
+    ``--out/results`` (``--resume`` continues them)."""
     from attacks.certification import CertifyConfig, certify_run
     from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
     from robustgrad.rundir import RunDirectory
@@ -132,9 +165,10 @@ def run(args: argparse.Namespace) -> int:
         model=args.model, data=args.data, eps=tuple(args.eps_values), method=args.method,
         norm=args.norm, sigma=args.sigma, n0=args.n0, n=args.n, alpha=args.alpha, seed=args.seed,
         batch_size=args.batch_size, limit=args.limit, clip_min=args.clip_min,
-        clip_max=args.clip_max)
+        clip_max=args.clip_max, chunk_size=getattr(args, "chunk_size", None))
     with removed_if_empty_on_error(args.out):
         certify_run(config, RunDirectory(args.out), model=load_keras_model,
-                    verbose=1 if args.no_progress else 2)
-    print(f"wrote {os.path.join(args.out, 'report.json')}, {os.path.join(args.out, 'report.txt')}")
+                    verbose=1 if args.no_progress else 2, resume=getattr(args, "resume", False))
+    print("wrote " + ", ".join(os.path.join(args.out, name) for name in
+                               ("report.json", "report.txt", "per_example.npz")))
     return 0

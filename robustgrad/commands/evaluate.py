@@ -233,13 +233,26 @@ def _sharding(args: argparse.Namespace) -> dict:
 
 
 def _write_summary(report, args: argparse.Namespace) -> str:
-    """``summary.json``: the report's RobustBench-style entry (model file name, dataset)."""
+    """``summary.json``: the report's RobustBench-style entry (model file name, dataset), with
+    the attack versions as asked (``autoattack`` names AutoAttack's standard version; its
+    robust accuracy is then ``autoattack_robust_accuracy``), the library's version and, with
+    ``--certify``, the certified accuracy per eps."""
     import json
 
+    import robustgrad
     from robustgrad.atomic import replacing
 
     path = os.path.join(args.out, "summary.json")
     name = os.path.splitext(os.path.basename(os.path.normpath(args.model)))[0]
+    entry = report.summary(name, args.data)
+    entry["attack_versions"] = list(args.attack_names)
+    if any(a.lower().startswith("autoattack") for a in args.attack_names):
+        entry["autoattack_robust_accuracy"] = entry["robust_accuracy"]
+    if report.certified:
+        entry["certified_accuracy"] = {f"{e:g}": c["certified_accuracy"]
+                                       for e, c in report.certified.items()}
+        entry["certify"] = report.certify
+    entry["library_version"] = robustgrad.__version__
     with replacing(path) as tmp, open(tmp, "w") as f:
-        json.dump(report.summary(name, args.data), f, indent=2)
+        json.dump(entry, f, indent=2)
     return path

@@ -135,6 +135,10 @@ def test_cli_resume_writes_per_example_and_summary(mlp, tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "m" and summary["dataset"] == "digits"
     assert summary["examples"] == 60 and set(summary["robust_accuracy"]) == {"0.05", "0.1"}
+    assert summary["attack_versions"] == ["fgsm", "pgd"] and summary["library_version"]
+    assert "autoattack_robust_accuracy" not in summary and "certified_accuracy" not in summary
+    assert summary["clean_accuracy"] == pytest.approx(first["correct"].mean())
+    assert summary["robust_accuracy"]["0.1"] == pytest.approx(first["robust@0.1"].mean())
     # lose a chunk (as a kill would), resume: the same per-example results
     os.remove(out / "results" / "chunk-000002.npz")
     assert main(flags + ["--resume"]) == 0
@@ -247,6 +251,9 @@ def test_cli_certify_resume_recomputes_a_lost_certificate(mlp, tmp_path):
     assert main(flags) == 0
     first = dict(np.load(out / "per_example.npz"))
     assert first["verified@0.004"].shape == (40,)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["certify"] == "crown"
+    assert summary["certified_accuracy"]["0.004"] == pytest.approx(first["verified@0.004"].mean())
     os.remove(out / "results" / "certified-crown-000001.npz")  # as a kill in flight would
     assert main(flags + ["--resume"]) == 0
     assert os.path.exists(out / "results" / "certified-crown-000001.npz")

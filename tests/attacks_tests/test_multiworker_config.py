@@ -77,4 +77,8 @@ def test_train_classifier_refuses_a_bad_tf_config_before_work(tmp_path, monkeypa
     assert main(flags) == 2
     assert "--strategy multiworker needs the TF_CONFIG environment variable" in \
         capsys.readouterr().err
+    flags[2] = "multi-worker"  # the spelling: the same strategy
+    assert main(flags) == 2
+    assert "--strategy multiworker needs the TF_CONFIG environment variable" in \
+        capsys.readouterr().err
     assert not out.exists()  # refused before anything was written

@@ -108,9 +108,10 @@ def _free_ports(n):
     return ports
 
 
-def _start_workers(argv, out, ports):
+def _start_workers(argv, out, ports, strategy="multiworker"):
     """Two ``train-classifier --strategy multiworker`` processes on 127.0.0.1 ``ports``,
-    both given the same ``--out`` (the chief writes it, worker 1 ``out/workers/1``)."""
+    both given the same ``--out`` (the chief writes it, worker 1 ``out/workers/1``);
+    ``strategy`` the flag's spelling (``multi-worker`` is the same)."""
     workers = [f"127.0.0.1:{p}" for p in ports]
     procs = []
     for i in range(2):
@@ -118,7 +119,7 @@ def _start_workers(argv, out, ports):
         env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                        "task": {"type": "worker", "index": i}})
         cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *argv,
-               "--out", out, "--strategy", "multiworker"]
+               "--out", out, "--strategy", strategy]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     return procs
@@ -162,6 +163,40 @@ def test_multiworker_two_processes_match_single_device_and_resume(tmp_path):
             os.path.join(single, "model.keras"))):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-7)  # one all-reduced update each step
         np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # six TensorFlow processes (about 70 s on this 2-core machine)
+def test_multi_worker_resumes_after_one_worker_is_killed(tmp_path):
+    """Two workers (``--strategy multi-worker``, the issue's spelling) train 4 epochs; once the
+    chief has committed epoch 1's checkpoint, worker 1 is killed with SIGKILL (a lost machine).
+    The chief cannot go on without it (its collectives fail or wait): it is stopped too, as a
+    cluster manager restarts the job. Both restarted with --resume continue from the last
+    checkpoint and end as one process training 4 epochs on the same global batch."""
+    common = [*TINY, "--limit", "512", "--batch-size", "64", "--no-random-start", "--seed", "1",
+              "--schedule", "constant", "--optimizer", "adam", "--lr", "0.001", "--epochs", "4"]
+    single, shared = str(tmp_path / "single"), str(tmp_path / "shared")
+    chief, worker = _start_workers(common, shared, _free_ports(2), strategy="multi-worker")
+    assert _wait_for(os.path.join(shared, "checkpoints", "checkpoint"), chief)
+    worker.kill()
+    worker.communicate()
+    assert worker.returncode == -signal.SIGKILL  # killed mid-run, not finished
+    try:
+        chief.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        chief.kill()
+        chief.communicate()
+    assert chief.returncode != 0  # it did not finish alone
+    assert not os.path.exists(os.path.join(shared, "model.keras"))
+    _train(*common, "--out", single)
+    _finish(_start_workers([*common, "--resume"], shared, _free_ports(2),
+                           strategy="multi-worker"))
+    expected = _history(single)["loss"]
+    worker_out = os.path.join(shared, "workers", "1")
+    for out in (shared, worker_out):
+        np.testing.assert_allclose(_history(out)["loss"], expected, rtol=1e-4, atol=1e-5)
+    for a, b in zip(_load_weights(os.path.join(shared, "model.keras")),
+                    _load_weights(os.path.join(single, "model.keras"))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 if __name__ == "__main__":  # pragma: no cover
