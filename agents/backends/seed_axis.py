@@ -88,8 +88,8 @@ class SeedGraphEnv(GraphBackendEnv):
             starts = list(tf.unstack(self.variables.rng.read_value()))
         self._first_reset = False
         resets = [one.reset(s, self.envs_per_seed) for s in starts]
-        state = GraphEnvState(*(tf.concat([r[i] for r in resets], 0) for i in range(3)),
-                              tf.stack([r.rng for r in resets]))
+        physics, time, episode_return = (tf.concat([r[i] for r in resets], 0) for i in range(3))
+        state = GraphEnvState(physics, time, episode_return, tf.stack([r.rng for r in resets]))
         self.write_state(state)
         self._ep_count.assign(0)
         self._seed, self._was_reset = None, True
