@@ -38,7 +38,7 @@ class _Recorder:
     """A victim surface that records what it saw and always pushes left."""
 
     def __init__(self, d=4):
-        self.scale = np.full(d, 2.0, np.float32)
+        self.units = np.full(d, 2.0, np.float32)
         self.obs_shape = (d,)
         self.seen = []
 

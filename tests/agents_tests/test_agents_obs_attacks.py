@@ -308,7 +308,7 @@ def test_cli_evaluate_agent_under_attack(trained, tmp_path, capsys):
                                    "'critic', 'rs', 'optimal', 'paad'), got 'fgsm'"),
     (["--attacks", "mad", "--eps", "0.1,-0.1"], "--eps must be a number >= 0, got -0.1"),
     (["--attacks", "mad", "--norm", "l1"], "--norm must be one of ('linf', 'l2'), got 'l1'"),
-    (["--attacks", "mad", "--episodes", "0"], "--episodes must be an int >= 1, got 0"),
+    (["--attacks", "mad", "--episodes", "0"], "--episodes must be an int in [1, 100000], got 0"),
     (["--attacks", "mad", "--out", "FILE"], "exists and is not a directory"),
 ], ids=["name", "eps", "norm", "episodes", "out-file"])
 def test_cli_refuses_bad_flags_before_loading(tmp_path, capsys, extra, message):

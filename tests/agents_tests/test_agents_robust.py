@@ -195,7 +195,7 @@ def test_bad_robust_config(cls, kwargs, message):
     (["--algo", "reinforce", "--robust", "sa"], "--robust: reinforce has no robust variant"),
     (["--eps", "0.1"], "--eps: needs --robust sa|adv"),
     (["--robust", "sa", "--eps", "-1"], "--eps must be a number >= 0, got -1.0"),
-    (["--robust", "sa", "--robust-steps", "0"], "--robust-steps must be an int >= 1, got 0"),
+    (["--robust", "sa", "--robust-steps", "0"], "--robust-steps must be an int in [1, 100000], got 0"),
     (["--robust", "adv", "--robust-attack", "rs"], "--robust-attack must be one of"),
 ])
 def test_cli_robust_flags_refused_before_any_work(tmp_path, capsys, argv, message):

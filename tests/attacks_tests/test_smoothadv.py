@@ -174,7 +174,7 @@ def test_smoothadv_training_certifies_more_than_clean_training(digits, clean_mlp
 
 @pytest.mark.parametrize("flags, message", [
     (["--norm", "linf"], "--norm: smoothadv attacks the smoothed classifier in L2; pass --norm l2"),
-    (["--noise-draws", "0"], "--noise-draws must be an int >= 1, got 0"),
+    (["--noise-draws", "0"], "--noise-draws must be an int in [1, 1024], got 0"),
     (["--sigma", "0"], "--sigma must be a number > 0, got 0"),
 ])
 def test_command_line_refuses_bad_smoothadv_flags(tmp_path, capsys, flags, message):

@@ -77,6 +77,6 @@ def test_an_env_whose_optional_dependency_is_missing_is_one_line_with_the_instal
                      str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert err[0].startswith("robustgrad: error: env 'LunarLander-v3' needs an optional "
+    assert err[0].startswith("robustgrad: error: --env 'LunarLander-v3' needs an optional "
                              "dependency that is not installed: Box2D is not installed")
     assert 'pip install "gymnasium[box2d]"' in err[0]
