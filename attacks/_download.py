@@ -2,7 +2,7 @@
 
 A file is fetched only when a user asked for a dataset by name and it is not in the cache yet. The
 bytes go to a temporary file beside the destination; the size and checksum are verified; only then
-is the file renamed into place (an atomic ``os.replace``). A download that fails half-way, or whose
+is the file renamed into place (``robustgrad.atomic.replacing``). A download that fails half-way, or whose
 checksum is wrong, leaves nothing at the destination, so the next call simply retries.
 
 The cache is ``$ROBUSTGRAD_DATA_DIR`` when set, else ``$KERAS_HOME/datasets``, else
@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
+
+from robustgrad import atomic
 
 __all__ = ["DownloadError", "RemoteFile", "cache_dir", "downloads_allowed", "ensure_file",
            "http_get"]
@@ -121,11 +122,8 @@ def ensure_file(remote: RemoteFile, *, what: str, download: bool = True,
     except OSError as exc:
         raise DownloadError(f"{what}: cannot create the cache directory {directory} ({exc}); "
                             f"set ROBUSTGRAD_DATA_DIR to a writable directory") from None
-    tmp: str | None
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(dest) + ".", suffix=".part",
-                               dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
+    with atomic.replacing(dest) as tmp:
+        with open(tmp, "wb") as out:
             size, written, hexdigest = _fetch_into(out, remote, fetch or http_get, what, dest,
                                                    progress)
         expected_size = remote.size or size
@@ -138,12 +136,7 @@ def ensure_file(remote: RemoteFile, *, what: str, download: bool = True,
                 f"{what}: {remote.url} has {remote.algorithm} {hexdigest}, expected "
                 f"{remote.digest} (a changed file or a proxy's page); nothing was saved; put the "
                 f"published file at {dest}")
-        os.replace(tmp, dest)
-        tmp = None
-        return dest
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    return dest
 
 
 def _fetch_into(out, remote: RemoteFile, fetch: Fetcher, what: str, dest: str,
