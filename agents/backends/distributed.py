@@ -254,7 +254,7 @@ class RolloutWorkers(Collector):
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                 if hasattr(cause, "add_note"):
                     cause.add_note(f"raised on rollout worker {k} of {self.num_workers}")
-                if getattr(cause, "_raised_in_env_step", False):
+                if getattr(cause, "raised_in_env_step", False):
                     # the learner's own path for env errors: crash checkpoint, envs reset
                     # before the next learn, the original exception re-raised
                     self.error = cause

@@ -264,7 +264,7 @@ class _LocalCollector(Collector):
                 raise
             self.env.error = None
             self.error = err
-            err._raised_in_env_step = True  # travels with the exception (pickled by Ray)
+            err.raised_in_env_step = True  # travels with the exception (pickled by Ray)
             raise err from None
 
 
