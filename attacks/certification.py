@@ -309,46 +309,53 @@ def report_table(config: CertifyConfig, report: dict) -> str:
 
 
 def certify_run(config: CertifyConfig, run: RunDirectory | str, *, model: Any = None,
-                verbose: int = 1, resume: bool = False) -> dict:
+                verbose: int = 1, resume: bool = False, lock: bool = True) -> dict:
     """Certify ``model`` (a Keras classifier returning logits, or a function ``path -> model``;
     default: ``config.model`` loaded) at every radius of ``config.eps``; writes ``report.json``,
     ``report.txt`` and ``per_example.npz`` in ``run`` and returns the report (``results``: one
     ``{"eps", "certified_accuracy"}`` per radius; ``clean_accuracy``, ``n``, the input range,
-    the chunks and, for smoothing, the abstention rate). Chunks are committed to
+    the chunks and, for smoothing, the abstention rate). ``lock``: hold ``run``'s lock for the run
+    (the command line already holds it). Chunks are committed to
     ``run/results`` as they end; ``resume`` continues the run committed there (same settings,
     else :class:`~robustgrad.errors.ConfigError` naming each difference), otherwise it starts
     afresh. ``verbose``: 0 silent, 1 the summary and the table, 2 also a line per chunk and
     radius."""
     run = run if isinstance(run, RunDirectory) else RunDirectory(run)
     model, x, y, lo, hi = _load(config, model)
-    store = _store(run, _settings(config, model, x, y, lo, hi), resume)
-    chunks = split_chunks(len(x), config.chunk_size or DEFAULT_CHUNK_SIZE)
-    predictions = _clean_predictions(config, model, x, verbose)
-    clean = float(np.mean(predictions == y))
-    if verbose:
-        done = len(store.finished_smoothing() if config.method == "smoothing"
-                   else store.finished_certificates(config.method))
-        print(f"certifying {config.model} on {len(x)} examples of {config.data}: "
-              f"{config.method}, {config.report_norm} radii "
-              f"{','.join(f'{e:g}' for e in config.eps)}; clean accuracy {clean:.3f}"
-              + (f"; resuming: {done}/{len(chunks)} chunks committed" if resume else ""),
-              flush=True)
-    if config.method == "smoothing":
-        results, extra, per_example = _smoothing(config, model, x, y, chunks, store, verbose)
-    else:
-        results, extra, per_example = _bounded(config, model, x, y, lo, hi, chunks, store,
-                                               verbose)
-    report = {"model": str(config.model), "data": str(config.data), "method": config.method,
-              "norm": config.report_norm, "n": int(len(x)), "clean_accuracy": clean,
-              "clip_min": lo, "clip_max": hi, "results": results, "chunks": len(chunks),
-              "chunk_size": config.chunk_size or DEFAULT_CHUNK_SIZE, **extra}
-    text = report_table(config, report)
-    if verbose:
-        print(text)
-    run.write_json("report.json", report, indent=2)
-    with replacing(run.join("report.txt")) as tmp, open(tmp, "w") as f:
-        f.write(text + "\n")
-    with replacing(run.join("per_example.npz")) as tmp:
-        np.savez_compressed(tmp, index=np.arange(len(x)), label=y, clean_prediction=predictions,
-                            correct=predictions == y, **per_example)
-    return report
+    if lock:  # the directory's lock for the run's life (the command line holds its own)
+        run.open()
+    try:
+        store = _store(run, _settings(config, model, x, y, lo, hi), resume)
+        chunks = split_chunks(len(x), config.chunk_size or DEFAULT_CHUNK_SIZE)
+        predictions = _clean_predictions(config, model, x, verbose)
+        clean = float(np.mean(predictions == y))
+        if verbose:
+            done = len(store.finished_smoothing() if config.method == "smoothing"
+                       else store.finished_certificates(config.method))
+            print(f"certifying {config.model} on {len(x)} examples of {config.data}: "
+                  f"{config.method}, {config.report_norm} radii "
+                  f"{','.join(f'{e:g}' for e in config.eps)}; clean accuracy {clean:.3f}"
+                  + (f"; resuming: {done}/{len(chunks)} chunks committed" if resume else ""),
+                  flush=True)
+        if config.method == "smoothing":
+            results, extra, per_example = _smoothing(config, model, x, y, chunks, store, verbose)
+        else:
+            results, extra, per_example = _bounded(config, model, x, y, lo, hi, chunks, store,
+                                                   verbose)
+        report = {"model": str(config.model), "data": str(config.data), "method": config.method,
+                  "norm": config.report_norm, "n": int(len(x)), "clean_accuracy": clean,
+                  "clip_min": lo, "clip_max": hi, "results": results, "chunks": len(chunks),
+                  "chunk_size": config.chunk_size or DEFAULT_CHUNK_SIZE, **extra}
+        text = report_table(config, report)
+        if verbose:
+            print(text)
+        run.write_json("report.json", report, indent=2)
+        with replacing(run.join("report.txt")) as tmp, open(tmp, "w") as f:
+            f.write(text + "\n")
+        with replacing(run.join("per_example.npz")) as tmp:
+            np.savez_compressed(tmp, index=np.arange(len(x)), label=y, clean_prediction=predictions,
+                                correct=predictions == y, **per_example)
+        return report
+    finally:
+        if lock:
+            run.close()

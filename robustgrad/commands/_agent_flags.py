@@ -66,11 +66,13 @@ def field_flags(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def flag_error(exc: BaseException, args: argparse.Namespace) -> BaseException:
-    """``exc`` (a library check's error) with each field the command line set named as its flag;
-    ``exc`` itself when its message names none. A name with an underscore is replaced wherever it
-    appears, one without (``env``, ``seed``) only as the message's subject (its first word)."""
-    names = field_flags(args)
+def flag_error(exc: BaseException, args: argparse.Namespace,
+               names: dict[str, str] | None = None) -> BaseException:
+    """``exc`` (a library check's error) with each field the command line set named as its flag
+    (``names``: field -> flag, default :func:`field_flags` of ``args``); ``exc`` itself when its
+    message names none. A name with an underscore is replaced wherever it appears, one without
+    (``env``, ``seed``) only as the message's subject (its first word)."""
+    names = field_flags(args) if names is None else names
     message = str(exc)
 
     def flag(match: re.Match) -> str:

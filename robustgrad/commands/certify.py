@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, limit=args.limit, clip_min=args.clip_min,
         clip_max=args.clip_max, chunk_size=getattr(args, "chunk_size", None))
     with removed_if_empty_on_error(args.out):
-        certify_run(config, RunDirectory(args.out), model=load_keras_model,
+        certify_run(config, RunDirectory(args.out), model=load_keras_model, lock=False,
                     verbose=1 if args.no_progress else 2, resume=getattr(args, "resume", False))
     print("wrote " + ", ".join(os.path.join(args.out, name) for name in
                                ("report.json", "report.txt", "per_example.npz")))

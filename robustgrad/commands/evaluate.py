@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 
 from robustgrad.cli import UsageError, user_errors
 
@@ -38,7 +37,12 @@ DEFAULT_OUT = "runs/evaluate"
 CERTIFY = ("crown", "ibp", "crown-ibp", "alpha-crown")  # robustgrad.bounds.METHODS, without TF
 
 
-DEFAULT_ATTACKS = "fgsm,pgd,apgd-ce,square"
+DEFAULT_ATTACKS = "fgsm,pgd,apgd-ce,square"  # attacks.evaluation_run.DEFAULT_ATTACKS, without TF
+
+FIELD_FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "model", "data", "attacks", "eps", "norm", "batch_size", "limit", "clip_min", "clip_max",
+    "certify", "seed", "chunk_size", "workers", "ray_address", "resume", "overwrite")}
+"""The fields of :class:`attacks.evaluation_run.EvaluationConfig` -> the flags that set them."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,94 +169,45 @@ def _check_workers(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
+    """Build :class:`attacks.evaluation_run.EvaluationConfig` from the flags and call
+    :func:`attacks.evaluation_run.evaluate_run` on ``--out``."""
+    import functools
 
-    import attacks
-    from attacks.data import load_test_set
+    from attacks.evaluation_run import EvaluationConfig, evaluate_run
+    from robustgrad.commands._agent_flags import flag_error
     from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
     from robustgrad.progress import EvaluationProgress
+    from robustgrad.rundir import RunDirectory
 
     if not hasattr(args, "eps_values"):  # called without the command line's validate step
         validate(args)
-    with user_errors(ValueError):
-        specs = attacks.parse_attacks(args.attack_names, norm=args.norm)
-        for label, attack in specs:
-            if args.norm not in attack.norms:
-                raise ValueError(f"--attacks: {label} does not support --norm {args.norm} "
-                                 f"(supports {', '.join(attack.norms)})")
-    with user_errors(ValueError, OSError):
-        x, y, lo, hi = load_test_set(args.data)
-    if args.limit:
-        x, y = x[: args.limit], y[: args.limit]
-    if not getattr(args, "attacks_given", True) and np.ndim(x) not in (3, 4):
-        # the default list on vector data: Square needs images, the others run
-        specs = [(label, attack) for label, attack in specs if label != "square"]
-        print(f"note: --data {args.data} holds vectors {tuple(np.shape(x)[1:])}, not images: "
-              f"the default attacks run without square (it perturbs square windows)", flush=True)
-    lo = args.clip_min if args.clip_min is not None else lo
-    hi = args.clip_max if args.clip_max is not None else hi
-    model = load_keras_model(args.model)
-    eps_text = ",".join(f"{e:g}" for e in args.eps_values)
-    print(f"evaluating {args.model} on {len(x)} examples of {args.data}: attacks "
-          f"{','.join(label for label, _ in specs)}, {args.norm} eps {eps_text}", flush=True)
+    with user_errors(ValueError):  # validate() checked the flags: a defence, said as it is
+        config = EvaluationConfig(
+            model=args.model, data=args.data,
+            attacks=tuple(args.attack_names) if args.attacks_given else None,
+            eps=tuple(args.eps_values), norm=args.norm, batch_size=args.batch_size,
+            limit=args.limit, clip_min=args.clip_min, clip_max=args.clip_max,
+            cascade=not args.no_cascade, sanity_checks=not args.no_sanity_checks,
+            certify=args.certify, seed=args.seed, chunk_size=args.chunk_size,
+            workers=getattr(args, "workers", None), ray_address=getattr(args, "ray_address", None))
     progress = EvaluationProgress(enabled=not args.no_progress)
-    results = os.path.join(args.out, "results")
-    if args.overwrite and not args.resume and os.path.isdir(results):
-        shutil.rmtree(results)  # --overwrite: a new evaluation, not the old one's chunks
     try:
-        # attacks.evaluate checks the model against the data (shapes, label range) before any
-        # attack runs: those ValueErrors are the user's
-        with user_errors(ValueError):
-            report = attacks.evaluate(
-                model, x, np.asarray(y), specs, args.eps_values, args.batch_size, norm=args.norm,
-                clip_min=lo, clip_max=hi, cascade=not args.no_cascade, seed=args.seed,
-                sanity_checks=not args.no_sanity_checks, progress=progress,
-                certify=args.certify, results_dir=results, chunk_size=args.chunk_size,
-                **_sharding(args))
+        with removed_if_empty_on_error(args.out):
+            evaluate_run(config, RunDirectory(args.out), load_model=load_keras_model,
+                         resume=args.resume, overwrite=args.overwrite, progress=progress,
+                         log=functools.partial(_log, args), lock=False)
+    except UsageError:
+        raise
+    except ValueError as exc:
+        # the entry checks the attacks against --norm, loads the data and the model, and checks
+        # them against each other (shapes, label range) before any attack runs: its
+        # ValueErrors are the user's, said with this command's flags
+        raise UsageError(str(flag_error(exc, args, names=FIELD_FLAGS))) from exc
     finally:
         progress.close()
-    print(report.table())
-    with removed_if_empty_on_error(args.out):
-        paths = report.save(args.out)
-        paths["summary"] = _write_summary(report, args)
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
-def _sharding(args: argparse.Namespace) -> dict:
-    """evaluate's keywords for --workers: each worker loads --model itself."""
-    import functools
-
-    import keras
-
-    if getattr(args, "workers", None) is None:
-        return {}
-    return {"workers": args.workers, "ray_address": getattr(args, "ray_address", None),
-            "model_factory": functools.partial(keras.models.load_model,
-                                               os.path.abspath(args.model), compile=False)}
-
-
-def _write_summary(report, args: argparse.Namespace) -> str:
-    """``summary.json``: the report's RobustBench-style entry (model file name, dataset), with
-    the attack versions as asked (``autoattack`` names AutoAttack's standard version; its
-    robust accuracy is then ``autoattack_robust_accuracy``), the library's version and, with
-    ``--certify``, the certified accuracy per eps."""
-    import json
-
-    import robustgrad
-    from robustgrad.atomic import replacing
-
-    path = os.path.join(args.out, "summary.json")
-    name = os.path.splitext(os.path.basename(os.path.normpath(args.model)))[0]
-    entry = report.summary(name, args.data)
-    entry["attack_versions"] = list(args.attack_names)
-    if any(a.lower().startswith("autoattack") for a in args.attack_names):
-        entry["autoattack_robust_accuracy"] = entry["robust_accuracy"]
-    if report.certified:
-        entry["certified_accuracy"] = {f"{e:g}": c["certified_accuracy"]
-                                       for e, c in report.certified.items()}
-        entry["certify"] = report.certify
-    entry["library_version"] = robustgrad.__version__
-    with replacing(path) as tmp, open(tmp, "w") as f:
-        json.dump(entry, f, indent=2)
-    return path
+def _log(args: argparse.Namespace, text: str) -> None:
+    """The entry's lines, with its field names said as this command's flags."""
+    print(text.replace("note: data ", "note: --data ", 1), flush=True)

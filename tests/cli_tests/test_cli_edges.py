@@ -76,7 +76,7 @@ def test_tensorflow_start_up_lines_hidden_unless_verbose(tiny_model, tmp_path):
     quiet = _run_cli(*argv)
     assert quiet.returncode == 2, quiet.stderr[-3000:]
     line = _one_error_line(quiet.stderr)  # TensorFlow was imported: no start-up line survived
-    assert line.startswith("robustgrad: error: attacks: unknown attack 'nope'; known: fgsm")
+    assert line.startswith("robustgrad: error: --attacks: unknown attack 'nope'; known: fgsm")
     loud = _run_cli("-v", *argv)
     assert loud.returncode == 2
     noise = [ln for ln in loud.stderr.splitlines() if _startup.is_startup_noise(ln)]
