@@ -4,7 +4,8 @@ Liang, Sun, Zheng, Huang, "Efficient Adversarial Training without Attacking: Wor
 Robust Reinforcement Learning", NeurIPS 2022. Instead of training against an attack (SA's inner
 search on every update, ATLA's learned adversary), the agent learns what the *worst* attack
 within eps would cost it, and optimises for that too. Three pieces, all on the agent's own
-rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`):
+rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; DQN's variant, on the
+replay, is :class:`WocaRDQNPlugin`):
 
 1. **The admissible actions** ``A_adv(s)`` an attacker can induce at ``s``: the actions that can
    be greedy somewhere in the ball ``s ± eps · scale``. Action ``a`` is kept unless some
@@ -55,9 +56,9 @@ cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search 
 ~2 ms for one PPO gradient step.
 
 eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness.robust.
-RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet): DQN
-(``WocaR-DQN``), continuous actions (the paper searches the worst action in the box of the
-Gaussian mean's bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``); each is refused
+RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet):
+continuous actions (the paper searches the worst action in the box of the Gaussian mean's
+bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
 with a :class:`robustgrad.errors.ConfigError` naming the argument. The critic is not part of the
 agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a fresh one.
 
