@@ -71,7 +71,7 @@ agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -88,6 +88,7 @@ from robustgrad.errors import ConfigError
 
 if TYPE_CHECKING:
     from agents.core.base import Agent
+    from agents.core.config import DQNConfig
     from agents.core.policy import PolicySurface
 
 __all__ = ["BOUND", "DQN_WEIGHT", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT",
@@ -425,6 +426,7 @@ class WocaRDQNPlugin(ScheduledPlugin):
         cfg = agent.config
         self.bound = cfg.wocar_bound or BOUND
         self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
+        self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
         self.surface = check_wocar_agent(agent, self.bound)
         n_actions = int(agent.env.single_action_space.n)
         in_dim = int(np.prod(agent.obs_shape))
@@ -477,7 +479,7 @@ class WocaRDQNPlugin(ScheduledPlugin):
         """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1)."""
         obs, actions = batch["obs"], batch["actions"]
         target, admissible = self.worst_attack_targets(batch)
-        delta = float(self.agent.config.huber_delta)
+        delta = self.huber_delta
         with tf.GradientTape() as tape:
             q = tf.gather(self.worst_q(obs, target=False), actions, batch_dims=1)
             err = tf.abs(q - target)
@@ -503,7 +505,7 @@ class WocaRDQNPlugin(ScheduledPlugin):
         lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
                                self.bound)
         wc = worst_case_bound_loss(lb, ub, q, actions, tf.stop_gradient(target),
-                                   float(self.agent.config.huber_delta))
+                                   self.huber_delta)
         importance = state_importance(tf.stop_gradient(q))
         self._stats["wocar_bound_loss"].assign(tf.reduce_mean(wc))
         k = self.schedule.kappa
