@@ -339,22 +339,27 @@ class DQN(Agent):
         """Double-DQN (or plain) TD targets ``[(S,) B]``, under ``tf.stop_gradient``."""
         cfg = self.config
         next_q_target = self.q_target(next_obs)
-        if cfg.double_dqn:
-            a_star = tf.argmax(self.q(next_obs), axis=-1, output_type=tf.int32)
-            next_q = tf.gather(next_q_target, a_star, batch_dims=a_star.shape.rank)
-        else:
-            next_q = tf.reduce_max(next_q_target, axis=-1)
+        scores = self.q(next_obs) if cfg.double_dqn else next_q_target
+        # the robustness plug-in may choose the next action otherwise (WocaR-DQN); the value
+        # at the argmax of the target's own scores is exactly their max
+        scores = self.robustness.target_action_scores(next_obs, scores)
+        a_star = tf.argmax(scores, axis=-1, output_type=tf.int32)
+        next_q = tf.gather(next_q_target, a_star, batch_dims=a_star.shape.rank)
         return td_target(rewards, next_q, terminated, cfg.gamma)
 
     def loss(self, obs: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor, next_obs: tf.Tensor,
              terminated: tf.Tensor, weights: tf.Tensor | None = None
              ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
-        targets; returns ``(loss, Q(obs, actions), TD errors)``. With the seed axis every input
-        is ``[S, B, ...]`` and the loss ``[S]``, each seed's mean over its own batch."""
+        targets (as the robustness plug-in's
+        :meth:`~agents.core.plugin.RobustnessPlugin.q_loss` shapes it per example; unchanged
+        without one); returns ``(loss, Q(obs, actions), TD errors)``. With the seed axis every
+        input is ``[S, B, ...]`` and the loss ``[S]``, each seed's mean over its own batch."""
         target = self.td_targets(rewards, next_obs, terminated)
-        q = tf.gather(self.q(obs), actions, batch_dims=actions.shape.rank)
+        q_all = self.q(obs)
+        q = tf.gather(q_all, actions, batch_dims=actions.shape.rank)
         per_example = huber(q - target, self.config.huber_delta)
+        per_example = self.robustness.q_loss(per_example, obs, actions, q_all, target)
         if weights is not None:
             per_example = weights * per_example
         return _mean(per_example), q, q - target
@@ -381,7 +386,8 @@ class DQN(Agent):
         """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
         ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
         the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
-        robustness = self.robustness  # agents.core.plugin: robust="adv", SA-DQN
+        robustness = self.robustness  # agents.core.plugin: robust="adv", SA-DQN, WocaR-DQN
+        robustness.learn_from_replay(batch)  # WocaR-DQN: its worst-attack Q-network
         obs = robustness.learner_observations(batch["obs"])  # the buffer keeps clean ones
         inputs = robustness.regularizer_inputs(obs)  # outside the tape
         with tf.GradientTape() as tape:

@@ -192,7 +192,7 @@ class ATLA(RobustMethod):
 
 @dataclass(frozen=True)
 class WocaR(RobustMethod):
-    """``robust="wocar"``: worst-case-aware robust training (WocaR-PPO, WocaR-A2C; Liang et al.,
+    """``robust="wocar"``: worst-case-aware robust training (WocaR-PPO, WocaR-A2C, WocaR-DQN; Liang et al.,
     NeurIPS 2022; :mod:`agents.robustness.wocar`). ``eps``: the ball's radius (> 0); ``weight``:
     the worst-attack value's weight in the policy objective; ``bound``: the bound method of the
     admissible actions (``"ibp"`` or ``"crown"``); ``kappa``, ``steps``, ``method``: the
@@ -317,9 +317,11 @@ class AgentConfig:
 
     wocar_weight: float | None = None
     """WocaR's weight of the worst-attack value in the policy objective (``robust="wocar"``;
-    :mod:`agents.robustness.wocar`): the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
-    standardised over the batch), ``w`` rising linearly to this value over
-    ``robust_eps_warmup`` of the budget. ``None``: :data:`agents.robustness.wocar.WEIGHT`."""
+    :mod:`agents.robustness.wocar`), rising linearly to this value over ``robust_eps_warmup``
+    of the budget. PPO/A2C: the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
+    standardised over the batch; ``None``: :data:`agents.robustness.wocar.WEIGHT`). DQN (in
+    [0, 1]): the TD target's next action is ``argmax_a (1 - w) Q(s', a) + w Q_w(s', a)``
+    (``None``: :data:`agents.robustness.wocar.DQN_WEIGHT`)."""
     wocar_bound: str | None = None
     """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
     :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
@@ -666,10 +668,10 @@ class DQNConfig(AgentConfig):
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
         if self.robust in ("atla", "atla-sa"):
             raise ConfigError(f"robust: ATLA trains an actor-critic (PPO, A2C) against a learned "
-                             f"adversary; DQN supports 'sa' and 'adv', got {self.robust!r}")
-        if self.robust == "wocar":
-            raise ConfigError("robust: 'wocar' trains an actor-critic (PPO, A2C); DQN "
-                             "supports 'sa' and 'adv', got 'wocar'")
+                             f"adversary; DQN supports 'sa', 'adv' and 'wocar', got "
+                             f"{self.robust!r}")
+        if self.robust == "wocar" and self.wocar_weight is not None:  # a mixing weight here
+            probability(self.wocar_weight, "wocar_weight")
         if self.robust is not None and self.robust_method not in ("pgd", "convex"):
             raise ConfigError(f"robust_method: SA-DQN bounds the greedy action's margin by PGD or "
                              f"by the convex relaxation; 'pgd' or 'convex', got "

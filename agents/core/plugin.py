@@ -13,7 +13,10 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
   observations; the buffer keeps the clean ones);
 * **what the policy objective optimises**: :meth:`RobustnessPlugin.shape_advantages` (an on-policy
   batch's advantages as the update uses them; a method that learns from the rollout, WocaR's
-  worst-attack critic, trains there);
+  worst-attack critic, trains there); for a Q-learner :meth:`RobustnessPlugin.learn_from_replay`
+  (a replayed minibatch, before the gradient step: WocaR-DQN's worst-attack Q-network trains
+  there), :meth:`RobustnessPlugin.target_action_scores` (what the TD target's next action is
+  chosen by) and :meth:`RobustnessPlugin.q_loss` (the per-example loss, given the TD loss);
 * **an extra loss term**: :meth:`RobustnessPlugin.regularizer_inputs` outside the gradient tape
   (the inner search; ``None``: no term), then :meth:`RobustnessPlugin.regularizer` inside it;
 * **a phase between iterations**: :meth:`RobustnessPlugin.before_iteration` (a schedule, a learned
@@ -78,6 +81,27 @@ class RobustnessPlugin:
         ``[(S,) B, ...]``, ``B = n_steps * num_envs``) and its GAE ``advantages``; inside the
         compiled iteration, once per rollout, before the update."""
         return advantages
+
+    def learn_from_replay(self, batch: dict) -> None:
+        """A Q-learner's replayed minibatch ``batch`` (``obs`` (clean), ``actions``, ``rewards``,
+        ``next_obs``, ``terminated``; ``[(S,) B, ...]``), inside the compiled update, before the
+        gradient step's tape: a method that learns a model of its own from the replay trains
+        it here."""
+        return None
+
+    def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+        """The scores ``[(S,) B, A]`` whose argmax is the next action of a Q-learner's TD target,
+        given the algorithm's own ``scores`` (Double DQN: the online network's Q-values at
+        ``next_obs``; else the target network's); the target network values that action."""
+        return scores
+
+    def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
+               q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        """The per-example loss ``[(S,) B]`` a Q-learner minimises, given its TD loss
+        ``per_example``, the online Q-values ``q [(S,) B, A]`` at ``obs`` (differentiable), the
+        taken ``actions`` and the TD ``target`` (stopped); inside the gradient tape (before the
+        importance-sampling weights and the mean)."""
+        return per_example
 
     # -- an extra loss term --------------------------------------------------------------------
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:

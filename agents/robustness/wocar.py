@@ -4,7 +4,8 @@ Liang, Sun, Zheng, Huang, "Efficient Adversarial Training without Attacking: Wor
 Robust Reinforcement Learning", NeurIPS 2022. Instead of training against an attack (SA's inner
 search on every update, ATLA's learned adversary), the agent learns what the *worst* attack
 within eps would cost it, and optimises for that too. Three pieces, all on the agent's own
-rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`):
+rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; DQN's variant, on the
+replay, is :class:`WocaRDQNPlugin`):
 
 1. **The admissible actions** ``A_adv(s)`` an attacker can induce at ``s``: the actions that can
    be greedy somewhere in the ball ``s ± eps · scale``. Action ``a`` is kept unless some
@@ -55,9 +56,9 @@ cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search 
 ~2 ms for one PPO gradient step.
 
 eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness.robust.
-RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet): DQN
-(``WocaR-DQN``), continuous actions (the paper searches the worst action in the box of the
-Gaussian mean's bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``); each is refused
+RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet):
+continuous actions (the paper searches the worst action in the box of the Gaussian mean's
+bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
 with a :class:`robustgrad.errors.ConfigError` naming the argument. The critic is not part of the
 agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a fresh one.
 
@@ -70,32 +71,37 @@ agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import tensorflow as tf
 
 from agents.core._step import make_adam_step
 from agents.core.networks import MLP
-from agents.core.plugin import register_robustness
+from agents.core.plugin import RobustnessPlugin, register_robustness
 from agents.core.schedules import linear
 from agents.robustness._victim import _surface
-from agents.robustness.certify import difference_upper_bounds
+from agents.robustness.certify import difference_upper_bounds, output_bounds
 from agents.robustness.robust import ScheduledPlugin, sa_observations
 from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
 
 if TYPE_CHECKING:
     from agents.core.base import Agent
+    from agents.core.config import DQNConfig
     from agents.core.policy import PolicySurface
 
-__all__ = ["BOUND", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT", "WocaRPlugin",
-           "admissible_actions", "check_wocar_agent", "state_importance", "worst_attack_target"]
+__all__ = ["BOUND", "DQN_WEIGHT", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT",
+           "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent",
+           "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
 
 WEIGHT = 0.8
 """Default ``wocar_weight`` (the paper's MuJoCo configs: ``q_weight`` 0.8, linear schedule)."""
+DQN_WEIGHT = 0.05
+"""Default ``wocar_weight`` of WocaR-DQN: the worst-attack values' share ``w`` in the TD
+target's choice of the next action (the paper's DQN code: ``worst_ratio`` 0.05)."""
 BOUND = "ibp"
 """Default ``wocar_bound``: the cheaper bound (module doc)."""
 Q_EPOCHS = 4
@@ -175,12 +181,10 @@ def _standardize(x: tf.Tensor) -> tf.Tensor:
 
 def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     """The agent's policy surface if WocaR can train it (an on-policy actor-critic with a
-    discrete policy, one seed, a policy network the bound engine bounds with ``method``); else
+    discrete policy, or a DQN; one seed; a policy network the bound engine bounds with
+    ``method``); else
     a :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
     engine cannot bound)."""
-    if getattr(agent, "value_based", False):
-        raise ConfigError("robust: 'wocar' trains an actor-critic (PPO, A2C) here; WocaR-DQN is "
-                          "not implemented")
     if int(getattr(agent, "num_seeds", 1)) > 1:
         raise ConfigError(f"num_seeds: WocaR trains one seed per agent here (its worst-attack "
                           f"critic has no seed axis), got num_seeds={agent.num_seeds}; train "
@@ -252,7 +256,7 @@ class WocaRPlugin(ScheduledPlugin):
         n = int(obs.shape[0])
         mb = max(n // Q_MINIBATCHES, 1)
         gamma = float(self.agent.config.gamma)
-        seed = self.agent._seed()
+        seed = self.agent.draw_seed()
         pairs = list(zip(self.critic.trainable_variables, self.target.trainable_variables))
 
         def step(i, loss):
@@ -318,7 +322,7 @@ class WocaRPlugin(ScheduledPlugin):
         obs = tf.stop_gradient(obs)
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
-                                  self.agent._seed(), cfg.robust_method)
+                                  self.agent.draw_seed(), cfg.robust_method)
         return clean, obs_adv, state_importance(self.worst_q(obs))
 
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
@@ -358,4 +362,160 @@ def _within(graph: Any) -> bool:
     return False
 
 
-register_robustness("wocar", WocaRPlugin)
+def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: tf.Tensor,
+                          target: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+    """WocaR-DQN's worst-case term per row ``[B]``: ``sum_a huber(max(|ub_a − ref_a|,
+    |lb_a − ref_a|))`` with ``ref`` the TD ``target`` at the taken action and the clean
+    ``q(a)`` at the others, ``[lb, ub]`` the bounds ``[B, A]`` of the Q-values over the eps
+    ball: how far the ball lets each Q-value stray from what it should be. ``q [B, A]``
+    (differentiable), ``actions [B]`` int, ``target [B]`` (stopped by the caller);
+    ``delta``: the Huber threshold.
+
+    >>> lb, ub = tf.constant([[0.0, 1.0]]), tf.constant([[3.0, 2.0]])
+    >>> q = tf.constant([[1.0, 1.5]])
+    >>> # action 0 taken, target 2: |lb - 2| = 2 -> huber 1.5; action 1: 0.5 -> 0.125
+    >>> worst_case_bound_loss(lb, ub, q, tf.constant([0]), tf.constant([2.0])).numpy().tolist()
+    [1.625]
+    """
+    taken = tf.one_hot(actions, tf.shape(q)[-1]) > 0.5
+    ref = tf.where(taken, tf.cast(target, tf.float32)[..., None], q)
+    x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref))
+    per_action = tf.where(x <= delta, 0.5 * tf.square(x), delta * (x - 0.5 * delta))
+    return tf.reduce_sum(per_action, axis=-1)
+
+
+class WocaRDQNPlugin(ScheduledPlugin):
+    """``robust="wocar"`` for DQN (WocaR-DQN; the paper's DQN code, its RADIAL-based version):
+
+    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (:data:`Q_LR`, Huber) per
+       gradient step of the agent on the same replayed minibatch
+       (:meth:`learn_from_replay`) toward :func:`worst_attack_target`: ``r + gamma · (1 −
+       terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``, ``A_adv(s')`` the actions the
+       attacker can make greedy for the agent's *own* Q-network within the schedule's eps
+       (:func:`admissible_actions` at ``wocar_bound``), ``Q_w^-`` a Polyak-averaged target
+       network (rate :data:`TAU` per step; the paper's code bootstraps from ``Q_w`` itself
+       under ``no_grad``);
+    2. **the worst-case-aware TD target**: the next action is ``argmax_a (1 − w) · S(s', a) +
+       w · Q_w^-(s', a)`` (``S``: the algorithm's own scores, the online Q-values under Double
+       DQN), valued by the target network (:meth:`target_action_scores`; ``w``:
+       ``wocar_weight``, default :data:`DQN_WEIGHT`, rising over ``robust_eps_warmup``);
+    3. **the importance-weighted worst-case term**: the per-example loss is ``(1 − k) · TD +
+       k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
+       paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
+       :func:`worst_case_bound_loss` from the online network's bounds over the eps ball
+       (``wocar_bound``, differentiable w.r.t. the weights) and ``ω(s)`` the state's
+       importance, the spread ``max_a Q(s, a) − min_a Q(s, a)`` of the agent's own Q-values
+       normalised to mean 1 (:func:`state_importance`; the paper's definition for value-based
+       agents; its DQN code weights all states alike).
+
+    The admissible set here is the tighter of the two sound rules: ``a`` is dropped when some
+    ``j`` provably beats it (``ub(Q_a − Q_j) < 0``, the differences bounded as one network);
+    the paper's code drops ``a`` when ``ub(Q_a) < max_j lb(Q_j)`` (intervals of each output),
+    which admits a superset.
+
+    No inner search: the smoothness term comes from the bound engine alone (``robust_method``
+    and ``robust_steps`` are not read), so one gradient step costs a few forward passes more
+    than vanilla DQN's (two bound passes, the worst-attack network's step), against SA-DQN's
+    ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
+    network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
+    ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
+    last step's mean ``L_wc``). One seed per agent; the networks are not in the checkpoint."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        cfg = agent.config
+        self.bound = cfg.wocar_bound or BOUND
+        self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
+        self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
+        self.surface = check_wocar_agent(agent, self.bound)
+        n_actions = int(agent.env.single_action_space.n)
+        in_dim = int(np.prod(agent.obs_shape))
+        hidden = tuple(cfg.hidden_sizes)
+        self.critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                          name="wocar_critic")
+        self.target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                          name="wocar_target")
+        self.critic_step, _ = make_adam_step(self.critic.trainable_variables, Q_LR,
+                                             cfg.max_grad_norm)
+        self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
+                                  trainable=False, name="wocar_weight")
+        self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
+                       for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
+                                 "wocar_bound_loss")}
+
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the online
+        one) at raw observations (the agent's normaliser applied)."""
+        net = self.target if target else self.critic
+        return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
+
+    # -- the phase between iterations ----------------------------------------------------------
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        super().before_iteration(steps_done, total)
+        warmup = self.agent.config.robust_eps_warmup
+        frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
+        self.weight.assign(self.target_weight * frac)
+        return {}
+
+    def after_iteration(self, logs: dict, extra: dict) -> None:
+        super().after_iteration(logs, extra)
+        logs["wocar_weight"] = float(self.weight.numpy())
+        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+    # -- the Q-learner's hooks -----------------------------------------------------------------
+    def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(target [B], admissible [B, A])`` of a replayed ``batch``: the worst-attack Bellman
+        targets (:func:`worst_attack_target` of the target network at ``next_obs``, stopped)
+        and the admissible actions there for the agent's Q-network at the schedule's eps."""
+        admissible = admissible_actions(self.surface, batch["next_obs"], self.schedule.eps,
+                                        self.bound)
+        target = worst_attack_target(self.worst_q(batch["next_obs"]), admissible,
+                                     batch["rewards"], batch["terminated"],
+                                     float(self.agent.config.gamma))
+        return target, admissible
+
+    @_plain
+    def learn_from_replay(self, batch: dict) -> None:
+        """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1)."""
+        obs, actions = batch["obs"], batch["actions"]
+        target, admissible = self.worst_attack_targets(batch)
+        delta = self.huber_delta
+        with tf.GradientTape() as tape:
+            q = tf.gather(self.worst_q(obs, target=False), actions, batch_dims=1)
+            err = tf.abs(q - target)
+            loss = tf.reduce_mean(tf.where(err <= delta, 0.5 * tf.square(err),
+                                           delta * (err - 0.5 * delta)))
+        self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
+        for src, dst in zip(self.critic.trainable_variables, self.target.trainable_variables):
+            dst.assign((1.0 - TAU) * dst + TAU * src)
+        self._stats["wocar_q_loss"].assign(loss)
+        self._stats["wocar_worst_q"].assign(tf.reduce_mean(q))
+        self._stats["wocar_admissible"].assign(
+            tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+
+    def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+        """``(1 − w) · scores + w · Q_w^-(next_obs)`` (class doc, 2), stopped."""
+        worst = self.worst_q(next_obs)
+        return tf.stop_gradient((1.0 - self.weight) * scores + self.weight * worst)
+
+    @_plain
+    def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
+               q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
+        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
+                               self.bound)
+        wc = worst_case_bound_loss(lb, ub, q, actions, tf.stop_gradient(target),
+                                   self.huber_delta)
+        importance = state_importance(tf.stop_gradient(q))
+        self._stats["wocar_bound_loss"].assign(tf.reduce_mean(wc))
+        k = self.schedule.kappa
+        return (1.0 - k) * per_example + k * importance * wc
+
+
+def _wocar(agent: Any) -> RobustnessPlugin:
+    """The WocaR plug-in of ``agent``: WocaR-DQN for a Q-learner, else the actor-critic's."""
+    return WocaRDQNPlugin(agent) if getattr(agent, "value_based", False) else WocaRPlugin(agent)
+
+
+register_robustness("wocar", _wocar)
+

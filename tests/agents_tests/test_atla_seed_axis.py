@@ -260,8 +260,8 @@ def test_what_atla_on_the_seed_axis_still_refuses():
                                          r"iterations_per_call=1, got 2$"):
         agents.PPO(num_seeds=2, robust="atla", backend="graph", iterations_per_call=2, **SMALL)
     with pytest.raises(ValueError, match=r"^robust: ATLA trains an actor-critic \(PPO, A2C\) "
-                                         r"against a learned adversary; DQN supports 'sa' and "
-                                         r"'adv', got 'atla'$"):
+                                         r"against a learned adversary; DQN supports 'sa', "
+                                         r"'adv' and 'wocar', got 'atla'$"):
         agents.DQN(env="CartPole-v1", num_seeds=2, robust="atla")
     import gymnasium as gym
 

@@ -91,11 +91,120 @@ def test_config_refusals(kwargs, message):
     assert str(info.value) == message
 
 
-def test_dqn_is_refused():
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(robust="wocar", robust_eps=0.0), "robust_eps must be a number > 0, got 0.0"),
+    (dict(robust="wocar", robust_eps=float("nan")), "robust_eps must be a number >= 0, got nan"),
+    (dict(robust="wocar", wocar_weight=1.5),
+     "wocar_weight must be a number in [0, 1], got 1.5"),
+    (dict(robust="sa", wocar_weight=0.5),
+     "wocar_weight: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
+     "robust method), got robust='sa'"),
+    (dict(robust="adv", wocar_bound="crown"),
+     "wocar_bound: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
+     "robust method), got robust='adv'"),
+    (dict(robust="atla"),
+     "robust: ATLA trains an actor-critic (PPO, A2C) against a learned adversary; DQN supports "
+     "'sa', 'adv' and 'wocar', got 'atla'"),
+])
+def test_dqn_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
-        DQNConfig(robust="wocar")
-    assert str(info.value) == ("robust: 'wocar' trains an actor-critic (PPO, A2C); DQN supports "
-                               "'sa' and 'adv', got 'wocar'")
+        DQNConfig(**kwargs)
+    assert str(info.value) == message
+
+
+def test_dqn_takes_wocar_and_the_seed_axis_is_refused_by_name():
+    cfg = DQNConfig(robust=agents.WocaR(eps=0.02, weight=0.1, bound="crown", kappa=0.5))
+    assert (cfg.robust, cfg.robust_eps, cfg.wocar_weight, cfg.wocar_bound, cfg.robust_kappa) == \
+        ("wocar", 0.02, 0.1, "crown", 0.5)
+    agent = agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(8,), buffer_size=64,
+                       batch_size=8, robust="wocar", robust_eps=0.02)
+    assert type(agent.robustness) is wocar.WocaRDQNPlugin
+    with pytest.raises(ConfigError) as info:
+        agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(8,), buffer_size=64,
+                   batch_size=8, robust="wocar", robust_eps=0.02, num_seeds=2)
+    assert str(info.value) == ("num_seeds: WocaR trains one seed per agent here (its "
+                               "worst-attack critic has no seed axis), got num_seeds=2; train "
+                               "several agents (agents.train_many)")
+
+
+def _hand_dqn(**kwargs):
+    """A WocaR-DQN on CartPole whose Q-network is linear on the ball (ReLU kept open by a
+    bias of 10): ``Q(s) = [2 s_0, 2 s_1]``; its worst-attack target network ``Q_w^-(s) =
+    [3 s_2, s_3]``. Bounds of ``Q_0 − Q_1`` over the eps ball: ``2 (s_0 − s_1) ± 4 eps``."""
+    agent = agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(4,), activation="relu",
+                       normalize_obs=False, buffer_size=64, batch_size=8, robust="wocar",
+                       robust_eps=0.02, robust_eps_warmup=0.0, **kwargs)
+    eye, ten = np.eye(4, dtype=np.float32), np.full([4], 10.0, np.float32)
+
+    def linear(net, m):
+        (w1, w2), (b1, b2) = net.weights_, net.biases
+        w1.assign(eye), b1.assign(ten), w2.assign(m), b2.assign(-10.0 * m.sum(0))
+
+    linear(agent.q.net, np.array([[2, 0], [0, 2], [0, 0], [0, 0]], np.float32))
+    linear(agent.robustness.target, np.array([[0, 0], [0, 0], [3, 0], [0, 1]], np.float32))
+    return agent
+
+
+def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
+    agent = _hand_dqn()
+    plugin = agent.robustness
+    nxt = tf.constant([[0.50, 0.48, 0.2, 0.1],    # Q 1.00 / 0.96: both reachable
+                       [0.50, 0.30, 0.2, 0.1],    # Q 1.00 / 0.60: the gap 0.4 > 0.08
+                       [0.30, 0.50, 0.2, 0.9]])   # Q 0.60 / 1.00: only action 1
+    batch = {"obs": tf.zeros([3, 4]), "actions": tf.constant([0, 1, 0]),
+             "rewards": tf.constant([1.0, 1.0, 0.5]), "next_obs": nxt,
+             "terminated": tf.constant([False, False, True])}
+    target, admissible = plugin.worst_attack_targets(batch)
+    assert admissible.numpy().tolist() == [[True, True], [True, False], [False, True]]
+    gamma = agent.config.gamma  # Q_w^- = [0.6, 0.1], [0.6, 0.1], [0.6, 0.9]
+    np.testing.assert_allclose(target.numpy(), [1.0 + gamma * 0.1, 1.0 + gamma * 0.6, 0.5],
+                               rtol=1e-5)
+    # the paper's interval rule (ub(Q_a) >= max_j lb(Q_j)) admits the same actions here
+    lb, ub = wocar.output_bounds(plugin.surface, nxt, 0.02, "ibp")
+    paper = (ub.numpy() >= lb.numpy().max(-1, keepdims=True))
+    assert paper.tolist() == admissible.numpy().tolist()
+    # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.05 here)
+    scores = plugin.target_action_scores(nxt, agent.q(nxt)).numpy()
+    np.testing.assert_allclose(scores[0], [0.95 * 1.0 + 0.05 * 0.6, 0.95 * 0.96 + 0.05 * 0.1],
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["ibp", "crown"])
+def test_dqn_admissible_actions_are_sound_by_sampling_the_ball(method):
+    agent = agents.DQN(env="CartPole-v1", seed=4, preset=None, hidden_sizes=(16, 16),
+                       buffer_size=64, batch_size=8)
+    surface = agent.policy_surface()
+    eps, rng = 0.1, np.random.default_rng(1)
+    obs = rng.normal(size=[40, 4]).astype(np.float32)
+    adm = wocar.admissible_actions(surface, obs, eps, method).numpy()
+    delta = rng.uniform(-eps, eps, size=[300, 40, 4]).astype(np.float32)
+    delta[:100] = eps * np.sign(delta[:100])  # corners
+    greedy = surface.outputs(tf.reshape(obs[None] + delta, [-1, 4])).numpy().argmax(-1)
+    reached = np.zeros_like(adm)
+    for s, g in enumerate(greedy.reshape(300, 40).T):
+        reached[s, np.unique(g)] = True
+    assert not (reached & ~adm).any(), "an action reached in the ball is not admissible"
+    assert (adm.sum(-1) == 1).any() and (adm.sum(-1) > 1).any()
+
+
+def test_the_worst_case_bound_loss_and_its_mix():
+    lb = tf.constant([[0.0, 1.0], [0.5, 0.5]])
+    ub = tf.constant([[3.0, 2.0], [0.5, 4.0]])
+    q = tf.constant([[1.0, 1.5], [0.5, 1.0]])
+    # row 0 as the doctest: 1.5 + 0.125; row 1, action 1 taken, target 1: |4 - 1| = 3 -> 2.5,
+    # action 0: 0
+    wc = wocar.worst_case_bound_loss(lb, ub, q, tf.constant([0, 1]), tf.constant([2.0, 1.0]))
+    np.testing.assert_allclose(wc.numpy(), [1.625, 2.5])
+    agent = _hand_dqn(robust_kappa=0.5)
+    obs = tf.constant([[0.5, 0.3, 0.0, 0.0], [0.4, 0.4, 0.0, 0.0]])
+    q = agent.q(obs)  # [1.0, 0.6], [0.8, 0.8]: spreads 0.4, 0 -> importance 2, 0
+    per_example = tf.constant([1.0, 3.0])
+    mixed = agent.robustness.q_loss(per_example, obs, tf.constant([0, 1]), q,
+                                    tf.constant([1.0, 0.8]))
+    lb, ub = wocar.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
+    wc0 = wocar.worst_case_bound_loss(lb, ub, q, tf.constant([0, 1]), tf.constant([1.0, 0.8]))
+    np.testing.assert_allclose(mixed.numpy(), [0.5 * 1.0 + 0.5 * 2.0 * wc0[0], 0.5 * 3.0],
+                               rtol=1e-5)
 
 
 def test_continuous_actions_and_the_seed_axis_are_refused():
@@ -188,3 +297,34 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     natural = agent.value(obs).numpy()
     assert worst.mean() < natural.mean(), (worst, natural)
 
+
+
+def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natural_one():
+    """A short real run (graph backend, 8k steps, a 64-64 Q-network, 32 gradient steps per
+    64 env steps): the agent learns well above random (~22), the schedule's weight and the
+    worst-attack network's logs are sane, and on the states the greedy policy visits the
+    worst-attack value ``min_{a in A_adv(s)} Q_w(s, a)`` is below the natural ``max_a Q(s, a)``."""
+    agent = agents.DQN(env="CartPole-v1", seed=0, backend="graph", hidden_sizes=(64, 64),
+                       train_freq=64, gradient_steps=32, robust=agents.WocaR(eps=0.02))
+    logs = []
+    agent.learn(8192, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    assert np.mean(agent.episode_returns) > 45.0, agent.episode_returns  # random play: ~22
+    assert agent.evaluate(5, seed=3)["mean_return"] > 45.0
+    last = logs[-1]
+    assert last["wocar_weight"] == pytest.approx(0.05 * min(1.0, last["steps"] / (0.75 * 8192)),
+                                                 rel=0.05)
+    assert 1.0 <= last["wocar_admissible"] <= 2.0
+    assert np.isfinite(last["wocar_q_loss"]) and last["wocar_bound_loss"] > 0.0
+    env = gymnasium.make("CartPole-v1")
+    state, _ = env.reset(seed=5)
+    visited = []
+    for _ in range(100):  # states the trained greedy policy visits
+        visited.append(state)
+        state, _, term, trunc, _ = env.step(int(agent.act(state[None], deterministic=True)[0]))
+        if term or trunc:
+            state, _ = env.reset()
+    obs = np.asarray(visited, np.float32)
+    adm = wocar.admissible_actions(agent.policy_surface(), obs, 0.02, "ibp")
+    worst = tf.reduce_min(tf.where(adm, agent.robustness.worst_q(obs), np.inf), -1).numpy()
+    natural = tf.reduce_max(agent.q_values(obs), -1).numpy()
+    assert worst.mean() <= natural.mean(), (worst.mean(), natural.mean())
