@@ -22,6 +22,9 @@ Usage (from a snapshot copy of the tree)::
 
     .venv/bin/python benchmarks/evaluate_resume.py             # about 10 minutes on 2 cores
     .venv/bin/python benchmarks/evaluate_resume.py --attacks pgd --chunk-size 50   # quick
+    # a longer run: a madry-trained classifier (benchmarks/multiworker_accuracy.py saves one),
+    # every attack of the cascade on most examples, 40 chunks
+    .venv/bin/python benchmarks/evaluate_resume.py --model madry.keras --limit 160 --chunk-size 4
 """
 
 from __future__ import annotations
