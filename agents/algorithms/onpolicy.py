@@ -388,36 +388,11 @@ class OnPolicyAgent(Agent):
         self.model.obs_norm.update(obs)
         return stats
 
-    def _losses(self, obs, actions, advantages, returns):
-        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch (per seed: ``[S]`` terms)."""
-        cfg = self.config
-        dist = self.model.distribution(obs)
-        logp = dist.log_prob(actions)
-        entropy = _mean(dist.entropy())
-        adv = _normalize(advantages) if cfg.normalize_advantages else advantages
-        pg_loss = -_mean(logp * tf.stop_gradient(adv))
-        v_loss = 0.5 * _mean(tf.square(self.model.value(obs) - returns))
-        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
-
-    def _update(self, obs, actions, logp_old, advantages, returns, values):
-        """One gradient step on the whole batch (REINFORCE, A2C), with the robustness plug-in's
-        term when it has one (``sa_kl`` in the statistics: SA-A2C)."""
-        inputs = self.robustness.regularizer_inputs(obs)  # outside the tape
-        robust_stats = {}
-        with tf.GradientTape() as tape:
-            loss, stats = self._losses(obs, actions, advantages, returns)
-            if inputs is not None:
-                term, robust_stats["sa_kl"] = self.robustness.regularizer(obs, inputs)
-                loss = loss + term
-        step = self._apply_gradients(self._gradients(tape, loss))
-        stats = dict(stats)
-        stats["loss"] = loss
-        stats.update(robust_stats)
-        stats["grad_norm"] = step["grad_norm"]
-        stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
-        stats["updates_tried"] = tf.ones(self._lead)
-        return stats
+    def _update(self, obs, actions, logp_old, advantages, returns, values) -> dict:
+        """The algorithm's update on a batch ``[(S,) B, ...]`` (PPO's clipped epochs, A2C's and
+        REINFORCE's one step: :mod:`agents.algorithms.pg`); returns its statistics, per seed,
+        with ``grad_norm``, ``updates_applied`` and ``updates_tried``."""
+        raise NotImplementedError
 
     def _gradients(self, tape, loss):
         """Gradients of ``loss`` (a scalar, or ``[S]`` per seed: the tape differentiates the
