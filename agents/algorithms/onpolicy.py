@@ -35,7 +35,7 @@ iteration looped in one compiled call, :class:`agents.algorithms._iterations.Ite
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import tensorflow as tf
@@ -47,7 +47,7 @@ from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent, own_function
-from agents.core.collectors import check_batch
+from agents.core.collectors import GraphCollector, check_batch
 from agents.core.config import OnPolicyConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface
@@ -121,10 +121,12 @@ class OnPolicyAgent(Agent):
         # backend="graph": rollout + targets + update of an iteration in one compiled call
         self._iteration = tf.function(own_function(self._iteration_graph),
                                       jit_compile=cfg.jit_compile)
-        # iterations_per_call > 1: up to K iterations (rollout, targets, update) in one call
+        # iterations_per_call > 1 (the graph backend, the config checks it): up to K iterations
+        # (rollout, targets, update) in one compiled call
         self.iteration_loop: IterationLoop | None = None if cfg.iterations_per_call == 1 else \
             IterationLoop(lambda: self._train_graph(self._rollout_graph()),
-                          self.optimizer.learning_rate, self.collector.episode_count, self._lead,
+                          self.optimizer.learning_rate,
+                          cast(GraphCollector, self.collector).episode_count, self._lead,
                           cfg.max_nonfinite_updates, cfg.jit_compile, self.trace_counts)
 
     def _checkpoint_modules(self):
