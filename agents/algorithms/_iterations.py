@@ -1,9 +1,9 @@
 """Several on-policy iterations per compiled call (``iterations_per_call = K > 1``, graph
-backend; PureJaxRL compiles its whole training into one call), a mixin of
-:class:`agents.algorithms.onpolicy.OnPolicyAgent`.
+backend; PureJaxRL compiles its whole training into one call): :class:`IterationLoop`, which an
+:class:`agents.algorithms.onpolicy.OnPolicyAgent` holds when ``K > 1`` (``iteration_loop``).
 
-``_iterations(lrs, failures)`` runs ``n <= K`` iterations
-in a ``tf.while_loop`` inside one compiled call (XLA too), each as ``_iteration``, with its
+The loop runs ``n <= K`` iterations (each the agent's own rollout, targets and update, handed
+in as ``iteration``) in a ``tf.while_loop`` inside one compiled call (XLA too), each with its
 learning rate from ``lrs [L]`` (the annealing schedule, computed in Python as for ``K = 1``;
 NaN past the ``n``-th). The loop's length ``L <= K`` is the most iterations a call of this agent
 has used (what the budget can use), never ``K`` itself: ``K = 10**6`` with a 4-iteration budget
@@ -26,114 +26,87 @@ callbacks run at call boundaries (:meth:`agents.Agent.learn`).
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 
-if TYPE_CHECKING:  # the mixin's host: OnPolicyAgent (its MRO puts Agent after the mixin)
-    from collections.abc import Callable
-
-    from agents.core.base import Agent
-    from agents.core.collectors import GraphCollector
-    from agents.core.config import OnPolicyConfig
-
-    _Host = Agent
-else:
-    _Host = object
+from agents.core.base import own_function
 
 MAX_STATS = 32
-"""Room for an iteration's statistics in the packed per-call record of ``_iterations``."""
+"""Room for an iteration's statistics in the packed per-call record of the loop."""
 
 
-class IterationsPerCall(_Host):
-    """The ``K > 1`` path of :meth:`agents.Agent.learn`'s ``_train_call`` (module doc): the
-    compiled loop (``_iterations_graph``, compiled as ``_iterations`` by the agent) and the
-    Python side that cuts ``K`` and hands each iteration's logs and episodes back in order."""
+class IterationLoop:
+    """Up to ``K`` iterations in one compiled call (module doc).
 
-    if TYPE_CHECKING:  # given by OnPolicyAgent
-        config: OnPolicyConfig
-        collector: GraphCollector  # K > 1 runs on the graph backend
-        trace_counts: collections.Counter[str]
-        _lead: tuple[int, ...]
-        _stat_keys: list[str]
-        _iterations_pad: int
-        _iterations: Callable[[tf.Tensor, tf.Tensor], tuple]  # _iterations_graph compiled
+    ``iteration()``: one iteration's statistics ``{name: [(S,)]}`` (graph code: rollout,
+    targets, update); ``learning_rate``: the ``tf.Variable`` the update reads; ``episode_count()``:
+    the collector's finished episodes since the last drain (int64, in the graph); ``lead``: ``()``
+    or ``(S,)``; ``max_failures``: ``max_nonfinite_updates``; ``trace_counts``: the agent's
+    (``"iterations"`` counts this loop's traces).
+    """
 
-        def _train_graph(self, batch: dict) -> dict: ...
+    def __init__(self, iteration: Callable[[], dict], learning_rate: tf.Variable,
+                 episode_count: Callable[[], tf.Tensor], lead: tuple[int, ...],
+                 max_failures: int, jit_compile: bool,
+                 trace_counts: collections.Counter[str]):
+        self._iteration = iteration
+        self._learning_rate = learning_rate
+        self._episode_count = episode_count
+        self._lead = lead
+        self._max_failures = max_failures
+        self._trace_counts = trace_counts
+        self.stat_keys: list[str] = []  # the statistics' names, set when the loop traces
+        self.pad = 1  # the length of the loop: the most iterations a call has used
+        self.compiled = tf.function(own_function(self._loop_graph), jit_compile=jit_compile)
 
-        def _rollout_graph(self) -> dict: ...
-
-        def _learning_rate(self, steps_done: int, total: int) -> float: ...
-
-        def _stats_logs(self, stats: dict, lr: float) -> dict: ...
-
-    def _iterations_graph(self, lrs, failures):
-        """``n`` iterations (rollout, targets, update), ``lrs [L]`` float32 their learning rates
-        (NaN past the ``n``-th, ``1 <= n <= L <= K``), ``failures [(S,)]`` int32 the consecutive
-        fully rejected updates so far: stops after an iteration that brings a seed to
-        ``max_nonfinite_updates``. Returns the packed
-        statistics ``[L, MAX_STATS, (S,)]`` (names in ``_stat_keys``), the collector's episode
-        count after each iteration ``[L]`` int64 and the number of iterations run."""
-        self.trace_counts["iterations"] += 1
+    def _loop_graph(self, lrs, failures):
+        """``n`` iterations, ``lrs [L]`` float32 their learning rates (NaN past the ``n``-th,
+        ``1 <= n <= L <= K``), ``failures [(S,)]`` int32 the consecutive fully rejected updates
+        so far: stops after an iteration that brings a seed to ``max_failures``. Returns the
+        packed statistics ``[L, MAX_STATS, (S,)]`` (names in ``stat_keys``), the episode count
+        after each iteration ``[L]`` int64 and the number of iterations run."""
+        self._trace_counts["iterations"] += 1
         size = lrs.shape[0]
         packed = tf.TensorArray(tf.float32, size=size, element_shape=(MAX_STATS,) + self._lead)
         counts = tf.TensorArray(tf.int64, size=size, element_shape=())
-        limit = self.config.max_nonfinite_updates
         ran = tf.constant(0)
         # n from lrs: an int32 argument n made XLA compile the call again for each n
         n = tf.reduce_sum(tf.cast(tf.math.is_finite(lrs), tf.int32))
         for i in tf.range(size):
-            self.optimizer.learning_rate.assign(lrs[i])
-            stats = self._train_graph(self._rollout_graph())
-            packed = packed.write(i, self._pack_stats(stats))
-            counts = counts.write(i, self.collector.episode_count())
+            self._learning_rate.assign(lrs[i])
+            stats = self._iteration()
+            packed = packed.write(i, self._pack(stats))
+            counts = counts.write(i, self._episode_count())
             failed = (stats["updates_tried"] > 0) & (stats["updates_applied"] == 0)
             failures = tf.where(failed, failures + 1, 0)
             ran = i + 1
-            if tf.logical_or(tf.reduce_any(failures >= limit), i + 1 >= n):
+            if tf.logical_or(tf.reduce_any(failures >= self._max_failures), i + 1 >= n):
                 break
         return packed.stack(), counts.stack(), ran
 
-    def _pack_stats(self, stats):
+    def _pack(self, stats):
         """An iteration's statistics as one ``[MAX_STATS, (S,)]`` float32 tensor (zero-padded;
-        the names, sorted, in ``_stat_keys``)."""
+        the names, sorted, in ``stat_keys``)."""
         keys = sorted(stats)
         if len(keys) > MAX_STATS:
             raise ValueError(f"an iteration reports {len(keys)} statistics, more than "
                              f"MAX_STATS = {MAX_STATS}")
-        self._stat_keys = keys
+        self.stat_keys = keys
         rows = [tf.broadcast_to(tf.cast(stats[k], tf.float32), self._lead) for k in keys]
         return tf.stack(rows + [tf.zeros(self._lead)] * (MAX_STATS - len(keys)))
 
-    def _train_call(self, steps_done, total, until, failures):
-        """``iterations_per_call = K > 1`` (module doc): up to ``K`` iterations in one compiled
-        call, the last one the first to reach ``until`` env steps; their logs in order."""
-        cfg = self.config
-        k_max = cfg.iterations_per_call
-        if k_max == 1:
-            return super()._train_call(steps_done, total, until, failures)
-        n = cfg.n_steps * cfg.num_envs
-        k = max(1, min(k_max, -(-until // n)))
-        # the loop's length: what the budget can use, never K itself (K = 10**6 for a 4-iteration
-        # budget allocated by K); kept across calls so that a shorter call does not trace again
-        self._iterations_pad = max(self._iterations_pad, k)
-        lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
-        packed, counts, ran = self._iterations(
-            tf.constant(lrs + [float("nan")] * (self._iterations_pad - k), tf.float32),
+    def __call__(self, lrs: list[float], failures: list[int]
+                 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+        """Run ``len(lrs)`` iterations or fewer (the failure stop) with those learning rates;
+        returns each iteration's statistics and the episode count after each one."""
+        k = len(lrs)
+        # kept across calls so that a shorter call does not trace again
+        self.pad = max(self.pad, k)
+        packed, counts, ran = self.compiled(
+            tf.constant(lrs + [float("nan")] * (self.pad - k), tf.float32),
             tf.reshape(tf.constant(failures, tf.int32), self._lead))
         ran = int(ran)
-        packed, counts = packed.numpy(), counts.numpy()
-        steps = int(self.num_timesteps.numpy())
-        self.num_timesteps.assign_add(n * ran)
-        self.num_updates.assign_add(ran)
-        # each iteration's finished episodes (the count is cumulative since the last drain)
-        episodes = self.collector.drain_seed_episodes()
-        lost = int(counts[ran - 1]) - len(episodes)  # beyond the ring buffer's capacity
-        bounds = [0] + [max(int(c) - lost, 0) for c in counts[:ran]]
-        self._queued_episodes = [episodes[a:b] for a, b in zip(bounds, bounds[1:])]
-        results = []
-        for i in range(ran):
-            logs = self._stats_logs(dict(zip(self._stat_keys, packed[i])), lrs[i])
-            logs["steps"] = steps + (i + 1) * n
-            results.append((logs, n))
-        return results
+        packed = packed.numpy()
+        return [dict(zip(self.stat_keys, packed[i])) for i in range(ran)], counts.numpy()[:ran]

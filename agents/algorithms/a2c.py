@@ -9,13 +9,13 @@ Stable-Baselines3's A2C, with Adam (eps 1e-5) instead of RMSprop. ``robust="sa"`
 
 from __future__ import annotations
 
-from agents.algorithms.onpolicy import OnPolicyAgent
+from agents.algorithms.pg import PolicyGradient
 from agents.core.config import A2CConfig
 
 
-class A2C(OnPolicyAgent):
-    """A2C agent; see :class:`A2CConfig`. Its update is :meth:`OnPolicyAgent._update` (one
-    gradient step on the whole batch, with the robustness plug-in's term: SA-A2C)."""
+class A2C(PolicyGradient):
+    """A2C agent; see :class:`A2CConfig`. Its update is :class:`agents.algorithms.pg.PolicyGradient`'s
+    (one gradient step on the whole batch, with the robustness plug-in's term: SA-A2C)."""
 
     algo = "a2c"
     config_cls = A2CConfig

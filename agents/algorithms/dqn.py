@@ -173,7 +173,7 @@ class DQN(Agent):
     def _on_env_reset(self, obs):
         self._obs.assign(obs)
 
-    def _seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+    def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
         """``(per seed, shared)`` variables for :func:`agents.backends.seed_axis.export_seed`: networks,
         observation statistics, Adam's moments and count, the replay buffer's contents and
         priorities (each ``[S, ...]`` with the seed axis); the step counts, learning rate,

@@ -28,26 +28,26 @@ that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S
 update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the
 ordinary agent's.
 
-Several iterations per call (``iterations_per_call = K > 1``, graph backend):
-:mod:`agents.algorithms._iterations`.
+Several iterations per call (``iterations_per_call = K > 1``, graph backend): the same
+iteration looped in one compiled call, :class:`agents.algorithms._iterations.IterationLoop`.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents.algorithms._iterations import IterationsPerCall
+from agents.algorithms._iterations import IterationLoop
 from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent, own_function
-from agents.core.collectors import check_batch
+from agents.core.collectors import GraphCollector, check_batch
 from agents.core.config import OnPolicyConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface
@@ -72,7 +72,7 @@ def _mean(x):
     return tf.reduce_mean(x, axis=-1)
 
 
-class OnPolicyAgent(IterationsPerCall, Agent):
+class OnPolicyAgent(Agent):
     """Base of the actor-critic agents; subclasses implement ``_update``."""
 
     config_cls = OnPolicyConfig
@@ -121,16 +121,27 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         # backend="graph": rollout + targets + update of an iteration in one compiled call
         self._iteration = tf.function(own_function(self._iteration_graph),
                                       jit_compile=cfg.jit_compile)
-        # iterations_per_call > 1: up to K iterations of _iteration in one compiled call
-        self._iterations = tf.function(own_function(self._iterations_graph),
-                                       jit_compile=cfg.jit_compile)
-        self._stat_keys: list[str] = []  # the statistics' names, set when _iterations traces
-        self._iterations_pad = 1  # the length of _iterations's loop: the most a call has used
+        # iterations_per_call > 1 (the graph backend, the config checks it): up to K iterations
+        # (rollout, targets, update) in one compiled call
+        self.iteration_loop: IterationLoop | None = None if cfg.iterations_per_call == 1 else \
+            IterationLoop(lambda: self._train_graph(self._rollout_graph()),
+                          self.optimizer.learning_rate,
+                          cast(GraphCollector, self.collector).episode_count, self._lead,
+                          cfg.max_nonfinite_updates, cfg.jit_compile, self.trace_counts)
 
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,
                 "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
                 "return_acc": self._ret_acc}
+
+    def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)`` (:meth:`agents.Agent.seed_axis_state`): networks and
+        observation statistics, Adam's moments and count, reward statistics and return
+        accumulator; the learning rate and step counts."""
+        opt = self.optimizer
+        per_seed = list(self.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
+        per_seed += list(self.reward_rms.variables) + [self._ret_acc, self._last_end]
+        return per_seed, [opt.learning_rate, self.num_timesteps, self.num_updates]
 
     # -- the seed axis: layouts --------------------------------------------------------------
     def _split_envs(self, x):
@@ -379,36 +390,11 @@ class OnPolicyAgent(IterationsPerCall, Agent):
         self.model.obs_norm.update(obs)
         return stats
 
-    def _losses(self, obs, actions, advantages, returns):
-        """Vanilla policy-gradient loss (REINFORCE/A2C) on a batch (per seed: ``[S]`` terms)."""
-        cfg = self.config
-        dist = self.model.distribution(obs)
-        logp = dist.log_prob(actions)
-        entropy = _mean(dist.entropy())
-        adv = _normalize(advantages) if cfg.normalize_advantages else advantages
-        pg_loss = -_mean(logp * tf.stop_gradient(adv))
-        v_loss = 0.5 * _mean(tf.square(self.model.value(obs) - returns))
-        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy}
-
-    def _update(self, obs, actions, logp_old, advantages, returns, values):
-        """One gradient step on the whole batch (REINFORCE, A2C), with the robustness plug-in's
-        term when it has one (``sa_kl`` in the statistics: SA-A2C)."""
-        inputs = self.robustness.regularizer_inputs(obs)  # outside the tape
-        robust_stats = {}
-        with tf.GradientTape() as tape:
-            loss, stats = self._losses(obs, actions, advantages, returns)
-            if inputs is not None:
-                term, robust_stats["sa_kl"] = self.robustness.regularizer(obs, inputs)
-                loss = loss + term
-        step = self._apply_gradients(self._gradients(tape, loss))
-        stats = dict(stats)
-        stats["loss"] = loss
-        stats.update(robust_stats)
-        stats["grad_norm"] = step["grad_norm"]
-        stats["updates_applied"] = tf.cast(step["applied"], tf.float32)
-        stats["updates_tried"] = tf.ones(self._lead)
-        return stats
+    def _update(self, obs, actions, logp_old, advantages, returns, values) -> dict:
+        """The algorithm's update on a batch ``[(S,) B, ...]`` (PPO's clipped epochs, A2C's and
+        REINFORCE's one step: :mod:`agents.algorithms.pg`); returns its statistics, per seed,
+        with ``grad_norm``, ``updates_applied`` and ``updates_tried``."""
+        raise NotImplementedError
 
     def _gradients(self, tape, loss):
         """Gradients of ``loss`` (a scalar, or ``[S]`` per seed: the tape differentiates the
@@ -446,6 +432,28 @@ class OnPolicyAgent(IterationsPerCall, Agent):
             logs = {k: float(v) for k, v in stats.items()}
         logs["learning_rate"] = lr
         return logs
+
+    def _train_call(self, steps_done, total, until, failures):
+        """With ``iterations_per_call = K > 1``, up to ``K`` iterations in one compiled call
+        (``iteration_loop``), the last one the first to reach ``until`` env steps, their logs in
+        order; else one iteration (:meth:`agents.Agent._train_call`)."""
+        loop = self.iteration_loop
+        if loop is None:
+            return super()._train_call(steps_done, total, until, failures)
+        n = self.config.n_steps * self.config.num_envs
+        k = max(1, min(self.config.iterations_per_call, -(-until // n)))
+        lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
+        stats, counts = loop(lrs, failures)
+        steps = int(self.num_timesteps.numpy())
+        self.num_timesteps.assign_add(n * len(stats))
+        self.num_updates.assign_add(len(stats))
+        # each iteration's finished episodes (the count is cumulative since the last drain)
+        episodes = self.collector.drain_seed_episodes()
+        lost = int(counts[-1]) - len(episodes)  # beyond the ring buffer's capacity
+        bounds = [0] + [max(int(c) - lost, 0) for c in counts]
+        self._queued_episodes = [episodes[a:b] for a, b in zip(bounds, bounds[1:])]
+        return [({**self._stats_logs(s, lr), "steps": steps + (i + 1) * n}, n)
+                for i, (s, lr) in enumerate(zip(stats, lrs))]
 
     def _collection(self):
         return self._rollout()

@@ -9,11 +9,11 @@ episode never does).
 
 from __future__ import annotations
 
-from agents.algorithms.onpolicy import OnPolicyAgent
+from agents.algorithms.pg import PolicyGradient
 from agents.core.config import REINFORCEConfig
 
 
-class REINFORCE(OnPolicyAgent):
+class REINFORCE(PolicyGradient):
     """REINFORCE agent with baseline; see :class:`REINFORCEConfig`."""
 
     algo = "reinforce"

@@ -99,7 +99,7 @@ class SeedGraphEnv(GraphBackendEnv):
     def record_episodes(self, done: tf.Tensor, ended_return: tf.Tensor, ended_length: tf.Tensor
                         ) -> None:
         """As :class:`GraphVecEnv`'s, also recording each episode's seed index."""
-        count = self._ep_count.read_value()
+        count = self.episode_count()
         super().record_episodes(done, ended_return, ended_length)
         which = tf.broadcast_to(tf.range(self.num_envs) // self.envs_per_seed, tf.shape(done))
         done, which = tf.reshape(done, [-1]), tf.reshape(which, [-1])
@@ -112,7 +112,7 @@ class SeedGraphEnv(GraphBackendEnv):
 
     def drain_seed_episodes(self) -> list[tuple[int, float, int]]:
         """``(seed index, return, length)`` of the episodes finished since the last drain."""
-        count = int(self._ep_count.numpy())
+        count = int(self.episode_count().numpy())
         kept = min(count, self.capacity)
         seeds = self._ep_seeds.numpy()
         order = [(count - kept + i) % self.capacity for i in range(kept)]
@@ -226,25 +226,12 @@ def make_seed_env(config: AgentConfig, seeds: Sequence[int]) -> Any:
 
 
 # -- an S-seed agent <-> S ordinary agents --------------------------------------------------------
-def _state(agent) -> tuple[list[tf.Variable], list[tf.Variable]]:
-    """``(per seed, shared)``: the variables that carry the seed axis and those all seeds share.
-    An agent may declare them (``_seed_axis_state()``, as :class:`agents.DQN` does); an
-    on-policy agent's are its networks and observation statistics, Adam's moments and count,
-    reward statistics and return accumulator; the learning rate and step counts."""
-    own = getattr(agent, "_seed_axis_state", None)
-    if own is not None:
-        return own()
-    opt = agent.optimizer
-    per_seed = list(agent.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
-    per_seed += list(agent.reward_rms.variables) + [agent._ret_acc, agent._last_end]
-    return per_seed, [opt.learning_rate, agent.num_timesteps, agent.num_updates]
-
-
 def _paired_variables(many, one) -> tuple[list[tuple[tf.Variable, tf.Variable]],
                                           list[tuple[tf.Variable, tf.Variable]]]:
-    """``(variable [S, ...], variable [...])`` of everything that is per seed (:func:`_state`),
-    and ``(variable, variable)`` of what the seeds share."""
-    (per_many, shared_many), (per_one, shared_one) = _state(many), _state(one)
+    """``(variable [S, ...], variable [...])`` of everything that is per seed, and ``(variable,
+    variable)`` of what the seeds share (as each algorithm declares them:
+    :meth:`agents.Agent.seed_axis_state`)."""
+    (per_many, shared_many), (per_one, shared_one) = many.seed_axis_state(), one.seed_axis_state()
     pairs = list(zip(per_many, per_one))
     for a, b in pairs:
         if tuple(a.shape[1:]) != tuple(b.shape):

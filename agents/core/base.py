@@ -289,6 +289,12 @@ class Agent(CollectingAgent):
     def _checkpoint_modules(self) -> dict:
         raise NotImplementedError
 
+    def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)``: the variables that carry the seed axis (``[S, ...]`` with
+        ``num_seeds = S > 1``) and those all seeds share: what :meth:`export` and
+        :meth:`import_seed` move between an ``S``-seed agent and an ordinary one."""
+        raise NotImplementedError(f"{type(self).__name__} declares no seed_axis_state()")
+
     def _obs_rms(self):
         """The observation normaliser (``None`` when disabled)."""
         return None

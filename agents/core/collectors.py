@@ -307,7 +307,7 @@ class GraphCollector(_LocalCollector):
     def episode_count(self) -> tf.Tensor:
         """Episodes finished since the last drain, int64 scalar, read in the graph (several
         iterations per compiled call attribute each iteration's episodes with it)."""
-        return self.env._ep_count.read_value()
+        return self.env.episode_count()
 
 
 class CollectingAgent:

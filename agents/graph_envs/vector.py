@@ -177,6 +177,11 @@ class GraphVecEnv:
         self._ep_lengths.scatter_nd_update(slots, ended_length)
         self._ep_count.assign_add(total)
 
+    def episode_count(self) -> tf.Tensor:
+        """Episodes finished since the last drain (or reset), int64 scalar; readable inside a
+        ``tf.function`` (the ring buffer keeps the latest ``capacity`` of them)."""
+        return self._ep_count.read_value()
+
     def step_graph(self, actions: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """One step of all environments in TensorFlow ops, reading and assigning
         :attr:`variables` and recording the episodes that ended (call it inside

@@ -131,10 +131,10 @@ def test_iterations_per_call_has_an_upper_bound_and_a_memory_check():
 def test_the_compiled_loop_is_sized_by_the_budget_not_by_k():
     agent = agents.PPO(**SMALL, iterations_per_call=4096)
     agent.learn(3 * N, progress_bar=False)
-    assert agent._iterations_pad == 3  # 3 iterations in the budget, not 4096
+    assert agent.iteration_loop.pad == 3  # 3 iterations in the budget, not 4096
     lengths = {c.structured_input_signature[0][0].shape.as_list()[0]
-               for c in agent._iterations._list_all_concrete_functions()}
+               for c in agent.iteration_loop.compiled._list_all_concrete_functions()}
     assert lengths == {3}
     assert int(agent.num_timesteps.numpy()) == 3 * N and len(agent.history) == 3
     agent.learn(2 * N, progress_bar=False)  # a shorter call: the same loop, no second trace
-    assert agent.trace_counts["iterations"] == 1 and agent._iterations_pad == 3
+    assert agent.trace_counts["iterations"] == 1 and agent.iteration_loop.pad == 3

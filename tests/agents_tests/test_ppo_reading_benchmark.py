@@ -1,0 +1,39 @@
+"""Checks of ``benchmarks/ppo_reading.py`` (the count of what a reader opens to read PPO's
+training): its seams exist, the walk follows imports and stops at seams and at the robustness
+wing, and a module of PPO's MRO is counted even when it is listed as a seam."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("ppo_reading")
+
+
+def test_every_seam_is_a_module_of_the_tree(bench):
+    missing = [m for m in bench.SEAMS if not bench._is_module(m)]
+    assert not missing, f"SEAMS names modules that no longer exist: {missing}"
+
+
+def test_the_walk_reads_ppo_and_its_update_and_stops_at_seams_and_robustness(bench):
+    result = bench.count()
+    read = {row["module"] for row in result["files"]}
+    # the update, the rollout and targets, the learn loop, the networks, GAE, the config
+    assert {"agents.algorithms.ppo", "agents.algorithms.onpolicy", "agents.core.base",
+            "agents.core.networks", "agents.core.returns", "agents.core.config"} <= read
+    assert not read & set(bench.SEAMS)
+    assert not any(m.startswith("agents.robustness") for m in read)
+    assert "agents.core.plugin" in result["aside"]
+    assert result["total_lines"] == sum(row["lines"] for row in result["files"])
+    assert result["total_files"] == len(read)
+
+
+def test_a_base_class_is_counted_even_when_listed_as_a_seam(bench):
+    assert "agents.core.persistence" in bench.count()["seams"]  # base imports it: a seam
+    forced = bench.count(always={"agents.core.persistence"})
+    assert "agents.core.persistence" in {row["module"] for row in forced["files"]}
+    assert "agents.core.persistence" not in forced["seams"]
