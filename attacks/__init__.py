@@ -5,7 +5,7 @@ Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 
 # The public names of the package; importing `training` registers AdversarialTrainer for .keras loading.
 from . import certify, norms, objectives, sensitivity, training  # noqa: F401
-from ._base import Attack, AttackResult, select_output  # noqa: F401
+from ._base import Attack, AttackResult, check_classification_data, select_output  # noqa: F401
 from .apgd import APGD, apgd  # noqa: F401
 from .certify import (  # noqa: F401
     margin_lower_bounds,
@@ -49,7 +49,8 @@ __all__ = [
     "APGD", "ARCHITECTURES", "ATTACK_NAMES", "AdversarialTrainer", "Attack", "AttackRecord",
     "AttackResult", "BIM", "CarliniWagnerL2", "CatastrophicOverfittingGuard", "DeepFool",
     "EpochCheckpoint", "EvaluationReport", "FAB", "FGM", "FGSM", "MIM", "PGD", "Square", "apgd",
-    "basic_iterative_method", "carlini_wagner_l2", "certify", "class_jacobian_norms", "deepfool",
+    "basic_iterative_method", "carlini_wagner_l2", "certify", "check_classification_data",
+    "class_jacobian_norms", "deepfool",
     "describe_attacks", "evaluate", "fab", "fast_gradient_method", "jacobian_spectral_norm",
     "local_lipschitz", "make_attack", "make_classifier", "make_model", "margin_lower_bounds",
     "momentum_iterative_method", "norms", "objectives", "parse_attack", "parse_attacks",

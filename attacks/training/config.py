@@ -278,6 +278,13 @@ class ClassifierConfig:
         except ValueError as exc:  # an unknown recipe, or one for another method
             raise ConfigError(f"--recipe: {exc}") from exc
         values = {k: s.values[k] for k in SETTING_KEYS}
+        if self.momentum is not None and values["optimizer"] != "sgd":  # it would do nothing
+            chosen = ("you chose" if s.origin.get("optimizer") == "user" else
+                      f"the recipe {s.recipe!r} picks" if s.origin.get("optimizer") == "recipe"
+                      else f"--method {self.method}'s default is")
+            raise ConfigError(f"--momentum: SGD's momentum, but {chosen} --optimizer "
+                              f"{values['optimizer']}, which has none: add --optimizer sgd to "
+                              "use it, or leave --momentum out")
         values["boundaries"] = tuple(values["boundaries"] or ())
         return dataclasses.replace(self, **values, resolved=s.as_record())
 

@@ -192,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
     lo = args.clip_min if args.clip_min is not None else lo
     hi = args.clip_max if args.clip_max is not None else hi
     model = load_keras_model(args.model)
+    with user_errors(ValueError, TypeError):  # one forward pass: the model's errors name --model
+        attacks.check_classification_data(model, x, np.asarray(y), x_name=f"--data {args.data}: x",
+                                  y_name=f"--data {args.data}: y", model_name="--model")
     eps_text = ",".join(f"{e:g}" for e in args.eps_values)
     print(f"evaluating {args.model} on {len(x)} examples of {args.data}: attacks "
           f"{','.join(label for label, _ in specs)}, {args.norm} eps {eps_text}", flush=True)
