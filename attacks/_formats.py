@@ -259,7 +259,8 @@ def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | 
     refused, naming the folder."""
     from PIL import Image, UnidentifiedImageError
 
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[int] = []
     for label, cls in enumerate(classes):
         folder = os.path.join(root, cls)
         if not os.path.isdir(folder):
