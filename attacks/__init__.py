@@ -5,7 +5,7 @@ Builds on the shared core :mod:`robustgrad`; knows nothing of RL agents.
 
 # The public names of the package; importing `training` registers AdversarialTrainer for .keras loading.
 from . import certify, norms, objectives, sensitivity, training  # noqa: F401
-from ._base import Attack, AttackResult, select_output  # noqa: F401
+from ._base import Attack, AttackResult, check_classification_data, select_output  # noqa: F401
 from .apgd import APGD, apgd  # noqa: F401
 from .certification import CertifyConfig, certify_run  # noqa: F401
 from .certify import (  # noqa: F401
@@ -52,10 +52,11 @@ __all__ = [
     "AttackResult", "BIM", "CarliniWagnerL2", "CatastrophicOverfittingGuard", "CertifyConfig",
     "DeepFool", "EpochCheckpoint", "EvaluationConfig", "EvaluationReport", "FAB", "FGM", "FGSM",
     "MIM", "PGD", "Square", "apgd", "basic_iterative_method", "carlini_wagner_l2", "certify",
-    "certify_run", "class_jacobian_norms", "deepfool", "describe_attacks", "evaluate",
-    "evaluate_run", "fab", "fast_gradient_method", "jacobian_spectral_norm", "local_lipschitz",
-    "make_attack", "make_classifier", "make_model", "margin_lower_bounds",
-    "momentum_iterative_method", "norms", "objectives", "parse_attack", "parse_attacks",
-    "projected_gradient_descent", "saliency", "select_output", "sensitivity", "smooth_certify",
-    "smooth_predict", "smoothgrad", "square", "training", "verified_accuracy", "verified_mask",
+    "certify_run", "check_classification_data", "class_jacobian_norms", "deepfool",
+    "describe_attacks", "evaluate", "evaluate_run", "fab", "fast_gradient_method",
+    "jacobian_spectral_norm", "local_lipschitz", "make_attack", "make_classifier", "make_model",
+    "margin_lower_bounds", "momentum_iterative_method", "norms", "objectives", "parse_attack",
+    "parse_attacks", "projected_gradient_descent", "saliency", "select_output", "sensitivity",
+    "smooth_certify", "smooth_predict", "smoothgrad", "square", "training", "verified_accuracy",
+    "verified_mask",
 ]

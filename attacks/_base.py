@@ -377,6 +377,9 @@ class Attack:
             _validate.check_eps(config["eps"])
         if config.get("batch_size") is not None:
             check_batch_size(config["batch_size"])
+        for name, most in (("steps", _validate.MAX_STEPS), ("restarts", _validate.MAX_RESTARTS)):
+            if config.get(name) is not None:  # counts: bounded when built, not when run
+                _validate.check_positive_int(config[name], name, maximum=most)
         self.config = dict(config)
 
     @property

@@ -252,14 +252,25 @@ def _class_dirs(root: str) -> list[str]:
                   if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
 
 
-def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | None):
+def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | None,
+                 every_class: bool = True):
+    """The images of ``root/<class>/*`` for each of ``classes``; a folder inside a class
+    folder (its images would be lost) and, with ``every_class``, a class without an image are
+    refused, naming the folder."""
     from PIL import Image, UnidentifiedImageError
 
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[int] = []
     for label, cls in enumerate(classes):
         folder = os.path.join(root, cls)
         if not os.path.isdir(folder):
             continue
+        inner = _class_dirs(folder)
+        if inner:
+            raise ValueError(f"{os.path.join(folder, inner[0])}: a folder inside the class folder "
+                             f"{cls!r}, whose images would not be read; put each class's images "
+                             f"directly in its folder ({folder}/*.png)")
+        before = len(xs)
         for fname in sorted(os.listdir(folder)):
             if not fname.lower().endswith(IMAGE_EXTENSIONS):
                 continue
@@ -280,6 +291,9 @@ def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | 
                                  f"images are {size[1]}x{size[0]}; resize them to one size")
             xs.append(arr)
             ys.append(label)
+        if every_class and len(xs) == before:
+            raise ValueError(f"{folder}: the class folder {cls!r} holds no images "
+                             f"({', '.join(IMAGE_EXTENSIONS)}); add images or remove the folder")
     return xs, ys, size, mode
 
 
@@ -301,7 +315,8 @@ def read_image_folder(root: str, *, seed: int = 0, test_fraction: float = 0.25
             raise ValueError(f"{root}: test classes {', '.join(extra)} have no training folder")
         size = mode = None
         for split in ("train", "test"):
-            xs, ys, size, mode = _read_images(os.path.join(root, split), classes, size, mode)
+            xs, ys, size, mode = _read_images(os.path.join(root, split), classes, size, mode,
+                                              every_class=split == "train")
             if not xs:
                 raise ValueError(f"{os.path.join(root, split)}: no images ({', '.join(IMAGE_EXTENSIONS)})"
                                  " in its class folders")

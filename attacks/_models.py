@@ -155,14 +155,16 @@ def declared_input_shape(model: Any) -> tuple | None:
 
 
 def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
-                              y_name: str = "y", training: Any = False,
-                              finite: bool = True) -> int:
+                              y_name: str = "y", model_name: str | None = None,
+                              training: Any = False, finite: bool = True) -> int:
     """Check ``(x, y)`` against ``model`` before any work; returns the number of classes.
 
     ``x`` floating ``[N, ...]`` whose example shape matches the model's declared input, ``y``
     int labels ``[N]`` in ``[0, C)`` where ``C`` is the width of the model's logits (one
     forward pass on the first example). Every error is one line with the numbers.
     ``finite=False`` lets NaN/inf inputs through (a trainer's non-finite guard handles them).
+    ``model_name`` (e.g. ``"--model"``) starts the errors that are the model's, not the data's
+    (a 1-logit output, logits of another rank).
 
     >>> import keras, numpy as np
     >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
@@ -205,12 +207,13 @@ def check_classification_data(model: Any, x: Any, y: Any, *, x_name: str = "x",
         return 0
     out = check_model_output(call_model(model, xt[:1], training))
     out = tf.convert_to_tensor(out)
+    who = f"{model_name}: " if model_name else ""
     if out.shape.rank != 2:
-        raise ValueError(f"model must return logits of shape [N, C], got shape {out.shape} for "
-                         f"one example")
+        raise ValueError(f"{who}model must return logits of shape [N, C], got shape {out.shape} "
+                         f"for one example")
     num_classes = int(out.shape[-1])
     if num_classes < 2:  # the cross-entropy of one logit is 0: nothing to attack, certify, learn
-        raise ValueError(f"model returns {num_classes} logit per example; a classifier needs "
+        raise ValueError(f"{who}model returns {num_classes} logit per example; a classifier needs "
                          f"one logit per class (>= 2; for a binary task return 2 logits, "
                          f"e.g. [0, z] for a sigmoid's z)")
     _validate.check_labels(y, n, num_classes, name=y_name)

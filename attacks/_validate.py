@@ -38,7 +38,18 @@ __all__ = [
     "check_bounds",
     "check_labels",
     "check_choice",
+    "MAX_STEPS",
+    "MAX_RESTARTS",
 ]
+
+MAX_STEPS = 100_000
+"""The most iterations of one attack (``steps`` of PGD, APGD, CW, DeepFool, FAB, Square's
+queries, adversarial training's crafting): 100x Square's 1,000 queries and AutoAttack's 100
+APGD steps x 1,000; more would run one compiled loop for hours, deaf to Ctrl-C."""
+
+MAX_RESTARTS = 1_000
+"""The most repetitions of a whole attack (``restarts``, CW's ``binary_search_steps``, APGD's
+``eot_iter``): 200x AutoAttack's 5 restarts (``restarts=10**9`` ran for ever)."""
 
 
 def _is_eager_value(v) -> bool:
@@ -68,9 +79,10 @@ def check_nonnegative(v: Any, name: str, allow_inf: bool = False) -> Any:
     return v
 
 
-def check_positive_int(v: Any, name: str, minimum: int = 1) -> int:
-    """``v`` as an ``int >= minimum`` (:func:`robustgrad.checks.positive_int`)."""
-    return _checks.positive_int(v, name, minimum=minimum)
+def check_positive_int(v: Any, name: str, minimum: int = 1, maximum: int | None = None) -> int:
+    """``v`` as an ``int`` in ``[minimum, maximum]`` (:func:`robustgrad.checks.positive_int`;
+    ``maximum``: :data:`MAX_STEPS` for iterations, :data:`MAX_RESTARTS` for repetitions)."""
+    return _checks.positive_int(v, name, minimum=minimum, maximum=maximum)
 
 
 def check_choice(v: Any, name: str, choices: Iterable) -> Any:

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from robustgrad import checks as _checks
+
 from . import _validate
 from ._base import (
     Attack,
@@ -377,7 +379,9 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
               n_target_classes=None, early_stop=True, rho=0.75, momentum=0.75, training=False,
               jit_compile=False, loss_fn=None, batch_size=None, eot_iter=1, eps_schedule=True):
     norm = canonical_norm(norm)
-    _validate.check_positive_int(eot_iter, "eot_iter")
+    _validate.check_positive_int(eot_iter, "eot_iter", maximum=_validate.MAX_RESTARTS)
+    _checks.number(rho, "rho", minimum=0, maximum=1)  # a fraction of the steps (0.75)
+    _checks.number(momentum, "momentum", minimum=0, maximum=1)  # 1: no new gradient
     if norm == "l1" and eps_schedule and int(steps) < 3:
         raise ValueError(f"steps: APGD-L1's eps schedule (3, 2, 1 x eps) needs >= 3 steps, got "
                          f"{steps}; pass eps_schedule=False")
@@ -392,8 +396,8 @@ def _apgd_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_ma
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="ce" if multi else objective, training=training, loss_fn=loss_fn,
                 batch_size=batch_size)
-    _validate.check_positive_int(steps, "steps")
-    _validate.check_positive_int(restarts, "restarts")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
+    _validate.check_positive_int(restarts, "restarts", maximum=_validate.MAX_RESTARTS)
     if early_stop and not p.has_success:
         raise ValueError("early_stop: needs integer class labels; pass early_stop=False")
     runs = int(restarts)

@@ -149,8 +149,13 @@ def _load(config: CertifyConfig, model: Any) -> tuple:
     y = np.asarray(y)
     if model is None or not hasattr(model, "predict"):  # not a model: a loader
         model = (model or _load_model)(config.model)
+    try:  # the model's errors name --model, the data's --data
+        num_classes = check_classification_data(model, x, y, x_name=f"--data {config.data}: x",
+                                                y_name=f"--data {config.data}: y",
+                                                model_name="--model")
+    except (ValueError, TypeError) as exc:
+        raise _said(exc) from exc
     try:
-        num_classes = check_classification_data(model, x, y)
         if config.method != "smoothing":
             bounded = bounds.BoundedModel(model)  # an unsupported layer or a softmax output, named
             if config.method == "alpha-crown":  # too wide for dense slopes: now, not per radius

@@ -41,6 +41,11 @@ from robustgrad import bounds as _bounds
 from robustgrad.checks import choice, norm_name, number, positive_int
 
 from . import _validate
+
+MAX_NOISE_DRAWS = 10**7
+"""The most noise draws per example of :func:`smooth_predict` and :func:`smooth_certify`
+(``n``, ``n0``): 100x Cohen et al.'s 100,000; ``n=10**12`` was a TensorFlow dtype error after
+the selection draws ran (``robustgrad certify --n`` has the same bound)."""
 from ._models import call_model, check_classification_data
 
 __all__ = ["ABSTAIN", "margin_lower_bounds", "smooth_certify", "smooth_predict",
@@ -206,7 +211,7 @@ def smooth_predict(model: Any, x: Any, sigma: float, n: int = 100, alpha: float 
     """
     from scipy import stats
 
-    n = positive_int(n, "n")
+    n = positive_int(n, "n", maximum=MAX_NOISE_DRAWS)
     xt, sigma, alpha, batch_size, seed, k = _smoothing_args(model, x, sigma, alpha, batch_size,
                                                            seed)
     counts = _noise_counts(model, xt, sigma, n, batch_size, seed, 2, k)
@@ -250,8 +255,8 @@ def smooth_certify(model: Any, x: Any, sigma: float, n0: int = 100, n: int = 100
     """
     from scipy import stats
 
-    n0 = positive_int(n0, "n0")
-    n = positive_int(n, "n")
+    n0 = positive_int(n0, "n0", maximum=MAX_NOISE_DRAWS)
+    n = positive_int(n, "n", maximum=MAX_NOISE_DRAWS)
     if n0 > n:
         raise ValueError(f"n0 (selection draws) must be <= n (estimation draws), got n0={n0} and "
                          f"n={n}")

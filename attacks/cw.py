@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from robustgrad import checks as _checks
+
 from . import _validate
 from ._base import (
     Attack,
@@ -124,10 +126,13 @@ def _cw_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_max=No
         raise ValueError("clip_min/clip_max: carlini_wagner_l2 needs finite bounds (tanh box)")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, allow_none_eps=True, batch_size=batch_size)
-    _validate.check_positive_int(steps, "steps")
-    _validate.check_positive_int(binary_search_steps, "binary_search_steps")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
+    _validate.check_positive_int(binary_search_steps, "binary_search_steps",
+                                maximum=_validate.MAX_RESTARTS)
     _validate.check_nonnegative(confidence, "confidence")
     _validate.check_nonnegative(initial_const, "initial_const")
+    if learning_rate is not None:  # NaN returned x unchanged in silence
+        _checks.number(learning_rate, "learning_rate", minimum=0, min_inclusive=False)
     if not bool(tf.reduce_all(p.hi > p.lo)):
         raise ValueError("clip_min/clip_max: carlini_wagner_l2 needs clip_min < clip_max "
                          "on every feature")

@@ -105,7 +105,7 @@ def _deepfool_run(model, x, y=None, *, eps=None, norm="l2", clip_min=None, clip_
         raise ValueError("targeted: deepfool is untargeted")
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=False,
                 objective="ce", training=training, allow_none_eps=True, batch_size=batch_size)
-    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
     _validate.check_positive_int(candidates, "candidates", minimum=2)
     _validate.check_nonnegative(overshoot, "overshoot")
     n_cand = int(candidates)

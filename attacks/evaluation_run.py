@@ -37,6 +37,7 @@ from robustgrad.atomic import replacing
 from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
 
+from ._models import check_classification_data
 from .data import load_test_set
 from .evaluate import evaluate
 from .registry import parse_attacks
@@ -208,6 +209,9 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
     hi = config.clip_max if config.clip_max is not None else hi
     if model is None:
         model = (load_model or _load_keras)(config.model)
+    # one forward pass: the model's errors name the model, the data's name the data
+    check_classification_data(model, x, np.asarray(y), x_name=f"data {config.data}: x",
+                              y_name=f"data {config.data}: y", model_name="model")
     if lock:  # the directory's lock for the run's life (the command line holds its own)
         run.open()
     try:

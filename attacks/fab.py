@@ -328,8 +328,8 @@ def _fab_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_max
         if targeted:
             raise ValueError("targeted: FAB-T (n_target_classes) is an untargeted attack that "
                              "cycles over target classes; pass targeted=False")
-    _validate.check_positive_int(steps, "steps")
-    _validate.check_positive_int(restarts, "restarts")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
+    _validate.check_positive_int(restarts, "restarts", maximum=_validate.MAX_RESTARTS)
     _validate.check_nonnegative(alpha_max, "alpha_max")
     _validate.check_nonnegative(eta, "eta")
     _validate.check_nonnegative(beta, "beta")

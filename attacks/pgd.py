@@ -67,8 +67,8 @@ DEFAULT_L1_TOP_K = 0.01  # fraction of coordinates moved per L1 step (SLIDE-styl
 
 
 def _check_iter_args(steps, restarts, step_size, early_stop, p):
-    _validate.check_positive_int(steps, "steps")
-    _validate.check_positive_int(restarts, "restarts")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
+    _validate.check_positive_int(restarts, "restarts", maximum=_validate.MAX_RESTARTS)
     if step_size is not None:
         _validate.check_nonnegative(step_size, "step_size")
     if early_stop and not p.has_success:

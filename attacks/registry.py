@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 from robustgrad import checks as _checks
 from robustgrad.errors import ConfigError
 
+from . import _validate
 from ._base import Attack
 from .apgd import APGD
 from .autoattack import AUTOATTACK_VERSIONS, autoattack_attacks
@@ -126,11 +127,11 @@ ATTACK_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 """The numbered forms of a name, as ``(pattern, help)`` pairs."""
 
-MAX_STEPS = 100_000
-"""The most steps a numbered name may set (``pgd100000``): 100x Square's 1,000 queries and
-AutoAttack's 100 APGD steps x 1,000; more would run one compiled loop for hours, deaf to Ctrl-C."""
-MAX_RESTARTS = 1_000
-"""The most restarts a ``KxR`` name may set: 200x AutoAttack's 5."""
+MAX_STEPS = _validate.MAX_STEPS
+"""The most steps a numbered name may set (``pgd100000``): the attacks' own bound on ``steps``
+(:data:`attacks._validate.MAX_STEPS`)."""
+MAX_RESTARTS = _validate.MAX_RESTARTS
+"""The most restarts a ``KxR`` name may set: the attacks' own bound on ``restarts``."""
 
 _NUMBERED = re.compile(r"(?P<base>[a-z]+(?:-[a-z]+)*)-?(?P<steps>\d+)(?:x(?P<restarts>\d+))?")
 

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from robustgrad import checks as _checks
+
 from . import _validate
 from ._base import (
     Attack,
@@ -299,10 +301,10 @@ def _square_run(model, x, y=None, *, eps=None, norm="linf", clip_min=None, clip_
         return out
     p = prepare(model, x, y, eps=eps, clip_min=clip_min, clip_max=clip_max, targeted=targeted,
                 objective="cw", training=training, need_gradient=False, batch_size=batch_size)
-    _validate.check_positive_int(steps, "steps")
+    _validate.check_positive_int(steps, "steps", maximum=_validate.MAX_STEPS)
     if p_init is None:
         p_init = 0.05 if norm == "linf" else 0.1
-    _validate.check_nonnegative(p_init, "p_init")
+    _checks.number(p_init, "p_init", minimum=0, maximum=1, min_inclusive=False)  # of the pixels
     if not p.x.shape[1:].is_fully_defined():
         raise ValueError("x: square needs a static image shape")
     cfg = ("square", norm, int(steps), float(p_init), bool(targeted), bool(early_stop),

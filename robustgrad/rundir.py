@@ -172,6 +172,35 @@ def check_output_dir(path: str, flag: str = "--out", overwrite: bool = False) ->
                                     "--overwrite to replace its outputs")
 
 
+SAVEDMODEL_ENTRIES = frozenset({"saved_model.pb", "saved_model.pbtxt", "variables", "assets",
+                                "fingerprint.pb", "keras_metadata.pb"})
+"""What a TensorFlow SavedModel directory holds: all that ``--export --overwrite`` may delete."""
+
+
+def check_export_dir(path: str, flag: str = "--export", overwrite: bool = False) -> None:
+    """:func:`check_output_dir` for a SavedModel directory that ``overwrite`` replaces as a
+    whole: with ``overwrite`` it must hold a SavedModel and nothing else (or nothing), so that
+    ``--export ~/thesis --overwrite`` deletes no file it did not write.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); open(os.path.join(d, "notes.txt"), "w").close()
+    >>> try:
+    ...     check_export_dir(d, overwrite=True)
+    ... except ValueError as exc:
+    ...     print(str(exc).split(": ", 1)[1][:51])
+    holds files that are not a SavedModel's (notes.txt)
+    """
+    check_output_dir(path, flag, overwrite)
+    if overwrite and os.path.isdir(path):
+        entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)
+        foreign = [n for n in entries if n not in SAVEDMODEL_ENTRIES]
+        if foreign or (entries and "saved_model.pb" not in entries):
+            shown = ", ".join((foreign or entries)[:4]) + (", ..." if len(foreign) > 4 else "")
+            raise RunDirectoryError(f"{flag} {path}: holds files that are not a SavedModel's "
+                                    f"({shown}); --overwrite replaces a SavedModel only: choose "
+                                    "another directory")
+
+
 def read_config(directory: str) -> dict:
     """The configuration record of the run in ``directory``, for ``--resume``:
     :class:`robustgrad.errors.ResumeError` (a ``ValueError``) when there is none, when it is not

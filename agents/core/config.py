@@ -348,7 +348,7 @@ class AgentConfig:
                                                   "max_nonfinite_updates")
         self.checkpoint_every = positive_int(self.checkpoint_every, "checkpoint_every",
                                              minimum=0, maximum=MAX_TOTAL_STEPS)
-        self.seed = positive_int(self.seed, "seed", minimum=None)
+        self.seed = positive_int(self.seed, "seed", minimum=0)  # NumPy refuses negative seeds
         choice(self.backend, "backend", ("gymnasium", "graph"))
         if self.backend == "graph":
             if self.env not in GRAPH_ENV_IDS:

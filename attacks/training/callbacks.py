@@ -22,7 +22,7 @@ from tensorflow.core.framework import summary_pb2
 
 from robustgrad import atomic, rundir
 
-from .._validate import check_eps, check_nonnegative, check_positive_int
+from .._validate import MAX_STEPS, check_eps, check_nonnegative, check_positive_int
 from ..norms import canonical_norm
 from .crafting import inference_logits, robust_correct
 from .trainer import AdversarialTrainer
@@ -46,7 +46,7 @@ class CatastrophicOverfittingGuard(keras.callbacks.Callback):
         super().__init__()
         check_eps(eps)
         norm = canonical_norm(norm)
-        steps = check_positive_int(steps, "steps")
+        steps = check_positive_int(steps, "steps", maximum=MAX_STEPS)
         size = check_positive_int(size, "size")
         check_nonnegative(drop, "drop")
         rng = np.random.default_rng(seed)

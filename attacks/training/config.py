@@ -278,6 +278,15 @@ class ClassifierConfig:
         except ValueError as exc:  # an unknown recipe, or one for another method
             raise ConfigError(f"--recipe: {exc}") from exc
         values = {k: s.values[k] for k in SETTING_KEYS}
+        inherited = saved is not None and saved.values.get("momentum") == self.momentum
+        if self.momentum is not None and values["optimizer"] != "sgd" and not inherited:
+            # a momentum the optimizer would ignore (a resumed run's own value is not the user's)
+            chosen = ("you chose" if s.origin.get("optimizer") == "user" else
+                      f"the recipe {s.recipe!r} picks" if s.origin.get("optimizer") == "recipe"
+                      else f"--method {self.method}'s default is")
+            raise ConfigError(f"--momentum: SGD's momentum, but {chosen} --optimizer "
+                              f"{values['optimizer']}, which has none: add --optimizer sgd to "
+                              "use it, or leave --momentum out")
         values["boundaries"] = tuple(values["boundaries"] or ())
         return dataclasses.replace(self, **values, resolved=s.as_record())
 

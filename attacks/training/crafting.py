@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._engine import iterative_loop
-from .._validate import check_eps, check_positive_int
+from .._validate import MAX_RESTARTS, MAX_STEPS, check_eps, check_positive_int
 from ..norms import canonical_norm
 
 __all__ = ["accuracy", "ascend", "cross_entropy", "inference_logits", "kl_to_logits",
@@ -121,8 +121,8 @@ def robust_accuracy(model: Callable, x: Any, y: Any, *, eps: float, norm: str = 
     """
     norm = canonical_norm(norm)
     check_eps(eps)
-    check_positive_int(steps, "steps", minimum=0)
-    check_positive_int(restarts, "restarts")
+    check_positive_int(steps, "steps", minimum=0, maximum=MAX_STEPS)
+    check_positive_int(restarts, "restarts", maximum=MAX_RESTARTS)
     check_positive_int(batch_size, "batch_size")
     logits_fn = inference_logits(model)
 

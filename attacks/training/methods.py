@@ -78,6 +78,7 @@ import tensorflow as tf
 from robustgrad.checks import NORMS
 
 from .. import norms as _norms
+from .._validate import MAX_STEPS
 from .context import StepContext
 from .crafting import ascend, cross_entropy, kl_to_logits
 
@@ -94,6 +95,12 @@ class StepOutputs(NamedTuple):
     clean_logits: Any          #: logits on the clean batch ``[B, C]``, or None if not computed
 
 
+MAX_FREE_REPLAYS = 64
+"""``"free"``'s most replays (``steps``; Shafahi et al. use 2-10): each replay is unrolled in
+the traced train step, so ``steps=1000`` would trace for minutes and ``10**6`` for hours
+(``robustgrad train-classifier --method free --steps`` has the same bound)."""
+
+
 class TrainingMethod:
     """One training method, stateless. Every entry takes the step's
     :class:`~attacks.training.StepContext` ``ctx``: the configuration (``ctx.norm``, bounds,
@@ -107,6 +114,7 @@ class TrainingMethod:
     name: ClassVar[str] = ""
     default_steps: ClassVar[int] = 0   #: PGD steps (madry, trades), replays (free)
     min_steps: ClassVar[int] = 0
+    max_steps: ClassVar[int] = MAX_STEPS  #: a compiled loop is deaf to Ctrl-C until it ends
     norms: ClassVar[tuple] = NORMS
     adversarial: ClassVar[bool] = True  #: whether ``update`` crafts before the loss
     certified: ClassVar[bool] = False   #: whether the loss bounds the model (ibp, crown-ibp)
@@ -226,6 +234,7 @@ class Free(TrainingMethod):
     name = "free"
     default_steps = 4
     min_steps = 1
+    max_steps = MAX_FREE_REPLAYS  # unrolled in the traced step
     norms = ("linf", "l2")
 
     def default_step_size(self, eps: float, steps: int) -> float:

@@ -41,7 +41,7 @@ from typing import Any
 
 from robustgrad import atomic
 from robustgrad.errors import ConfigError
-from robustgrad.rundir import RunDirectory
+from robustgrad.rundir import RunDirectory, check_export_dir
 
 from .architectures import make_model
 from .callbacks import (
@@ -559,6 +559,8 @@ def _load_data(config: ClassifierConfig) -> Any:
 def _prepare(run: RunDirectory, overwrite: bool, export: str | None) -> None:
     """Remove an earlier run's files (``overwrite``) and create the directory."""
     if overwrite:
+        if export:  # a SavedModel, or nothing: never a directory of the user's own files
+            check_export_dir(export, "--export", overwrite=True)
         run.remove(ARTIFACTS)
         if export and os.path.isdir(export):
             shutil.rmtree(export)

@@ -145,7 +145,8 @@ class AdversarialTrainer(keras.Model):
         else:
             _checks.number(eps, "eps", minimum=0, min_inclusive=False)
         steps = impl.default_steps if craft.steps is None else craft.steps
-        steps = _checks.positive_int(steps, "steps", minimum=impl.min_steps)
+        steps = _checks.positive_int(steps, "steps", minimum=impl.min_steps,
+                                     maximum=impl.max_steps)
         step_size = (impl.default_step_size(eps, steps) if craft.step_size is None
                      else craft.step_size)
         impl.check_model(model)

@@ -66,7 +66,13 @@ def removed_if_empty_on_error(path: str) -> Iterator[None]:
 
 
 def check_clip_flags(clip_min: float | None, clip_max: float | None) -> None:
-    """``--clip-min`` below ``--clip-max`` when both are given; ``UsageError`` otherwise."""
+    """``--clip-min`` below ``--clip-max`` when both are given, each finite; ``UsageError``
+    otherwise (NaN was refused only after the model and data loaded, as ``clip_min``)."""
+    import math
+
+    for flag, value in (("--clip-min", clip_min), ("--clip-max", clip_max)):
+        if value is not None and not math.isfinite(value):
+            raise UsageError(f"{flag} must be a finite number, got {value}")
     if clip_min is not None and clip_max is not None and clip_min >= clip_max:
         raise UsageError(f"--clip-min must be below --clip-max, got {clip_min} and {clip_max}")
 

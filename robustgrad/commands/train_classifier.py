@@ -33,7 +33,7 @@ import argparse
 
 from robustgrad import rundir
 from robustgrad.cli import UsageError, user_errors
-from robustgrad.commands._files import check_output_dir, load_keras_model
+from robustgrad.commands._files import load_keras_model
 from robustgrad.commands._train_classifier_flags import (  # noqa: F401 (the command's names)
     CERTIFIED,
     DATA_NAMES,
@@ -114,7 +114,8 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} already holds a run ({', '.join(existing)}); pass "
                          "--overwrite to replace it or --resume to continue it")
     if args.export is not None:
-        check_output_dir(args.export, "--export", overwrite=args.overwrite)
+        with user_errors(ValueError):  # --overwrite deletes a SavedModel, nothing else
+            rundir.check_export_dir(args.export, "--export", overwrite=args.overwrite)
 
 
 def _resume_plan(args, run: rundir.RunDirectory):

@@ -162,6 +162,6 @@ def test_apgd_l1_bad_arguments():
     model, x = SmallNet(), small_batch(4)
     with pytest.raises(ValueError, match="eps schedule .* needs >= 3 steps"):
         attacks.apgd(model, x, eps=1.0, norm="l1", steps=2, **BOX)
-    with pytest.raises(ValueError, match="eot_iter must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"eot_iter must be an int in \[1, 1000\], got 0"):
         attacks.apgd(model, x, eps=1.0, eot_iter=0, **BOX)
     assert model.traces == 0
