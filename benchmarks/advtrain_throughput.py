@@ -116,11 +116,11 @@ def _ours_model(arch: str, width: int, seed: int = 0):
     return make_model(arch, (32, 32, 3), 10, mean=CIFAR10_MEAN, std=CIFAR10_STD, **options)
 
 
-def _ours_trainer(clf, method: str, jit: bool, steps: int = K):
+def _ours_trainer(clf, method: str, jit: bool, steps: int = K, recompute: bool = False):
     from attacks.training import AdversarialTrainer, make_optimizer
 
     tr = AdversarialTrainer(clf, method=method, eps=EPS, steps=steps, step_size=STEP,
-                            weight_decay=WEIGHT_DECAY)
+                            weight_decay=WEIGHT_DECAY, recompute=recompute)
     tr.compile(optimizer=make_optimizer("sgd", LR, momentum=MOMENTUM), jit_compile=jit)
     tr._maybe_build_grad_step()  # what fit() does first
     tr.make_train_function()
@@ -326,7 +326,7 @@ def worker_memory_ours(args) -> None:
 
     (x, y), = _batches(1, args.mem_batch)
     clf = _ours_model(args.mem_arch, 0)
-    tr = _ours_trainer(clf, "madry", args.jit, steps=args.mem_steps)
+    tr = _ours_trainer(clf, "madry", args.jit, steps=args.mem_steps, recompute=args.recompute)
     params = int(sum(int(tf.size(v)) for v in clf.trainable_variables))
     base = _maxrss_mib()
     ds = tf.data.Dataset.from_tensors((x, y)).repeat()
@@ -337,7 +337,7 @@ def worker_memory_ours(args) -> None:
     float(logs["loss"])
     _emit({"side": "ours", "baseline_mib": base, "peak_mib": _maxrss_mib(),
            "step_wall_s": time.perf_counter() - t0, "step_cpu_s": time.process_time() - c0,
-           "params": params, "tensorflow": tf.__version__})
+           "params": params, "tensorflow": tf.__version__, "recompute": bool(args.recompute)})
 
 
 def worker_memory_torch(args) -> None:
@@ -500,6 +500,8 @@ def memory(args) -> dict:
     for name, cmd in cmds.items():
         cmd = [*cmd, *_common(args), "--mem-arch", args.mem_arch, "--mem-batch",
                str(args.mem_batch), "--mem-steps", str(args.mem_steps)]
+        if args.recompute and name == "ours":
+            cmd.append("--recompute")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_TAG)]
         if proc.returncode != 0 or not lines:
@@ -552,6 +554,8 @@ def parse(argv=None):
     p.add_argument("--mem-arch", default="wrn-28-10")
     p.add_argument("--mem-batch", type=int, default=128)
     p.add_argument("--mem-steps", type=int, default=K)
+    p.add_argument("--recompute", action="store_true",
+                   help="memory: ours with AdversarialTrainer(recompute=True)")
     p.add_argument("--no-mem-torch", dest="mem_torch", action="store_false",
                    help="memory: skip the PyTorch side")
     p.add_argument("--out", default=os.path.join(_ROOT, "runs", "advtrain_throughput"))

@@ -32,6 +32,8 @@ One concept per module:
   :func:`check_classifier`;
 * :mod:`~attacks.training.architectures` -- :func:`make_model` by name (:data:`ARCHITECTURES`):
   the small CNN, an MLP, PreActResNet-18, WideResNets;
+* :mod:`~attacks.training.recompute` -- gradient checkpointing of a functional model's
+  training-mode pass (``recompute=True``): :func:`checkpointed_call`, :func:`checkpoint_segments`;
 * :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`, the
   augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
@@ -79,6 +81,7 @@ from .methods import StepOutputs, TrainingMethod
 from .models import check_classifier, freeze_layers, make_classifier
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions
 from .recipes import find_recipe, list_recipes, resolve_settings
+from .recompute import checkpoint_segments, checkpointed_call
 from .registry import (
     CERTIFIED_METHODS,
     DEFAULT_STEPS,
@@ -123,6 +126,8 @@ __all__ = [
     "WeightAveraging",
     "augment_dataset",
     "check_classifier",
+    "checkpoint_segments",
+    "checkpointed_call",
     "epoch_dataset",
     "find_recipe",
     "freeze_layers",

@@ -92,11 +92,14 @@ class LossOptions:
 @dataclass(frozen=True)
 class UpdateOptions:
     """The gradient step: ``max_grad_norm`` (None: no clipping), ``weight_decay`` (coupled,
-    added to the gradient), ``max_nonfinite_steps`` (the guard's patience)."""
+    added to the gradient), ``max_nonfinite_steps`` (the guard's patience), ``recompute``
+    (the training-mode forward pass keeps one activation map per residual block and recomputes
+    the rest in the backward pass: :func:`attacks.training.checkpointed_call`)."""
 
     max_grad_norm: float | None = None
     weight_decay: float = 0.0
     max_nonfinite_steps: int = 10
+    recompute: bool = False
 
     def __post_init__(self) -> None:
         _checks.number(self.max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
@@ -104,6 +107,9 @@ class UpdateOptions:
         _checks.number(self.weight_decay, "weight_decay", minimum=0)
         object.__setattr__(self, "max_nonfinite_steps", _checks.positive_int(
             self.max_nonfinite_steps, "max_nonfinite_steps", minimum=0))
+        if not isinstance(self.recompute, bool):
+            raise TypeError(f"recompute must be True or False; got {self.recompute!r}")
+        object.__setattr__(self, "recompute", bool(self.recompute))
 
 
 @dataclass(frozen=True)

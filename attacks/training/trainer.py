@@ -44,9 +44,18 @@ from robustgrad import transforms
 from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions, split_options
+from .recompute import checkpointed_call
 from .registry import get_method
 
 __all__ = ["AdversarialTrainer"]
+
+
+def _with_decay(g: tf.Tensor, v: Any, weight_decay: float) -> tf.Tensor:
+    """``g + weight_decay * v``, computed once ``g`` is: without the dependency the graph
+    executor runs the product (ready from the start of the step) first and keeps a copy of
+    every weight alive through the whole backward pass (139 MiB for WRN-28-10)."""
+    with tf.control_dependencies([g]):
+        return g + tf.cast(weight_decay, g.dtype) * tf.cast(v, g.dtype)
 
 
 @keras.saving.register_keras_serializable(package="attacks")
@@ -107,6 +116,12 @@ class AdversarialTrainer(keras.Model):
         kappa_final: certified training (``"ibp"``, ``"crown-ibp"``): the weight of the clean
             cross-entropy at full eps; it goes from 1 at eps 0 linearly in eps (0.5: Gowal et al.
             2018 and the CROWN-IBP code).
+        recompute: the update's training-mode forward pass keeps only the input of each
+            residual block (each segment of :func:`attacks.training.checkpoint_segments`) and
+            recomputes the rest when the backward pass needs it: the same outputs, gradients
+            and batch-norm statistics, about half the activation memory of the update for one
+            more forward pass of it (a WRN-28-10 PGD-10 step at batch 128: see
+            docs/benchmarks/training.md). Default False.
         beta_final: ``"crown-ibp"``: the weight of the CROWN-IBP bound (against IBP's) at full
             eps, from 1 at eps 0 (0: Zhang et al. 2020's default schedule; 1 keeps CROWN-IBP).
     """
@@ -196,6 +211,7 @@ class AdversarialTrainer(keras.Model):
                               else float(update.max_grad_norm))
         self.weight_decay = float(update.weight_decay)
         self.max_nonfinite_steps = int(update.max_nonfinite_steps)
+        self.recompute = bool(update.recompute)
         self.warmup_steps = int(schedule.warmup_steps)
         self.warmup_delay = int(schedule.warmup_delay)
 
@@ -227,7 +243,7 @@ class AdversarialTrainer(keras.Model):
             "adv_ratio": self.adv_ratio, "warmup_steps": self.warmup_steps,
             "craft_training": self.craft_training, "max_grad_norm": self.max_grad_norm,
             "eval_steps": self.eval_steps, "max_nonfinite_steps": self.max_nonfinite_steps,
-            "seed": self.seed, "weight_decay": self.weight_decay,
+            "seed": self.seed, "weight_decay": self.weight_decay, "recompute": self.recompute,
             "label_smoothing": self.label_smoothing, "awp_gamma": self.awp_gamma,
             "warmup_delay": self.warmup_delay, "kappa_final": self.kappa_final,
             "beta_final": self.beta_final, "sigma": self.sigma, "noise_draws": self.noise_draws,
@@ -259,6 +275,8 @@ class AdversarialTrainer(keras.Model):
         return self.eps * tf.clip_by_value(frac, 0.0, 1.0)
 
     def _logits(self, x, training):
+        if training and self.recompute:
+            return tf.cast(checkpointed_call(self.model, x, training=True), tf.float32)
         return tf.cast(self.model(x, training=training), tf.float32)
 
     def _craft_scale(self):
@@ -371,8 +389,7 @@ class AdversarialTrainer(keras.Model):
         grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
                  for g, v in zip(grads, variables)]
         if self.weight_decay > 0.0:
-            grads = [g + tf.cast(self.weight_decay, g.dtype) * tf.cast(v, g.dtype)
-                     for g, v in zip(grads, variables)]
+            grads = [_with_decay(g, v, self.weight_decay) for g, v in zip(grads, variables)]
         step = self.gradient_step
         if step is not None:
             stats = step(grads)

@@ -1,0 +1,195 @@
+"""Training-mode forward passes that keep less for the backward pass (gradient checkpointing).
+
+A tape keeps, until the backward pass reaches it, every forward tensor a gradient needs: in a
+pre-activation ResNet that is the input of each batch normalisation and the output of each ReLU
+(the next convolution's input), four activation maps per block, the same set PyTorch's autograd
+keeps. :func:`checkpointed_call` runs a Keras functional model segment by segment, a segment
+ending at each tensor that is the only one alive at that point of the graph (the output of a
+residual block, for example); the backward pass gets only the segment inputs and recomputes each
+segment's forward, one segment at a time, when its gradient arrives (Chen et al. 2016,
+"Training Deep Nets with Sublinear Memory Cost"). Memory for activations drops from the whole
+network's to one activation map per segment plus the largest segment; the time rises by one
+more forward pass of the training-mode update (not of the crafting passes, which do not use it).
+
+Batch-normalisation layers update their moving statistics once, in the first forward pass: the
+recomputation normalises with the same batch statistics and leaves the moving averages alone,
+so the outputs, the gradients and the moving statistics are those of ``model(x, training=True)``
+(tested to float tolerance).
+
+Used by :class:`~attacks.training.AdversarialTrainer` with ``recompute=True`` (the update's
+forward pass in training mode).
+
+>>> import keras, numpy as np, tensorflow as tf
+>>> from attacks.training import make_model
+>>> model = make_model("wrn-10-1", (8, 8, 3), 4)
+>>> len(checkpoint_segments(model))  # (stem + block 1), block 2, block 3, head
+4
+>>> x = tf.constant(np.random.default_rng(0).random((2, 8, 8, 3)), tf.float32)
+>>> checkpointed_call(model, x).shape
+TensorShape([2, 4])
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+__all__ = ["checkpoint_segments", "checkpointed_call"]
+
+# model -> its segments (lists of Keras graph nodes), computed once per model
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _nodes_in_order(model: keras.Model) -> list:
+    """The model's graph nodes in the order Keras runs them (deepest first)."""
+    order = []
+    for depth in sorted(model._nodes_by_depth, reverse=True):
+        for node in model._nodes_by_depth[depth]:
+            if node.operation is not None and not node.is_input:
+                order.append(node)
+    return order
+
+
+def checkpoint_segments(model: Any) -> list[list]:
+    """The segments :func:`checkpointed_call` runs ``model`` in: lists of its Keras graph nodes,
+    in order, each segment taking exactly one tensor (the previous segment's output, or the
+    model's input) and leaving exactly one alive for the rest of the graph. A segment ends at
+    the first such point after a merge (a residual block's addition) or after ``sqrt(layers)``
+    layers (Chen et al.'s rule for a plain chain), whichever comes first. Empty when
+    ``model`` is not a single-input, single-output Keras functional model (the caller then runs
+    it whole)."""
+    if model in _PLANS:
+        return _PLANS[model]
+    plan: list[list] = []
+    if (isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
+            and len(model.inputs or []) == 1 and len(model.outputs or []) == 1):
+        nodes = _nodes_in_order(model)
+        last_use: dict[int, int] = {}
+        for i, node in enumerate(nodes):
+            for t in node.input_tensors:
+                last_use[id(t)] = i
+        out_id = id(model.outputs[0])
+        last_use[out_id] = len(nodes)
+        live = {id(model.inputs[0])}
+        current: list = []
+        merged = False  # the current segment holds a merge (a residual addition)
+        longest = max(2, math.isqrt(len(nodes)))
+        for i, node in enumerate(nodes):
+            current.append(node)
+            for t in node.outputs:
+                live.add(id(t))
+            live = {t for t in live if last_use.get(t, -1) > i}
+            merged = merged or len(node.input_tensors) > 1
+            if (len(live) == 1 and len(node.outputs) == 1 and id(node.outputs[0]) in live
+                    and (merged or len(current) >= longest or i == len(nodes) - 1)):
+                plan.append(current)
+                merged = False
+                current = []
+        if current:  # cannot happen for a connected graph; run the rest as one segment
+            plan.append(current)
+    _PLANS[model] = plan
+    return plan
+
+
+def _bn_training_no_update(layer: keras.layers.BatchNormalization, x: tf.Tensor) -> tf.Tensor:
+    """``layer(x, training=True)`` without touching its moving statistics (the recomputation);
+    the same operations as Keras' layer, so the result is the same to the last bit."""
+    compute_dtype = keras.backend.result_type(x.dtype, "float32")
+    x = keras.ops.cast(x, compute_dtype)
+    mean, variance = keras.ops.moments(x, axes=layer._reduction_axes,
+                                       synchronized=layer.synchronized)
+    gamma = keras.ops.cast(layer.gamma, x.dtype) if layer.scale else None
+    beta = keras.ops.cast(layer.beta, x.dtype) if layer.center else None
+    out = keras.ops.batch_normalization(x, mean, variance, axis=layer.axis, offset=beta,
+                                        scale=gamma, epsilon=layer.epsilon)
+    return keras.ops.cast(out, layer.compute_dtype)
+
+
+def _simple_bn(layer: Any) -> bool:
+    return (isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
+            and not layer.renorm)
+
+
+def _run_segment(nodes: list, x: tf.Tensor, training: bool, first: bool) -> tf.Tensor:
+    """Run ``nodes`` on ``x`` (the segment's one input); ``first=False``: the recomputation
+    (batch-norm moving statistics untouched)."""
+    values: dict[int, Any] = {}
+    for t in nodes[0].input_tensors:
+        values[id(t)] = x
+    out = x
+    for node in nodes:
+        args, kwargs = node.arguments.fill_in(values)
+        op = node.operation
+        if (not first and training and _simple_bn(op) and len(args) == 1
+                and all(v is None for v in kwargs.values())):
+            out = _bn_training_no_update(op, args[0])
+        elif getattr(op, "_call_has_training_arg", False):
+            out = op(*args, training=training, **kwargs)
+        else:
+            out = op(*args, **kwargs)
+        for ref, value in zip(node.outputs, tf.nest.flatten(out)):
+            values[id(ref)] = value
+    return values[id(nodes[-1].outputs[0])]
+
+
+def _after(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    """``x`` made to depend on ``dy`` by data (adds a zero computed from one element of
+    ``dy``), so that the executor cannot run the recomputation before the gradient arrives: a
+    control dependency can be pruned by graph optimisations, and ``zeros_like`` of a tensor of
+    known shape is a constant. ``b and not b`` is False for any ``b``, NaN included."""
+    flag = tf.cast(tf.reshape(dy, [-1])[:1], tf.bool)
+    zero = tf.cast(tf.reduce_any(tf.logical_and(flag, tf.logical_not(flag))), x.dtype)
+    return x + zero
+
+
+def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+    @tf.custom_gradient
+    def segment(x):
+        y = _run_segment(nodes, x, training, first=True)
+
+        def grad(dy, variables=None):
+            with tf.GradientTape() as tape:
+                xr = _after(x, dy)
+                tape.watch(xr)
+                if variables:
+                    tape.watch(variables)
+                yr = _run_segment(nodes, xr, training, first=False)
+            sources = [xr, *(variables or [])]
+            grads = tape.gradient(yr, sources, output_gradients=dy,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return grads[0], grads[1:]
+
+        return y, grad
+
+    return segment
+
+
+def checkpointed_call(model: Any, x: Any, training: bool = True) -> tf.Tensor:
+    """``model(x, training=training)`` with the backward pass recomputing each segment of
+    :func:`checkpoint_segments` instead of keeping its activations (see the module doc).
+
+    Args:
+        model: a Keras functional model with one input and one output; anything else (a
+            subclassed model, a callable) is called whole, as ``model(x, training=training)``.
+        x: the input batch ``[B, ...]``.
+        training: the mode of the layers (batch-norm statistics move once when True).
+
+    Returns:
+        The model's output, equal to ``model(x, training=training)``; its gradients with
+        respect to ``x`` and to the model's variables are the same.
+    """
+    plan = checkpoint_segments(model)
+    if not plan:
+        return model(x, training=training)
+    out = tf.convert_to_tensor(x)
+    for nodes in plan:
+        if len(nodes) == 1:  # nothing to save by recomputing one layer
+            out = _run_segment(nodes, out, training, first=True)
+        else:
+            out = _checkpointed(nodes, training)(out)
+    return out
