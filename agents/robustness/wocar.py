@@ -208,6 +208,23 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     return surface
 
 
+def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
+    """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
+    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights) and the
+    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip), built in
+    that order (a seeded run's variables do not move)."""
+    cfg = agent.config
+    n_actions = int(agent.env.single_action_space.n)
+    in_dim = int(np.prod(agent.obs_shape))
+    hidden = tuple(cfg.hidden_sizes)
+    critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                 name="wocar_critic")
+    target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
+                 name="wocar_target")
+    step, _ = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
+    return critic, target, step
+
+
 class WocaRPlugin(ScheduledPlugin):
     """``robust="wocar"``: the worst-attack critic, the worst-case-aware advantages and the
     importance-weighted smoothness term (module doc). Its logs: ``wocar_weight`` (the schedule's
@@ -225,15 +242,7 @@ class WocaRPlugin(ScheduledPlugin):
         self.target_weight = WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         surface = check_wocar_agent(agent, self.bound)
         self._normalize = surface.normalize  # the agent's observation normaliser, read live
-        n_actions = int(agent.env.single_action_space.n)
-        in_dim = int(np.prod(agent.obs_shape))
-        hidden = tuple(cfg.hidden_sizes)
-        self.critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                          name="wocar_critic")
-        self.target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                          name="wocar_target")
-        self.critic_step, _ = make_adam_step(self.critic.trainable_variables, Q_LR,
-                                             cfg.max_grad_norm)
+        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
@@ -428,15 +437,7 @@ class WocaRDQNPlugin(ScheduledPlugin):
         self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
         self.surface = check_wocar_agent(agent, self.bound)
-        n_actions = int(agent.env.single_action_space.n)
-        in_dim = int(np.prod(agent.obs_shape))
-        hidden = tuple(cfg.hidden_sizes)
-        self.critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                          name="wocar_critic")
-        self.target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                          name="wocar_target")
-        self.critic_step, _ = make_adam_step(self.critic.trainable_variables, Q_LR,
-                                             cfg.max_grad_norm)
+        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
