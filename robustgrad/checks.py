@@ -40,6 +40,7 @@ from robustgrad.errors import ConfigError
 
 __all__ = [
     "ArgumentTypeError",
+    "MAX_LEARNING_RATE",
     "NORMS",
     "choice",
     "leaf_names",
@@ -51,6 +52,11 @@ __all__ = [
     "probability",
     "scalar_output",
 ]
+
+MAX_LEARNING_RATE = 10.0
+"""The largest learning rate a run accepts (``train-classifier --lr``, ``train-agent --lr``,
+``ClassifierConfig.lr``, ``AgentConfig.learning_rate``): 10,000x Adam's usual 1e-3 and 100x the
+largest SGD rate of a published recipe; beyond it the first steps overflow to NaN."""
 
 
 class ArgumentTypeError(TypeError, ConfigError):

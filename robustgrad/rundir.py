@@ -177,6 +177,12 @@ SAVEDMODEL_ENTRIES = frozenset({"saved_model.pb", "saved_model.pbtxt", "variable
 """What a TensorFlow SavedModel directory holds: all that ``--export --overwrite`` may delete."""
 
 
+_FILE_SUFFIXES = (".keras", ".h5", ".hdf5", ".pb", ".tflite", ".onnx", ".zip", ".npz", ".json",
+                  ".txt", ".pkl")
+"""Extensions of model and data files: an export path ending in one is a file name, not the
+SavedModel directory ``--export`` writes."""
+
+
 def check_export_dir(path: str, flag: str = "--export", overwrite: bool = False) -> None:
     """:func:`check_output_dir` for a SavedModel directory that ``overwrite`` replaces as a
     whole: with ``overwrite`` it must hold a SavedModel and nothing else (or nothing), so that
@@ -190,6 +196,11 @@ def check_export_dir(path: str, flag: str = "--export", overwrite: bool = False)
     ...     print(str(exc).split(": ", 1)[1][:51])
     holds files that are not a SavedModel's (notes.txt)
     """
+    suffix = os.path.splitext(os.path.normpath(path))[1].lower()
+    if suffix in _FILE_SUFFIXES and not os.path.isdir(path):
+        raise RunDirectoryError(f"{flag} {path}: a SavedModel is a directory, and {suffix} names "
+                                f"a file (the Keras model is written as model.keras in the run's "
+                                f"directory): give a directory name")
     check_output_dir(path, flag, overwrite)
     if overwrite and os.path.isdir(path):
         entries = sorted(n for n in os.listdir(path) if n != LOCK_FILE)

@@ -31,6 +31,7 @@ from agents.core.presets import (  # noqa: F401 - PRESETS_FILE, load_presets: al
 from agents.envs import check_env_id
 from agents.graph_envs import GRAPH_ENV_IDS
 from robustgrad.checks import (
+    MAX_LEARNING_RATE,
     ArgumentTypeError,
     choice,
     nonnegative,
@@ -333,7 +334,8 @@ class AgentConfig:
             raise ConfigError(f"num_envs must be an int in [1, {MAX_ASYNC_ENVS}] with "
                               f"async_envs=True (one subprocess per environment), got "
                               f"{self.num_envs}")
-        _positive(self.learning_rate, "learning_rate")
+        number(self.learning_rate, "learning_rate", minimum=0, min_inclusive=False,
+               maximum=MAX_LEARNING_RATE)
         probability(self.gamma, "gamma")
         if self.max_grad_norm is not None:
             _positive(self.max_grad_norm, "max_grad_norm")

@@ -200,7 +200,8 @@ class ClassifierConfig:
         checks.positive_int(self.epochs, "epochs", allow_none=True)
         checks.positive_int(self.batch_size, "batch_size", allow_none=True)
         checks.positive_int(self.steps, "steps", minimum=0, allow_none=True)  # 0: no attack
-        checks.number(self.lr, "lr", minimum=0, min_inclusive=False, allow_none=True)
+        checks.number(self.lr, "lr", minimum=0, min_inclusive=False,
+                      maximum=checks.MAX_LEARNING_RATE, allow_none=True)
         checks.positive_int(self.val_size, "val_size", minimum=0)
         checks.positive_int(self.val_steps, "val_steps", minimum=0)
         checks.positive_int(self.grad_accum, "grad_accum")

@@ -302,7 +302,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         _checks.number(args.kappa_final, "--kappa-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.beta_final, "--beta-final", minimum=0, maximum=1, allow_none=True)
         _checks.number(args.sigma, "--sigma", minimum=0, min_inclusive=False, allow_none=True)
-        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False, allow_none=True)
+        _checks.number(args.lr, "--lr", minimum=0, min_inclusive=False,
+                       maximum=_checks.MAX_LEARNING_RATE, allow_none=True)
         _checks.nonnegative(args.max_grad_norm, "--max-grad-norm")
 
 

@@ -241,3 +241,41 @@ def test_a_nan_clip_flag_is_refused_before_loading(tmp_path, capsys, flag):
     assert cli.main(["evaluate", "--model", str(model), flag, "nan", "--out",
                      str(tmp_path / "e")]) == 2
     assert _one_line(capsys) == f"robustgrad: error: {flag} must be a finite number, got nan"
+
+
+def test_an_export_path_that_names_a_file_is_refused_before_training(tmp_path, capsys):
+    out, export = tmp_path / "run", tmp_path / "m.keras"
+    assert cli.main(["train-classifier", "--method", "clean", "--epochs", "1", "--limit", "16",
+                     "--no-eval", "--out", str(out), "--export", str(export)]) == 2
+    assert _one_line(capsys) == (
+        f"robustgrad: error: --export {export}: a SavedModel is a directory, and .keras names a "
+        "file (the Keras model is written as model.keras in the run's directory): give a "
+        "directory name")
+    assert not export.exists() and not out.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train-classifier", "--method", "clean", "--lr", "1e30", "--out", "{out}"],
+     "robustgrad: error: --lr must be a number in (0, 10], got 1e+30"),
+    (["train-agent", "--env", "CartPole-v1", "--lr", "1e30", "--steps", "64", "--out", "{out}"],
+     "robustgrad: error: --lr must be a number in (0, 10], got 1e+30"),
+])
+def test_a_learning_rate_that_can_only_overflow_is_refused(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    assert cli.main([a.replace("{out}", str(out)) for a in argv]) == 2
+    assert _one_line(capsys) == message
+    assert not out.exists()
+
+
+def test_the_library_bounds_the_learning_rate_too():
+    import agents
+    from attacks.training import ClassifierConfig
+    from robustgrad.checks import MAX_LEARNING_RATE
+
+    assert MAX_LEARNING_RATE == 10.0
+    with pytest.raises(ValueError, match=re.escape("lr must be a number in (0, 10], got 1e+30")):
+        ClassifierConfig(lr=1e30)
+    with pytest.raises(ValueError, match=re.escape("learning_rate must be a number in (0, 10], "
+                                                   "got 1e+30")):
+        agents.PPO(env="CartPole-v1", learning_rate=1e30)
+    ClassifierConfig(lr=10.0)  # the bound itself is allowed
