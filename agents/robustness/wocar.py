@@ -225,7 +225,31 @@ def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
     return critic, target, step
 
 
-class WocaRPlugin(ScheduledPlugin):
+class _WorstCaseWeighted(ScheduledPlugin):
+    """What WocaR's PPO and DQN plug-ins share between iterations: the worst-case weight
+    ``self.weight`` ramped from 0 to ``self.target_weight`` over the first
+    ``robust_eps_warmup`` of the run (as the eps schedule), and the weight and the ``_stats``
+    variables logged after each iteration. A subclass sets ``weight``, ``target_weight`` and
+    ``_stats`` in its ``__init__``."""
+
+    weight: tf.Variable
+    target_weight: float
+    _stats: dict[str, tf.Variable]
+
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        super().before_iteration(steps_done, total)
+        warmup = self.agent.config.robust_eps_warmup
+        frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
+        self.weight.assign(self.target_weight * frac)
+        return {}
+
+    def after_iteration(self, logs: dict, extra: dict) -> None:
+        super().after_iteration(logs, extra)
+        logs["wocar_weight"] = float(self.weight.numpy())
+        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+
+class WocaRPlugin(_WorstCaseWeighted):
     """``robust="wocar"``: the worst-attack critic, the worst-case-aware advantages and the
     importance-weighted smoothness term (module doc). Its logs: ``wocar_weight`` (the schedule's
     ``w``), ``wocar_q_loss`` (the critic's last minibatch loss), ``wocar_worst_q`` (mean
@@ -290,18 +314,6 @@ class WocaRPlugin(ScheduledPlugin):
         return loss
 
     # -- the plug-in hooks ---------------------------------------------------------------------
-    def before_iteration(self, steps_done: int, total: int) -> dict:
-        super().before_iteration(steps_done, total)
-        warmup = self.agent.config.robust_eps_warmup
-        frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
-        self.weight.assign(self.target_weight * frac)
-        return {}
-
-    def after_iteration(self, logs: dict, extra: dict) -> None:
-        super().after_iteration(logs, extra)
-        logs["wocar_weight"] = float(self.weight.numpy())
-        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
-
     @_plain
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; and
@@ -393,7 +405,7 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
     return tf.reduce_sum(per_action, axis=-1)
 
 
-class WocaRDQNPlugin(ScheduledPlugin):
+class WocaRDQNPlugin(_WorstCaseWeighted):
     """``robust="wocar"`` for DQN (WocaR-DQN; the paper's DQN code, its RADIAL-based version):
 
     1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (:data:`Q_LR`, Huber) per
@@ -449,19 +461,6 @@ class WocaRDQNPlugin(ScheduledPlugin):
         one) at raw observations (the agent's normaliser applied)."""
         net = self.target if target else self.critic
         return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
-
-    # -- the phase between iterations ----------------------------------------------------------
-    def before_iteration(self, steps_done: int, total: int) -> dict:
-        super().before_iteration(steps_done, total)
-        warmup = self.agent.config.robust_eps_warmup
-        frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
-        self.weight.assign(self.target_weight * frac)
-        return {}
-
-    def after_iteration(self, logs: dict, extra: dict) -> None:
-        super().after_iteration(logs, extra)
-        logs["wocar_weight"] = float(self.weight.numpy())
-        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
 
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
