@@ -112,6 +112,18 @@ Q_LR = 1e-3
 """Adam learning rate of the worst-attack critic."""
 TAU = 0.01
 """Polyak rate of the critic's target network, per critic step."""
+ADMISSIBLE_EPS: float | None = None
+"""The radius of the admissible sets of the PPO/A2C critic's target (``None``: the schedule's
+eps, the attack's own budget; the paper's PPO code: a fixed 0.01)."""
+IMPORTANCE = True
+"""Whether the PPO/A2C smoothness term is weighted by the state importance ``ω(s)`` (the
+paper's text; its PPO code weights all states alike)."""
+WEIGHT_OVER_RUN = False
+"""Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
+``w · t / T``) instead of over ``robust_eps_warmup``."""
+SEARCH_PER_ROLLOUT = True
+"""Whether the PPO/A2C regulariser's search runs once per rollout (module doc) instead of on
+every minibatch of every epoch (SA-PPO's and the paper's code)."""
 
 
 def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -238,7 +250,7 @@ class _WorstCaseWeighted(ScheduledPlugin):
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
-        warmup = self.agent.config.robust_eps_warmup
+        warmup = 1.0 if WEIGHT_OVER_RUN else self.agent.config.robust_eps_warmup
         frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
         self.weight.assign(self.target_weight * frac)
         return {}
@@ -319,8 +331,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; and
         the regulariser's inputs for the whole rollout (:meth:`rollout_regularizer_inputs`),
         kept for the update's minibatches (:meth:`regularizer_inputs`)."""
-        admissible = admissible_actions(_surface(self.agent), batch["next_obs"],
-                                        self.schedule.eps, self.bound)
+        radius = self.schedule.eps if ADMISSIBLE_EPS is None else ADMISSIBLE_EPS
+        admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
+                                        self.bound)
         loss = self._fit_critic(batch, admissible)
         worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
                                            batch_dims=1))
@@ -328,7 +341,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
-        self._rollout_inputs = (_current_graph(), self.rollout_regularizer_inputs(batch["obs"]))
+        if SEARCH_PER_ROLLOUT:
+            self._rollout_inputs = (_current_graph(),
+                                    self.rollout_regularizer_inputs(batch["obs"]))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -344,7 +359,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
                                   self.agent.draw_seed(), cfg.robust_method)
-        return clean, obs_adv, state_importance(self.worst_q(obs))
+        importance = state_importance(self.worst_q(obs)) if IMPORTANCE else \
+            tf.ones(tf.shape(obs)[:1])
+        return clean, obs_adv, importance
 
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
