@@ -59,8 +59,10 @@ eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness
 RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet):
 continuous actions (the paper searches the worst action in the box of the Gaussian mean's
 bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
-with a :class:`robustgrad.errors.ConfigError` naming the argument. The critic is not part of the
-agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a fresh one.
+with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
+their optimiser are part of the agent's checkpoint (``robustness/``): a loaded ``robust="wocar"``
+agent that learns again goes on with its critic (one saved before 2026-12-04 loads without it and
+starts a fresh one).
 
 >>> import tensorflow as tf
 >>> q_next = tf.constant([[1.0, 3.0, 2.0]])
@@ -220,11 +222,12 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     return surface
 
 
-def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
+def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any, Any]:
     """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
-    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights) and the
-    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip), built in
-    that order (a seeded run's variables do not move)."""
+    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights), the
+    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip) and that
+    Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
+    variables do not move)."""
     cfg = agent.config
     n_actions = int(agent.env.single_action_space.n)
     in_dim = int(np.prod(agent.obs_shape))
@@ -233,20 +236,26 @@ def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
                  name="wocar_critic")
     target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
                  name="wocar_target")
-    step, _ = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
-    return critic, target, step
+    step, slots = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
+    return critic, target, step, slots
 
 
 class _WorstCaseWeighted(ScheduledPlugin):
     """What WocaR's PPO and DQN plug-ins share between iterations: the worst-case weight
     ``self.weight`` ramped from 0 to ``self.target_weight`` over the first
-    ``robust_eps_warmup`` of the run (as the eps schedule), and the weight and the ``_stats``
-    variables logged after each iteration. A subclass sets ``weight``, ``target_weight`` and
-    ``_stats`` in its ``__init__``."""
+    ``robust_eps_warmup`` of the run (as the eps schedule, or over the whole run with
+    :data:`WEIGHT_OVER_RUN`), the weight and the ``_stats`` variables logged after each
+    iteration, and the worst-attack networks in the agent's checkpoint
+    (:meth:`checkpoint_modules`). A subclass sets ``weight``, ``target_weight``, ``_stats`` and
+    the networks of :func:`_worst_attack_critic` in its ``__init__``."""
 
     weight: tf.Variable
     target_weight: float
     _stats: dict[str, tf.Variable]
+    critic: MLP
+    target: MLP
+    critic_step: Any
+    critic_optimizer: Any
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
@@ -259,6 +268,13 @@ class _WorstCaseWeighted(ScheduledPlugin):
         super().after_iteration(logs, extra)
         logs["wocar_weight"] = float(self.weight.numpy())
         logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+    def checkpoint_modules(self) -> dict[str, Any]:
+        """The worst-attack network, its target copy, its Adam state and gradient step: in the
+        agent's checkpoint (``robustness/``), so a loaded agent that learns again goes on with
+        the critic it had (the weight and eps are recomputed from the step counts)."""
+        return {"critic": self.critic, "target": self.target,
+                "optimizer": self.critic_optimizer, "gradient_step": self.critic_step}
 
 
 class WocaRPlugin(_WorstCaseWeighted):
@@ -278,7 +294,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         self.target_weight = WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         surface = check_wocar_agent(agent, self.bound)
         self._normalize = surface.normalize  # the agent's observation normaliser, read live
-        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
+        self.critic, self.target, self.critic_step, self.critic_optimizer = \
+            _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
@@ -457,7 +474,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
-    last step's mean ``L_wc``). One seed per agent; the networks are not in the checkpoint."""
+    last step's mean ``L_wc``). One seed per agent; the networks are in the agent's
+    checkpoint."""
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
@@ -466,7 +484,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
         self.surface = check_wocar_agent(agent, self.bound)
-        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
+        self.critic, self.target, self.critic_step, self.critic_optimizer = \
+            _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
