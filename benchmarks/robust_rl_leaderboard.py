@@ -9,6 +9,9 @@ method, over seeds: natural and worst-case return (at ``--main-eps``) as median 
 with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_runs``,
 rliable-style), the median return under each attack, and the median training CPU seconds.
 
+``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
+``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
+(the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
 ``--figure PATH`` draws worst-case return against eps per method (median over seeds, the band
 from the lowest to the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
@@ -150,6 +153,13 @@ def plot(rows: list[dict], path: str, env: str) -> None:
     plt.close(fig)
 
 
+def _write(path: str, args, rows: list[dict], board: dict | None) -> None:
+    """The run's JSON: its arguments, one row per agent, the leaderboard (``None`` until every
+    agent is done)."""
+    with open(path, "w") as f:
+        json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", default=",".join(METHODS))
@@ -169,6 +179,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--figure", default=None, help="PNG of worst case against eps")
+    p.add_argument("--rows-from", nargs="*", default=[],
+                   help="JSON files of earlier runs (--json): their agents of --methods are "
+                        "taken as they are (same protocol assumed), the others trained")
     args = p.parse_args(argv)
     if args.quick:
         for k, v in QUICK.items():
@@ -185,12 +198,22 @@ def main(argv=None) -> int:
 
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
-    rows = [run_agent(m, s, args) for m in methods for s in args.seeds]
+    rows: list[dict] = []
+    for path in args.rows_from:  # agents already trained and evaluated by an earlier run
+        with open(path) as f:
+            rows += [r for r in json.load(f)["rows"] if r["method"] in methods]
+    done = {(r["method"], r["seed"]) for r in rows}
+    for m in methods:
+        for s in args.seeds:
+            if (m, s) in done:
+                continue
+            rows.append(run_agent(m, s, args))
+            if args.json:  # after every agent: a run stopped midway keeps what it measured
+                _write(args.json, args, rows, None)
     board = leaderboard(rows, args.main_eps)
     print_table(board, args.main_eps)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+        _write(args.json, args, rows, board)
     if args.figure:
         plot(rows, args.figure, args.env)
     return 0
