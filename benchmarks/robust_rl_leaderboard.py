@@ -26,7 +26,8 @@ Examples::
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
 eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
-attacks x 2 eps, docs/benchmarks/robust-rl.md) took 11 min wall at load 3-5; run it from a snapshot copy of the tree under ``cpuslot``, ``--threads 1``.
+attacks x 2 eps, docs/benchmarks/robust-rl.md) took 11 min wall at load 3-5; run it from a
+snapshot copy of the tree under ``cpuslot``, ``--threads 1``.
 """
 
 from __future__ import annotations

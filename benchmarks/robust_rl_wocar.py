@@ -21,7 +21,9 @@ steps, 8 episodes per row, ``--bound ibp``, defaults otherwise): vanilla worst c
 35, WocaR 196 / 190 / 265 (the ``rs`` attack the strongest on every WocaR agent); medians:
 natural 500 / 500, worst case 254 vs 196 (0.77x: goal 2x MISSED), training CPU 14.0 s vs
 38.8 s (2.77x: goal 1.5x MISSED). Three seeds and 8 episodes are a small sample (vanilla's
-spread is 35-500); no tuning of ``wocar_weight``, kappa or the critic's settings was tried.
+spread is 35-500). 2026-12-04, ``--kinds wocar --warmup 0.3`` (load 4.5-6): WocaR worst cases
+273 / 223 / 168.5 (median 223, natural 500: better than the default warm-up's 160.5, still
+0.88x vanilla's 254); the other settings screened are in docs/benchmarks/robust-rl.md.
 
 Run it from a snapshot copy of the tree (AutoGraph re-reads source files), under ``cpuslot`` on a
 shared machine; ``--threads 1`` pins TensorFlow to one thread of each pool.
