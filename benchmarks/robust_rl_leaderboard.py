@@ -9,6 +9,9 @@ method, over seeds: natural and worst-case return (at ``--main-eps``) as median 
 with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_runs``,
 rliable-style), the median return under each attack, and the median training CPU seconds.
 
+``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
+``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
+(the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
 ``--figure PATH`` draws worst-case return against eps per method (median over seeds, the band
 from the lowest to the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
@@ -22,7 +25,9 @@ Examples::
         --figure docs/benchmarks/robust_rl_leaderboard.png
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
-eps) is hours of CPU; run it from a snapshot copy of the tree under ``cpuslot``, ``--threads 1``.
+eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
+attacks x 2 eps, docs/benchmarks/robust-rl.md) took 11 min wall at load 3-5; run it from a
+snapshot copy of the tree under ``cpuslot``, ``--threads 1``.
 """
 
 from __future__ import annotations
@@ -150,6 +155,13 @@ def plot(rows: list[dict], path: str, env: str) -> None:
     plt.close(fig)
 
 
+def _write(path: str, args, rows: list[dict], board: dict | None) -> None:
+    """The run's JSON: its arguments, one row per agent, the leaderboard (``None`` until every
+    agent is done)."""
+    with open(path, "w") as f:
+        json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", default=",".join(METHODS))
@@ -169,6 +181,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--figure", default=None, help="PNG of worst case against eps")
+    p.add_argument("--rows-from", nargs="*", default=[],
+                   help="JSON files of earlier runs (--json): their agents of --methods are "
+                        "taken as they are (same protocol assumed), the others trained")
     args = p.parse_args(argv)
     if args.quick:
         for k, v in QUICK.items():
@@ -185,12 +200,22 @@ def main(argv=None) -> int:
 
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
-    rows = [run_agent(m, s, args) for m in methods for s in args.seeds]
+    rows: list[dict] = []
+    for path in args.rows_from:  # agents already trained and evaluated by an earlier run
+        with open(path) as f:
+            rows += [r for r in json.load(f)["rows"] if r["method"] in methods]
+    done = {(r["method"], r["seed"]) for r in rows}
+    for m in methods:
+        for s in args.seeds:
+            if (m, s) in done:
+                continue
+            rows.append(run_agent(m, s, args))
+            if args.json:  # after every agent: a run stopped midway keeps what it measured
+                _write(args.json, args, rows, None)
     board = leaderboard(rows, args.main_eps)
     print_table(board, args.main_eps)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+        _write(args.json, args, rows, board)
     if args.figure:
         plot(rows, args.figure, args.env)
     return 0

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 1
 
+_PLUGIN_NODE = "robustness"
+"""The checkpoint node of the robustness plug-in's own state (:meth:`Agent._checkpoint`)."""
+
 
 def _compact(seeds: Sequence[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"`` (how seed lists are printed).
@@ -516,10 +519,18 @@ class Agent(CollectingAgent):
                 "returns": returns, "lengths": lengths}
 
     # -- persistence ---------------------------------------------------------------------------
-    def _checkpoint(self) -> tf.train.Checkpoint:
+    def _checkpoint(self, robustness: bool = True) -> tf.train.Checkpoint:
+        """The agent's checkpoint: step counts, random streams, the algorithm's modules and,
+        unless ``robustness`` is false, the robustness plug-in's own state under
+        ``robustness/`` (:meth:`agents.core.plugin.RobustnessPlugin.checkpoint_modules`; no
+        node when it has none, so the agents of every other method write what they wrote)."""
+        modules = dict(self._checkpoint_modules())
+        plugin = self.robustness.checkpoint_modules() if robustness else {}
+        if plugin:
+            modules[_PLUGIN_NODE] = tf.train.Checkpoint(**plugin)
         return tf.train.Checkpoint(num_timesteps=self.num_timesteps,
                                    num_updates=self.num_updates, rng=self.rng,
-                                   act_rng=self._act_rng, **self._checkpoint_modules())
+                                   act_rng=self._act_rng, **modules)
 
     def save(self, directory: str) -> str:
         """Write the agent to ``directory``: ``config.json``, ``agent.json`` (algorithm,
@@ -574,7 +585,14 @@ class Agent(CollectingAgent):
         if meta["algo"] != self.algo:
             raise ValueError(f"directory: {directory!r} holds a {meta['algo']!r} agent, not "
                              f"{self.algo!r}")
-        restore_weights(self._checkpoint(), directory,
+        # a checkpoint written before the plug-in kept its state (WocaR's worst-attack critic
+        # until 2026-12-04) has no robustness/ node: it loads, and that state starts fresh
+        try:
+            saved = {name.split("/", 1)[0] for name, _ in
+                     tf.train.list_variables(os.path.join(directory, "weights", "ckpt"))}
+        except (ValueError, tf.errors.OpError):  # unreadable: restore_weights says so below
+            saved = {_PLUGIN_NODE}
+        restore_weights(self._checkpoint(robustness=_PLUGIN_NODE in saved), directory,
                         f"this {self.algo} agent (hidden_sizes="
                         f"{getattr(self.config, 'hidden_sizes', None)})")
         self.history = list(meta.get("history", []))

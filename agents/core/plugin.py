@@ -19,6 +19,8 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
   chosen by) and :meth:`RobustnessPlugin.q_loss` (the per-example loss, given the TD loss);
 * **an extra loss term**: :meth:`RobustnessPlugin.regularizer_inputs` outside the gradient tape
   (the inner search; ``None``: no term), then :meth:`RobustnessPlugin.regularizer` inside it;
+* **state of its own in the agent's checkpoint**: :meth:`RobustnessPlugin.checkpoint_modules`
+  (WocaR's worst-attack networks and their optimiser), saved and restored with the agent's;
 * **a phase between iterations**: :meth:`RobustnessPlugin.before_iteration` (a schedule, a learned
   adversary's training) and :meth:`RobustnessPlugin.after_iteration` (what the iteration's logs
   carry), and :meth:`RobustnessPlugin.record` after the driver's bookkeeping of an update.
@@ -125,6 +127,16 @@ class RobustnessPlugin:
 
     def record(self, logs: dict) -> None:
         """After the driver's bookkeeping of an update (``agent.history`` and each seed's)."""
+
+    # -- state of its own in the agent's checkpoint ----------------------------------------------
+    def checkpoint_modules(self) -> dict[str, Any]:
+        """``name -> trackable`` (networks, optimiser state) the method learns and keeps between
+        iterations, written in the agent's checkpoint under ``robustness/`` and restored with it
+        (:meth:`agents.Agent.save`, :func:`agents.load`); ``{}``: nothing to keep. What a method
+        recomputes from the step counts (its eps/kappa schedule) does not belong here. A
+        checkpoint saved before the method kept its state loads without it (the state starts
+        fresh)."""
+        return {}
 
 
 _TABLE: dict[str, Callable[[Any], RobustnessPlugin]] = {}

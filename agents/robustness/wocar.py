@@ -55,12 +55,21 @@ minibatch; per rollout of 256 steps the worst-attack critic's 16 steps
 cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search ~5.4 ms, against
 ~2 ms for one PPO gradient step.
 
+Where the paper's PPO code differs from the defaults here, the difference is a module constant
+(:data:`ADMISSIBLE_EPS`, :data:`IMPORTANCE`, :data:`WEIGHT_OVER_RUN`,
+:data:`SEARCH_PER_ROLLOUT`, beside the critic's :data:`Q_EPOCHS`, :data:`Q_LR`, :data:`TAU`),
+read when an agent's update is traced (screened against Robust Sarsa on CartPole in
+docs/benchmarks/robust-rl.md: the paper's fixed radius 0.01 did worse there; what helped was a
+shorter warm-up, ``warmup=0.3``: median worst case 160.5 -> 223 over 3 seeds, natural 500).
+
 eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness.robust.
 RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet):
 continuous actions (the paper searches the worst action in the box of the Gaussian mean's
 bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
-with a :class:`robustgrad.errors.ConfigError` naming the argument. The critic is not part of the
-agent's checkpoint: a loaded ``robust="wocar"`` agent that learns again starts a fresh one.
+with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
+their optimiser are part of the agent's checkpoint (``robustness/``): a loaded ``robust="wocar"``
+agent that learns again goes on with its critic (one saved before 2026-12-04 loads without it and
+starts a fresh one).
 
 >>> import tensorflow as tf
 >>> q_next = tf.constant([[1.0, 3.0, 2.0]])
@@ -91,7 +100,8 @@ if TYPE_CHECKING:
     from agents.core.config import DQNConfig
     from agents.core.policy import PolicySurface
 
-__all__ = ["BOUND", "DQN_WEIGHT", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT",
+__all__ = ["ADMISSIBLE_EPS", "BOUND", "DQN_WEIGHT", "IMPORTANCE", "Q_EPOCHS", "Q_LR",
+           "Q_MINIBATCHES", "SEARCH_PER_ROLLOUT", "TAU", "WEIGHT", "WEIGHT_OVER_RUN",
            "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent",
            "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
@@ -112,6 +122,18 @@ Q_LR = 1e-3
 """Adam learning rate of the worst-attack critic."""
 TAU = 0.01
 """Polyak rate of the critic's target network, per critic step."""
+ADMISSIBLE_EPS: float | None = None
+"""The radius of the admissible sets of the PPO/A2C critic's target (``None``: the schedule's
+eps, the attack's own budget; the paper's PPO code: a fixed 0.01)."""
+IMPORTANCE = True
+"""Whether the PPO/A2C smoothness term is weighted by the state importance ``ω(s)`` (the
+paper's text; its PPO code weights all states alike)."""
+WEIGHT_OVER_RUN = False
+"""Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
+``w · t / T``) instead of over ``robust_eps_warmup``."""
+SEARCH_PER_ROLLOUT = True
+"""Whether the PPO/A2C regulariser's search runs once per rollout (module doc) instead of on
+every minibatch of every epoch (SA-PPO's and the paper's code)."""
 
 
 def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
@@ -208,11 +230,12 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     return surface
 
 
-def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
+def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any, Any]:
     """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
-    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights) and the
-    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip), built in
-    that order (a seeded run's variables do not move)."""
+    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights), the
+    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip) and that
+    Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
+    variables do not move)."""
     cfg = agent.config
     n_actions = int(agent.env.single_action_space.n)
     in_dim = int(np.prod(agent.obs_shape))
@@ -221,24 +244,30 @@ def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any]:
                  name="wocar_critic")
     target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
                  name="wocar_target")
-    step, _ = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
-    return critic, target, step
+    step, slots = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
+    return critic, target, step, slots
 
 
 class _WorstCaseWeighted(ScheduledPlugin):
     """What WocaR's PPO and DQN plug-ins share between iterations: the worst-case weight
     ``self.weight`` ramped from 0 to ``self.target_weight`` over the first
-    ``robust_eps_warmup`` of the run (as the eps schedule), and the weight and the ``_stats``
-    variables logged after each iteration. A subclass sets ``weight``, ``target_weight`` and
-    ``_stats`` in its ``__init__``."""
+    ``robust_eps_warmup`` of the run (as the eps schedule, or over the whole run with
+    :data:`WEIGHT_OVER_RUN`), the weight and the ``_stats`` variables logged after each
+    iteration, and the worst-attack networks in the agent's checkpoint
+    (:meth:`checkpoint_modules`). A subclass sets ``weight``, ``target_weight``, ``_stats`` and
+    the networks of :func:`_worst_attack_critic` in its ``__init__``."""
 
     weight: tf.Variable
     target_weight: float
     _stats: dict[str, tf.Variable]
+    critic: MLP
+    target: MLP
+    critic_step: Any
+    critic_optimizer: Any
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
-        warmup = self.agent.config.robust_eps_warmup
+        warmup = 1.0 if WEIGHT_OVER_RUN else self.agent.config.robust_eps_warmup
         frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
         self.weight.assign(self.target_weight * frac)
         return {}
@@ -247,6 +276,13 @@ class _WorstCaseWeighted(ScheduledPlugin):
         super().after_iteration(logs, extra)
         logs["wocar_weight"] = float(self.weight.numpy())
         logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+    def checkpoint_modules(self) -> dict[str, Any]:
+        """The worst-attack network, its target copy, its Adam state and gradient step: in the
+        agent's checkpoint (``robustness/``), so a loaded agent that learns again goes on with
+        the critic it had (the weight and eps are recomputed from the step counts)."""
+        return {"critic": self.critic, "target": self.target,
+                "optimizer": self.critic_optimizer, "gradient_step": self.critic_step}
 
 
 class WocaRPlugin(_WorstCaseWeighted):
@@ -266,7 +302,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         self.target_weight = WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         surface = check_wocar_agent(agent, self.bound)
         self._normalize = surface.normalize  # the agent's observation normaliser, read live
-        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
+        self.critic, self.target, self.critic_step, self.critic_optimizer = \
+            _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
@@ -319,8 +356,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; and
         the regulariser's inputs for the whole rollout (:meth:`rollout_regularizer_inputs`),
         kept for the update's minibatches (:meth:`regularizer_inputs`)."""
-        admissible = admissible_actions(_surface(self.agent), batch["next_obs"],
-                                        self.schedule.eps, self.bound)
+        radius = self.schedule.eps if ADMISSIBLE_EPS is None else ADMISSIBLE_EPS
+        admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
+                                        self.bound)
         loss = self._fit_critic(batch, admissible)
         worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
                                            batch_dims=1))
@@ -328,7 +366,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
-        self._rollout_inputs = (_current_graph(), self.rollout_regularizer_inputs(batch["obs"]))
+        if SEARCH_PER_ROLLOUT:
+            self._rollout_inputs = (_current_graph(),
+                                    self.rollout_regularizer_inputs(batch["obs"]))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -344,7 +384,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
                                   self.agent.draw_seed(), cfg.robust_method)
-        return clean, obs_adv, state_importance(self.worst_q(obs))
+        importance = state_importance(self.worst_q(obs)) if IMPORTANCE else \
+            tf.ones(tf.shape(obs)[:1])
+        return clean, obs_adv, importance
 
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
@@ -440,7 +482,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
-    last step's mean ``L_wc``). One seed per agent; the networks are not in the checkpoint."""
+    last step's mean ``L_wc``). One seed per agent; the networks are in the agent's
+    checkpoint."""
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
@@ -449,7 +492,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
         self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
         self.surface = check_wocar_agent(agent, self.bound)
-        self.critic, self.target, self.critic_step = _worst_attack_critic(agent)
+        self.critic, self.target, self.critic_step, self.critic_optimizer = \
+            _worst_attack_critic(agent)
         self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)

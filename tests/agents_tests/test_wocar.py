@@ -328,3 +328,63 @@ def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natur
     worst = tf.reduce_min(tf.where(adm, agent.robustness.worst_q(obs), np.inf), -1).numpy()
     natural = tf.reduce_max(agent.q_values(obs), -1).numpy()
     assert worst.mean() <= natural.mean(), (worst.mean(), natural.mean())
+
+
+def _plugin_state(agent):
+    return [v.numpy() for name, module in sorted(agent.robustness.checkpoint_modules().items())
+            for v in module.variables]
+
+
+def test_a_saved_wocar_ppo_keeps_its_critic_and_resumes_as_the_uninterrupted_run(tmp_path):
+    """The worst-attack networks and their Adam state are saved with the agent: a loaded agent
+    holds them bit for bit, and learning on from the checkpoint gives exactly the weights of the
+    run that was never interrupted (its env reset where the loaded agent's is: no agent saves
+    its env state). A checkpoint without them (written before they were kept) still loads, with
+    a fresh critic."""
+    kw = dict(env="CartPole-v1", num_envs=2, n_steps=16, n_epochs=2, preset=None, seed=4,
+              robust=agents.WocaR(eps=0.05, steps=2))
+    run = agents.PPO(**kw)
+    run.learn(96, progress_bar=False)
+    assert int(run.robustness.critic_optimizer.iterations.numpy()) == 3 * wocar.Q_EPOCHS * \
+        wocar.Q_MINIBATCHES
+    run.save(tmp_path / "a")
+    loaded = agents.load(tmp_path / "a")
+    for x, y in zip(_plugin_state(run), _plugin_state(loaded), strict=True):
+        np.testing.assert_array_equal(x, y)
+    fresh = _plugin_state(agents.PPO(**kw))
+    assert not all(np.array_equal(x, y) for x, y in zip(fresh, _plugin_state(loaded)))
+    # the loaded agent resets its env from the config's seed (no agent saves its env state):
+    # the uninterrupted run does the same there
+    run._on_env_reset(run.env.reset(seed=run.config.seed))
+    run.learn(64, progress_bar=False)
+    loaded.learn(64, progress_bar=False)
+    for x, y in zip(run.get_weights() + _plugin_state(run),
+                    loaded.get_weights() + _plugin_state(loaded), strict=True):
+        np.testing.assert_array_equal(x, y)
+    # a checkpoint of the previous format (no robustness/ node) loads; the critic starts fresh
+    old = agents.PPO(**kw)
+    old.learn(32, progress_bar=False)
+    old.robustness.checkpoint_modules = dict  # what the plug-in kept before: nothing
+    old.save(tmp_path / "old")
+    names = {n.split("/", 1)[0] for n, _ in tf.train.list_variables(
+        str(tmp_path / "old" / "weights" / "ckpt"))}
+    assert "robustness" not in names and "robustness" in {
+        n.split("/", 1)[0] for n, _ in tf.train.list_variables(
+            str(tmp_path / "a" / "weights" / "ckpt"))}
+    again = agents.load(tmp_path / "old")
+    for x, y in zip(fresh, _plugin_state(again), strict=True):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(old.get_weights(), again.get_weights(), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_a_saved_wocar_dqn_keeps_its_worst_attack_network(tmp_path):
+    agent = agents.DQN(env="CartPole-v1", seed=1, hidden_sizes=(16,), learning_starts=32,
+                       train_freq=16, gradient_steps=2, batch_size=16, buffer_size=256,
+                       robust=agents.WocaR(eps=0.02), preset=None)
+    agent.learn(96, progress_bar=False)
+    assert int(agent.robustness.critic_optimizer.iterations.numpy()) > 0
+    agent.save(tmp_path / "d")
+    loaded = agents.load(tmp_path / "d")
+    for x, y in zip(_plugin_state(agent), _plugin_state(loaded), strict=True):
+        np.testing.assert_array_equal(x, y)
