@@ -88,6 +88,9 @@ class BoundedModel:
             limit = _alpha.chunk_limit(self._graph, lower.shape[1:], lower.dtype,
                                        None if spec is None else spec.shape[1])
             chunk = chunk if batch_size is None else min(chunk, limit)
+        if chunk >= n:  # one call: no slicing (an eager slice costs more than a small IBP)
+            return self._fn(lower, upper, spec, None if _ball is None else tuple(_ball), method,
+                            options)
         los, his = [], []
         for start in range(0, n, chunk):
             sl = slice(start, start + chunk)
@@ -123,10 +126,10 @@ class BoundedModel:
 
     def output_shape(self, lower: Any) -> tuple:
         """The per-example output shape for inputs shaped like ``lower`` [B, ...]."""
-        one = tf.convert_to_tensor(lower)[:1]
-        key = (tuple(one.shape[1:]), one.dtype)
+        lower = tf.convert_to_tensor(lower)
+        key = (tuple(lower.shape[1:]), lower.dtype)
         if key not in self._output_shapes:
-            self._output_shapes[key] = _engine.output_shape(self._graph, key[0], one.dtype)
+            self._output_shapes[key] = _engine.output_shape(self._graph, key[0], lower.dtype)
         return self._output_shapes[key]
 
     def _check_spec(self, spec, lower):
@@ -134,7 +137,8 @@ class BoundedModel:
         if not (c.dtype.is_floating or c.dtype.is_integer):
             raise ArgumentTypeError(f"C must be a float tensor [B, S, num_outputs], got dtype "
                                     f"{c.dtype.name}")
-        c = tf.cast(c, lower.dtype)
+        if c.dtype != lower.dtype:
+            c = tf.cast(c, lower.dtype)
         out_shape = self.output_shape(lower)
         n_out = math.prod(out_shape)
         if c.shape.rank != 3 or c.shape[0] != lower.shape[0] or c.shape[2] != n_out or \
@@ -143,6 +147,8 @@ class BoundedModel:
                              f"{n_out}] for this model and batch, got {list(c.shape)}")
         if hasattr(c, "numpy") and not np.all(np.isfinite(c.numpy())):
             raise ValueError("C contains NaN or Inf values")
+        if tuple(c.shape[2:]) == out_shape:
+            return c
         return tf.reshape(c, [c.shape[0], c.shape[1], *out_shape])
 
 
