@@ -15,7 +15,9 @@ Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
 16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
 ``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
-max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``residual`` (conv 8 - a
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``cnn-pool-bn``
+(conv 8 - batch norm - ReLU - average pool 2 - conv 16 - batch norm - ReLU - average pool 2 -
+dense 64 - 10), ``residual`` (conv 8 - a
 residual block of two 3x3 convolutions - a strided conv 16 - dense 64 - 10); on the 28x28 MNIST subset
 (``--mnist``): ``cnn-large-28`` (CROWN-IBP's "DM-large" at a quarter of its widths: conv 16, 16,
 32 stride 2, 32, 32 - dense 128 - 10) and ``residual-28``. ``--patches`` chooses how our
@@ -24,7 +26,8 @@ weights go to a NumPy file; the torch side builds the equivalent module (NCHW co
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
 
-For each network and method (IBP, CROWN, CROWN-IBP), on the first ``--n`` digits test images, the
+For each network and method (IBP, CROWN, CROWN-IBP), on the first ``--n`` digits test images
+(a comma-separated list, e.g. ``32,128``, runs every row at each batch size), the
 L-inf ball of radius ``--eps`` clipped to [0, 1] and the margin specification ``C`` (``z_y -
 z_j``, merged into the last layer by both): the lower and upper bounds of both sides, in float64.
 Ours runs twice for CROWN: as shipped (intermediate CROWN bounds intersected with IBP's) and with
@@ -36,7 +39,11 @@ the input bounds of a max pooling; ours refines every element a max pooling read
 tighter there, and equal to the dense reference). Printed: the max absolute difference of the bounds, the
 entries where ours is tighter / looser (by more than 1e-7 relative), the verified fraction
 (every margin's lower bound > 0) of each, and the time per call (median over ``--rounds``
-interleaved rounds, one thread each side), wall and CPU, as a ratio ours / reference.
+interleaved rounds, one thread each side, after one untimed call of each side on the degenerate
+box ``x..x``: the same shapes, our trace), wall and CPU, as a ratio ours / reference; at the
+end, all rows as one Markdown table, with the largest relative difference ``|ours - ref| /
+max(1, |ref|)``. ``--ref-chunk K`` makes the reference bound ``K`` examples per call (its
+memory), its time summed over the calls.
 
 alpha-CROWN (``--methods ...,alpha-crown``): ours (``method="alpha-crown"``) against auto_LiRPA's
 ``"CROWN-Optimized"`` with the same options (``--alpha-iterations`` 20, ``--alpha-lr`` 0.5, decay
