@@ -15,7 +15,9 @@ Networks (Keras, trained ``--epochs`` epochs on the 8x8 digits so that the ReLUs
 realistic): ``mlp`` (2 x 128 ReLU), ``mlp-deep`` (4 x 64 ReLU), ``cnn`` (conv 8x3x3 - conv
 16x3x3 stride 2 - dense 64 - 10, ReLU, "valid" padding), ``mlp-tanh`` (2 x 64 tanh),
 ``cnn-maxpool`` (:func:`attacks.training.make_classifier`'s layers at width 8: conv 8 - conv 16 -
-max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``residual`` (conv 8 - a
+max-pool 2 - conv 32 - max-pool 2 - dense 32 - 10, 3x3 "same" convolutions, ReLU), ``cnn-pool-bn``
+(conv 8 - batch norm - ReLU - average pool 2 - conv 16 - batch norm - ReLU - average pool 2 -
+dense 64 - 10), ``residual`` (conv 8 - a
 residual block of two 3x3 convolutions - a strided conv 16 - dense 64 - 10); on the 28x28 MNIST subset
 (``--mnist``): ``cnn-large-28`` (CROWN-IBP's "DM-large" at a quarter of its widths: conv 16, 16,
 32 stride 2, 32, 32 - dense 128 - 10) and ``residual-28``. ``--patches`` chooses how our
@@ -24,7 +26,8 @@ weights go to a NumPy file; the torch side builds the equivalent module (NCHW co
 flattening in NHWC order) and **the logits must agree** (max difference < 1e-5 in float64)
 before anything else runs.
 
-For each network and method (IBP, CROWN, CROWN-IBP), on the first ``--n`` digits test images, the
+For each network and method (IBP, CROWN, CROWN-IBP), on the first ``--n`` digits test images
+(a comma-separated list, e.g. ``32,128``, runs every row at each batch size), the
 L-inf ball of radius ``--eps`` clipped to [0, 1] and the margin specification ``C`` (``z_y -
 z_j``, merged into the last layer by both): the lower and upper bounds of both sides, in float64.
 Ours runs twice for CROWN: as shipped (intermediate CROWN bounds intersected with IBP's) and with
@@ -36,7 +39,11 @@ the input bounds of a max pooling; ours refines every element a max pooling read
 tighter there, and equal to the dense reference). Printed: the max absolute difference of the bounds, the
 entries where ours is tighter / looser (by more than 1e-7 relative), the verified fraction
 (every margin's lower bound > 0) of each, and the time per call (median over ``--rounds``
-interleaved rounds, one thread each side), wall and CPU, as a ratio ours / reference.
+interleaved rounds, one thread each side, after one untimed call of each side on the degenerate
+box ``x..x``: the same shapes, our trace), wall and CPU, as a ratio ours / reference; at the
+end, all rows as one Markdown table, with the largest relative difference ``|ours - ref| /
+max(1, |ref|)``. ``--ref-chunk K`` makes the reference bound ``K`` examples per call (its
+memory), its time summed over the calls.
 
 alpha-CROWN (``--methods ...,alpha-crown``): ours (``method="alpha-crown"``) against auto_LiRPA's
 ``"CROWN-Optimized"`` with the same options (``--alpha-iterations`` 20, ``--alpha-lr`` 0.5, decay
@@ -53,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,13 +74,13 @@ import numpy as np  # noqa: E402
 
 METHODS = {"ibp": "IBP", "crown": "CROWN", "crown-ibp": "CROWN-IBP",
            "alpha-crown": "CROWN-Optimized"}
-NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool", "residual", "cnn-large-28",
-        "residual-28")
+NETS = ("mlp", "mlp-deep", "cnn", "mlp-tanh", "cnn-maxpool", "cnn-pool-bn", "residual",
+        "cnn-large-28", "residual-28")
 
 # The reference's side, run in the --torch-python interpreter; argv: weights.npz threads dtype.
 # Commands on stdin, one JSON object a line; answers on stdout, one JSON object a line.
 _TORCH_SCRIPT = r'''
-import contextlib, json, sys, time
+import contextlib, json, resource, sys, time
 import numpy as np
 import torch
 from auto_LiRPA import BoundedModule, BoundedTensor
@@ -118,6 +126,15 @@ def build(net):
             layers.append(conv)
         elif kind == "maxpool":
             layers.append(torch.nn.MaxPool2d(int(data[f"{net}__k{i}"])))
+        elif kind == "avgpool":
+            layers.append(torch.nn.AvgPool2d(int(data[f"{net}__k{i}"])))
+        elif kind == "bn":  # inference: the moving statistics
+            gamma, beta, mean, var = (torch.tensor(data[f"{net}__bn{i}_{k}"], dtype=dtype)
+                                      for k in ("gamma", "beta", "mean", "var"))
+            bn = torch.nn.BatchNorm2d(gamma.shape[0], eps=float(data[f"{net}__eps{i}"]))
+            bn.weight.data, bn.bias.data = gamma, beta
+            bn.running_mean.data, bn.running_var.data = mean, var
+            layers.append(bn)
         elif kind == "flatten":
             layers.append(NHWCFlatten())
         elif kind == "zeropad":
@@ -146,9 +163,10 @@ print(json.dumps({net: modules[net](boxes[int(data[f"{net}__size"])][0]).detach(
                   for net in nets}), flush=True)
 for line in sys.stdin:
     cmd = json.loads(line)
-    net, method, reps = cmd["net"], cmd["method"], cmd["reps"]
-    x, lower, upper, C = boxes[int(data[f"{net}__size"])]
-    ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower, x_U=upper)
+    net, method, reps, n = cmd["net"], cmd["method"], cmd["reps"], cmd["n"]
+    x, lower, upper, C = (t[:n] for t in boxes[int(data[f"{net}__size"])])
+    if cmd.get("point"):  # the warm-up: a degenerate box
+        lower = upper = x
     optimized = method == "CROWN-Optimized"  # its optimiser needs autograd
     module = bounded[net]
     if cmd.get("dense"):  # every intermediate neuron by CROWN (no IBP for the stable ones)
@@ -161,16 +179,25 @@ for line in sys.stdin:
     if optimized:
         module.set_bound_opts({"optimize_bound_args": cmd["opts"]})
     times, cpus = [], []
+    chunk = cmd.get("chunk") or n  # examples per call (its memory), times summed
     for _ in range(reps):
         t0, c0 = time.perf_counter(), time.process_time()
-        with contextlib.nullcontext() if optimized else torch.no_grad(), \
-                contextlib.redirect_stdout(sys.stderr):  # its messages: not on the JSON pipe
-            lb, ub = module.compute_bounds(x=(BoundedTensor(x, ptb),), method=method, C=C)
-            lb, ub = lb.detach(), ub.detach()
+        lbs, ubs = [], []
+        for s in range(0, n, chunk):
+            ptb = PerturbationLpNorm(norm=float("inf"), x_L=lower[s:s + chunk],
+                                     x_U=upper[s:s + chunk])
+            with contextlib.nullcontext() if optimized else torch.no_grad(), \
+                    contextlib.redirect_stdout(sys.stderr):  # its messages: not on the JSON pipe
+                lb, ub = module.compute_bounds(x=(BoundedTensor(x[s:s + chunk], ptb),),
+                                               method=method, C=C[s:s + chunk])
+            lbs.append(lb.detach())
+            ubs.append(ub.detach())
+        lb, ub = torch.cat(lbs), torch.cat(ubs)
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     print(json.dumps({"lb": lb.numpy().tolist(), "ub": ub.numpy().tolist(), "times": times,
-                      "cpus": cpus}), flush=True)
+                      "cpus": cpus, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}),
+          flush=True)
 '''
 
 
@@ -213,10 +240,21 @@ def _describe(name, layers, arrays):
             arrays[f"{name}__kind{i}"], arrays[f"{name}__p{i}"] = "zeropad", top
             i += 1
             continue
-        if isinstance(layer, L.MaxPooling2D):
+        if isinstance(layer, (L.MaxPooling2D, L.AveragePooling2D)):
             assert layer.pool_size[0] == layer.strides[0] and layer.padding == "valid"
-            arrays[f"{name}__kind{i}"] = "maxpool"
+            arrays[f"{name}__kind{i}"] = "maxpool" if isinstance(layer, L.MaxPooling2D) \
+                else "avgpool"
             arrays[f"{name}__k{i}"] = layer.pool_size[0]
+            i += 1
+            continue
+        if isinstance(layer, L.ReLU):
+            arrays[f"{name}__kind{i}"] = "relu"
+            i += 1
+            continue
+        if isinstance(layer, L.BatchNormalization):
+            arrays[f"{name}__kind{i}"], arrays[f"{name}__eps{i}"] = "bn", layer.epsilon
+            for key, v in zip(("gamma", "beta", "mean", "var"), layer.get_weights()):
+                arrays[f"{name}__bn{i}_{key}"] = v
             i += 1
             continue
         w, b = layer.get_weights()
@@ -264,6 +302,11 @@ def build_nets(epochs, names, mnist=None):
         # attacks.make_classifier's layers at width 8 (3x3 "same" convolutions, 2x2 max pooling)
         "cnn-maxpool": [conv(8), conv(16), L.MaxPooling2D(2), conv(32), L.MaxPooling2D(2),
                         L.Flatten(), L.Dense(32, activation="relu"), L.Dense(10)],
+        # convolutions with batch normalisation (inference) and average pooling
+        "cnn-pool-bn": [L.Conv2D(8, 3, padding="same"), L.BatchNormalization(), L.ReLU(),
+                        L.AveragePooling2D(2), L.Conv2D(16, 3, padding="same"),
+                        L.BatchNormalization(), L.ReLU(), L.AveragePooling2D(2), L.Flatten(),
+                        L.Dense(64, activation="relu"), L.Dense(10)],
         # a residual block between convolutions
         "residual": [conv(8), _residual(conv(8), L.Conv2D(8, 3, padding="same")), *down(16),
                      L.Flatten(), L.Dense(64, activation="relu"), L.Dense(10)],
@@ -319,7 +362,8 @@ def _alpha_details(name, ours, ref, crown):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch-python", required=True)
-    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--n", default="50", help="examples per call; a comma-separated list "
+                        "(e.g. 32,128) runs every row at each batch size")
     parser.add_argument("--eps", type=float, default=0.02)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
@@ -331,6 +375,10 @@ def main(argv=None):
     parser.add_argument("--patches", default="auto", choices=("auto", "on", "off"),
                         help="our convolutional intermediate bounds by patches: where smaller "
                         "(auto), wherever possible, never")
+    parser.add_argument("--ref-chunk", type=int, default=None,
+                        help="the reference bounds at most this many examples per call (its "
+                        "memory: auto_LiRPA's CROWN on cnn-large-28 takes more than 18 GB at "
+                        "32 examples), its time summed over the calls; ours takes the batch whole")
     parser.add_argument("--alpha-iterations", type=int, default=20)
     parser.add_argument("--alpha-lr", type=float, default=0.5)
     parser.add_argument("--methods", default="ibp,crown-ibp,crown,crown-pure,crown-dense,"
@@ -338,6 +386,7 @@ def main(argv=None):
                         "crown-dense (crown-pure against the reference with sparse_intermediate_"
                         "bounds off), alpha-crown")
     args = parser.parse_args(argv)
+    batches = [int(v) for v in args.n.split(",")]
 
     import tensorflow as tf
 
@@ -351,11 +400,11 @@ def main(argv=None):
     mnist = load_mnist(args.mnist) if any(n.endswith("-28") for n in names) else None
     _, (x8, y8) = load_digits()
     npdt = np.dtype(args.dtype)
-    data = {}  # input size -> x, lower, upper, spec (the first --n test images)
+    data = {}  # input size -> x, lower, upper, spec (the first max(--n) test images)
     for size, (xs, ys) in {8: (x8, y8), 28: (mnist[2], mnist[3]) if mnist else (None, None)}.items():
         if xs is None:
             continue
-        x, y = xs[:args.n], ys[:args.n]
+        x, y = xs[:max(batches)], ys[:max(batches)]
         data[size] = (x, np.clip(x - args.eps, 0, 1), np.clip(x + args.eps, 0, 1),
                       margin_spec(y, 10, dtype=tf.float64).numpy())
     nets, arrays = build_nets(args.epochs, names, mnist)
@@ -382,12 +431,18 @@ def main(argv=None):
                 "init_alpha": True, "optimizer": "adam", "keep_best": True,
                 "early_stop_patience": 10 ** 9}
 
-        def reference(name, method, dense=False):
+        def reference(name, method, n, dense=False, point=False):
             proc.stdin.write(json.dumps({"net": name, "method": METHODS[method], "opts": opts,
-                                         "reps": 1, "dense": dense}) + "\n")
+                                         "reps": 1, "dense": dense, "n": n,
+                                         "point": point, "chunk": args.ref_chunk}) + "\n")
             proc.stdin.flush()
-            r = json.loads(proc.stdout.readline())
-            return (np.asarray(r["lb"]), np.asarray(r["ub"])), r["times"][0], r["cpus"][0]
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the reference process died on {name} {method} at batch "
+                                   f"{n} (exit code {proc.wait()}; out of memory?)")
+            r = json.loads(line)
+            return ((np.asarray(r["lb"]), np.asarray(r["ub"])), r["times"][0], r["cpus"][0],
+                    r["peak_kb"])
 
         every = {"ibp": ("ibp", True), "crown-ibp": ("crown-ibp", True), "crown": ("crown", True),
                  "crown-pure": ("crown", False), "crown-dense": ("crown", None),
@@ -395,54 +450,86 @@ def main(argv=None):
         variants = [every[m] for m in args.methods.split(",")]
         alpha_kw = {"iterations": args.alpha_iterations, "lr": args.alpha_lr}
         rows, crown_rows = [], {}
-        for name in names:
+        for n, name in [(n, name) for name in names for n in batches]:
             _, lower, upper, spec = data[int(arrays[f"{name}__size"])]
-            tlo, thi = tf.constant(lower.astype(npdt)), tf.constant(upper.astype(npdt))
-            tspec = tf.constant(spec.astype(npdt))
+            tlo, thi = tf.constant(lower[:n].astype(npdt)), tf.constant(upper[:n].astype(npdt))
+            tspec = tf.constant(spec[:n].astype(npdt))
+            tx = tf.constant(data[int(arrays[f"{name}__size"])][0][:n].astype(npdt))
             for method, intersect in variants:
                 _engine.INTERSECT_WITH_IBP = bool(intersect)
                 dense = intersect is None  # the reference without its sparse intermediate bounds
                 bm = BoundedModel(nets[name])  # a fresh trace reads the flag
                 kw = alpha_kw if method == "alpha-crown" else {}
 
-                def ours_call(bm=bm, kw=kw, tlo=tlo, thi=thi, tspec=tspec, method=method):
-                    lb, ub = bm.bounds(tlo, thi, method, tspec, batch_size=None, **kw)
+                def ours_call(lo=tlo, hi=thi, bm=bm, kw=kw, tspec=tspec, method=method):
+                    lb, ub = bm.bounds(lo, hi, method, tspec, batch_size=None, **kw)
                     return lb.numpy(), ub.numpy()
 
-                ours_b = ours_call()  # warm-up: trace
-                ref_b, _, _ = reference(name, method, dense)  # warm-up
+                # warm-up (our trace; both sides' first call) on the degenerate box x..x: the
+                # same shapes, no unstable neuron, so it costs a forward pass or two
+                ours_call(tx, tx)
+                reference(name, method, n, dense, point=True)
                 times = {"ours": [], "ref": [], "ours_cpu": [], "ref_cpu": []}
                 for _ in range(args.rounds):
                     t0, c0 = time.perf_counter(), time.process_time()
                     ours_b = ours_call()
                     times["ours"].append(time.perf_counter() - t0)
                     times["ours_cpu"].append(time.process_time() - c0)
-                    ref_b, t, c = reference(name, method, dense)
+                    ref_b, t, c, peak_kb = reference(name, method, n, dense)
                     times["ref"].append(t)
                     times["ref_cpu"].append(c)
                 med = {k: statistics.median(v) for k, v in times.items()}
                 diff, tighter, looser, total = compare(ours_b, ref_b)
+                rel = relative_difference(ours_b, ref_b)
                 verified = (float(np.mean(np.all(ours_b[0] > 0, 1))),
                             float(np.mean(np.all(ref_b[0] > 0, 1))))
                 label = method if method != "crown" else \
                     {True: "crown (∩ IBP)", False: "crown (pure)", None: "crown (dense)"}[intersect]
-                rows.append((name, label, diff, tighter, looser, total, verified, med))
-                print(f"{name:<9} {label:<14} max|diff| {diff:.2e}  ours tighter {tighter:>4}/"
-                      f"{total} looser {looser:>4}/{total}  verified {verified[0]:.2f} vs "
-                      f"{verified[1]:.2f}  wall {1e3 * med['ours']:.1f} ms vs "
-                      f"{1e3 * med['ref']:.1f} ms ({med['ours'] / med['ref']:.2f}x)  cpu "
-                      f"{med['ours_cpu'] / max(med['ref_cpu'], 1e-9):.2f}x", flush=True)
+                peaks = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+                         peak_kb / 2 ** 20)
+                rows.append((name, n, label, diff, rel, tighter, looser, total, verified, med,
+                             peaks))
+                print(f"{name:<9} B={n:<4} {label:<14} max|diff| {diff:.2e} (rel {rel:.1e})  "
+                      f"ours tighter {tighter:>4}/{total} looser {looser:>4}/{total}  verified "
+                      f"{verified[0]:.2f} vs {verified[1]:.2f}  wall {1e3 * med['ours']:.1f} ms "
+                      f"vs {1e3 * med['ref']:.1f} ms ({med['ours'] / med['ref']:.2f}x)  cpu "
+                      f"{med['ours_cpu'] / max(med['ref_cpu'], 1e-9):.2f}x  peak RSS so far "
+                      f"{peaks[0]:.1f} / {peaks[1]:.1f} GB", flush=True)
                 if method == "crown" and intersect:
-                    crown_rows[name] = (ours_b, ref_b)
+                    crown_rows[name, n] = (ours_b, ref_b)
                 if method == "alpha-crown":
-                    _alpha_details(name, ours_b, ref_b, crown_rows.get(name))
+                    _alpha_details(name, ours_b, ref_b, crown_rows.get((name, n)))
         _engine.INTERSECT_WITH_IBP = True
         proc.stdin.close()
         proc.wait()
-    print(f"n {args.n}, eps {args.eps} (L-inf, clipped to [0, 1]), {args.dtype}, margin spec, "
-          f"{args.threads} thread(s) each side, median of {args.rounds} interleaved rounds; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    footer = (f"eps {args.eps} (L-inf, clipped to [0, 1]), {args.dtype}, margin spec, "
+              f"{args.threads} thread(s) each side, median of {args.rounds} interleaved rounds; "
+              f"load average {os.getloadavg()[0]:.1f}")
+    print(footer)
+    print_table(rows)
 
+
+def relative_difference(ours, ref):
+    """The largest ``|ours - ref| / max(1, |ref|)`` over both bounds (relative for bounds above 1
+    in magnitude, absolute below)."""
+    return max(float(np.max(np.abs(o - r) / np.maximum(1.0, np.abs(r))))
+               for o, r in zip(ours, ref))
+
+
+def print_table(rows):
+    """The rows as one Markdown table (time ratios ours / reference, wall and CPU)."""
+    print("\n| network | batch | method | max rel. diff | ours tighter / looser | verified ours / "
+          "ref | wall ours / ref | CPU ours / ref |\n|---|---:|---|---:|---:|---:|---:|---:|")
+    for name, n, label, _, rel, tighter, looser, total, verified, med, _ in rows:
+        wall = med["ours"] / med["ref"]
+        cpu = med["ours_cpu"] / max(med["ref_cpu"], 1e-9)
+        print(f"| {name} | {n} | {label} | {rel:.0e} | {tighter} / {looser} (of {total}) | "
+              f"{verified[0]:.2f} / {verified[1]:.2f} | **{wall:.2f}x** ({_ms(med['ours'])} vs "
+              f"{_ms(med['ref'])}) | {cpu:.2f}x |")
+
+
+def _ms(seconds):
+    return f"{1e3 * seconds:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 if __name__ == "__main__":
     main()

@@ -105,6 +105,22 @@ class ReLU(Activation):
     def refine(self, lo, hi):
         return (lo < 0) & (hi > 0)  # a stable ReLU's relaxation is exact whatever its bounds
 
+    def backward_relaxed(self, a_lo, a_hi, pre_bounds):
+        """:meth:`Activation.backward_relaxed` without the lower line's intercept (0 for every
+        ReLU line), the biases as matrix-vector products (no product tensor [B, S, *shape])."""
+        ls, _, us, ui = self.relaxation(*pre_bounds)
+        flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
+        ui_flat = tf.reshape(ui, [tf.shape(ui)[0], -1])
+        ls, us = tf.expand_dims(ls, 1), tf.expand_dims(us, 1)
+        neg_lo = tf.minimum(a_lo, 0)
+        new_lo = tf.nn.relu(a_lo) * ls + neg_lo * us
+        bias_lo = tf.linalg.matvec(tf.reshape(neg_lo, flat), ui_flat)
+        if a_hi is None:
+            return new_lo, None, bias_lo, None
+        pos_hi = tf.nn.relu(a_hi)
+        new_hi = pos_hi * us + tf.minimum(a_hi, 0) * ls
+        return new_lo, new_hi, bias_lo, tf.linalg.matvec(tf.reshape(pos_hi, flat), ui_flat)
+
     def backward_sloped(self, a_lo, pre_bounds, slopes):
         """:meth:`backward_relaxed` for the lower side only, with the lower line ``slopes * z``
         (``slopes`` [B, S, *shape] in [0, 1], one per specification row: alpha-CROWN) on the

@@ -31,7 +31,6 @@ import tensorflow as tf
 
 from . import _patches
 from ._activations import Activation
-from ._rules import sum_trailing
 
 __all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "propagate",
            "propagate_any_batch"]
@@ -61,21 +60,38 @@ SPARSE_INTERMEDIATE = True
 
 def concretize(a_lo, a_hi, lo, hi, ball=None):
     """Bounds over ``lo <= x <= hi`` (``x`` [B, *shape]) of the linear forms with coefficients
-    ``a_lo``/``a_hi`` ([B, S, *shape]; ``a_hi`` may be None: no upper bound), without the biases
-    -> ([B, S], [B, S]). With ``ball =
-    (centre, radius)`` also over the L2 ball (dual norm), keeping the tighter of the two."""
-    lo, hi = tf.expand_dims(lo, 1), tf.expand_dims(hi, 1)
-    low = sum_trailing(tf.nn.relu(a_lo) * lo + tf.minimum(a_lo, 0) * hi)
-    high = None if a_hi is None else sum_trailing(tf.nn.relu(a_hi) * hi + tf.minimum(a_hi, 0) * lo)
+    ``a_lo``/``a_hi`` ([B, S, *shape]; ``a_hi`` may be None: no upper bound, or ``a_lo`` itself:
+    computed once), without the biases -> ([B, S], [B, S]): ``a.mid -+ |a|.rad`` as batched
+    matrix-vector products. With ``ball = (centre, radius)`` also over the L2 ball (dual norm),
+    keeping the tighter of the two."""
+    flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
+    rows = [tf.shape(lo)[0], -1]
+    mid, rad = tf.reshape((hi + lo) / 2, rows), tf.reshape((hi - lo) / 2, rows)
+
+    def centre_radius(a):
+        a = tf.reshape(a, flat)
+        return tf.linalg.matvec(a, mid), tf.linalg.matvec(tf.abs(a), rad)
+
+    a_mid, a_rad = centre_radius(a_lo)
+    low, high = a_mid - a_rad, None
+    if a_hi is a_lo:
+        high = a_mid + a_rad
+    elif a_hi is not None:
+        h_mid, h_rad = centre_radius(a_hi)
+        high = h_mid + h_rad
     if ball is not None:
         centre, radius = ball
-        centre = tf.expand_dims(centre, 1)
-        flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
-        low = tf.maximum(low, sum_trailing(a_lo * centre)
-                         - radius * tf.norm(tf.reshape(a_lo, flat), axis=-1))
+        centre = tf.reshape(centre, rows)
+
+        def dual(a):
+            a = tf.reshape(a, flat)
+            return tf.linalg.matvec(a, centre), radius * tf.norm(a, axis=-1)
+
+        c_lo, n_lo = dual(a_lo)
+        low = tf.maximum(low, c_lo - n_lo)
         if a_hi is not None:
-            high = tf.minimum(high, sum_trailing(a_hi * centre)
-                              + radius * tf.norm(tf.reshape(a_hi, flat), axis=-1))
+            c_hi, n_hi = (c_lo, n_lo) if a_hi is a_lo else dual(a_hi)
+            high = tf.minimum(high, c_hi + n_hi)
     return low, high
 
 
@@ -257,7 +273,6 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
     upper bound returned is None. ``slopes``: ``{ReLU node: lower slopes [B, S, *shape]}`` for
     its unstable elements (alpha-CROWN; with ``lower_only`` only), instead of CROWN's."""
     coeffs = {target: (spec, None if lower_only else spec)}
-    rows = spec.shape[1]
     bias_lo = tf.zeros(tf.shape(spec)[:2], dtype)
     bias_hi = None if lower_only else tf.zeros(tf.shape(spec)[:2], dtype)
     for i in range(target, stop, -1):
@@ -271,12 +286,15 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
         elif not rule.linear:
             a_lo, a_hi, d_lo, d_hi = rule.backward_relaxed(a_lo, a_hi, pre[ins[0]])
             new = [(a_lo, a_hi)]
-        else:
-            both = a_lo if lower_only else tf.concat([a_lo, a_hi], axis=1)
-            outs, bias = rule.backward(both, [shapes[j] for j in ins], dtype)
-            new = [(o[:, :rows], None if lower_only else o[:, rows:]) for o in outs]
-            d_lo = None if bias is None else bias[:, :rows]
-            d_hi = None if bias is None or lower_only else bias[:, rows:]
+        elif lower_only or a_hi is a_lo:  # one side, or both the same (before a relaxation)
+            outs, d_lo = rule.backward(a_lo, [shapes[j] for j in ins], dtype)
+            new = [(o, None if lower_only else o) for o in outs]
+            d_hi = None if lower_only else d_lo
+        else:  # one call per side: concatenating them (and slicing the result) copied every
+            # coefficient tensor twice more, a third of CROWN-IBP's time on a 28x28 CNN
+            outs_lo, d_lo = rule.backward(a_lo, [shapes[j] for j in ins], dtype)
+            outs_hi, d_hi = rule.backward(a_hi, [shapes[j] for j in ins], dtype)
+            new = list(zip(outs_lo, outs_hi))
         if d_lo is not None:
             bias_lo = bias_lo + d_lo
         if d_hi is not None:
@@ -284,8 +302,9 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
         for j, (n_lo, n_hi) in zip(ins, new):
             if j in coeffs:
                 o_lo, o_hi = coeffs[j]
+                same = o_hi is o_lo and n_hi is n_lo
                 n_lo = o_lo + n_lo
-                n_hi = None if lower_only else o_hi + n_hi
+                n_hi = None if lower_only else n_lo if same else o_hi + n_hi
             coeffs[j] = (n_lo, n_hi)
     if stop not in coeffs:  # the target does not depend on the input
         return bias_lo, bias_hi

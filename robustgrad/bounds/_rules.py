@@ -37,6 +37,17 @@ def sum_trailing(t):
     return tf.reduce_sum(t, axis=list(range(2, t.shape.rank))) if t.shape.rank > 2 else t
 
 
+def channel_dot(a, c):
+    """``sum(a * c)`` over every axis after the first two, ``a`` [B, S, *shape], ``c`` broadcast
+    to ``shape`` -> [B, S]; a per-channel ``c`` ([C], the last axis) is a sum over the other axes
+    and a matrix-vector product (no product tensor the size of ``a``)."""
+    if c.shape.rank == 1 and a.shape.rank >= 3:
+        if a.shape.rank > 3:
+            a = tf.reduce_sum(a, axis=list(range(2, a.shape.rank - 1)))
+        return tf.linalg.matvec(a, c)
+    return sum_trailing(a * c)
+
+
 def _merge_batch_spec(a):
     """[B, S, *shape] -> [B*S, *shape]."""
     return tf.reshape(a, [-1, *a.shape[2:]])
@@ -83,7 +94,7 @@ class Affine(Rule):
         at = self.transpose(_merge_batch_spec(a), in_shapes[0], dtype)
         at = tf.reshape(at, [tf.shape(a)[0], a.shape[1], *in_shapes[0]])
         c = self.offset(dtype)
-        bias = None if c is None else sum_trailing(a * c)  # c broadcasts over *out
+        bias = None if c is None else channel_dot(a, c)  # c broadcasts over *out
         return [at], bias
 
 
@@ -194,8 +205,10 @@ class Elementwise(Affine):
     def backward(self, a, in_shapes, dtype):
         s, t = self.coefficients(dtype, len(in_shapes[0]))
         s = tf.broadcast_to(s, in_shapes[0])  # example-shaped, then broadcast over [B, S]
-        t = tf.broadcast_to(t, in_shapes[0])
-        return [a * s], sum_trailing(a * t)
+        shape = list(in_shapes[0])
+        if t.shape.rank >= 1 and t.shape[-1] == shape[-1] and all(d == 1 for d in t.shape[:-1]):
+            return [a * s], channel_dot(a, tf.reshape(t, [-1]))  # per channel (batch norm)
+        return [a * s], sum_trailing(a * tf.broadcast_to(t, shape))
 
 
 class Reshape(Affine):

@@ -411,6 +411,44 @@ def test_traced_once_per_shape_and_model_untouched():
     np.testing.assert_allclose(ub, model(lower), rtol=1e-5, atol=1e-4)
 
 
+def test_one_bounded_model_serves_every_method_shape_and_spec_like_fresh_ones():
+    """The compiled functions are looked up by shapes, method and spec: a call never gets the
+    function of another call's shapes or method (each result equals a fresh model's)."""
+    model = conv_model()
+    bm = BoundedModel(model)
+    for method, batch, spec in itertools.product(("ibp", "crown", "crown-ibp"), (2, 3),
+                                                 (False, True)):
+        lower, upper = _box((8, 8, 2), eps=0.05, batch=batch, seed=batch)
+        c = margin_spec(np.arange(batch) % 4, 4) if spec else None
+        got = bm.bounds(lower, upper, method, c)
+        want = BoundedModel(model).bounds(lower, upper, method, c)
+        assert got[0].shape == want[0].shape == ((batch, 3) if spec else (batch, 4))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_channel_dot_is_the_sum_of_products():
+    rng = np.random.default_rng(0)
+    for shape in ((3, 4, 5), (3, 4, 6, 7, 5)):
+        a = tf.constant(rng.normal(size=shape))
+        c = tf.constant(rng.normal(size=(5,)))
+        want = np.sum(a.numpy() * c.numpy(), axis=tuple(range(2, len(shape))))
+        np.testing.assert_allclose(rb._rules.channel_dot(a, c), want, rtol=1e-12)
+    # a per-channel batch-norm offset [1, 1, C] and a full one give the same backward bias
+    a = tf.constant(rng.normal(size=(2, 3, 4, 4, 5)))
+    t = rng.normal(size=(1, 1, 5))
+    s = rng.uniform(0.5, 2.0, size=(1, 1, 5))
+    per_channel = rb._rules.Elementwise("bn", lambda dtype, rank: (tf.constant(s),
+                                                                   tf.constant(t)))
+    full = rb._rules.Elementwise("bn", lambda dtype, rank: (
+        tf.constant(s), tf.constant(np.broadcast_to(t, (4, 4, 5)) + 0.0)))
+    (a1,), b1 = per_channel.backward(a, [(4, 4, 5)], tf.float64)
+    (a2,), b2 = full.backward(a, [(4, 4, 5)], tf.float64)
+    np.testing.assert_allclose(a1, a2)
+    np.testing.assert_allclose(b1, b2, rtol=1e-12)
+    np.testing.assert_allclose(b1, np.sum(a.numpy() * t, axis=(2, 3, 4)), rtol=1e-12)
+
+
 def test_xla_compiles_on_cpu_and_agrees():
     model = pooling_bn_model()
     lower, upper = _box((6, 6, 1), eps=0.1, batch=2)
