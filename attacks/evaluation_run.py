@@ -207,6 +207,11 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
                 f"the default attacks run without square (it perturbs square windows)")
     lo = config.clip_min if config.clip_min is not None else lo
     hi = config.clip_max if config.clip_max is not None else hi
+    # the bounds, and so the units of eps, said on the first line (0-255 pixels with an eps
+    # meant for [0, 1] must not pass in silence); None takes the data's range, as evaluate does
+    shown = [float(np.min(x)) if lo is None else lo, float(np.max(x)) if hi is None else hi]
+    units = ("" if shown == [0.0, 1.0] else
+             f" (inputs in [{shown[0]:g}, {shown[1]:g}]: eps is in these units)")
     if model is None:
         model = (load_model or _load_keras)(config.model)
     # one forward pass: the model's errors name the model, the data's name the data
@@ -218,7 +223,7 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
         if verbose:
             log(f"evaluating {config.model} on {len(x)} examples of {config.data}: attacks "
                 f"{','.join(label for label, _ in specs)}, {config.norm} eps "
-                f"{','.join(f'{e:g}' for e in config.eps)}")
+                f"{','.join(f'{e:g}' for e in config.eps)}{units}")
         results = run.join("results")
         if overwrite and os.path.isdir(results):
             shutil.rmtree(results)  # a new evaluation, not the old one's chunks
