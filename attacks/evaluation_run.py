@@ -110,7 +110,8 @@ class EvaluationConfig:
         checks.positive_int(self.limit, "limit", allow_none=True, maximum=10**9)
         checks.positive_int(self.seed, "seed", minimum=0, maximum=2**32 - 1)
         checks.positive_int(self.chunk_size, "chunk_size", allow_none=True, maximum=10**9)
-        checks.positive_int(self.workers, "workers", allow_none=True, maximum=4096)
+        # the command line's bound (robustgrad.commands._bounds.MAX_PROCESSES), as --workers
+        checks.positive_int(self.workers, "workers", allow_none=True, maximum=1024)
         if self.certify is not None:
             if self.certify not in _CERTIFY:
                 raise ConfigError(f"certify must be one of {', '.join(_CERTIFY)} or None, got "
@@ -120,6 +121,9 @@ class EvaluationConfig:
         if self.ray_address is not None and self.workers is None:
             raise ConfigError("ray_address is where the workers run: give workers too")
         lo, hi = self.clip_min, self.clip_max
+        for name, value in (("clip_min", lo), ("clip_max", hi)):  # as --clip-min/--clip-max
+            if value is not None:
+                checks.number(value, name)
         if lo is not None and hi is not None and not float(lo) < float(hi):
             raise ConfigError(f"clip_min ({lo}) must be below clip_max ({hi})")
 
@@ -248,6 +252,8 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
 def _load_keras(path: str) -> Any:
     import keras
 
+    if not os.path.exists(path):  # Keras's own message names neither the argument nor a fix
+        raise ConfigError(f"model {path}: no such file (a saved Keras model, .keras or .h5)")
     return keras.models.load_model(path, compile=False)
 
 

@@ -403,6 +403,9 @@ class AgentConfig:
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
         self._check_wocar()
 
+    _WOCAR_SEARCHES: ClassVar[tuple[str, ...]] = ("pgd", "sgld")
+    """The inner maximisers WocaR's smoothness term can use with this algorithm."""
+
     def _check_wocar(self) -> None:
         """WocaR's settings: only with ``robust="wocar"``, eps > 0, a search inner maximiser."""
         for name in ("wocar_weight", "wocar_bound"):
@@ -417,9 +420,10 @@ class AgentConfig:
             self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0)
         if self.wocar_bound is not None:
             choice(self.wocar_bound, "wocar_bound", WOCAR_BOUNDS)
-        if self.robust_method not in ("pgd", "sgld"):
+        if self.robust_method not in self._WOCAR_SEARCHES:
             raise ConfigError(f"robust_method: WocaR weights the KL at a searched s_hat by the "
-                              f"state's importance; 'pgd' or 'sgld', got {self.robust_method!r}")
+                              f"state's importance; {' or '.join(map(repr, self._WOCAR_SEARCHES))}"
+                              f" here, got {self.robust_method!r}")
 
     @property
     def robust_spec(self) -> RobustMethod | None:
@@ -682,6 +686,7 @@ class DQNConfig(AgentConfig):
     """Final epsilon."""
     eval_epsilon: float = 0.0
     """Epsilon of ``act(deterministic=False)`` outside training."""
+    _WOCAR_SEARCHES: ClassVar[tuple[str, ...]] = ("pgd",)  # SA-DQN's margin: PGD (no SGLD)
     num_seeds: int = 1
     """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose networks,
     optimiser, observation statistics and replay buffer carry a leading seed axis
