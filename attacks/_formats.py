@@ -252,7 +252,7 @@ def _class_dirs(root: str) -> list[str]:
                   if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
 
 
-class _Refused(Exception):
+class _RefusedImageError(Exception):
     """An image that opens but is not read (its message is the user's line)."""
 
 
@@ -298,19 +298,19 @@ def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | 
                 with Image.open(path) as im:
                     im.load()
                     if im.mode.startswith(("I", "F")):  # PIL's convert to 8 bits clips these
-                        raise _Refused(f"{path}: an image of mode {im.mode} (more than 8 bits per "
+                        raise _RefusedImageError(f"{path}: an image of mode {im.mode} (more than 8 bits per "
                                        "pixel), whose values would be clipped to 0-255; save "
                                        "it as an 8-bit image")
                     gray = im.mode in ("1", "L", "LA")
                     if mode is None:
                         mode, first = ("L" if gray else "RGB"), path
                     elif mode == "L" and not gray:
-                        raise _Refused(f"{path}: a colour ({im.mode}) image, but the folder's "
+                        raise _RefusedImageError(f"{path}: a colour ({im.mode}) image, but the folder's "
                                        f"first image ({first}) is grayscale, so it is read as "
                                        "grayscale and this image's colour would be lost; save "
                                        "every image in one mode")
                     arr = np.asarray(im.convert(mode), np.uint8)
-            except _Refused as exc:
+            except _RefusedImageError as exc:
                 raise ValueError(str(exc)) from None
             except (OSError, UnidentifiedImageError, ValueError) as exc:
                 raise ValueError(f"{path}: not a readable image ({exc})") from None

@@ -27,9 +27,10 @@ too: a ``uint8`` array is 8-bit pixels); ``.npz`` files of floats keep their own
 reported as ``clip_min``/``clip_max``. An ``.npz`` array of any other integer dtype (``int64``
 pixels 0-255 as much as ``int16`` counts) is refused rather than guessed, with the conversion
 for each reading; so are an ``x_train`` and an ``x_test`` of which only one is ``uint8``.
-Labels come back as int64 of shape ``[N]``. Every problem with a file (not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that
-are not class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the
-file and what is wrong, raised before any training or evaluation starts.
+Labels come back as int64 of shape ``[N]``. Every problem with a file (not a zip archive,
+truncated, missing arrays, strings, empty arrays, NaN, labels that are not class indices) is a
+``ValueError`` (``FileNotFoundError`` for a missing file) naming the file and what is wrong,
+raised before any training or evaluation starts.
 
 Example:
   >>> ds = load_dataset("digits")

@@ -141,7 +141,6 @@ SEARCH_ONLY = {"robust_steps": "--robust-steps is for pgd and sgld"}
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ConfigError`` naming the flag)."""
     from robustgrad import checks as _checks
-
     from robustgrad.commands._agent_flags import ROBUST_ONLY
 
     given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
