@@ -278,10 +278,14 @@ def _left_behind(args: argparse.Namespace, argv: list[str]) -> str:
     out = getattr(args, "out", None)
     if not out:
         return ""
+    again = [a for a in argv if a != "--overwrite"]  # --overwrite and --resume exclude
+    again = again if "--resume" in again else [*again, "--resume"]
     if hasattr(args, "resume") and os.path.isfile(os.path.join(out, "results", "manifest.json")):
-        again = [a for a in argv if a != "--overwrite"]  # --overwrite and --resume exclude
-        again = again if "--resume" in again else [*again, "--resume"]
         return (f"--out {out} keeps the results committed so far; continue with: robustgrad "
+                f"{shlex.join(again)}")
+    if hasattr(args, "resume") and os.path.exists(os.path.join(out, "checkpoint")):
+        # a training run stopped before its loop (while loading): its last checkpoint is there
+        return (f"--out {out} keeps its last checkpoint; resume with: robustgrad "
                 f"{shlex.join(again)}")
     return (f"--out {out} holds nothing to resume (every file there is whole: each write is "
             "atomic); run the command again")

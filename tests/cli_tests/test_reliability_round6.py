@@ -282,7 +282,7 @@ def test_one_update_is_bounded_so_a_stop_request_waits_little():
     with pytest.raises(ConfigError, match=re.escape(
             "n_epochs * n_steps * num_envs * num_seeds * (1 + robust_steps) must be at most "
             "4194304 (gradient passes of one update, which a stop request waits for), got "
-            "10490880")):
+            "10250240")):  # 10 * 128 * 8 * 1001
         PPOConfig(robust="sa", robust_steps=1000, n_steps=128, num_envs=8, n_epochs=10)
     PPOConfig(robust="sa", robust_method="convex", robust_steps=1000, n_steps=128, num_envs=8,
               n_epochs=10)  # convex searches nothing: its steps cost nothing
