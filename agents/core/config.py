@@ -75,9 +75,10 @@ MAX_UPDATE_WORK = 2**22
 * num_envs * num_seeds``, DQN's ``gradient_steps * batch_size * num_seeds``, each times ``1 +
 robust_steps`` when a robust regulariser searches every minibatch (``robust`` ``"sa"``,
 ``"atla-sa"``, ``"wocar"`` with ``robust_method`` ``"pgd"``/``"sgld"``). Ctrl-C and SIGTERM reach
-Python only between compiled calls, so this bounds the wait for a stop: 4.2 million passes took
-about 16 s with the 64x64 network on a 2-core machine under load (``n_epochs=100000`` over 512
-transitions, 51 million, took 197 s). The largest published settings stay well inside it
+Python only between compiled calls, so this bounds the wait for a stop: at the bound
+(``n_epochs=8192`` over 512 transitions, the 64x64 network, ``--threads 1``) ``train-agent``
+exited 21 s after SIGTERM on a 2-core machine at load 5, where ``n_epochs=100000`` (51 million
+passes) took 197 s. The largest published settings stay well inside it
 (IsaacGym's humanoid PPO, 4,096 envs x 32 steps x 5 epochs = 655,360; SA-PPO's MuJoCo runs,
 2,048 x 10 epochs x 11 = 225,280)."""
 
