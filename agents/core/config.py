@@ -424,7 +424,7 @@ class AgentConfig:
         if self.robust_method not in self._WOCAR_SEARCHES:
             raise ConfigError(f"robust_method: WocaR weights the KL at a searched s_hat by the "
                               f"state's importance; {' or '.join(map(repr, self._WOCAR_SEARCHES))}"
-                              f" here, got {self.robust_method!r}")
+                              f", got {self.robust_method!r}")
 
     @property
     def robust_spec(self) -> RobustMethod | None:

@@ -350,7 +350,7 @@ def test_wocar_dqn_names_its_one_search(method):
 
     with pytest.raises(ConfigError, match=re.escape(
             "robust_method: WocaR weights the KL at a searched s_hat by the state's importance; "
-            f"'pgd' here, got {method!r}")):
+            f"'pgd', got {method!r}")):
         DQNConfig(robust="wocar", robust_eps=0.05, robust_method=method)
 
 
