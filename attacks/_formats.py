@@ -252,19 +252,34 @@ def _class_dirs(root: str) -> list[str]:
                   if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
 
 
+class _RefusedImageError(Exception):
+    """An image that opens but is not read (its message is the user's line)."""
+
+
 def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | None,
-                 every_class: bool = True):
+                 every_class: bool = True, first: str | None = None):
     """The images of ``root/<class>/*`` for each of ``classes``; a folder inside a class
     folder (its images would be lost) and, with ``every_class``, a class without an image are
     refused, naming the folder."""
     from PIL import Image, UnidentifiedImageError
 
+    stray = sorted(f for f in os.listdir(root) if f.lower().endswith(IMAGE_EXTENSIONS)
+                   and os.path.isfile(os.path.join(root, f)))
+    if stray:  # an image of no class: it would be skipped in silence
+        raise ValueError(f"{os.path.join(root, stray[0])}: an image outside every class folder"
+                         f"{f' (and {len(stray) - 1} more)' if len(stray) > 1 else ''}, which "
+                         "belongs to no class; move it into its class's folder, or out of "
+                         f"{root}")
+    inside = os.path.realpath(root) + os.sep
     xs: list[np.ndarray] = []
     ys: list[int] = []
     for label, cls in enumerate(classes):
         folder = os.path.join(root, cls)
         if not os.path.isdir(folder):
             continue
+        if not os.path.realpath(folder).startswith(inside):
+            raise ValueError(f"{folder}: a link to {os.path.realpath(folder)}, outside {root}; "
+                             "a dataset is read from inside its own folder: copy the images in")
         inner = _class_dirs(folder)
         if inner:
             raise ValueError(f"{os.path.join(folder, inner[0])}: a folder inside the class folder "
@@ -275,12 +290,28 @@ def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | 
             if not fname.lower().endswith(IMAGE_EXTENSIONS):
                 continue
             path = os.path.join(folder, fname)
+            if not os.path.realpath(path).startswith(inside):
+                raise ValueError(f"{path}: a link to {os.path.realpath(path)}, outside {root}; "
+                                 "a dataset is read from inside its own folder: copy the "
+                                 "image in")
             try:
                 with Image.open(path) as im:
                     im.load()
+                    if im.mode.startswith(("I", "F")):  # PIL's convert to 8 bits clips these
+                        raise _RefusedImageError(f"{path}: an image of mode {im.mode} (more than 8 bits per "
+                                       "pixel), whose values would be clipped to 0-255; save "
+                                       "it as an 8-bit image")
+                    gray = im.mode in ("1", "L", "LA")
                     if mode is None:
-                        mode = "L" if im.mode in ("1", "L", "I", "I;16", "F") else "RGB"
+                        mode, first = ("L" if gray else "RGB"), path
+                    elif mode == "L" and not gray:
+                        raise _RefusedImageError(f"{path}: a colour ({im.mode}) image, but the folder's "
+                                       f"first image ({first}) is grayscale, so it is read as "
+                                       "grayscale and this image's colour would be lost; save "
+                                       "every image in one mode")
                     arr = np.asarray(im.convert(mode), np.uint8)
+            except _RefusedImageError as exc:
+                raise ValueError(str(exc)) from None
             except (OSError, UnidentifiedImageError, ValueError) as exc:
                 raise ValueError(f"{path}: not a readable image ({exc})") from None
             arr = arr[..., None] if arr.ndim == 2 else arr
@@ -294,7 +325,7 @@ def _read_images(root: str, classes: list[str], size: tuple | None, mode: str | 
         if every_class and len(xs) == before:
             raise ValueError(f"{folder}: the class folder {cls!r} holds no images "
                              f"({', '.join(IMAGE_EXTENSIONS)}); add images or remove the folder")
-    return xs, ys, size, mode
+    return xs, ys, size, mode, first
 
 
 def read_image_folder(root: str, *, seed: int = 0, test_fraction: float = 0.25
@@ -305,7 +336,9 @@ def read_image_folder(root: str, *, seed: int = 0, test_fraction: float = 0.25
     folders), or ``root/<class>/*`` split per class by ``seed`` (``test_fraction`` of each class,
     at least one image when a class has two or more, goes to the test split). Classes are the
     sub-folder names in sorted order (label 0 is the first). Images must share one size; they
-    are read as grayscale when the first one is, else RGB.
+    are read as grayscale when the first one is (a colour image after it is refused: its colour
+    would be lost), else RGB; images of more than 8 bits per pixel, images outside every class
+    folder and links to outside the folder are refused, naming the file.
     """
     splits = {}
     if os.path.isdir(os.path.join(root, "train")) and os.path.isdir(os.path.join(root, "test")):
@@ -313,20 +346,27 @@ def read_image_folder(root: str, *, seed: int = 0, test_fraction: float = 0.25
         extra = sorted(set(_class_dirs(os.path.join(root, "test"))) - set(classes))
         if extra:
             raise ValueError(f"{root}: test classes {', '.join(extra)} have no training folder")
-        size = mode = None
+        size = mode = first = None
         for split in ("train", "test"):
-            xs, ys, size, mode = _read_images(os.path.join(root, split), classes, size, mode,
-                                              every_class=split == "train")
+            xs, ys, size, mode, first = _read_images(os.path.join(root, split), classes, size,
+                                                     mode, every_class=split == "train",
+                                                     first=first)
             if not xs:
                 raise ValueError(f"{os.path.join(root, split)}: no images ({', '.join(IMAGE_EXTENSIONS)})"
                                  " in its class folders")
             splits[split] = (np.stack(xs), np.asarray(ys, np.int64))
     else:
+        halves = [d for d in ("train", "test") if os.path.isdir(os.path.join(root, d))]
+        if len(halves) == 1:  # not a class named "train": a split without its other half
+            other = "test" if halves[0] == "train" else "train"
+            raise ValueError(f"{root}: holds {halves[0]}/ but no {other}/; give both "
+                             f"({root}/train/<class>/*, {root}/test/<class>/*), or one folder "
+                             "per class to be split")
         classes = _class_dirs(root)
         if len(classes) < 2:
             raise ValueError(f"{root}: an image folder needs one sub-folder per class (at least "
                              f"2), found {len(classes)}")
-        xs, ys, _, _ = _read_images(root, classes, None, None)
+        xs, ys, _, _, _ = _read_images(root, classes, None, None)
         if not xs:
             raise ValueError(f"{root}: no images ({', '.join(IMAGE_EXTENSIONS)}) in its class "
                              "folders")

@@ -132,6 +132,19 @@ class BudgetOutcome:
         return float(self.robust.mean())
 
 
+def budget_tolerance(x: np.ndarray, norm: str) -> float:
+    """The slack of the budget test of outputs near ``x`` ``[M, ...]``: ``1e-6`` plus the
+    rounding of ``x + delta`` in ``x``'s float type, which grows with the values' magnitude (one
+    float32 ulp at 255 is 1.5e-5, so pixels in 0-255 moved by exactly eps measured up to eps +
+    8e-6) and with the coordinates the norm sums (``sqrt(d)`` for L2, ``d`` for L1)."""
+    if not len(x):
+        return _TOLERANCE
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float32
+    d = int(np.prod(x.shape[1:]))
+    terms = {"linf": 1.0, "l2": float(np.sqrt(d))}.get(norm, float(d))
+    return _TOLERANCE + 2.0 * float(np.finfo(dtype).eps) * float(np.max(np.abs(x))) * terms
+
+
 def attack_subset(model: Callable, attack: Attack, x: np.ndarray, y: np.ndarray, *, eps: float,
                   norm: str, clip_min: Any, clip_max: Any, batch_size: int,
                   seed: int) -> AttackRun:
@@ -154,7 +167,7 @@ def attack_subset(model: Callable, attack: Attack, x: np.ndarray, y: np.ndarray,
     predicted = (predict_labels(model, x_adv, batch_size) if len(x_adv)
                  else np.zeros(0, np.int64))
     distances = batch_norm(tf.constant(x_adv - x), norm).numpy() if len(x) else np.zeros(0)
-    outside = bool(np.any(distances > eps + _TOLERANCE)
+    outside = bool(np.any(distances > eps + budget_tolerance(x, norm))
                    or np.any(x_adv < np.asarray(clip_min) - _TOLERANCE)
                    or np.any(x_adv > np.asarray(clip_max) + _TOLERANCE))
     return AttackRun(x_adv=x_adv, predicted=predicted, distances=distances,

@@ -24,10 +24,13 @@ Images come back as float32 NHWC (``[N, H, W, C]``; a channel axis is added to `
 arrays, but not to ``[N, L, 1]``: an array whose last axis is 1 already has its channel, as a
 sequence of ``L`` one-channel values) in ``[0, 1]`` (8-bit pixels divided by 255, in ``.npz`` files
 too: a ``uint8`` array is 8-bit pixels); ``.npz`` files of floats keep their own value range,
-reported as ``clip_min``/``clip_max``. Labels come back as int64 of shape ``[N]``. Every problem
-with a file (not a zip archive, truncated, missing arrays, strings, empty arrays, NaN, labels that
-are not class indices) is a ``ValueError`` (``FileNotFoundError`` for a missing file) naming the
-file and what is wrong, raised before any training or evaluation starts.
+reported as ``clip_min``/``clip_max``. An ``.npz`` array of any other integer dtype (``int64``
+pixels 0-255 as much as ``int16`` counts) is refused rather than guessed, with the conversion
+for each reading; so are an ``x_train`` and an ``x_test`` of which only one is ``uint8``.
+Labels come back as int64 of shape ``[N]``. Every problem with a file (not a zip archive,
+truncated, missing arrays, strings, empty arrays, NaN, labels that are not class indices) is a
+``ValueError`` (``FileNotFoundError`` for a missing file) naming the file and what is wrong,
+raised before any training or evaluation starts.
 
 Example:
   >>> ds = load_dataset("digits")
@@ -145,6 +148,11 @@ def _check_split(name: str, x: np.ndarray, y: np.ndarray, kx: str, ky: str) -> N
         raise ValueError(f"data {name!r}: {ky} must hold integer class labels")
     if (y < 0).any():
         raise ValueError(f"data {name!r}: {ky} holds negative labels")
+    if x.dtype.kind in "iu" and x.dtype != np.uint8:  # 8-bit pixels, or values in own units?
+        raise ValueError(f"data {name!r}: {kx} holds {x.dtype} integers; only uint8 arrays are "
+                         "read as 8-bit pixels (divided by 255), and other integers are not "
+                         "guessed: save x.astype(np.uint8) for 8-bit images, or "
+                         "x.astype(np.float32) to keep the values in their own units")
     if not np.isfinite(x).all():
         raise ValueError(f"data {name!r}: {kx} holds NaN or infinite values")
 
@@ -354,6 +362,11 @@ def load_dataset(name: str, *, seed: int = 0, download: bool = True,
         x_tr, y_tr, x_te, y_te = (arrays[k] for k in _SPLIT_KEYS)
         _check_split(name, x_tr, y_tr, "x_train", "y_train")
         _check_split(name, x_te, y_te, "x_test", "y_test")
+        if (x_tr.dtype == np.uint8) != (x_te.dtype == np.uint8):  # one split divided by 255
+            raise ValueError(f"data {name!r}: x_train is {x_tr.dtype} and x_test {x_te.dtype}; "
+                             "a uint8 array is read as 8-bit pixels (divided by 255) and any "
+                             "other as its own values, so the splits would be in different "
+                             "units: save both as uint8, or both as float")
         declared = _check_labels(name, y_tr, y_te, arrays.get("num_classes"))
         x_tr, x_te = _npz_images(x_tr), _npz_images(x_te)
         lo, hi = _value_range(x_tr, x_te)

@@ -110,7 +110,8 @@ class EvaluationConfig:
         checks.positive_int(self.limit, "limit", allow_none=True, maximum=10**9)
         checks.positive_int(self.seed, "seed", minimum=0, maximum=2**32 - 1)
         checks.positive_int(self.chunk_size, "chunk_size", allow_none=True, maximum=10**9)
-        checks.positive_int(self.workers, "workers", allow_none=True, maximum=4096)
+        # the command line's bound (robustgrad.commands._bounds.MAX_PROCESSES), as --workers
+        checks.positive_int(self.workers, "workers", allow_none=True, maximum=1024)
         if self.certify is not None:
             if self.certify not in _CERTIFY:
                 raise ConfigError(f"certify must be one of {', '.join(_CERTIFY)} or None, got "
@@ -120,6 +121,9 @@ class EvaluationConfig:
         if self.ray_address is not None and self.workers is None:
             raise ConfigError("ray_address is where the workers run: give workers too")
         lo, hi = self.clip_min, self.clip_max
+        for name, value in (("clip_min", lo), ("clip_max", hi)):  # as --clip-min/--clip-max
+            if value is not None:
+                checks.number(value, name)
         if lo is not None and hi is not None and not float(lo) < float(hi):
             raise ConfigError(f"clip_min ({lo}) must be below clip_max ({hi})")
 
@@ -207,6 +211,11 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
                 f"the default attacks run without square (it perturbs square windows)")
     lo = config.clip_min if config.clip_min is not None else lo
     hi = config.clip_max if config.clip_max is not None else hi
+    # the bounds, and so the units of eps, said on the first line (0-255 pixels with an eps
+    # meant for [0, 1] must not pass in silence); None takes the data's range, as evaluate does
+    shown = [float(np.min(x)) if lo is None else lo, float(np.max(x)) if hi is None else hi]
+    units = ("" if shown == [0.0, 1.0] else
+             f" (inputs in [{shown[0]:g}, {shown[1]:g}]: eps is in these units)")
     if model is None:
         model = (load_model or _load_keras)(config.model)
     # one forward pass: the model's errors name the model, the data's name the data
@@ -218,7 +227,7 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
         if verbose:
             log(f"evaluating {config.model} on {len(x)} examples of {config.data}: attacks "
                 f"{','.join(label for label, _ in specs)}, {config.norm} eps "
-                f"{','.join(f'{e:g}' for e in config.eps)}")
+                f"{','.join(f'{e:g}' for e in config.eps)}{units}")
         results = run.join("results")
         if overwrite and os.path.isdir(results):
             shutil.rmtree(results)  # a new evaluation, not the old one's chunks
@@ -243,6 +252,8 @@ def evaluate_run(config: EvaluationConfig, run: RunDirectory | str | os.PathLike
 def _load_keras(path: str) -> Any:
     import keras
 
+    if not os.path.exists(path):  # Keras's own message names neither the argument nor a fix
+        raise ConfigError(f"model {path}: no such file (a saved Keras model, .keras or .h5)")
     return keras.models.load_model(path, compile=False)
 
 

@@ -124,6 +124,19 @@ def margins(model: Callable, x: np.ndarray, y: np.ndarray, batch_size: int) -> n
     return own - z.max(axis=1)
 
 
+_DIGESTS = {"model": "other weights than the recorded run's (another model file, or the file "
+                     "changed)",
+            "data": "other examples than the recorded run's (another --data, or --limit)"}
+
+
+def _difference(key: str, recorded: Any, now: Any) -> str:
+    """One setting that differs from the manifest's, said for a reader: the model's and the
+    data's SHA-256 digests are named by what they stand for, not printed."""
+    if key in _DIGESTS and all(isinstance(v, str) and len(v) == 64 for v in (recorded, now)):
+        return f"{key}: {_DIGESTS[key]}"
+    return f"{key}: recorded {recorded!r}, now {now!r}"
+
+
 class ResultsStore:
     """The finished chunks of one evaluation, in ``directory`` (created when missing).
 
@@ -144,7 +157,7 @@ class ResultsStore:
                                  f"{_KINDS.get(recorded.get('kind'), 'another run')}, not of "
                                  f"{_KINDS.get(self.settings.get('kind'), 'this run')}; use "
                                  "another --out")
-            diff = [f"{k}: recorded {recorded.get(k)!r}, now {self.settings.get(k)!r}"
+            diff = [_difference(k, recorded.get(k), self.settings.get(k))
                     for k in sorted(set(recorded) | set(self.settings))
                     if recorded.get(k) != self.settings.get(k)]
             if diff:

@@ -36,7 +36,9 @@ import errno
 import importlib
 import os
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 from robustgrad.errors import ConfigError
@@ -250,6 +252,45 @@ def _command_name(argv: list[str]) -> str | None:
     return None
 
 
+def _terminate(signum, frame):
+    """SIGTERM outside a training loop's safe points: stop as Ctrl-C does (a batch system's
+    stop request would otherwise end the process in silence, status -15)."""
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises ``KeyboardInterrupt`` while the command runs (a training loop's
+    :func:`robustgrad.interrupts.deferred_interrupts` still defers both to its safe points)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield  # a caller (a test, an embedding program) chose its own handling
+        return
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _left_behind(args: argparse.Namespace, argv: list[str]) -> str:
+    """What an interrupted command left in its ``--out``, and how to go on: one clause."""
+    out = getattr(args, "out", None)
+    if not out:
+        return ""
+    again = [a for a in argv if a != "--overwrite"]  # --overwrite and --resume exclude
+    again = again if "--resume" in again else [*again, "--resume"]
+    if hasattr(args, "resume") and os.path.isfile(os.path.join(out, "results", "manifest.json")):
+        return (f"--out {out} keeps the results committed so far; continue with: robustgrad "
+                f"{shlex.join(again)}")
+    if hasattr(args, "resume") and os.path.exists(os.path.join(out, "checkpoint")):
+        # a training run stopped before its loop (while loading): its last checkpoint is there
+        return (f"--out {out} keeps its last checkpoint; resume with: robustgrad "
+                f"{shlex.join(again)}")
+    return (f"--out {out} holds nothing to resume (every file there is whole: each write is "
+            "atomic); run the command again")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -277,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             import_tensorflow(verbose=args.show_native_log)
             if args.threads is not None:
                 set_threads(args.threads)
-            return int(args._run(args) or 0)
+            with _sigterm_as_interrupt():
+                return int(args._run(args) or 0)
         finally:
             if lock is not None:
                 lock.release()
@@ -293,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             # a training command stopped at a safe point: say how to continue it
             again = argv if "--resume" in argv else [*argv, "--resume"]
             detail += f"; resume with: robustgrad {shlex.join(again)}"
+        elif _left_behind(args, argv):
+            detail += ("; " if detail else "") + _left_behind(args, argv)
         print(f"robustgrad: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
 

@@ -35,7 +35,7 @@ from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
 from agents.envs import run_episodes
 from robustgrad.atomic import replacing
-from robustgrad.errors import NonFiniteError
+from robustgrad.errors import ConfigError, NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
 
@@ -172,7 +172,7 @@ class Agent(CollectingAgent):
         self.config = config
         self.transform = transform
         if rollout_workers is not None and config.backend == "graph":
-            raise ValueError("rollout_workers: the graph backend steps its environments inside "
+            raise ConfigError("rollout_workers: the graph backend steps its environments inside "
                              "the compiled iteration; use backend='gymnasium' with Ray workers")
         self.seeds = self._seed_list(config, seeds, transform, rollout_workers)
         self.num_seeds = len(self.seeds)

@@ -59,6 +59,12 @@ class CraftingOptions:
                        allow_none=True)
 
 
+MAX_NOISE_DRAWS = 1_024
+"""SmoothAdv's most noise draws per example (``noise_draws``; ``train-classifier
+--noise-draws`` has the same bound): each multiplies the batch held in memory (Salman et al.
+use 1-8)."""
+
+
 @dataclass(frozen=True)
 class LossOptions:
     """The losses' parameters: ``beta`` (TRADES, MART), ``adv_ratio``, ``label_smoothing``,
@@ -83,8 +89,8 @@ class LossOptions:
         _checks.probability(self.kappa_final, "kappa_final")
         _checks.probability(self.beta_final, "beta_final")
         _checks.number(self.sigma, "sigma", minimum=0, min_inclusive=False)
-        object.__setattr__(self, "noise_draws",
-                           _checks.positive_int(self.noise_draws, "noise_draws"))
+        object.__setattr__(self, "noise_draws", _checks.positive_int(
+            self.noise_draws, "noise_draws", maximum=MAX_NOISE_DRAWS))
         _checks.number(self.label_smoothing, "label_smoothing", minimum=0, maximum=1,
                        max_inclusive=False)
 

@@ -41,6 +41,7 @@ import tensorflow as tf
 from robustgrad import checks as _checks
 from robustgrad import transforms
 
+from .._validate import MAX_STEPS
 from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions, split_options
@@ -172,7 +173,8 @@ class AdversarialTrainer(keras.Model):
         self.norm = norm
         self.steps = int(steps)
         self.step_size = float(step_size)
-        self.eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0)
+        self.eval_steps = _checks.positive_int(eval_steps, "eval_steps", minimum=0,
+                                               maximum=MAX_STEPS)  # as every attack's steps
         self.seed = int(seed)
         self._set_options(craft, groups["loss"], groups["update"], groups["schedule"])
         self._grad_step: transforms.GradientStep | None = None

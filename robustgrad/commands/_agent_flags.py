@@ -104,6 +104,9 @@ def check_flags(args: argparse.Namespace) -> None:
         b.count(args.num_cpus, "--num-cpus", b.MAX_PROCESSES)
         if args.eval_every is not None and args.eval_every > 0:
             b.count(args.eval_every, "--eval-every", MAX_TOTAL_STEPS)
+    if args.rollout_workers is not None and getattr(args, "backend", None) == "graph":
+        raise UsageError("--rollout-workers: Ray actors step gymnasium environments, and "
+                         "--backend graph steps them inside the compiled iteration: give one")
     if args.num_cpus is not None and args.ray_address is not None:
         raise UsageError("--num-cpus: sizes the local Ray instance; the cluster at "
                          "--ray-address has its own CPUs")

@@ -162,7 +162,9 @@ def _optimisation_arguments(g) -> None:
                         "3/4 of the run) (default: the recipe's, else fast cyclic, the other "
                         "methods cosine)")
     g.add_argument("--momentum", type=float, default=None,
-                   help="SGD momentum (default: the recipe's, else 0.9)")
+                   help="SGD's momentum, read only when the optimizer is sgd (--optimizer "
+                        "sgd, or a recipe that picks it); refused with adam, every method's "
+                        "default optimizer (default with sgd: the recipe's, else 0.9)")
     g.add_argument("--weight-decay", type=float, default=None,
                    help="L2 weight decay added to the gradient, as PyTorch's SGD does "
                         "(default: the recipe's, else 0)")

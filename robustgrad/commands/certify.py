@@ -151,12 +151,20 @@ def _check_out(args: argparse.Namespace) -> None:
         check_output_dir(args.out, "--out", overwrite=args.overwrite)
 
 
+FIELD_FLAGS = {name: "--" + name.replace("_", "-") for name in (
+    "model", "data", "eps", "method", "norm", "sigma", "n0", "n", "alpha", "seed", "batch_size",
+    "limit", "clip_min", "clip_max", "chunk_size", "resume", "overwrite")}
+"""The fields of :class:`attacks.certification.CertifyConfig` -> the flags that set them."""
+
+
 def run(args: argparse.Namespace) -> int:
     """Certify the model at every radius of ``--eps``: :func:`attacks.certification.certify_run`
     writes ``report.json``, ``report.txt`` and ``per_example.npz``, committing each chunk to
     ``--out/results`` (``--resume`` continues them)."""
     from attacks.certification import CertifyConfig, certify_run
+    from robustgrad.commands._agent_flags import flag_error
     from robustgrad.commands._files import load_keras_model, removed_if_empty_on_error
+    from robustgrad.errors import ConfigError
     from robustgrad.rundir import RunDirectory
 
     if not hasattr(args, "eps_values"):
@@ -167,8 +175,12 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, limit=args.limit, clip_min=args.clip_min,
         clip_max=args.clip_max, chunk_size=getattr(args, "chunk_size", None))
     with removed_if_empty_on_error(args.out):
-        certify_run(config, RunDirectory(args.out), model=load_keras_model, lock=False,
-                    verbose=1 if args.no_progress else 2, resume=getattr(args, "resume", False))
+        try:
+            certify_run(config, RunDirectory(args.out), model=load_keras_model, lock=False,
+                        verbose=1 if args.no_progress else 2,
+                        resume=getattr(args, "resume", False))
+        except ConfigError as exc:  # the library's field names, said as this command's flags
+            raise UsageError(str(flag_error(exc, args, names=FIELD_FLAGS))) from exc
     print("wrote " + ", ".join(os.path.join(args.out, name) for name in
                                ("report.json", "report.txt", "per_example.npz")))
     return 0

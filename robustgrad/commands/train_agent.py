@@ -141,15 +141,19 @@ SEARCH_ONLY = {"robust_steps": "--robust-steps is for pgd and sgld"}
 def _robust_overrides(args: argparse.Namespace) -> dict:
     """Config fields of the ``--robust`` flags, checked (``ConfigError`` naming the flag)."""
     from robustgrad import checks as _checks
+    from robustgrad.commands._agent_flags import ROBUST_ONLY
 
     given = [(flag, field) for flag, field in _ROBUST_FLAGS if getattr(args, flag) is not None]
     if args.robust is None:
         if given:
-            raise ConfigError(f"--{given[0][0].replace('_', '-')}: needs --robust sa|adv")
+            flag = given[0][0]
+            methods = "|".join(ROBUST_ONLY[flag][0]) if flag in ROBUST_ONLY else \
+                "sa|adv|atla|atla-sa|wocar"  # --eps, --eps-warmup: every robust method's
+            raise ConfigError(f"--{flag.replace('_', '-')}: a robust-training setting, read "
+                              f"only with --robust {methods}")
         return {}
     if args.algo == "reinforce":
         raise ConfigError("--robust: reinforce has no robust variant (use ppo, a2c or dqn)")
-    from robustgrad.commands._agent_flags import ROBUST_ONLY
 
     for flag, _field in given:  # a flag the chosen method would ignore
         if flag in ROBUST_ONLY and args.robust not in ROBUST_ONLY[flag][0]:

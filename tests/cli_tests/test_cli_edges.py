@@ -177,8 +177,12 @@ def test_interrupt_exits_130(monkeypatch, tiny_model, tmp_path, capsys):
         raise KeyboardInterrupt("checkpoint saved to runs/x")
 
     monkeypatch.setattr(evaluate, "run", interrupted)
-    assert cli.main(["evaluate", "--model", tiny_model, "--out", str(tmp_path / "o")]) == 130
-    assert capsys.readouterr().err == "robustgrad: interrupted: checkpoint saved to runs/x\n"
+    out = tmp_path / "o"
+    assert cli.main(["evaluate", "--model", tiny_model, "--out", str(out)]) == 130
+    # round six: the line also says what --out holds (here nothing was written)
+    assert capsys.readouterr().err == (
+        f"robustgrad: interrupted: checkpoint saved to runs/x; --out {out} holds nothing to "
+        "resume (every file there is whole: each write is atomic); run the command again\n")
 
 
 def test_user_errors_converts_only_the_named_types():
