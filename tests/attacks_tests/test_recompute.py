@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from attacks.training import AdversarialTrainer, checkpoint_segments, checkpointed_call, make_model
+from robustgrad.errors import ConfigError
 
 
 def _twins(arch="wrn-10-2"):
@@ -62,3 +63,25 @@ def test_trainer_step_with_recompute_matches():
     assert trainers[1].get_config()["recompute"] is True
     with pytest.raises(TypeError, match="recompute"):
         AdversarialTrainer(plain, recompute="yes")
+
+
+def test_train_classifier_recompute_flag_reaches_the_trainer(tmp_path):
+    from attacks.training import run as run_module
+    from attacks.training.config import ClassifierConfig
+    from robustgrad import cli
+
+    parser = cli.build_parser("train-classifier")
+    args = parser.parse_args(["train-classifier", "--out", str(tmp_path / "o"), "--method",
+                              "madry", "--recompute"])
+    args._validate(args)
+    config = ClassifierConfig.from_record(vars(args))
+    assert config.recompute is True
+    assert ClassifierConfig.from_record(
+        vars(parser.parse_args(["train-classifier", "--out", "o"]))).recompute is False
+    resolved = config.resolve().resolved_view()
+    model = make_model("wrn-10-1", (8, 8, 3), 4)
+    data = type("Data", (), {"clip_min": 0.0, "clip_max": 1.0})()
+    trainer = run_module._make_trainer(resolved, model, data, spe=10)
+    assert trainer.recompute is True
+    with pytest.raises(ConfigError, match=r"^recompute must be True or False, got 'yes'$"):
+        ClassifierConfig(recompute="yes")
