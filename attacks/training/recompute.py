@@ -162,7 +162,13 @@ def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tenso
             sources = [xr, *(variables or [])]
             grads = tape.gradient(yr, sources, output_gradients=dy,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return grads[0], grads[1:]
+            # The input's gradient is what the previous segment's recomputation waits for:
+            # released only with the weights' gradients, so that this segment's recomputed
+            # activations are freed before the next recomputation starts (an executor free to
+            # run the input-gradient chain first would hold every segment's at once).
+            with tf.control_dependencies(grads[1:]):
+                dx = tf.identity(grads[0])
+            return dx, grads[1:]
 
         return y, grad
 
