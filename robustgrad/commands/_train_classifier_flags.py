@@ -186,8 +186,8 @@ def _optimisation_arguments(g) -> None:
     g.add_argument("--recompute", action="store_true",
                    help="save memory: recompute each residual block in the update's backward "
                         "pass instead of keeping its activations, and return freed memory to "
-                        "the system at once (slower; the same weights; a functional Keras "
-                        "model, else no effect)")
+                        "the system at once (slower; the same weights; a functional or "
+                        "Sequential Keras model)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-deterministic", action="store_true",
                    help="do not enable TensorFlow op determinism")
