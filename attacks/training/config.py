@@ -53,7 +53,7 @@ SETTING_FIELDS: tuple[str, ...] = tuple(k for k in SETTING_KEYS if k not in ("wa
 RESUME_FREE = frozenset({
     "resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
     "val_size", "val_steps", "eval_limit", "out", "no_eval", "strategy", "logical_cpus",
-    "no_progress", "show_native_log", "threads", "override", "overrides",
+    "no_progress", "show_native_log", "threads", "override", "overrides", "recompute",
     "stop_after_steps"})  # (a hidden test flag of earlier versions, in old configs)
 """Record keys a resumed run may change freely: how it uses the machine, where and how much it
 reports; every other key is held to the one resume rule (:meth:`robustgrad.rundir.RunDirectory.
@@ -157,6 +157,10 @@ class ClassifierConfig:
     """Accumulate gradients over this many batches per update."""
     mixed_precision: bool = False
     """mixed_float16 compute with dynamic loss scaling."""
+    recompute: bool = False
+    """Recompute each residual block in the update's backward pass instead of keeping its
+    activations, and return freed memory to the system at once (``AdversarialTrainer(
+    recompute=True)``): less memory, more time; the same weights."""
     seed: int = 0
     """The run's seed (weights, data order, attacks)."""
     no_deterministic: bool = False
@@ -208,6 +212,8 @@ class ClassifierConfig:
         checks.probability(self.adv_ratio, "adv_ratio")
         checks.nonnegative(self.max_grad_norm, "max_grad_norm")
         checks.positive_int(self.limit, "limit", minimum=2, allow_none=True)
+        if not isinstance(self.recompute, bool):
+            raise ConfigError(f"recompute must be True or False, got {self.recompute!r}")
 
 
     # ---- reading and writing the record
@@ -348,6 +354,7 @@ class ResolvedConfig(Protocol):
     max_grad_norm: float
     grad_accum: int
     mixed_precision: bool
+    recompute: bool
     seed: int
     no_deterministic: bool
     strategy: str

@@ -61,21 +61,25 @@ def checkpoint_segments(model: Any) -> list[list]:
     model's input) and leaving exactly one alive for the rest of the graph. A segment ends at
     the first such point after a merge (a residual block's addition) or after ``sqrt(layers)``
     layers (Chen et al.'s rule for a plain chain), whichever comes first. Empty when
-    ``model`` is not a single-input, single-output Keras functional model (the caller then runs
-    it whole)."""
+    ``model`` is not a single-input, single-output Keras functional (or built Sequential) model
+    (the caller then runs it whole)."""
     if model in _PLANS:
         return _PLANS[model]
     plan: list[list] = []
-    if (isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
-            and len(model.inputs or []) == 1 and len(model.outputs or []) == 1):
-        nodes = _nodes_in_order(model)
+    graph = model
+    if isinstance(model, keras.Sequential):  # a built Sequential runs a functional graph
+        graph = getattr(model, "_functional", None)
+    if (isinstance(graph, keras.Model) and hasattr(graph, "_nodes_by_depth")
+            and len(graph.inputs or []) == 1 and len(graph.outputs or []) == 1):
+        model_in, model_out = graph.inputs[0], graph.outputs[0]
+        nodes = _nodes_in_order(graph)
         last_use: dict[int, int] = {}
         for i, node in enumerate(nodes):
             for t in node.input_tensors:
                 last_use[id(t)] = i
-        out_id = id(model.outputs[0])
+        out_id = id(model_out)
         last_use[out_id] = len(nodes)
-        live = {id(model.inputs[0])}
+        live = {id(model_in)}
         current: list = []
         merged = False  # the current segment holds a merge (a residual addition)
         longest = max(2, math.isqrt(len(nodes)))
@@ -162,7 +166,13 @@ def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tenso
             sources = [xr, *(variables or [])]
             grads = tape.gradient(yr, sources, output_gradients=dy,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return grads[0], grads[1:]
+            # The input's gradient is what the previous segment's recomputation waits for:
+            # released only with the weights' gradients, so that this segment's recomputed
+            # activations are freed before the next recomputation starts (an executor free to
+            # run the input-gradient chain first would hold every segment's at once).
+            with tf.control_dependencies(grads[1:]):
+                dx = tf.identity(grads[0])
+            return dx, grads[1:]
 
         return y, grad
 

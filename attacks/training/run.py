@@ -58,6 +58,7 @@ from .data import epoch_dataset, steps_per_epoch
 from .distributed import multi_worker_strategy
 from .history import prior_history, write_history
 from .models import check_classifier, freeze_layers
+from .recompute import checkpoint_segments
 from .run_settings import SavedRun
 from .schedules import learning_rate_schedule, make_optimizer
 from .trainer import AdversarialTrainer
@@ -278,7 +279,13 @@ def _initial_model(config: ResolvedConfig, split: _Split, model: Any) -> Any:
         model = (model or _load_model)(config.init_from)
     with user_errors(ValueError, prefix=f"--init-from {config.init_from}: "):
         check_classifier(model, split.x_te, split.data.num_classes)
-    return mixed_precision_copy(model) if config.mixed_precision else model
+    model = mixed_precision_copy(model) if config.mixed_precision else model
+    if config.recompute and not checkpoint_segments(model):
+        raise ConfigError(f"--recompute: the model of --init-from {config.init_from} is not a "
+                          "Keras functional or Sequential model with one input and one output, "
+                          "so it cannot be recomputed block by block; train it without "
+                          "--recompute")
+    return model
 
 
 def _make_trainer(config: ResolvedConfig, clf: Any, data: Any, spe: int) -> Any:
@@ -296,7 +303,7 @@ def _make_trainer(config: ResolvedConfig, clf: Any, data: Any, spe: int) -> Any:
             label_smoothing=config.label_smoothing, awp_gamma=config.awp_gamma,
             warmup_delay=int(round(config.warmup_delay_epochs * spe)),
             kappa_final=config.kappa_final, beta_final=config.beta_final, sigma=config.sigma,
-            noise_draws=config.noise_draws)
+            noise_draws=config.noise_draws, recompute=config.recompute)
 
 
 def _make_optimizer(config: ResolvedConfig, spe: int) -> Any:

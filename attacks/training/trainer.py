@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad import checks as _checks
+from robustgrad import memory as _memory
 from robustgrad import transforms
 
 from .._validate import MAX_STEPS
@@ -121,8 +122,10 @@ class AdversarialTrainer(keras.Model):
             residual block (each segment of :func:`attacks.training.checkpoint_segments`) and
             recomputes the rest when the backward pass needs it: the same outputs, gradients
             and batch-norm statistics, about half the activation memory of the update for one
-            more forward pass of it (a WRN-28-10 PGD-10 step at batch 128: see
-            docs/benchmarks/training.md). Default False.
+            more forward pass of it. It also makes the C library return freed blocks of 1 MiB
+            or more to the system at once (:func:`robustgrad.memory.return_large_blocks`, for
+            the rest of the process), so that the freed maps do not stay resident. A WRN-28-10
+            PGD-10 step at batch 128: see docs/benchmarks/training.md. Default False.
         beta_final: ``"crown-ibp"``: the weight of the CROWN-IBP bound (against IBP's) at full
             eps, from 1 at eps 0 (0: Zhang et al. 2020's default schedule; 1 keeps CROWN-IBP).
     """
@@ -214,6 +217,8 @@ class AdversarialTrainer(keras.Model):
         self.weight_decay = float(update.weight_decay)
         self.max_nonfinite_steps = int(update.max_nonfinite_steps)
         self.recompute = bool(update.recompute)
+        if self.recompute:  # the memory-saving mode: freed activation maps leave the process
+            _memory.return_large_blocks()
         self.warmup_steps = int(schedule.warmup_steps)
         self.warmup_delay = int(schedule.warmup_delay)
 

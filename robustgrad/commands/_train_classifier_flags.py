@@ -185,6 +185,11 @@ def _optimisation_arguments(g) -> None:
     g.add_argument("--mixed-precision", action="store_true",
                    help="mixed_float16 compute with dynamic loss scaling (attacks still use "
                         "float32 inputs and input gradients)")
+    g.add_argument("--recompute", action="store_true",
+                   help="save memory: recompute each residual block in the update's backward "
+                        "pass instead of keeping its activations, and return freed memory to "
+                        "the system at once (slower; the same weights; a functional or "
+                        "Sequential Keras model)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-deterministic", action="store_true",
                    help="do not enable TensorFlow op determinism")

@@ -52,7 +52,7 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
                 "val_size", "val_steps",
                 "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "no_progress",
-                "show_native_log", "threads", "override", "overrides",
+                "show_native_log", "threads", "override", "overrides", "recompute",
                 "stop_after_steps"}  # (a hidden test flag of earlier versions, in old configs)
 
 

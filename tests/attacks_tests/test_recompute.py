@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from attacks.training import AdversarialTrainer, checkpoint_segments, checkpointed_call, make_model
+from robustgrad.errors import ConfigError
 
 
 def _twins(arch="wrn-10-2"):
@@ -62,3 +63,73 @@ def test_trainer_step_with_recompute_matches():
     assert trainers[1].get_config()["recompute"] is True
     with pytest.raises(TypeError, match="recompute"):
         AdversarialTrainer(plain, recompute="yes")
+
+
+def test_train_classifier_recompute_flag_reaches_the_trainer(tmp_path):
+    from attacks.training import run as run_module
+    from attacks.training.config import ClassifierConfig
+    from robustgrad import cli
+
+    parser = cli.build_parser("train-classifier")
+    args = parser.parse_args(["train-classifier", "--out", str(tmp_path / "o"), "--method",
+                              "madry", "--recompute"])
+    args._validate(args)
+    config = ClassifierConfig.from_record(vars(args))
+    assert config.recompute is True
+    assert ClassifierConfig.from_record(
+        vars(parser.parse_args(["train-classifier", "--out", "o"]))).recompute is False
+    resolved = config.resolve().resolved_view()
+    model = make_model("wrn-10-1", (8, 8, 3), 4)
+    data = type("Data", (), {"clip_min": 0.0, "clip_max": 1.0})()
+    trainer = run_module._make_trainer(resolved, model, data, spe=10)
+    assert trainer.recompute is True
+    with pytest.raises(ConfigError, match=r"^recompute must be True or False, got 'yes'$"):
+        ClassifierConfig(recompute="yes")
+
+
+def test_a_sequential_model_is_recomputed_too():
+    import keras
+
+    model = keras.Sequential([keras.Input((6,))] + [keras.layers.Dense(5, activation="relu")
+                                                     for _ in range(8)] + [keras.layers.Dense(3)])
+    assert len(checkpoint_segments(model)) >= 3
+    x = tf.constant(np.random.default_rng(2).random((4, 6)), tf.float32)
+
+    def grads(call):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = tf.reduce_sum(call(x) ** 2)
+        return tape.gradient(out, [x] + [v.value for v in model.trainable_variables])
+
+    want = tf.function(lambda: grads(lambda z: model(z, training=True)))()
+    got = tf.function(lambda: grads(lambda z: checkpointed_call(model, z)))()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_recompute_on_a_subclassed_init_from_model_is_refused():
+    import keras
+
+    from attacks.training import run as run_module
+    from attacks.training.config import ClassifierConfig
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(4)
+
+        def call(self, x, training=False):
+            return self.dense(keras.ops.reshape(x, (-1, 192)))
+
+    model = Sub()
+    model(np.zeros((1, 8, 8, 3), "float32"))
+    data = type("Data", (), {"num_classes": 4})()
+    split = type("Split", (), {"x_te": np.zeros((2, 8, 8, 3), "float32"), "data": data})()
+    config = ClassifierConfig(init_from="sub.keras", recompute=True).resolve().resolved_view()
+    with pytest.raises(ConfigError, match=r"^--recompute: the model of --init-from sub\.keras is "
+                                          r"not a Keras functional or Sequential model with one "
+                                          r"input and one output, so it cannot be recomputed "
+                                          r"block by block; train it without --recompute$"):
+        run_module._initial_model(config, split, model)
+    plain = ClassifierConfig(init_from="sub.keras").resolve().resolved_view()
+    assert run_module._initial_model(plain, split, model) is model
