@@ -136,7 +136,7 @@ class GraphEnvSpec:
 
     def observe(self, state: GraphEnvState) -> tf.Tensor:
         """``[N, obs_dim]`` float32 observations of ``state``."""
-        return self.dynamics.observe(state.physics)
+        return self.observe_physics(state.physics)
 
     def draw_resets(self, rng: tf.Tensor, num_envs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``(next key, reset physics [num_envs, k])``: the draws of one step from the key
@@ -145,6 +145,18 @@ class GraphEnvSpec:
         :class:`agents.backends.seed_axis.SeedGraphEnv`)."""
         key, sub = _split(rng)
         return key, self.dynamics.sample(sub, num_envs, self.dtype)
+
+    def transition(self, physics: tf.Tensor, actions: tf.Tensor
+                   ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``(next physics, reward, terminated)`` of the dynamics over the batch ``physics [N,
+        k]``. A subclass may apply them otherwise (the seed axis: block by block when its
+        blocks would round differently in one batch, :class:`agents.backends.seed_axis.SeedGraphEnv`)."""
+        return self.dynamics.transition(physics, actions)
+
+    def observe_physics(self, physics: tf.Tensor) -> tf.Tensor:
+        """``[N, obs_dim]`` float32 observations of ``physics [N, k]`` (a hook like
+        :meth:`transition`)."""
+        return self.dynamics.observe(physics)
 
     def step(self, state: GraphEnvState, actions: tf.Tensor
              ) -> tuple[GraphEnvState, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -160,15 +172,15 @@ class GraphEnvSpec:
         actions = tf.reshape(tf.convert_to_tensor(actions), [-1 if batch is None else batch])
         if not self.discrete:
             actions = tf.cast(actions, self.dtype)
-        physics, reward, terminated = d.transition(state.physics, actions)
+        physics, reward, terminated = self.transition(state.physics, actions)
         time = state.time + 1
         truncated = time >= d.max_episode_steps
         done = terminated | truncated
-        final_obs = d.observe(physics)
+        final_obs = self.observe_physics(physics)
         key, fresh = self.draw_resets(state.rng, tf.shape(time)[0])
         fresh.set_shape(physics.shape)  # keeps N static (a tf.while_loop needs a fixed shape for N = 1)
         physics = tf.where(done[:, None], fresh, physics)
-        obs = tf.where(done[:, None], d.observe(fresh), final_obs)
+        obs = tf.where(done[:, None], self.observe_physics(fresh), final_obs)
         episode_return = tf.where(done, tf.zeros_like(reward), state.episode_return + reward)
         new_state = GraphEnvState(physics=physics, time=tf.where(done, 0, time),
                                   episode_return=episode_return, rng=key)
