@@ -9,7 +9,8 @@ import of an ``agents`` module written in the code (function bodies included; im
   (``agents.core.plugin``: without ``robust=`` every hook is the identity): "robustness aside";
 - the seams listed in ``SEAMS``, each with the reason a PPO reader need not open it: a module
   that only builds the environments, saves or loads, runs callbacks, moves seeds between an
-  ``S``-seed agent and ``S`` agents, runs Ray workers, or serves attacks. A seam is a place where
+  ``S``-seed agent and ``S`` agents, runs Ray workers, or serves attacks, or that stands where
+  CleanRL and PureJaxRL call a library (the optimizer, random keys, a linear schedule, logging). A seam is a place where
   PPO calls a named, documented function or object and reads back what its docstring states;
   it is never a base class: every module that defines a class of ``PPO``'s MRO is counted
   whatever the list says (the script imports ``agents`` to find them).
@@ -54,6 +55,16 @@ SEAMS = {
     "agents.core.interface": "the Protocols that callbacks and attacks use",
     "agents.core.policy": "PolicySurface: the policy as attacks and certification see it",
     "agents.core.presets": "the shipped presets file (its values are the config's)",
+    "agents.core._step": "the optimizer (torch.optim.Adam and clip_grad_norm_ in CleanRL, optax "
+                         "in PureJaxRL): make_adam_step gives a robustgrad.transforms "
+                         "GradientStep (global-norm clip, non-finite guard, Adam); "
+                         "step(grads) -> {grad_norm, applied}",
+    "agents.core.streams": "the random keys (jax.random in PureJaxRL): keys(T) gives one "
+                           "stateless key per step, stateless_per_seed draws each seed's",
+    "agents.core.schedules": "linear(start, end, done, total), the learning rate's annealing "
+                             "(optax.linear_schedule)",
+    "agents.core._sums": "running sums and means of the update's logged statistics "
+                         "(CleanRL's writer.add_scalar lines)",
     "agents.algorithms._iterations": "several iterations per compiled call "
                                      "(iterations_per_call > 1; off by default; the same "
                                      "iteration looped in one tf.function)",
