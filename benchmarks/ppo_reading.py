@@ -10,8 +10,9 @@ import of an ``agents`` module written in the code (function bodies included; im
 - the seams listed in ``SEAMS``, each with the reason a PPO reader need not open it: a module
   that only builds the environments, saves or loads, runs callbacks, moves seeds between an
   ``S``-seed agent and ``S`` agents, runs Ray workers, or serves attacks, or that stands where
-  CleanRL and PureJaxRL call a library (the optimizer, random keys, a linear schedule, logging). A seam is a place where
-  PPO calls a named, documented function or object and reads back what its docstring states;
+  CleanRL and PureJaxRL call a library (the optimizer, random keys, a linear schedule, logging).
+  A seam is a place where PPO calls a named, documented function or object and reads back what
+  its docstring states;
   it is never a base class: every module that defines a class of ``PPO``'s MRO is counted
   whatever the list says (the script imports ``agents`` to find them).
 
@@ -49,6 +50,9 @@ SEAMS = {
     "agents.backends.seed_axis": "the S-seed env and export/import of one seed (not training)",
     "agents.backends.distributed": "Ray rollout workers (a Collector; off by default)",
     "agents.backends._ray_setup": "Ray start-up",
+    "agents.core.collectors": "the collector contract (gymnasium's env.step in CleanRL, env.step "
+                              "in PureJaxRL): the rollout calls begin/step/end and reads back "
+                              "(obs, reward, terminated, truncated, final_obs); check_batch",
     "agents.core.persistence": "save and load",
     "agents.core._loading": "load an agent from a directory",
     "agents.core.callbacks": "learn()'s callbacks (checkpoints, evaluation, logging)",

@@ -6,8 +6,9 @@ environment steps taken), ``_collection(**kwargs)`` (its compiled collection ove
 collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
 that make up its checkpoint, and the backends wing it runs on: ``make_collector(config, seeds)``
 (:func:`agents.backends.factory.make_collector`) and ``rollout_workers_cls`` (Ray). Where
-experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`; the
-collection side of the agent, ``collect``, ``policy_state`` and the weights, lives there too);
+experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`;
+the agent's side of it, ``collect``, ``policy_state`` and the weights a copy collects with, is
+here);
 robust training is the agent's plug-in ``robustness`` (:mod:`agents.core.plugin`), whose phase
 the learn driver runs between iterations; loading is :mod:`agents.core._loading`.
 """
@@ -19,6 +20,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +30,7 @@ import tensorflow as tf
 
 from agents.core._step import AdamSlots, SeedAxisAdamStep
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
-from agents.core.collectors import CollectingAgent, Collector
+from agents.core.collectors import Collector, VectorEnv, check_batch
 from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
 from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
 from agents.core.plugin import RobustnessPlugin, robustness_for
@@ -125,7 +127,7 @@ class RolloutWorkersClass(Protocol):
         """The workers of ``agent``: the collector it collects through from then on."""
 
 
-class Agent(CollectingAgent):
+class Agent:
     """Base class; see :class:`agents.PPO` and friends."""
 
     algo: str = ""
@@ -137,6 +139,9 @@ class Agent(CollectingAgent):
     make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
     rollout_workers_cls: RolloutWorkersClass | None = None
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
+    collector: Collector  # where experience comes from (agents.core.collectors)
+    env: VectorEnv  # the collector's environments
+    crash_checkpoint: str  # where the last environment crash was saved
     robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
     config: AgentConfig  # an algorithm re-declares it with its own config class
     gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build, with
@@ -315,6 +320,101 @@ class Agent(CollectingAgent):
         """The variables that decide how the agent acts: network weights and observation
         statistics (not the optimiser, replay buffer or RNG)."""
         raise NotImplementedError
+
+    # -- weights (the policy; what a copy of the agent, a Ray worker, collects with) -----------
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the network weights and observation statistics, as numpy arrays.
+
+        Together with :meth:`set_weights` this snapshots the *policy* (what ``act``,
+        ``distribution`` and ``q_values`` compute), not the training state: optimiser
+        moments, replay buffer and RNG are left out (use :meth:`save` for those).
+
+        Example::
+
+            w = agent.get_weights(); agent.learn(10_000); agent.set_weights(w)
+        """
+        return [v.numpy().copy() for v in self._model_variables()]
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        """Restore weights returned by :meth:`get_weights` of an agent with the same
+        algorithm and network shapes (checked before anything is assigned)."""
+        variables = self._model_variables()
+        weights = list(weights)
+        if len(weights) != len(variables):
+            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
+        for i, (v, w) in enumerate(zip(variables, weights)):
+            if tuple(np.shape(w)) != tuple(v.shape):
+                raise ValueError(f"weights: array {i} ({v.name}) has shape {np.shape(w)}, "
+                                 f"expected {tuple(v.shape)}")
+        for v, w in zip(variables, weights):
+            v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
+
+    # -- collection (the collector contract: agents.core.collectors) --------------------------
+    def _reset_env(self):
+        obs = self.collector.reset()
+        lead = (self.collector.num_envs,)
+        check_batch({"obs": np.asarray(obs)[None]}, 1, lead, self.obs_shape, self.discrete,
+                    fields=("obs",))
+        self._env_ready = True
+        self._on_env_reset(obs)
+
+    def _on_env_reset(self, obs):
+        pass
+
+    def _collection(self, *args: Any, **kwargs: Any) -> dict:
+        """The compiled collection of one batch over ``self.collector``'s traceable step (its
+        keyword arguments are the algorithm's own)."""
+        raise NotImplementedError
+
+    def _batch_shape(self, kwargs: dict) -> tuple[int, tuple[int, ...]]:
+        """``(T, lead)`` of a batch collected with ``kwargs`` (see :func:`check_batch`)."""
+        raise NotImplementedError
+
+    def collect(self, policy_state: dict | None = None, reset: bool = False, **kwargs) -> dict:
+        """One batch of experience from this agent's collector (:mod:`agents.core.collectors`) with
+        its current policy, or with ``policy_state`` (from :meth:`policy_state`) loaded first.
+        ``reset``: reset the environments first (they are reset anyway before the first batch
+        and after an environment error). ``kwargs``: the algorithm's collection arguments (DQN:
+        ``n_steps``, ``steps_done``, ``explore_steps``, ``timesteps``, ``total_envs``). The
+        first batch is checked (:func:`agents.core.collectors.check_batch`). Ray rollout workers call
+        this on their copy of the agent."""
+        if policy_state is not None:
+            self.load_policy_state(policy_state)
+        if reset or not self._env_ready:
+            self._reset_env()
+        try:
+            batch = self.collector.collect(self._collection, **kwargs)
+        except Exception:
+            if self.collector.error is not None:
+                self._env_ready = False  # an env raised: its state is unknown
+            raise
+        if not self._batch_checked:
+            action_dim = None if self.discrete else int(self.env.single_action_space.shape[0])
+            horizon, lead = self._batch_shape(kwargs)
+            check_batch(batch, horizon, lead, self.obs_shape, self.discrete, action_dim)
+            self._batch_checked = True
+        return batch
+
+    def policy_state(self) -> dict:
+        """What a copy of this agent needs to collect as it would: ``weights``
+        (:meth:`get_weights`), ``rng_state`` (the training random stream) and, with robust
+        training, ``robust_eps`` (the schedule's current radius)."""
+        state = {"weights": self.get_weights(), "rng_state": self.rng.state.numpy().copy()}
+        schedule = getattr(self, "robust_schedule", None)
+        if schedule is not None:
+            state["robust_eps"] = float(schedule.eps.numpy())
+        return state
+
+    def load_policy_state(self, state: dict, stream: int = 0) -> None:
+        """Load a :meth:`policy_state`; ``stream``: offset of the random stream's Philox key
+        (rollout worker ``k`` samples from stream ``k``)."""
+        self.set_weights(state["weights"])
+        rng = np.array(state["rng_state"], np.int64)
+        rng[-1] += int(stream)  # Philox state: [counter, counter, key]
+        self.rng.reset(rng)
+        schedule = getattr(self, "robust_schedule", None)
+        if schedule is not None and "robust_eps" in state:
+            schedule.eps.assign(state["robust_eps"])
 
     # -- learning ----------------------------------------------------------------------------
     def learn(self, total_steps: int,
@@ -582,6 +682,21 @@ class Agent(CollectingAgent):
 
     def _after_restore(self):
         pass
+
+    def _save_crash_checkpoint(self, exc):
+        path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
+        try:
+            self.save(path)
+        except Exception as save_exc:  # pragma: no cover - report both
+            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}",
+                          stacklevel=3)
+            return
+        self._env_ready = False  # the env is in an unknown state; reset before learning again
+        self.crash_checkpoint = path
+        msg = f"the environment raised during step(); checkpoint saved to {path}"
+        warnings.warn(msg, stacklevel=3)
+        if hasattr(exc, "add_note"):
+            exc.add_note(msg)
 
     def close(self) -> None:
         """Close the training environment (subprocesses of ``async_envs``) and stop the
