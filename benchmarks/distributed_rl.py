@@ -41,7 +41,7 @@ import ray  # noqa: E402
 
 import agents  # noqa: E402
 from agents.backends.distributed import init_ray  # noqa: E402
-from agents.core.config import PPOConfig  # noqa: E402
+from agents.config import PPOConfig  # noqa: E402
 
 
 class SleepyCartPole(gym.Wrapper):

@@ -35,6 +35,7 @@ iteration looped in one compiled call, :class:`agents.algorithms._iterations.Ite
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -48,13 +49,16 @@ from agents.backends.seed_axis import export_seed, import_seed
 from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent, own_function
 from agents.core.collectors import GraphCollector, check_batch
-from agents.core.config import OnPolicyConfig
+from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams, stateless_per_seed
 from agents.envs import RunningMeanStd
+from robustgrad.checks import nonnegative, number, positive_int, probability
+from robustgrad.errors import ConfigError
+from robustgrad.memory import check_allocation
 
 if TYPE_CHECKING:
     import tensorflow_probability as tfp
@@ -70,6 +74,88 @@ def _normalize(x):
 def _mean(x):
     """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
     return tf.reduce_mean(x, axis=-1)
+
+
+MAX_ITERATIONS_PER_CALL = 4096
+"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
+(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
+larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
+more iterations per call than its budget has (the compiled loop is sized by that)."""
+
+
+@dataclass
+class OnPolicyConfig(AgentConfig):
+    """Fields of the on-policy actor-critic agents (REINFORCE, A2C, PPO)."""
+
+    num_envs: int = 8
+    """Number of parallel environments."""
+    n_steps: int = 128
+    """Steps per environment in each rollout (batch = ``num_envs * n_steps``)."""
+    gae_lambda: float = 0.95
+    """GAE lambda (1.0: Monte-Carlo returns minus the baseline)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the ``learn`` call."""
+    normalize_advantages: bool = True
+    """Standardise advantages (per minibatch for PPO, per batch otherwise)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    num_seeds: int = 1
+    """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
+    leading seed axis (:mod:`agents.algorithms.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
+    ordinary agent. Robust training works on the axis: ``"sa"`` and ``"adv"`` (each seed attacked
+    against its own policy, :mod:`agents.robustness.robust`), ``"atla"`` and ``"atla-sa"`` (each seed
+    against its own learned adversary, :mod:`agents.robustness.atla`); not a custom ``transform``."""
+    iterations_per_call: int = 1
+    """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
+    ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
+    ``iterations_per_call`` iterations. Bit-identical to 1 (weights, optimiser state, history);
+    what changes is when Python sees the agent: callbacks, checkpoints and interrupts act at call
+    boundaries (:meth:`agents.Agent.learn`; :mod:`agents.algorithms.onpolicy`). 1 (the default) keeps a
+    callback per iteration; the gymnasium backend and robust training need 1."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.num_seeds = positive_int(self.num_seeds, "num_seeds")
+        self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
+        if self.iterations_per_call > MAX_ITERATIONS_PER_CALL:
+            raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
+                              f"(Python's share of a call is already negligible at 32), got "
+                              f"{self.iterations_per_call}")
+        if self.iterations_per_call > 1 and self.backend != "graph":
+            raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
+                             f"backend='graph' (the environments inside the call); got "
+                             f"iterations_per_call={self.iterations_per_call} with backend="
+                             f"{self.backend!r}")
+        if self.iterations_per_call > 1 and self.robust is not None:
+            raise ConfigError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
+                             f"eps/kappa schedule (and ATLA its adversary) in Python between "
+                             f"iterations; use iterations_per_call=1, got "
+                             f"{self.iterations_per_call}")
+        self.n_steps = positive_int(self.n_steps, "n_steps", maximum=MAX_ROLLOUT_TRANSITIONS)
+        rollout = self.n_steps * self.num_envs * self.num_seeds
+        if rollout > MAX_ROLLOUT_TRANSITIONS:
+            raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
+                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
+                              f"memory), got {self.n_steps} * {self.num_envs} * "
+                              f"{self.num_seeds} = {rollout}")
+        if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
+            try:
+                check_allocation(self.iterations_per_call,
+                                 EPISODE_SLOT_BYTES * self.n_steps * self.num_envs * self.num_seeds,
+                                 argument="iterations_per_call",
+                                 what=f"the record of the episodes one call can finish ("
+                                      f"{self.n_steps} steps x {self.num_envs * self.num_seeds} "
+                                      f"envs per iteration)")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        probability(self.gae_lambda, "gae_lambda")
+        nonnegative(self.ent_coef, "ent_coef")
+        nonnegative(self.vf_coef, "vf_coef")
+        number(self.log_std_init, "log_std_init")
 
 
 class OnPolicyAgent(Agent):

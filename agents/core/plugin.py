@@ -42,13 +42,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
 from agents.core.interface import AgentInterface
 
-__all__ = ["ROBUSTNESS", "RobustnessPlugin", "register_robustness", "robustness_for"]
+__all__ = ["ROBUSTNESS", "ROBUST_CONFIGS", "RobustMethod", "RobustnessPlugin", "register_robust_config",
+           "register_robustness", "robustness_for"]
 
 
 class RobustnessPlugin:
@@ -152,3 +153,53 @@ def robustness_for(agent: AgentInterface) -> RobustnessPlugin:
         raise ValueError(f"robust: no robust training method {name!r} is registered (one of "
                          f"{', '.join(repr(n) for n in sorted(_TABLE))})")
     return _TABLE[name](agent)
+
+
+class RobustMethod:
+    """A typed robust training config: ``PPO(robust=SA(eps=0.05, kappa=0.5))``; the methods'
+    own (:mod:`agents.robustness.configs`) enter :data:`ROBUST_CONFIGS` through
+    :func:`register_robust_config`.
+
+    It stands for the flat ``robust*`` fields of :class:`agents.core.config.AgentConfig` that it
+    sets (:meth:`fields`); the config keeps those (``config.robust`` becomes the method's name),
+    so a config saves, loads and prints as before and agents saved by earlier versions load. A
+    field left ``None`` keeps the config's value (the preset's or the default), so
+    ``SA(eps=0.02)`` on a DQN keeps its preset's kappa. ``config.robust_spec`` reads the fields
+    back as one (:meth:`from_config`)."""
+
+    name: ClassVar[str]
+    _FIELDS: ClassVar[dict[str, str]]  # attribute -> config field
+
+    def fields(self) -> dict:
+        """The config fields this method sets: ``robust`` and each attribute given."""
+        out = {"robust": self.name}
+        for attr, field in self._FIELDS.items():
+            value = getattr(self, attr)
+            if value is not None:
+                out[field] = value
+        return out
+
+    @classmethod
+    def from_config(cls, config: Any) -> RobustMethod:
+        """The typed config of ``config``'s flat fields (``config.robust_spec``)."""
+        return cls(**{attr: getattr(config, field) for attr, field in cls._FIELDS.items()})
+
+
+_CONFIGS: dict[str, type[RobustMethod]] = {}
+ROBUST_CONFIGS: Mapping[str, type[RobustMethod]] = MappingProxyType(_CONFIGS)
+"""``robust`` value -> its typed config class (read-only; :func:`register_robust_config`)."""
+
+
+def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustMethod]:
+    """Enter ``cls`` as the typed config of ``robust=name`` for each of ``names`` (what
+    ``config.robust_spec`` builds); returns ``cls``."""
+    if not (isinstance(cls, type) and issubclass(cls, RobustMethod)):
+        raise TypeError(f"cls must be a RobustMethod subclass, got {cls!r}")
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"names must be non-empty strings, got {names!r}")
+    for name in names:
+        if _CONFIGS.get(name, cls) is not cls:
+            raise ValueError(f"names: robust={name!r} already has the typed config "
+                             f"{_CONFIGS[name].__name__}")
+        _CONFIGS[name] = cls
+    return cls

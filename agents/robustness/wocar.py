@@ -87,8 +87,8 @@ from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
 
 if TYPE_CHECKING:
+    from agents.algorithms.dqn_config import DQNConfig
     from agents.core.base import Agent
-    from agents.core.config import DQNConfig
     from agents.core.policy import PolicySurface
 
 __all__ = ["BOUND", "DQN_WEIGHT", "Q_EPOCHS", "Q_LR", "Q_MINIBATCHES", "TAU", "WEIGHT",
