@@ -53,6 +53,9 @@ SEAMS = {
     "agents.core.collectors": "the collector contract (gymnasium's env.step in CleanRL, env.step "
                               "in PureJaxRL): the rollout calls begin/step/end and reads back "
                               "(obs, reward, terminated, truncated, final_obs); check_batch",
+    "agents.core.compiled": "own_function(method): the method as tf.function compiles it, with "
+                            "its own trace count (a TensorFlow detail; it does what the "
+                            "method does)",
     "agents.core.persistence": "save and load",
     "agents.core._loading": "load an agent from a directory",
     "agents.core.callbacks": "learn()'s callbacks (checkpoints, evaluation, logging)",

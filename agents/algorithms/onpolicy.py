@@ -47,8 +47,9 @@ from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core._step import SeedAxisAdamStep, make_adam_step
-from agents.core.base import Agent, own_function
+from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
+from agents.core.compiled import own_function
 from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
 from agents.core.policy import PolicySurface

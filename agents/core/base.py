@@ -16,27 +16,31 @@ the learn driver runs between iterations; loading is :mod:`agents.core._loading`
 from __future__ import annotations
 
 import collections
-import json
 import os
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from agents.core._step import AdamSlots, SeedAxisAdamStep
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
-from agents.core.collectors import Collector, VectorEnv, check_batch
+from agents.core.collectors import Collector, RolloutWorkersClass, VectorEnv, check_batch
+from agents.core.compiled import own_function
 from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
-from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
+from agents.core.persistence import (
+    read_metadata,
+    restore_weights,
+    save_crash_checkpoint,
+    write_agent,
+    write_seed_axis,
+)
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
-from agents.envs import run_episodes
-from robustgrad.atomic import replacing
+from agents.envs import evaluate_episodes
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
@@ -65,45 +69,6 @@ def _compact(seeds: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-class _OwnFunction:
-    """A callable that calls ``method``; no ``__code__``, so ``tf.function`` keys its tracing
-    statistics on this object itself (see :func:`own_function`)."""
-
-    __slots__ = ("__name__", "__weakref__", "_method")
-
-    def __init__(self, method: Callable):
-        self._method = method
-        self.__name__ = getattr(method, "__name__", "call")
-
-    def __call__(self, *args):
-        return self._method(*args)
-
-
-def own_function(method: Callable) -> Callable:
-    """``method`` behind a callable of its own, to give to ``tf.function``: one trace per agent,
-    and each agent's compiled function counted on its own.
-
-    TensorFlow counts traces for its retracing warning per *code object* of the Python function
-    it compiles (``Function._get_key_for_call_stats``: the ``__code__`` of the function, or of a
-    bound method's function, or of a closure -- equal for every closure made by one ``def``).
-    The methods of many agents in one process (repeated ``train_many`` calls, ``--resume``,
-    a sweep), one trace each, would all count as one function tracing again and again, and
-    print "5 out of the last 5 calls ... triggered tf.function retracing". The object returned
-    here has no ``__code__``, so TensorFlow counts it alone (weakly: the count goes with it).
-
-    >>> import tensorflow as tf
-    >>> class Scale:
-    ...     def __init__(self, k):
-    ...         self.fn = tf.function(own_function(self.call))
-    ...         self.k = k
-    ...     def call(self, x):
-    ...         return x * self.k
-    >>> [float(Scale(k).fn(tf.constant(2.0))) for k in range(3)]
-    [0.0, 2.0, 4.0]
-    """
-    return _OwnFunction(method)
-
-
 class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     """Training stopped: too many consecutive updates were rejected as non-finite.
 
@@ -111,20 +76,6 @@ class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     before, a ``RuntimeError``. The limit is ``max_nonfinite_updates``: it counts whole updates in
     which every gradient step was rejected (a PPO update is many gradient steps), not gradient
     steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
-
-
-class RolloutWorkersClass(Protocol):
-    """What the core needs of an algorithm's ``rollout_workers_cls``
-    (:class:`agents.backends.distributed.RolloutWorkers`): its arguments checked before any work,
-    and the collector it builds for an agent."""
-
-    def check_args(self, rollout_workers: int, ray_address: str | None = None,
-                   num_cpus: int | None = None) -> object:
-        """Refuse bad distributed arguments (``ValueError`` naming them) before any work."""
-
-    def __call__(self, agent: Agent, num_workers: int, address: str | None = None,
-                 num_cpus: int | None = None) -> Collector:
-        """The workers of ``agent``: the collector it collects through from then on."""
 
 
 class Agent:
@@ -602,18 +553,9 @@ class Agent:
         ``std_return``, ``returns`` and ``lengths``.
         """
         self._one_seed("evaluate")
-        if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
-                or n_episodes <= 0:
-            raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
-        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
-                num_envs, (int, np.integer)) or num_envs <= 0):
-            raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
-        k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
-        seed = self.config.seed + 10_000 if seed is None else seed
-        returns, lengths = run_episodes(lambda obs: self.act(obs, deterministic=deterministic),
-                                        self.config.env, int(n_episodes), k, seed)
-        return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-                "returns": returns, "lengths": lengths}
+        return evaluate_episodes(lambda obs: self.act(obs, deterministic=deterministic),
+                                 self.config.env, n_episodes, num_envs,
+                                 self.config.seed + 10_000 if seed is None else seed)
 
     # -- persistence ---------------------------------------------------------------------------
     def _checkpoint(self) -> tf.train.Checkpoint:
@@ -632,7 +574,8 @@ class Agent:
         as it is exported) and ``seeds.json`` naming them; :func:`load` brings it back whole."""
         directory = os.fspath(directory)
         if self.num_seeds > 1:
-            return self._save_seeds(directory)
+            return write_seed_axis(directory, self.algo, self.seeds, self.export,
+                                   int(self.num_timesteps.numpy()), self.history)
         meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
                 "num_timesteps": int(self.num_timesteps.numpy()),
                 "env_id": self.config.env if isinstance(self.config.env, str) else None,
@@ -652,20 +595,6 @@ class Agent:
         ``self.seeds[index]``) becomes slice ``index`` of this agent of several seeds."""
         raise ValueError(f"import_seed: {self.algo} has no seed axis")
 
-    def _save_seeds(self, directory: str) -> str:
-        os.makedirs(directory, exist_ok=True)
-        for k, seed in enumerate(self.seeds):
-            one = self.export(k)
-            try:
-                one.save(os.path.join(directory, f"seed_{seed}"))
-            finally:
-                one.close()
-        with replacing(os.path.join(directory, SEEDS_FILE)) as tmp, open(tmp, "w") as f:
-            json.dump({"algo": self.algo, "seeds": self.seeds,
-                       "num_timesteps": int(self.num_timesteps.numpy()),
-                       "history": self.history}, f)
-        return directory
-
     def restore(self, directory: str) -> None:
         """Read the weights, step counts and history saved in ``directory`` by :meth:`save`
         into this agent (built with the same config; :func:`agents.load` builds it and calls
@@ -684,19 +613,10 @@ class Agent:
         pass
 
     def _save_crash_checkpoint(self, exc):
-        path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
-        try:
-            self.save(path)
-        except Exception as save_exc:  # pragma: no cover - report both
-            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}",
-                          stacklevel=3)
-            return
-        self._env_ready = False  # the env is in an unknown state; reset before learning again
-        self.crash_checkpoint = path
-        msg = f"the environment raised during step(); checkpoint saved to {path}"
-        warnings.warn(msg, stacklevel=3)
-        if hasattr(exc, "add_note"):
-            exc.add_note(msg)
+        path = save_crash_checkpoint(self.save, self.config.checkpoint_dir, self.algo, exc)
+        if path is not None:
+            self._env_ready = False  # the env is in an unknown state; reset before learning again
+            self.crash_checkpoint = path
 
     def close(self) -> None:
         """Close the training environment (subprocesses of ``async_envs``) and stop the

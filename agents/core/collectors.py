@@ -305,6 +305,20 @@ class GraphCollector(_LocalCollector):
         return self.env.episode_count()
 
 
-__all__ = ["BATCH_FIELDS", "Collector", "GraphCollector", "GraphVectorEnv",
+class RolloutWorkersClass(Protocol):
+    """What the core needs of an algorithm's ``rollout_workers_cls``
+    (:class:`agents.backends.distributed.RolloutWorkers`): its arguments checked before any work,
+    and the collector it builds for an agent (:class:`agents.Agent`)."""
+
+    def check_args(self, rollout_workers: int, ray_address: str | None = None,
+                   num_cpus: int | None = None) -> object:
+        """Refuse bad distributed arguments (``ValueError`` naming them) before any work."""
+
+    def __call__(self, agent: Any, num_workers: int, address: str | None = None,
+                 num_cpus: int | None = None) -> Collector:
+        """The workers of ``agent``: the collector it collects through from then on."""
+
+
+__all__ = ["BATCH_FIELDS", "Collector", "GraphCollector", "GraphVectorEnv", "RolloutWorkersClass",
            "GymnasiumCollector", "VectorEnv",
            "check_batch"]

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.core.base import own_function
+from agents.core.compiled import own_function
 from robustgrad.interrupts import TrainingInterrupted
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=None)
