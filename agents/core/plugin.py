@@ -23,6 +23,10 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
   adversary's training) and :meth:`RobustnessPlugin.after_iteration` (what the iteration's logs
   carry), and :meth:`RobustnessPlugin.record` after the driver's bookkeeping of an update.
 
+The settings a plug-in reads are every config's :class:`RobustFields` (``robust``, ``robust_eps``,
+...); a method's typed config (:class:`RobustMethod`, ``robust=SA(eps=0.05)``) sets them and enters
+:data:`ROBUST_CONFIGS` through :func:`register_robust_config` (:mod:`agents.robustness.configs`).
+
 :class:`RobustnessPlugin` itself is the plug-in of ``robust=None``: every hook leaves the agent as
 it is. The methods live in the robustness wing, above the algorithms, and enter
 :data:`ROBUSTNESS` through :func:`register_robustness` when :mod:`agents` is imported
