@@ -8,15 +8,14 @@ from agents.algorithms.dqn_config import DQNConfig  # noqa: F401 - re-exported
 from agents.algorithms.onpolicy import OnPolicyConfig  # noqa: F401 - re-exported
 from agents.algorithms.ppo import PPOConfig  # noqa: F401 - re-exported
 from agents.algorithms.reinforce import REINFORCEConfig  # noqa: F401 - re-exported
-from agents.core.config import (  # noqa: F401 - re-exported
+from agents.core.config import AgentConfig, check_seeds  # noqa: F401 - re-exported
+from agents.core.plugin import RobustMethod  # noqa: F401 - re-exported
+from agents.core.presets import (  # noqa: F401 - re-exported
     AUTO,
     PRESETS_FILE,
-    AgentConfig,
-    check_seeds,
     get_preset,
     load_presets,
     make_config,
     preset_for,
 )
-from agents.core.plugin import RobustMethod  # noqa: F401 - re-exported
 from agents.robustness.configs import ATLA, SA, Adversarial, WocaR  # noqa: F401 - re-exported

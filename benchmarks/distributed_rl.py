@@ -176,7 +176,7 @@ def main(argv=None):
     out["fragment_under_10pct"] = under
     out["fragment_ray_share_under_10pct"] = under_ray
     if args.return_seeds:
-        steps = args.return_steps or agents.core.config.load_presets()["ppo-CartPole-v1"]["steps"]
+        steps = args.return_steps or agents.core.presets.load_presets()["ppo-CartPole-v1"]["steps"]
         local, dist = [], []
         for seed in range(args.return_seeds):
             local.append(final_return(seed, steps, None))

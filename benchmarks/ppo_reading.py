@@ -61,7 +61,9 @@ SEAMS = {
     "agents.core.callbacks": "learn()'s callbacks (checkpoints, evaluation, logging)",
     "agents.core.interface": "the Protocols that callbacks and attacks use",
     "agents.core.policy": "PolicySurface: the policy as attacks and certification see it",
-    "agents.core.presets": "the shipped presets file (its values are the config's)",
+    "agents.core.presets": "the shipped presets file and make_config (the config of the "
+                           "class asked for, from a preset and overrides; its values are the "
+                           "config's)",
     "agents.core._step": "the optimizer (torch.optim.Adam and clip_grad_norm_ in CleanRL, optax "
                          "in PureJaxRL): make_adam_step gives a robustgrad.transforms "
                          "GradientStep (global-norm clip, non-finite guard, Adam); "

@@ -30,7 +30,7 @@ from agents.core._step import AdamSlots, SeedAxisAdamStep
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
 from agents.core.collectors import Collector, RolloutWorkersClass, VectorEnv, check_batch
 from agents.core.compiled import own_function
-from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
+from agents.core.config import AgentConfig, check_seeds, check_total_steps
 from agents.core.persistence import (
     read_metadata,
     restore_weights,
@@ -40,6 +40,7 @@ from agents.core.persistence import (
 )
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
+from agents.core.presets import AUTO, make_config
 from agents.envs import evaluate_episodes
 from robustgrad.errors import NonFiniteError
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts

@@ -21,19 +21,11 @@ here) and overrides.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agents.core.plugin import RobustFields
-from agents.core.presets import (  # noqa: F401 - PRESETS_FILE, load_presets: also read here by callers
-    AUTO,
-    PRESETS_FILE,
-    get_preset,
-    load_presets,
-    preset_for,
-)
 from agents.envs import check_env_id
 from agents.graph_envs import GRAPH_ENV_IDS
 from robustgrad.checks import (
@@ -45,8 +37,6 @@ from robustgrad.checks import (
     probability,
 )
 from robustgrad.errors import ConfigError
-
-_log = logging.getLogger("agents")
 
 MAX_NUM_ENVS = 65_536
 """The largest ``num_envs``: 16x the widest vectorised batches of the graph-env literature
@@ -206,50 +196,6 @@ class AgentConfig(RobustFields, _AgentFields):
             raise ConfigError("env: the saved agent was trained on an env factory; pass env=")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = AUTO,
-                **overrides: Any) -> AgentConfig:
-    """A ``config_cls`` built from a preset and ``overrides`` (which win over the preset).
-
-    ``preset``: :data:`AUTO` (the preset for ``algo`` on ``overrides["env"]``, or on the
-    default env, when one exists; :mod:`agents.core.presets`), a preset name, or
-    ``None``/``"none"`` (dataclass defaults only). The config records the preset name in
-    ``preset``. Unknown fields raise ``ValueError`` naming them.
-
-    >>> from agents.config import PPOConfig
-    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", seed=3).preset
-    'ppo-CartPole-v1'
-    >>> make_config(PPOConfig, "ppo", preset=None, env="CartPole-v1").n_steps
-    128
-    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", n_steps=64).n_steps
-    64
-    """
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise ConfigError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
-                         f"{', '.join(sorted(fields))}")
-    if "preset" in overrides:
-        raise ConfigError("preset is chosen with the preset= argument, not as an override")
-    env = overrides.get("env", config_cls.env)
-    if preset == AUTO:
-        name = preset_for(algo, env)
-    elif preset is None or (isinstance(preset, str) and preset.lower() == "none"):
-        name = None
-    else:
-        name = preset
-    values = {}
-    if name is not None:
-        values.update(get_preset(name, algo)["config"])
-        bad = sorted(set(values) - fields)
-        if bad:  # a broken presets.json
-            raise ConfigError(f"preset {name!r}: {bad[0]} is not a field of "
-                             f"{config_cls.__name__}")
-        _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
-                  ", ".join(f"{k}={v!r}" for k, v in values.items()))
-    values.update(overrides)
-    return config_cls(**values, preset=name)
 
 
 def check_seeds(seeds: Sequence[int] | None = None, num_seeds: int | None = None,

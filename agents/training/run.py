@@ -41,7 +41,8 @@ from typing import Any
 
 from agents.algorithms.registry import algorithm_of_config
 from agents.core.base import Agent, NonFiniteTrainingError
-from agents.core.config import AgentConfig, check_total_steps, get_preset, make_config
+from agents.core.config import AgentConfig, check_total_steps
+from agents.core.presets import get_preset, make_config
 from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
 
