@@ -169,7 +169,7 @@ def evaluate_episodes(act: Callable[[np.ndarray], np.ndarray], env: EnvSpec, n_e
     (:func:`run_episodes`); returns ``mean_return``, ``std_return``, ``returns`` and ``lengths``.
 
     >>> out = evaluate_episodes(lambda obs: np.zeros(len(obs), int), "CartPole-v1", 3, None, 0)
-    >>> len(out["returns"]), out["mean_return"] == np.mean(out["lengths"])
+    >>> len(out["returns"]), out["mean_return"] == float(np.mean(out["lengths"]))
     (3, True)
     """
     if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
