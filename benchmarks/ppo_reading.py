@@ -59,6 +59,11 @@ SEAMS = {
     "agents.core.persistence": "save and load",
     "agents.core._loading": "load an agent from a directory",
     "agents.core.callbacks": "learn()'s callbacks (checkpoints, evaluation, logging)",
+    "agents.core.driver": "the learn driver around Agent.learn's loop (CleanRL's and "
+                          "PureJaxRL's scripts have none): learn()'s argument checks, "
+                          "callbacks, the progress bar, periodic/final/interrupt checkpoints, "
+                          "SIGINT/SIGTERM; it reads and writes the agent through its public "
+                          "surface only",
     "agents.core.interface": "the Protocols that callbacks and attacks use",
     "agents.core.policy": "PolicySurface: the policy as attacks and certification see it",
     "agents.core.presets": "the shipped presets file and make_config (the config of the "

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import collections
 import os
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from agents.core._step import AdamSlots, SeedAxisAdamStep
-from agents.core.callbacks import Callback, ProgressBar, as_callbacks
+from agents.core.callbacks import Callback
 from agents.core.collectors import Collector, RolloutWorkersClass, VectorEnv, check_batch
 from agents.core.compiled import own_function
-from agents.core.config import AgentConfig, check_seeds, check_total_steps
+from agents.core.config import AgentConfig, check_seeds
+from agents.core.driver import LearnDriver
 from agents.core.persistence import (
     read_metadata,
     restore_weights,
@@ -43,7 +41,6 @@ from agents.core.policy import PolicySurface
 from agents.core.presets import AUTO, make_config
 from agents.envs import evaluate_episodes
 from robustgrad.errors import NonFiniteError
-from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
 
 if TYPE_CHECKING:
@@ -397,48 +394,22 @@ class Agent:
         update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
         directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
         ``KeyboardInterrupt``) naming it; a second signal aborts at once.
+
+        The loop is here; callbacks, the progress bar, checkpoints and interrupts are the learn
+        driver's (:class:`agents.core.driver.LearnDriver`).
         """
-        total_steps = check_total_steps(total_steps)  # at most MAX_TOTAL_STEPS
-        if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
-                or schedule_start < 0:
-            raise ValueError(f"schedule_start: must be a non-negative integer, got "
-                             f"{schedule_start!r}")
-        cbs = as_callbacks(callbacks)
-        bar = ProgressBar(total_steps, enabled=progress_bar)
-        for cb in cbs:
-            cb.on_training_start(self)
+        run = LearnDriver(self, total_steps, callbacks, progress_bar, schedule_start,
+                          handle_interrupts)
+        run.start()
         if not self._env_ready:
             self._reset_env()
-        self.training_failed = True  # until the loop below finishes or a callback stops it
-        interrupts = deferred_interrupts("training") if handle_interrupts else nullcontext(None)
-        with interrupts as interrupt:
-            self._learn_loop(total_steps, schedule_start, cbs, bar, interrupt)
-        if interrupt is not None and interrupt.requested:
-            path = self.config.checkpoint_dir or tempfile.mkdtemp(
-                prefix=f"robustgrad-{self.algo}-")
-            self.save(path)
-            raise TrainingInterrupted(
-                f"training stopped by {interrupt.signal_name} at step "
-                f"{int(self.num_timesteps.numpy())}; checkpoint saved to {path}",
-                checkpoint=path, signal_name=interrupt.signal_name)
-        if self.config.checkpoint_dir:
-            self.save(self.config.checkpoint_dir)
-        return self
-
-    def _learn_loop(self, total_steps, schedule_start, cbs, bar, interrupt):
-        done = 0
-        failures = [0] * self.num_seeds
-        start = time.perf_counter()
-        cfg = self.config
-        next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
-        try:
-            while done < total_steps:
-                until = total_steps - done
-                if next_ckpt is not None and cfg.checkpoint_dir:
-                    until = min(until, next_ckpt - done)
-                try:
-                    results = self._train_call(done + schedule_start,
-                                               total_steps + schedule_start, until, failures)
+        failures = [0] * self.num_seeds  # consecutive fully rejected updates, per seed
+        with run:
+            while run.done < run.total_steps:
+                try:  # collect and update: one call to the algorithm
+                    results = self._train_call(run.done + run.schedule_start,
+                                               run.total_steps + run.schedule_start,
+                                               run.until(), failures)
                 except Exception:
                     err, self.collector.error = self.collector.error, None
                     if err is None:
@@ -446,35 +417,16 @@ class Agent:
                     # the environment's own exception (agents.core.collectors re-raises it)
                     self._save_crash_checkpoint(err)
                     raise err from None
-                for logs, steps in results:
-                    done += steps
+                for logs, steps in results:  # log
                     if "steps" not in logs:
                         logs["steps"] = int(self.num_timesteps.numpy())
-                    logs["steps_per_second"] = done / max(time.perf_counter() - start, 1e-9)
+                    logs["steps_per_second"] = run.advance(steps)
                     failures = self._record_update(logs, failures)
                 if len(results) > 1:
                     logs["iterations"] = len(results)
-                bar.update(done, logs["steps_per_second"],
-                           logs["episode_return"] if logs["episode_return"] == logs["episode_return"]
-                           else None)
-                stop = any(cb.on_update(self, logs) is False for cb in cbs)
-                if next_ckpt is not None and done >= next_ckpt and cfg.checkpoint_dir:
-                    self.save(cfg.checkpoint_dir)
-                    next_ckpt += cfg.checkpoint_every
-                if stop:
+                if run.after_call(logs):  # callbacks, checkpoint, interrupt: stop?
                     break
-                if interrupt is not None and interrupt.requested:
-                    break  # a safe point: the update is complete; learn() saves and raises
-            # an interrupted run is unfinished: callbacks must not treat it as the end
-            # (EvalCallback's keep_best leaves the current weights for the resume)
-            self.training_failed = bool(interrupt is not None and interrupt.requested)
-        finally:
-            last = self.history[-1]["episode_return"] if self.history else float("nan")
-            bar.update(done, done / max(time.perf_counter() - start, 1e-9),
-                       last if last == last else None, force=True)
-            bar.close()
-            for cb in cbs:
-                cb.on_training_end(self)
+        return self
 
     def _record_update(self, logs: dict, failures: list[int]) -> list[int]:
         """The bookkeeping of one update, for each seed: finished episodes, ``history``,
