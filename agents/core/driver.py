@@ -136,7 +136,7 @@ class LearnDriver:
         for cb in self.callbacks:
             cb.on_training_end(self.agent)
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         """The bar's last line and ``on_training_end`` (always); then, if the loop ended
         without an exception, the final checkpoint (``checkpoint_dir``) or, after an
         interrupt, a checkpoint (``checkpoint_dir`` or a temporary directory) and
@@ -147,7 +147,7 @@ class LearnDriver:
             self.agent.training_failed = self.interrupted
         self._stack.__exit__(exc_type, exc, tb)
         if exc_type is not None:
-            return False
+            return
         agent, cfg = self.agent, self.agent.config
         if self.interrupted:
             path = cfg.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{agent.algo}-")
@@ -158,4 +158,3 @@ class LearnDriver:
                 checkpoint=path, signal_name=self._interrupt.signal_name)
         if cfg.checkpoint_dir:
             agent.save(cfg.checkpoint_dir)
-        return False
