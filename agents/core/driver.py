@@ -29,16 +29,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
 from agents.core.config import check_total_steps
+from agents.core.interface import AgentInterface
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
-
-if TYPE_CHECKING:
-    from agents.core.base import Agent
 
 
 class LearnDriver:
@@ -58,7 +56,7 @@ class LearnDriver:
     Attributes: ``total_steps``, ``schedule_start``, ``done`` (environment steps so far).
     """
 
-    def __init__(self, agent: Agent, total_steps: int,
+    def __init__(self, agent: AgentInterface, total_steps: int,
                  callbacks: Callback | Callable | Iterable[Callback | Callable] | None = None,
                  progress_bar: bool = True, schedule_start: int = 0,
                  handle_interrupts: bool = True):
