@@ -64,6 +64,9 @@ SEAMS = {
                           "callbacks, the progress bar, periodic/final/interrupt checkpoints, "
                           "SIGINT/SIGTERM; it reads and writes the agent through its public "
                           "surface only",
+    "agents.core.weights": "the policy as arrays: get_weights/set_weights copy and assign the "
+                           "networks' variables (CleanRL's state_dict), policy_state what a Ray "
+                           "worker's copy collects with (off by default)",
     "agents.core.interface": "the Protocols that callbacks and attacks use",
     "agents.core.policy": "PolicySurface: the policy as attacks and certification see it",
     "agents.core.presets": "the shipped presets file and make_config (the config of the "

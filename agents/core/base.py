@@ -39,6 +39,7 @@ from agents.core.persistence import (
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
 from agents.core.presets import AUTO, make_config
+from agents.core.weights import assign_weights, load_policy_state, policy_state, read_weights
 from agents.envs import evaluate_episodes
 from robustgrad.errors import NonFiniteError
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
@@ -270,33 +271,16 @@ class Agent:
         statistics (not the optimiser, replay buffer or RNG)."""
         raise NotImplementedError
 
-    # -- weights (the policy; what a copy of the agent, a Ray worker, collects with) -----------
+    # -- weights (the policy as arrays; what a copy of the agent, a Ray worker, collects with:
+    # agents.core.weights) --------------------------------------------------------------------
     def get_weights(self) -> list[np.ndarray]:
-        """Copies of the network weights and observation statistics, as numpy arrays.
-
-        Together with :meth:`set_weights` this snapshots the *policy* (what ``act``,
-        ``distribution`` and ``q_values`` compute), not the training state: optimiser
-        moments, replay buffer and RNG are left out (use :meth:`save` for those).
-
-        Example::
-
-            w = agent.get_weights(); agent.learn(10_000); agent.set_weights(w)
-        """
-        return [v.numpy().copy() for v in self._model_variables()]
+        """Copies of the network weights and observation statistics, as numpy arrays: the
+        policy, not the training state (:func:`agents.core.weights.read_weights`)."""
+        return read_weights(self._model_variables())
 
     def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        """Restore weights returned by :meth:`get_weights` of an agent with the same
-        algorithm and network shapes (checked before anything is assigned)."""
-        variables = self._model_variables()
-        weights = list(weights)
-        if len(weights) != len(variables):
-            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
-        for i, (v, w) in enumerate(zip(variables, weights)):
-            if tuple(np.shape(w)) != tuple(v.shape):
-                raise ValueError(f"weights: array {i} ({v.name}) has shape {np.shape(w)}, "
-                                 f"expected {tuple(v.shape)}")
-        for v, w in zip(variables, weights):
-            v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
+        """Restore weights returned by :meth:`get_weights` (shapes checked first)."""
+        assign_weights(self._model_variables(), weights)
 
     # -- collection (the collector contract: agents.core.collectors) --------------------------
     def _reset_env(self):
@@ -345,25 +329,15 @@ class Agent:
         return batch
 
     def policy_state(self) -> dict:
-        """What a copy of this agent needs to collect as it would: ``weights``
-        (:meth:`get_weights`), ``rng_state`` (the training random stream) and, with robust
-        training, ``robust_eps`` (the schedule's current radius)."""
-        state = {"weights": self.get_weights(), "rng_state": self.rng.state.numpy().copy()}
-        schedule = getattr(self, "robust_schedule", None)
-        if schedule is not None:
-            state["robust_eps"] = float(schedule.eps.numpy())
-        return state
+        """What a copy of this agent needs to collect as it would
+        (:func:`agents.core.weights.policy_state`)."""
+        return policy_state(self.get_weights(), self.rng, getattr(self, "robust_schedule", None))
 
     def load_policy_state(self, state: dict, stream: int = 0) -> None:
-        """Load a :meth:`policy_state`; ``stream``: offset of the random stream's Philox key
-        (rollout worker ``k`` samples from stream ``k``)."""
-        self.set_weights(state["weights"])
-        rng = np.array(state["rng_state"], np.int64)
-        rng[-1] += int(stream)  # Philox state: [counter, counter, key]
-        self.rng.reset(rng)
-        schedule = getattr(self, "robust_schedule", None)
-        if schedule is not None and "robust_eps" in state:
-            schedule.eps.assign(state["robust_eps"])
+        """Load a :meth:`policy_state`; ``stream``: rollout worker ``k`` samples from stream
+        ``k`` (:func:`agents.core.weights.load_policy_state`)."""
+        load_policy_state(state, stream, self.set_weights, self.rng,
+                          getattr(self, "robust_schedule", None))
 
     # -- learning ----------------------------------------------------------------------------
     def learn(self, total_steps: int,
