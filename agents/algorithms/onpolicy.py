@@ -52,7 +52,7 @@ from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
 from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
-from agents.core.policy import PolicySurface
+from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams, stateless_per_seed
@@ -324,29 +324,18 @@ class OnPolicyAgent(Agent):
     def policy_surface(self) -> PolicySurface:
         """The policy as attacks and certification see it: logits or the Gaussian mean of the
         normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
-        trained) and the action bounds (see :class:`agents.PolicySurface`)."""
-        net = self.model.policy_net
-        # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
-        return self._surface(layers=list(zip(net.weights_, net.biases))
-                             if net.weights_[0].shape.rank == 2 else None)
+        trained) and the action bounds (:func:`agents.core.policy.actor_critic_surface`)."""
+        return self._surface()
 
     def seed_axis_surface(self) -> PolicySurface:
         """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
-        each seed's through its own network and normaliser (robust training on the seed axis,
-        :mod:`agents.robustness.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
-        net = self.model.policy_net
-        return self._surface(num_seeds=self.num_seeds,
-                             seed_layers=list(zip(net.weights_, net.biases)))
+        each seed's through its own network and normaliser (robust training on the seed axis)."""
+        return self._surface(self.num_seeds)
 
-    def _surface(self, **kwargs) -> PolicySurface:
-        m, cfg, space = self.model, self.config, self.env.single_action_space
-        return PolicySurface(
-            "logits" if self.discrete else "gaussian_mean", m.policy_net, obs_shape=self.obs_shape,
-            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
-            log_std=None if self.discrete else m.log_std,
-            action_low=None if self.discrete else space.low,
-            action_high=None if self.discrete else space.high, activation=cfg.activation,
-            **kwargs)
+    def _surface(self, num_seeds: int | None = None) -> PolicySurface:
+        return actor_critic_surface(self.model, self.obs_shape, self.discrete,
+                                    self.env.single_action_space, self._obs_rms(),
+                                    self.config.activation, self.config.vf_coef > 0, num_seeds)
 
     def _act_graph(self, obs, deterministic):
         dist = self.model.distribution(obs)

@@ -355,22 +355,12 @@ class Agent:
         :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
         rejected updates (the weights are untouched by rejected updates).
 
-        With several iterations per compiled call (``iterations_per_call`` on the graph
-        backend), Python sees the agent at call boundaries: ``history`` still gets one entry per
-        iteration, but callbacks run once per call, with the logs of its last iteration
-        (``logs["iterations"]``: how many the call ran) and the agent as it is then; a callback
-        that stops training, an interrupt and a periodic checkpoint act at the end of the call.
-        A call ends early where a checkpoint is due and at the end of the budget, so checkpoints
-        and the final state are those of one iteration per call; the non-finite stop too. An exception in
-        ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
-
-        ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
-        update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
-        directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
-        ``KeyboardInterrupt``) naming it; a second signal aborts at once.
-
-        The loop is here; callbacks, the progress bar, checkpoints and interrupts are the learn
-        driver's (:class:`agents.core.driver.LearnDriver`).
+        An exception in ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary
+        directory) first. ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training
+        after the current update, writes a checkpoint and raises
+        :class:`robustgrad.interrupts.TrainingInterrupted`. The loop is here; callbacks, the
+        progress bar, checkpoints and interrupts (and what ``iterations_per_call > 1`` changes
+        of them) are the learn driver's, :class:`agents.core.driver.LearnDriver`.
         """
         run = LearnDriver(self, total_steps, callbacks, progress_bar, schedule_start,
                           handle_interrupts)

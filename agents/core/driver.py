@@ -54,6 +54,20 @@ class LearnDriver:
         raise :class:`robustgrad.interrupts.TrainingInterrupted`.
 
     Attributes: ``total_steps``, ``schedule_start``, ``done`` (environment steps so far).
+
+    With several iterations per compiled call (``iterations_per_call`` on the graph
+    backend), Python sees the agent at call boundaries: ``history`` still gets one entry per
+    iteration, but callbacks run once per call, with the logs of its last iteration
+    (``logs["iterations"]``: how many the call ran) and the agent as it is then; a callback
+    that stops training, an interrupt and a periodic checkpoint act at the end of the call.
+    A call ends early where a checkpoint is due and at the end of the budget (:meth:`until`),
+    so checkpoints and the final state are those of one iteration per call; the non-finite
+    stop too.
+
+    ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
+    update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
+    directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
+    ``KeyboardInterrupt``) naming it; a second signal aborts at once.
     """
 
     def __init__(self, agent: AgentInterface, total_steps: int,
