@@ -26,6 +26,9 @@ def test_the_walk_reads_ppo_and_its_update_and_stops_at_seams_and_robustness(ben
     assert {"agents.algorithms.ppo", "agents.algorithms.onpolicy", "agents.core.base",
             "agents.core.networks", "agents.core.returns", "agents.core.config"} <= read
     assert not read & set(bench.SEAMS)
+    # learn()'s driver and the policy's weights are reached from the learn loop and not opened
+    assert {"agents.core.driver", "agents.core.weights", "agents.core.policy"} <= \
+        set(result["seams"])
     assert not any(m.startswith("agents.robustness") for m in read)
     assert "agents.core.plugin" in result["aside"]
     assert result["total_lines"] == sum(row["lines"] for row in result["files"])
