@@ -85,8 +85,7 @@ class LearnDriver:
         self.bar = ProgressBar(self.total_steps, enabled=progress_bar)
         self.handle_interrupts = handle_interrupts
         self.done = 0
-        cfg = agent.config
-        self._next_checkpoint = cfg.checkpoint_every if cfg.checkpoint_every else None
+        self._next_checkpoint: int | None = None  # set on entering, as config then says
         self._interrupt: Any = None
         self._stack = ExitStack()
         self._start = time.perf_counter()
@@ -108,6 +107,8 @@ class LearnDriver:
             else nullcontext(None)
         self._interrupt = self._stack.enter_context(interrupts)
         self._stack.callback(self._close)  # runs before the interrupts' handlers are restored
+        every = self.agent.config.checkpoint_every
+        self._next_checkpoint = every if every else None
         self._start = time.perf_counter()
         return self
 
