@@ -10,7 +10,8 @@ experience comes from is the agent's collector (the contract: :mod:`agents.core.
 the agent's side of it, ``collect``, ``policy_state`` and the weights a copy collects with, is
 here);
 robust training is the agent's plug-in ``robustness`` (:mod:`agents.core.plugin`), whose phase
-the learn driver runs between iterations; loading is :mod:`agents.core._loading`.
+runs between iterations; ``learn``'s callbacks, checkpoints and interrupts are its driver's
+(:mod:`agents.core.driver`); loading is :mod:`agents.core._loading`.
 """
 
 from __future__ import annotations
