@@ -10,11 +10,7 @@ from agents.algorithms.many import summarize_runs, train_many  # noqa: F401
 from agents.algorithms.ppo import PPO  # noqa: F401
 from agents.algorithms.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
 from agents.algorithms.reinforce import REINFORCE  # noqa: F401
-from agents.core._loading import load  # noqa: F401
-from agents.core.base import Agent, NonFiniteTrainingError  # noqa: F401
-from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
-from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
-from agents.core.config import (  # noqa: F401
+from agents.config import (  # noqa: F401
     ATLA,
     SA,
     A2CConfig,
@@ -25,6 +21,10 @@ from agents.core.config import (  # noqa: F401
     RobustMethod,
     WocaR,
 )
+from agents.core._loading import load  # noqa: F401
+from agents.core.base import Agent, NonFiniteTrainingError  # noqa: F401
+from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback  # noqa: F401
+from agents.core.collectors import Collector, GraphCollector, GymnasiumCollector  # noqa: F401
 from agents.core.policy import PolicySurface  # noqa: F401
 from agents.envs import VecEnv, make_vec_env  # noqa: F401
 from agents.graph_envs import GRAPH_ENV_IDS, GraphVecEnv, graph_env  # noqa: F401

@@ -162,6 +162,28 @@ def run_episodes(act: Callable[[np.ndarray], np.ndarray], env: EnvSpec, n_episod
     return returns, lengths
 
 
+def evaluate_episodes(act: Callable[[np.ndarray], np.ndarray], env: EnvSpec, n_episodes: int,
+                      num_envs: int | None, seed: int | None) -> dict:
+    """``Agent.evaluate``: ``n_episodes`` (an int >= 1) full episodes of ``act`` on a fresh vector
+    env of ``num_envs`` copies (``None``: ``min(n_episodes, 8)``) of ``env`` seeded with ``seed``
+    (:func:`run_episodes`); returns ``mean_return``, ``std_return``, ``returns`` and ``lengths``.
+
+    >>> out = evaluate_episodes(lambda obs: np.zeros(len(obs), int), "CartPole-v1", 3, None, 0)
+    >>> len(out["returns"]), out["mean_return"] == float(np.mean(out["lengths"]))
+    (3, True)
+    """
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
+            or n_episodes <= 0:
+        raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
+    if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
+            num_envs, (int, np.integer)) or num_envs <= 0):
+        raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
+    k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
+    returns, lengths = run_episodes(act, env, int(n_episodes), k, seed)
+    return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+            "returns": returns, "lengths": lengths}
+
+
 def _autoreset_mode(vec: gym.vector.VectorEnv) -> AutoresetMode:
     mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if isinstance(mode, str):

@@ -125,7 +125,7 @@ def preset_row(name, seeds, steps=None, out_root=None):
     import io
     import tempfile
 
-    from agents.core.config import get_preset
+    from agents.core.presets import get_preset
     from robustgrad.cli import main as cli_main
 
     entry = get_preset(name)
@@ -213,7 +213,7 @@ def main(argv=None):
     for r in rows:
         if r not in ROWS:
             p.error(f"--rows: unknown row {r!r}; choose from {', '.join(ROWS)}")
-    from agents.core.config import load_presets
+    from agents.core.presets import load_presets
 
     presets = sorted(load_presets()) if args.presets == ["all"] else args.presets
     for name in presets:

@@ -53,8 +53,8 @@ sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 def _config(settings: str, backend: str, xla: bool):
     import agents
 
-    preset = agents.core.config.AUTO if settings == "preset" else None
-    return agents.core.config.make_config(agents.PPOConfig, "ppo", preset, env="CartPole-v1",
+    preset = agents.core.presets.AUTO if settings == "preset" else None
+    return agents.core.presets.make_config(agents.PPOConfig, "ppo", preset, env="CartPole-v1",
                               backend=backend, jit_compile=xla)
 
 
@@ -133,7 +133,7 @@ def _measure_single(settings, backend, steps, xla) -> dict:
     seconds = time.perf_counter() - marks["t0"]
     out = {"steps_per_second": (int(agent.num_timesteps.numpy()) - marks["steps0"]) / seconds,
            "first_iteration_s": marks["t0"] - start, "iteration_steps": per_iteration}
-    target = agents.core.config.get_preset("ppo-CartPole-v1")["target"]
+    target = agents.core.presets.get_preset("ppo-CartPole-v1")["target"]
     out.update(_evaluate([agent], target))
     out["breakdown"] = _breakdown(agent)
     return out
@@ -142,7 +142,7 @@ def _measure_single(settings, backend, steps, xla) -> dict:
 def _measure_dqn(backend, steps, xla) -> dict:
     import agents
 
-    cfg = agents.core.config.make_config(agents.DQNConfig, "dqn", agents.core.config.AUTO,
+    cfg = agents.core.presets.make_config(agents.DQNConfig, "dqn", agents.core.presets.AUTO,
                                     env="CartPole-v1", backend=backend, jit_compile=xla)
     agent = agents.DQN(cfg)
     marks = {}
@@ -156,7 +156,7 @@ def _measure_dqn(backend, steps, xla) -> dict:
     seconds = time.perf_counter() - marks["t0"]
     out = {"steps_per_second": (int(agent.num_timesteps.numpy()) - marks["steps0"]) / seconds,
            "first_iteration_s": marks["t0"] - start, "iteration_steps": cfg.train_freq * cfg.num_envs}
-    target = agents.core.config.get_preset("dqn-CartPole-v1")["target"]
+    target = agents.core.presets.get_preset("dqn-CartPole-v1")["target"]
     out.update(_evaluate([agent], target))
     out["breakdown"] = {"iteration_ms": round(1e3 * cfg.train_freq * cfg.num_envs
                                               / out["steps_per_second"], 2)}
@@ -182,7 +182,7 @@ def _measure_stacked(settings, steps, n_seeds, xla) -> dict:
     done = int(agent.num_timesteps.numpy()) - marks["steps0"]
     out = {"steps_per_second": n_seeds * done / seconds,
            "first_iteration_s": marks["t0"] - start, "seeds": n_seeds}
-    target = agents.core.config.get_preset("ppo-CartPole-v1")["target"]
+    target = agents.core.presets.get_preset("ppo-CartPole-v1")["target"]
     trained = [agent.export(k) for k in range(n_seeds)] if n_seeds > 1 else [agent]
     out.update(_evaluate(trained, target))
     import tensorflow as tf

@@ -68,7 +68,7 @@ def certify(args) -> dict:
     for kind, kw in (("vanilla", {}), ("sa-convex", {"robust": "sa", "robust_method": "convex",
                                                       "robust_eps": args.robust_eps})):
         agent = agents.DQN(env="CartPole-v1", seed=args.seed, **kw)
-        learn = agents.core.config.get_preset(agent.config.preset).get("learn", {})
+        learn = agents.core.presets.get_preset(agent.config.preset).get("learn", {})
         cb = [EvalCallback(learn["eval_every"], keep_best=True)] if learn.get("keep_best") else []
         wall, cpu = _timed(lambda agent=agent, cb=cb: agent.learn(args.steps, callbacks=cb,
                                                                   progress_bar=False))

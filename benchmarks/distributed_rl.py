@@ -41,7 +41,7 @@ import ray  # noqa: E402
 
 import agents  # noqa: E402
 from agents.backends.distributed import init_ray  # noqa: E402
-from agents.core.config import PPOConfig  # noqa: E402
+from agents.config import PPOConfig  # noqa: E402
 
 
 class SleepyCartPole(gym.Wrapper):
@@ -176,7 +176,7 @@ def main(argv=None):
     out["fragment_under_10pct"] = under
     out["fragment_ray_share_under_10pct"] = under_ray
     if args.return_seeds:
-        steps = args.return_steps or agents.core.config.load_presets()["ppo-CartPole-v1"]["steps"]
+        steps = args.return_steps or agents.core.presets.load_presets()["ppo-CartPole-v1"]["steps"]
         local, dist = [], []
         for seed in range(args.return_seeds):
             local.append(final_return(seed, steps, None))

@@ -9,8 +9,10 @@ import of an ``agents`` module written in the code (function bodies included; im
   (``agents.core.plugin``: without ``robust=`` every hook is the identity): "robustness aside";
 - the seams listed in ``SEAMS``, each with the reason a PPO reader need not open it: a module
   that only builds the environments, saves or loads, runs callbacks, moves seeds between an
-  ``S``-seed agent and ``S`` agents, runs Ray workers, or serves attacks. A seam is a place where
-  PPO calls a named, documented function or object and reads back what its docstring states;
+  ``S``-seed agent and ``S`` agents, runs Ray workers, or serves attacks, or that stands where
+  CleanRL and PureJaxRL call a library (the optimizer, random keys, a linear schedule, logging).
+  A seam is a place where PPO calls a named, documented function or object and reads back what
+  its docstring states;
   it is never a base class: every module that defines a class of ``PPO``'s MRO is counted
   whatever the list says (the script imports ``agents`` to find them).
 
@@ -48,12 +50,38 @@ SEAMS = {
     "agents.backends.seed_axis": "the S-seed env and export/import of one seed (not training)",
     "agents.backends.distributed": "Ray rollout workers (a Collector; off by default)",
     "agents.backends._ray_setup": "Ray start-up",
+    "agents.core.collectors": "the collector contract (gymnasium's env.step in CleanRL, env.step "
+                              "in PureJaxRL): the rollout calls begin/step/end and reads back "
+                              "(obs, reward, terminated, truncated, final_obs); check_batch",
+    "agents.core.compiled": "own_function(method): the method as tf.function compiles it, with "
+                            "its own trace count (a TensorFlow detail; it does what the "
+                            "method does)",
     "agents.core.persistence": "save and load",
     "agents.core._loading": "load an agent from a directory",
     "agents.core.callbacks": "learn()'s callbacks (checkpoints, evaluation, logging)",
+    "agents.core.driver": "the learn driver around Agent.learn's loop (CleanRL's and "
+                          "PureJaxRL's scripts have none): learn()'s argument checks, "
+                          "callbacks, the progress bar, periodic/final/interrupt checkpoints, "
+                          "SIGINT/SIGTERM; it reads and writes the agent through its public "
+                          "surface only",
+    "agents.core.weights": "the policy as arrays: get_weights/set_weights copy and assign the "
+                           "networks' variables (CleanRL's state_dict), policy_state what a Ray "
+                           "worker's copy collects with (off by default)",
     "agents.core.interface": "the Protocols that callbacks and attacks use",
     "agents.core.policy": "PolicySurface: the policy as attacks and certification see it",
-    "agents.core.presets": "the shipped presets file (its values are the config's)",
+    "agents.core.presets": "the shipped presets file and make_config (the config of the "
+                           "class asked for, from a preset and overrides; its values are the "
+                           "config's)",
+    "agents.core._step": "the optimizer (torch.optim.Adam and clip_grad_norm_ in CleanRL, optax "
+                         "in PureJaxRL): make_adam_step gives a robustgrad.transforms "
+                         "GradientStep (global-norm clip, non-finite guard, Adam); "
+                         "step(grads) -> {grad_norm, applied}",
+    "agents.core.streams": "the random keys (jax.random in PureJaxRL): keys(T) gives one "
+                           "stateless key per step, stateless_per_seed draws each seed's",
+    "agents.core.schedules": "linear(start, end, done, total), the learning rate's annealing "
+                             "(optax.linear_schedule)",
+    "agents.core._sums": "running sums and means of the update's logged statistics "
+                         "(CleanRL's writer.add_scalar lines)",
     "agents.algorithms._iterations": "several iterations per compiled call "
                                      "(iterations_per_call > 1; off by default; the same "
                                      "iteration looped in one tf.function)",

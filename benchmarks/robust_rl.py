@@ -182,7 +182,7 @@ def _overrides(args, kind: str, robust_eps: float | None) -> dict:
 def _budget(args) -> int:
     if args.steps:
         return args.steps
-    from agents.core.config import get_preset, preset_for
+    from agents.core.presets import get_preset, preset_for
 
     preset = preset_for(args.algo, args.env)
     return args.steps or (get_preset(preset)["steps"] if preset else 100_000)
@@ -239,7 +239,7 @@ def train(args, kind: str, seed: int, robust_eps: float | None):
     its record (steps, seconds, seconds inside the periodic evaluations)."""
     import agents
     from agents.core.callbacks import EvalCallback
-    from agents.core.config import get_preset
+    from agents.core.presets import get_preset
 
     overrides = _overrides(args, kind, robust_eps)
     cls = agents.algorithm(args.algo, "--algo")

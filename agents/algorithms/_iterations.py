@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from agents.core.base import own_function
+from agents.core.compiled import own_function
 
 MAX_STATS = 32
 """Room for an iteration's statistics in the packed per-call record of the loop."""

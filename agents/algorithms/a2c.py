@@ -9,8 +9,29 @@ Stable-Baselines3's A2C, with Adam (eps 1e-5) instead of RMSprop. ``robust="sa"`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from agents.algorithms.onpolicy import OnPolicyConfig
 from agents.algorithms.pg import PolicyGradient
-from agents.core.config import A2CConfig
+
+
+@dataclass
+class A2CConfig(OnPolicyConfig):
+    """Synchronous advantage actor-critic (Mnih et al. 2016): short n-step rollouts, one
+    gradient step each. Defaults follow Stable-Baselines3's A2C (with Adam)."""
+
+    num_envs: int = 8
+    """Number of parallel environments."""
+    n_steps: int = 5
+    """Steps per environment in each rollout."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1.0: plain n-step returns)."""
+    learning_rate: float = 7e-4
+    """Adam learning rate."""
+    normalize_advantages: bool = False
+    """Standardise advantages over the batch."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
 
 
 class A2C(PolicyGradient):

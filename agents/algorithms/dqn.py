@@ -51,14 +51,15 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from agents.algorithms.dqn_config import DQNConfig
 from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core import _sums
 from agents.core._step import SeedAxisAdamStep, make_adam_step
-from agents.core.base import Agent, own_function
+from agents.core.base import Agent
 from agents.core.buffers import ReplayBuffer
-from agents.core.config import DQNConfig
+from agents.core.compiled import own_function
 from agents.core.networks import QNetwork
 from agents.core.policy import PolicySurface
 from agents.core.returns import td_target

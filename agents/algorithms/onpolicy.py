@@ -35,6 +35,7 @@ iteration looped in one compiled call, :class:`agents.algorithms._iterations.Ite
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -46,15 +47,19 @@ from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core._step import SeedAxisAdamStep, make_adam_step
-from agents.core.base import Agent, own_function
+from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
-from agents.core.config import OnPolicyConfig
+from agents.core.compiled import own_function
+from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
 from agents.core.networks import ActorCritic, SeedRunningMeanStd
-from agents.core.policy import PolicySurface
+from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams, stateless_per_seed
 from agents.envs import RunningMeanStd
+from robustgrad.checks import nonnegative, number, positive_int, probability
+from robustgrad.errors import ConfigError
+from robustgrad.memory import check_allocation
 
 if TYPE_CHECKING:
     import tensorflow_probability as tfp
@@ -70,6 +75,88 @@ def _normalize(x):
 def _mean(x):
     """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
     return tf.reduce_mean(x, axis=-1)
+
+
+MAX_ITERATIONS_PER_CALL = 4096
+"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
+(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
+larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
+more iterations per call than its budget has (the compiled loop is sized by that)."""
+
+
+@dataclass
+class OnPolicyConfig(AgentConfig):
+    """Fields of the on-policy actor-critic agents (REINFORCE, A2C, PPO)."""
+
+    num_envs: int = 8
+    """Number of parallel environments."""
+    n_steps: int = 128
+    """Steps per environment in each rollout (batch = ``num_envs * n_steps``)."""
+    gae_lambda: float = 0.95
+    """GAE lambda (1.0: Monte-Carlo returns minus the baseline)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the ``learn`` call."""
+    normalize_advantages: bool = True
+    """Standardise advantages (per minibatch for PPO, per batch otherwise)."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+    num_seeds: int = 1
+    """Train this many seeds at once (``seed, seed + 1, ...``) as one agent whose tensors carry a
+    leading seed axis (:mod:`agents.algorithms.onpolicy`); ``agent.export(s)`` gives seed ``s`` as an
+    ordinary agent. Robust training works on the axis: ``"sa"`` and ``"adv"`` (each seed attacked
+    against its own policy, :mod:`agents.robustness.robust`), ``"atla"`` and ``"atla-sa"`` (each seed
+    against its own learned adversary, :mod:`agents.robustness.atla`); not a custom ``transform``."""
+    iterations_per_call: int = 1
+    """Iterations (rollout + targets + update) per compiled call on ``backend="graph"``: a
+    ``tf.while_loop`` inside the one call (XLA too with ``jit_compile``), so Python runs once per
+    ``iterations_per_call`` iterations. Bit-identical to 1 (weights, optimiser state, history);
+    what changes is when Python sees the agent: callbacks, checkpoints and interrupts act at call
+    boundaries (:meth:`agents.Agent.learn`; :mod:`agents.algorithms.onpolicy`). 1 (the default) keeps a
+    callback per iteration; the gymnasium backend and robust training need 1."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.num_seeds = positive_int(self.num_seeds, "num_seeds")
+        self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
+        if self.iterations_per_call > MAX_ITERATIONS_PER_CALL:
+            raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
+                              f"(Python's share of a call is already negligible at 32), got "
+                              f"{self.iterations_per_call}")
+        if self.iterations_per_call > 1 and self.backend != "graph":
+            raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
+                             f"backend='graph' (the environments inside the call); got "
+                             f"iterations_per_call={self.iterations_per_call} with backend="
+                             f"{self.backend!r}")
+        if self.iterations_per_call > 1 and self.robust is not None:
+            raise ConfigError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
+                             f"eps/kappa schedule (and ATLA its adversary) in Python between "
+                             f"iterations; use iterations_per_call=1, got "
+                             f"{self.iterations_per_call}")
+        self.n_steps = positive_int(self.n_steps, "n_steps", maximum=MAX_ROLLOUT_TRANSITIONS)
+        rollout = self.n_steps * self.num_envs * self.num_seeds
+        if rollout > MAX_ROLLOUT_TRANSITIONS:
+            raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
+                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
+                              f"memory), got {self.n_steps} * {self.num_envs} * "
+                              f"{self.num_seeds} = {rollout}")
+        if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
+            try:
+                check_allocation(self.iterations_per_call,
+                                 EPISODE_SLOT_BYTES * self.n_steps * self.num_envs * self.num_seeds,
+                                 argument="iterations_per_call",
+                                 what=f"the record of the episodes one call can finish ("
+                                      f"{self.n_steps} steps x {self.num_envs * self.num_seeds} "
+                                      f"envs per iteration)")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        probability(self.gae_lambda, "gae_lambda")
+        nonnegative(self.ent_coef, "ent_coef")
+        nonnegative(self.vf_coef, "vf_coef")
+        number(self.log_std_init, "log_std_init")
 
 
 class OnPolicyAgent(Agent):
@@ -237,29 +324,18 @@ class OnPolicyAgent(Agent):
     def policy_surface(self) -> PolicySurface:
         """The policy as attacks and certification see it: logits or the Gaussian mean of the
         normalised observation, the normaliser, the critic (``None`` when ``vf_coef == 0``: never
-        trained) and the action bounds (see :class:`agents.PolicySurface`)."""
-        net = self.model.policy_net
-        # a seed axis ([S, in, out] weights, num_seeds > 1) is not a plain stack: not bounded
-        return self._surface(layers=list(zip(net.weights_, net.biases))
-                             if net.weights_[0].shape.rank == 2 else None)
+        trained) and the action bounds (:func:`agents.core.policy.actor_critic_surface`)."""
+        return self._surface()
 
     def seed_axis_surface(self) -> PolicySurface:
         """The policy surface of all ``S`` seeds (``num_seeds > 1``): observations ``[S, B, d]``,
-        each seed's through its own network and normaliser (robust training on the seed axis,
-        :mod:`agents.robustness.robust`; :class:`agents.PolicySurface` ``num_seeds``)."""
-        net = self.model.policy_net
-        return self._surface(num_seeds=self.num_seeds,
-                             seed_layers=list(zip(net.weights_, net.biases)))
+        each seed's through its own network and normaliser (robust training on the seed axis)."""
+        return self._surface(self.num_seeds)
 
-    def _surface(self, **kwargs) -> PolicySurface:
-        m, cfg, space = self.model, self.config, self.env.single_action_space
-        return PolicySurface(
-            "logits" if self.discrete else "gaussian_mean", m.policy_net, obs_shape=self.obs_shape,
-            normalizer=self._obs_rms(), value=m.value if cfg.vf_coef > 0 else None,
-            log_std=None if self.discrete else m.log_std,
-            action_low=None if self.discrete else space.low,
-            action_high=None if self.discrete else space.high, activation=cfg.activation,
-            **kwargs)
+    def _surface(self, num_seeds: int | None = None) -> PolicySurface:
+        return actor_critic_surface(self.model, self.obs_shape, self.discrete,
+                                    self.env.single_action_space, self._obs_rms(),
+                                    self.config.activation, self.config.vf_coef > 0, num_seeds)
 
     def _act_graph(self, obs, deterministic):
         dist = self.model.distribution(obs)

@@ -11,12 +11,60 @@ reported; ``target_kl`` stops the remaining epochs. The whole update is one
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import tensorflow as tf
 
-from agents.algorithms.onpolicy import OnPolicyAgent, _mean, _normalize
+from agents.algorithms.onpolicy import OnPolicyAgent, OnPolicyConfig, _mean, _normalize
 from agents.core import _sums
-from agents.core.config import PPOConfig
+from agents.core.config import MAX_REPEATS, check_update_work, positive
 from agents.core.streams import stateless_per_seed
+from robustgrad.checks import positive_int
+from robustgrad.errors import ConfigError
+
+
+@dataclass
+class PPOConfig(OnPolicyConfig):
+    """PPO (Schulman et al. 2017) with the CleanRL ``ppo.py`` defaults for CartPole.
+
+    Implementation details (Huang et al. 2022) that apply to vector observations: vector
+    envs, orthogonal init, Adam eps 1e-5, LR annealing, GAE, minibatch epochs, advantage
+    normalisation, clipped surrogate, value clipping, entropy bonus, global gradient
+    clipping, separate networks, truncation bootstrapping, target-KL early stop.
+    """
+
+    num_envs: int = 8
+    """Number of parallel environments."""
+    n_steps: int = 128
+    """Steps per environment in each rollout."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate."""
+    n_epochs: int = 4
+    """Optimisation epochs over each rollout (``update_epochs`` in CleanRL)."""
+    n_minibatches: int = 4
+    """Minibatches per epoch."""
+    clip_coef: float = 0.2
+    """Surrogate clipping coefficient epsilon."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old value estimate (same coefficient)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    target_kl: float | None = None
+    """Stop the epochs of an update early once the approximate KL exceeds this."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.n_epochs = positive_int(self.n_epochs, "n_epochs", maximum=MAX_REPEATS)
+        self.n_minibatches = positive_int(self.n_minibatches, "n_minibatches")
+        positive(self.clip_coef, "clip_coef")
+        if self.target_kl is not None:
+            positive(self.target_kl, "target_kl")
+        if (self.num_envs * self.n_steps) % self.n_minibatches:
+            raise ConfigError(
+                f"n_minibatches must divide num_envs * n_steps = {self.num_envs * self.n_steps},"
+                f" got {self.n_minibatches}")
+        check_update_work(self, self.n_epochs * self.n_steps * self.num_envs * self.num_seeds,
+                          "n_epochs * n_steps * num_envs * num_seeds")
 
 
 class PPO(OnPolicyAgent):

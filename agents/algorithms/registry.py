@@ -45,7 +45,7 @@ def algorithm(name: str, argument: str = "algo") -> type[Agent]:
 def algorithm_of_config(config_cls: type) -> type[Agent]:
     """The agent class whose ``config_cls`` is ``config_cls`` (exactly).
 
-    >>> from agents.core.config import A2CConfig
+    >>> from agents.config import A2CConfig
     >>> algorithm_of_config(A2CConfig).algo
     'a2c'
     """

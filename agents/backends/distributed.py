@@ -45,7 +45,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -58,7 +58,7 @@ from agents.backends._ray_setup import (  # noqa: F401 - re-exported: agents.bac
     init_ray,
 )
 from agents.core.collectors import Collector
-from agents.core.config import AgentConfig, DQNConfig
+from agents.core.config import AgentConfig
 from robustgrad.checks import positive_int
 
 if TYPE_CHECKING:
@@ -196,11 +196,12 @@ class RolloutWorkers(Collector):
         self.actors = []
         for k in range(num_workers):
             wcfg: AgentConfig
-            if isinstance(cfg, DQNConfig):
+            if agent.value_based:  # DQN
                 # a DQN worker only collects: its replay buffer is never written, keep it minimal
-                wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
+                dqn: Any = cfg  # a DQNConfig (the algorithms wing, above this one)
+                wcfg = dataclasses.replace(dqn, num_envs=n, seed=cfg.seed + k * n,
                                            checkpoint_dir=None, checkpoint_every=0,
-                                           buffer_size=cfg.batch_size)
+                                           buffer_size=dqn.batch_size)
             else:
                 wcfg = dataclasses.replace(cfg, num_envs=n, seed=cfg.seed + k * n,
                                            checkpoint_dir=None, checkpoint_every=0)

@@ -8,7 +8,7 @@ The
 core's :class:`agents.Agent` does not import them: an algorithm gives it this factory (its
 ``make_collector`` class attribute) and its Ray workers (``rollout_workers_cls``).
 
->>> from agents.core.config import PPOConfig
+>>> from agents.config import PPOConfig
 >>> make_collector(PPOConfig(env="CartPole-v1", num_envs=2, backend="graph"), [0]).fused
 True
 >>> make_training_env(PPOConfig(env="CartPole-v1", num_envs=2), [0, 1]).num_envs

@@ -48,7 +48,7 @@ def episode_capacity(config: AgentConfig, num_seeds: int = 1) -> int | None:
     every episode a compiled call can finish (each env at most one per step), ``iterations_per_call
     * n_steps * num_envs * num_seeds``, when that exceeds the env's default (``None``: the default).
 
-    >>> from agents.core.config import PPOConfig
+    >>> from agents.config import PPOConfig
     >>> cfg = PPOConfig(backend="graph", num_envs=4, n_steps=128, iterations_per_call=8)
     >>> episode_capacity(cfg), episode_capacity(PPOConfig(backend="graph"))
     (4096, None)

@@ -12,13 +12,9 @@ import json
 import os
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from agents.core.interface import AgentInterface
-
-if TYPE_CHECKING:
-    from agents.core.config import DQNConfig, OnPolicyConfig
-
 from agents.core.persistence import (
     SEEDS_FILE,
     _read_json,
@@ -102,7 +98,7 @@ def _load_seeds(directory: str, env: Any, algorithms: Mapping[str, type[AgentInt
     ones = [load(os.path.join(directory, f"seed_{int(s)}"), env, **overrides) for s in seeds]
     try:
         # seeds.json is written by an agent with a seed axis: its config has num_seeds
-        one_config = cast("OnPolicyConfig | DQNConfig", ones[0].config)
+        one_config: Any = ones[0].config  # an OnPolicyConfig or a DQNConfig (algorithms wing)
         config = dataclasses.replace(one_config, num_seeds=len(seeds))
         many = cls(config, seeds=[int(s) for s in seeds])
         for k, one in enumerate(ones):

@@ -6,37 +6,43 @@ environment steps taken), ``_collection(**kwargs)`` (its compiled collection ove
 collector's traceable step), ``_act_graph(obs, deterministic)`` and the set of modules
 that make up its checkpoint, and the backends wing it runs on: ``make_collector(config, seeds)``
 (:func:`agents.backends.factory.make_collector`) and ``rollout_workers_cls`` (Ray). Where
-experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`; the
-collection side of the agent, ``collect``, ``policy_state`` and the weights, lives there too);
+experience comes from is the agent's collector (the contract: :mod:`agents.core.collectors`;
+the agent's side of it, ``collect``, ``policy_state`` and the weights a copy collects with, is
+here);
 robust training is the agent's plug-in ``robustness`` (:mod:`agents.core.plugin`), whose phase
-the learn driver runs between iterations; loading is :mod:`agents.core._loading`.
+runs between iterations; ``learn``'s callbacks, checkpoints and interrupts are its driver's
+(:mod:`agents.core.driver`); loading is :mod:`agents.core._loading`.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import os
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from agents.core._step import AdamSlots, SeedAxisAdamStep
-from agents.core.callbacks import Callback, ProgressBar, as_callbacks
-from agents.core.collectors import CollectingAgent, Collector
-from agents.core.config import AUTO, AgentConfig, check_seeds, check_total_steps, make_config
-from agents.core.persistence import SEEDS_FILE, read_metadata, restore_weights, write_agent
+from agents.core.callbacks import Callback
+from agents.core.collectors import Collector, RolloutWorkersClass, VectorEnv, check_batch
+from agents.core.compiled import own_function
+from agents.core.config import AgentConfig, check_seeds
+from agents.core.driver import LearnDriver
+from agents.core.persistence import (
+    read_metadata,
+    restore_weights,
+    save_crash_checkpoint,
+    write_agent,
+    write_seed_axis,
+)
 from agents.core.plugin import RobustnessPlugin, robustness_for
 from agents.core.policy import PolicySurface
-from agents.envs import run_episodes
-from robustgrad.atomic import replacing
+from agents.core.presets import AUTO, make_config
+from agents.core.weights import assign_weights, load_policy_state, policy_state, read_weights
+from agents.envs import evaluate_episodes
 from robustgrad.errors import ConfigError, NonFiniteError
-from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
 
 if TYPE_CHECKING:
@@ -66,45 +72,6 @@ def _compact(seeds: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-class _OwnFunction:
-    """A callable that calls ``method``; no ``__code__``, so ``tf.function`` keys its tracing
-    statistics on this object itself (see :func:`own_function`)."""
-
-    __slots__ = ("__name__", "__weakref__", "_method")
-
-    def __init__(self, method: Callable):
-        self._method = method
-        self.__name__ = getattr(method, "__name__", "call")
-
-    def __call__(self, *args):
-        return self._method(*args)
-
-
-def own_function(method: Callable) -> Callable:
-    """``method`` behind a callable of its own, to give to ``tf.function``: one trace per agent,
-    and each agent's compiled function counted on its own.
-
-    TensorFlow counts traces for its retracing warning per *code object* of the Python function
-    it compiles (``Function._get_key_for_call_stats``: the ``__code__`` of the function, or of a
-    bound method's function, or of a closure -- equal for every closure made by one ``def``).
-    The methods of many agents in one process (repeated ``train_many`` calls, ``--resume``,
-    a sweep), one trace each, would all count as one function tracing again and again, and
-    print "5 out of the last 5 calls ... triggered tf.function retracing". The object returned
-    here has no ``__code__``, so TensorFlow counts it alone (weakly: the count goes with it).
-
-    >>> import tensorflow as tf
-    >>> class Scale:
-    ...     def __init__(self, k):
-    ...         self.fn = tf.function(own_function(self.call))
-    ...         self.k = k
-    ...     def call(self, x):
-    ...         return x * self.k
-    >>> [float(Scale(k).fn(tf.constant(2.0))) for k in range(3)]
-    [0.0, 2.0, 4.0]
-    """
-    return _OwnFunction(method)
-
-
 class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     """Training stopped: too many consecutive updates were rejected as non-finite.
 
@@ -114,21 +81,7 @@ class NonFiniteTrainingError(NonFiniteError, RuntimeError):
     steps, so it keeps its own name beside the transforms' ``max_nonfinite_steps``."""
 
 
-class RolloutWorkersClass(Protocol):
-    """What the core needs of an algorithm's ``rollout_workers_cls``
-    (:class:`agents.backends.distributed.RolloutWorkers`): its arguments checked before any work,
-    and the collector it builds for an agent."""
-
-    def check_args(self, rollout_workers: int, ray_address: str | None = None,
-                   num_cpus: int | None = None) -> object:
-        """Refuse bad distributed arguments (``ValueError`` naming them) before any work."""
-
-    def __call__(self, agent: Agent, num_workers: int, address: str | None = None,
-                 num_cpus: int | None = None) -> Collector:
-        """The workers of ``agent``: the collector it collects through from then on."""
-
-
-class Agent(CollectingAgent):
+class Agent:
     """Base class; see :class:`agents.PPO` and friends."""
 
     algo: str = ""
@@ -140,6 +93,9 @@ class Agent(CollectingAgent):
     make_collector: Callable[[AgentConfig, list[int]], Collector] | None = None
     rollout_workers_cls: RolloutWorkersClass | None = None
     value_based = False  # True: the agent learns Q-values (DQN), else a policy
+    collector: Collector  # where experience comes from (agents.core.collectors)
+    env: VectorEnv  # the collector's environments
+    crash_checkpoint: str  # where the last environment crash was saved
     robustness: RobustnessPlugin  # robust training (agents.core.plugin), from config.robust
     config: AgentConfig  # an algorithm re-declares it with its own config class
     gradient_step: GradientStep | SeedAxisStep  # built by the algorithm's _build, with
@@ -319,6 +275,74 @@ class Agent(CollectingAgent):
         statistics (not the optimiser, replay buffer or RNG)."""
         raise NotImplementedError
 
+    # -- weights (the policy as arrays; what a copy of the agent, a Ray worker, collects with:
+    # agents.core.weights) --------------------------------------------------------------------
+    def get_weights(self) -> list[np.ndarray]:
+        """Copies of the network weights and observation statistics, as numpy arrays: the
+        policy, not the training state (:func:`agents.core.weights.read_weights`)."""
+        return read_weights(self._model_variables())
+
+    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
+        """Restore weights returned by :meth:`get_weights` (shapes checked first)."""
+        assign_weights(self._model_variables(), weights)
+
+    # -- collection (the collector contract: agents.core.collectors) --------------------------
+    def _reset_env(self):
+        obs = self.collector.reset()
+        lead = (self.collector.num_envs,)
+        check_batch({"obs": np.asarray(obs)[None]}, 1, lead, self.obs_shape, self.discrete,
+                    fields=("obs",))
+        self._env_ready = True
+        self._on_env_reset(obs)
+
+    def _on_env_reset(self, obs):
+        pass
+
+    def _collection(self, *args: Any, **kwargs: Any) -> dict:
+        """The compiled collection of one batch over ``self.collector``'s traceable step (its
+        keyword arguments are the algorithm's own)."""
+        raise NotImplementedError
+
+    def _batch_shape(self, kwargs: dict) -> tuple[int, tuple[int, ...]]:
+        """``(T, lead)`` of a batch collected with ``kwargs`` (see :func:`check_batch`)."""
+        raise NotImplementedError
+
+    def collect(self, policy_state: dict | None = None, reset: bool = False, **kwargs) -> dict:
+        """One batch of experience from this agent's collector (:mod:`agents.core.collectors`) with
+        its current policy, or with ``policy_state`` (from :meth:`policy_state`) loaded first.
+        ``reset``: reset the environments first (they are reset anyway before the first batch
+        and after an environment error). ``kwargs``: the algorithm's collection arguments (DQN:
+        ``n_steps``, ``steps_done``, ``explore_steps``, ``timesteps``, ``total_envs``). The
+        first batch is checked (:func:`agents.core.collectors.check_batch`). Ray rollout workers call
+        this on their copy of the agent."""
+        if policy_state is not None:
+            self.load_policy_state(policy_state)
+        if reset or not self._env_ready:
+            self._reset_env()
+        try:
+            batch = self.collector.collect(self._collection, **kwargs)
+        except Exception:
+            if self.collector.error is not None:
+                self._env_ready = False  # an env raised: its state is unknown
+            raise
+        if not self._batch_checked:
+            action_dim = None if self.discrete else int(self.env.single_action_space.shape[0])
+            horizon, lead = self._batch_shape(kwargs)
+            check_batch(batch, horizon, lead, self.obs_shape, self.discrete, action_dim)
+            self._batch_checked = True
+        return batch
+
+    def policy_state(self) -> dict:
+        """What a copy of this agent needs to collect as it would
+        (:func:`agents.core.weights.policy_state`)."""
+        return policy_state(self.get_weights(), self.rng, getattr(self, "robust_schedule", None))
+
+    def load_policy_state(self, state: dict, stream: int = 0) -> None:
+        """Load a :meth:`policy_state`; ``stream``: rollout worker ``k`` samples from stream
+        ``k`` (:func:`agents.core.weights.load_policy_state`)."""
+        load_policy_state(state, stream, self.set_weights, self.rng,
+                          getattr(self, "robust_schedule", None))
+
     # -- learning ----------------------------------------------------------------------------
     def learn(self, total_steps: int,
               callbacks: Callback | Callable | Iterable[Callback | Callable] | None = None,
@@ -335,61 +359,25 @@ class Agent(CollectingAgent):
         :class:`NonFiniteTrainingError` after ``max_nonfinite_updates`` consecutive fully
         rejected updates (the weights are untouched by rejected updates).
 
-        With several iterations per compiled call (``iterations_per_call`` on the graph
-        backend), Python sees the agent at call boundaries: ``history`` still gets one entry per
-        iteration, but callbacks run once per call, with the logs of its last iteration
-        (``logs["iterations"]``: how many the call ran) and the agent as it is then; a callback
-        that stops training, an interrupt and a periodic checkpoint act at the end of the call.
-        A call ends early where a checkpoint is due and at the end of the budget, so checkpoints
-        and the final state are those of one iteration per call; the non-finite stop too. An exception in
-        ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary directory) first.
-
-        ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training after the current
-        update, writes a checkpoint of the current state (``checkpoint_dir``, or a temporary
-        directory) and raises :class:`robustgrad.interrupts.TrainingInterrupted` (a
-        ``KeyboardInterrupt``) naming it; a second signal aborts at once.
+        An exception in ``env.step`` saves a checkpoint (``checkpoint_dir``, or a temporary
+        directory) first. ``handle_interrupts``: a SIGINT (Ctrl-C) or SIGTERM stops training
+        after the current update, writes a checkpoint and raises
+        :class:`robustgrad.interrupts.TrainingInterrupted`. The loop is here; callbacks, the
+        progress bar, checkpoints and interrupts (and what ``iterations_per_call > 1`` changes
+        of them) are the learn driver's, :class:`agents.core.driver.LearnDriver`.
         """
-        total_steps = check_total_steps(total_steps)  # at most MAX_TOTAL_STEPS
-        if isinstance(schedule_start, bool) or not isinstance(schedule_start, (int, np.integer)) \
-                or schedule_start < 0:
-            raise ValueError(f"schedule_start: must be a non-negative integer, got "
-                             f"{schedule_start!r}")
-        cbs = as_callbacks(callbacks)
-        bar = ProgressBar(total_steps, enabled=progress_bar)
-        for cb in cbs:
-            cb.on_training_start(self)
+        run = LearnDriver(self, total_steps, callbacks, progress_bar, schedule_start,
+                          handle_interrupts)
+        run.start()
         if not self._env_ready:
             self._reset_env()
-        self.training_failed = True  # until the loop below finishes or a callback stops it
-        interrupts = deferred_interrupts("training") if handle_interrupts else nullcontext(None)
-        with interrupts as interrupt:
-            self._learn_loop(total_steps, schedule_start, cbs, bar, interrupt)
-        if interrupt is not None and interrupt.requested:
-            path = self.config.checkpoint_dir or tempfile.mkdtemp(
-                prefix=f"robustgrad-{self.algo}-")
-            self.save(path)
-            raise TrainingInterrupted(
-                f"training stopped by {interrupt.signal_name} at step "
-                f"{int(self.num_timesteps.numpy())}; checkpoint saved to {path}",
-                checkpoint=path, signal_name=interrupt.signal_name)
-        if self.config.checkpoint_dir:
-            self.save(self.config.checkpoint_dir)
-        return self
-
-    def _learn_loop(self, total_steps, schedule_start, cbs, bar, interrupt):
-        done = 0
-        failures = [0] * self.num_seeds
-        start = time.perf_counter()
-        cfg = self.config
-        next_ckpt = cfg.checkpoint_every if cfg.checkpoint_every else None
-        try:
-            while done < total_steps:
-                until = total_steps - done
-                if next_ckpt is not None and cfg.checkpoint_dir:
-                    until = min(until, next_ckpt - done)
-                try:
-                    results = self._train_call(done + schedule_start,
-                                               total_steps + schedule_start, until, failures)
+        failures = [0] * self.num_seeds  # consecutive fully rejected updates, per seed
+        with run:
+            while run.done < run.total_steps:
+                try:  # collect and update: one call to the algorithm
+                    results = self._train_call(run.done + run.schedule_start,
+                                               run.total_steps + run.schedule_start,
+                                               run.until(), failures)
                 except Exception:
                     err, self.collector.error = self.collector.error, None
                     if err is None:
@@ -397,35 +385,16 @@ class Agent(CollectingAgent):
                     # the environment's own exception (agents.core.collectors re-raises it)
                     self._save_crash_checkpoint(err)
                     raise err from None
-                for logs, steps in results:
-                    done += steps
+                for logs, steps in results:  # log
                     if "steps" not in logs:
                         logs["steps"] = int(self.num_timesteps.numpy())
-                    logs["steps_per_second"] = done / max(time.perf_counter() - start, 1e-9)
+                    logs["steps_per_second"] = run.advance(steps)
                     failures = self._record_update(logs, failures)
                 if len(results) > 1:
                     logs["iterations"] = len(results)
-                bar.update(done, logs["steps_per_second"],
-                           logs["episode_return"] if logs["episode_return"] == logs["episode_return"]
-                           else None)
-                stop = any(cb.on_update(self, logs) is False for cb in cbs)
-                if next_ckpt is not None and done >= next_ckpt and cfg.checkpoint_dir:
-                    self.save(cfg.checkpoint_dir)
-                    next_ckpt += cfg.checkpoint_every
-                if stop:
+                if run.after_call(logs):  # callbacks, checkpoint, interrupt: stop?
                     break
-                if interrupt is not None and interrupt.requested:
-                    break  # a safe point: the update is complete; learn() saves and raises
-            # an interrupted run is unfinished: callbacks must not treat it as the end
-            # (EvalCallback's keep_best leaves the current weights for the resume)
-            self.training_failed = bool(interrupt is not None and interrupt.requested)
-        finally:
-            last = self.history[-1]["episode_return"] if self.history else float("nan")
-            bar.update(done, done / max(time.perf_counter() - start, 1e-9),
-                       last if last == last else None, force=True)
-            bar.close()
-            for cb in cbs:
-                cb.on_training_end(self)
+        return self
 
     def _record_update(self, logs: dict, failures: list[int]) -> list[int]:
         """The bookkeeping of one update, for each seed: finished episodes, ``history``,
@@ -505,18 +474,9 @@ class Agent(CollectingAgent):
         ``std_return``, ``returns`` and ``lengths``.
         """
         self._one_seed("evaluate")
-        if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) \
-                or n_episodes <= 0:
-            raise ValueError(f"n_episodes: must be a positive integer, got {n_episodes!r}")
-        if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(
-                num_envs, (int, np.integer)) or num_envs <= 0):
-            raise ValueError(f"num_envs: must be a positive integer or None, got {num_envs!r}")
-        k = int(min(int(n_episodes), 8) if num_envs is None else num_envs)
-        seed = self.config.seed + 10_000 if seed is None else seed
-        returns, lengths = run_episodes(lambda obs: self.act(obs, deterministic=deterministic),
-                                        self.config.env, int(n_episodes), k, seed)
-        return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-                "returns": returns, "lengths": lengths}
+        return evaluate_episodes(lambda obs: self.act(obs, deterministic=deterministic),
+                                 self.config.env, n_episodes, num_envs,
+                                 self.config.seed + 10_000 if seed is None else seed)
 
     # -- persistence ---------------------------------------------------------------------------
     def _checkpoint(self, robustness: bool = True) -> tf.train.Checkpoint:
@@ -543,7 +503,8 @@ class Agent(CollectingAgent):
         as it is exported) and ``seeds.json`` naming them; :func:`load` brings it back whole."""
         directory = os.fspath(directory)
         if self.num_seeds > 1:
-            return self._save_seeds(directory)
+            return write_seed_axis(directory, self.algo, self.seeds, self.export,
+                                   int(self.num_timesteps.numpy()), self.history)
         meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
                 "num_timesteps": int(self.num_timesteps.numpy()),
                 "env_id": self.config.env if isinstance(self.config.env, str) else None,
@@ -562,20 +523,6 @@ class Agent(CollectingAgent):
         """The inverse of :meth:`export`: ``one`` (an ordinary agent of seed
         ``self.seeds[index]``) becomes slice ``index`` of this agent of several seeds."""
         raise ValueError(f"import_seed: {self.algo} has no seed axis")
-
-    def _save_seeds(self, directory: str) -> str:
-        os.makedirs(directory, exist_ok=True)
-        for k, seed in enumerate(self.seeds):
-            one = self.export(k)
-            try:
-                one.save(os.path.join(directory, f"seed_{seed}"))
-            finally:
-                one.close()
-        with replacing(os.path.join(directory, SEEDS_FILE)) as tmp, open(tmp, "w") as f:
-            json.dump({"algo": self.algo, "seeds": self.seeds,
-                       "num_timesteps": int(self.num_timesteps.numpy()),
-                       "history": self.history}, f)
-        return directory
 
     def restore(self, directory: str) -> None:
         """Read the weights, step counts and history saved in ``directory`` by :meth:`save`
@@ -600,6 +547,12 @@ class Agent(CollectingAgent):
 
     def _after_restore(self):
         pass
+
+    def _save_crash_checkpoint(self, exc):
+        path = save_crash_checkpoint(self.save, self.config.checkpoint_dir, self.algo, exc)
+        if path is not None:
+            self._env_ready = False  # the env is in an unknown state; reset before learning again
+            self.crash_checkpoint = path
 
     def close(self) -> None:
         """Close the training environment (subprocesses of ``async_envs``) and stop the

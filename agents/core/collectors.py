@@ -51,18 +51,13 @@ agent's checkpoint, its Ray workers and the fused graph iteration depend on buil
 from __future__ import annotations
 
 import abc
-import tempfile
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 
 from agents.envs import graph_env_step
-
-if TYPE_CHECKING:
-    from agents.core.config import AgentConfig
 
 BATCH_FIELDS = ("obs", "actions", "rewards", "terminated", "truncated", "final_obs")
 """The fields every batch holds (module doc for shapes and dtypes)."""
@@ -310,139 +305,20 @@ class GraphCollector(_LocalCollector):
         return self.env.episode_count()
 
 
-class CollectingAgent:
-    """The collection side of :class:`agents.Agent`: its policy's weights and state for copies
-    (Ray workers), resetting its collector's environments, one :meth:`collect`, and the crash
-    checkpoint after an environment raised. The algorithm supplies ``_collection(**kwargs)``
-    (its compiled collection over ``self.collector``'s traceable step) and ``_batch_shape``."""
+class RolloutWorkersClass(Protocol):
+    """What the core needs of an algorithm's ``rollout_workers_cls``
+    (:class:`agents.backends.distributed.RolloutWorkers`): its arguments checked before any work,
+    and the collector it builds for an agent (:class:`agents.Agent`)."""
 
-    collector: Collector
-    if TYPE_CHECKING:  # given by agents.core.base.Agent, the one subclass
-        config: AgentConfig
-        algo: str
-        env: VectorEnv  # the collector's env
-        obs_shape: tuple[int, ...]
-        discrete: bool
-        rng: tf.random.Generator
-        crash_checkpoint: str
-        _env_ready: bool
-        _batch_checked: bool
+    def check_args(self, rollout_workers: int, ray_address: str | None = None,
+                   num_cpus: int | None = None) -> object:
+        """Refuse bad distributed arguments (``ValueError`` naming them) before any work."""
 
-        def _model_variables(self) -> list: ...
-
-        def save(self, directory: str) -> str: ...
-
-    # -- weights (the policy) ------------------------------------------------------------------------------
-    def get_weights(self) -> list[np.ndarray]:
-        """Copies of the network weights and observation statistics, as numpy arrays.
-
-        Together with :meth:`set_weights` this snapshots the *policy* (what ``act``,
-        ``distribution`` and ``q_values`` compute), not the training state: optimiser
-        moments, replay buffer and RNG are left out (use :meth:`save` for those).
-
-        Example::
-
-            w = agent.get_weights(); agent.learn(10_000); agent.set_weights(w)
-        """
-        return [v.numpy().copy() for v in self._model_variables()]
-
-    def set_weights(self, weights: Sequence[np.ndarray]) -> None:
-        """Restore weights returned by :meth:`get_weights` of an agent with the same
-        algorithm and network shapes (checked before anything is assigned)."""
-        variables = self._model_variables()
-        weights = list(weights)
-        if len(weights) != len(variables):
-            raise ValueError(f"weights: expected {len(variables)} arrays, got {len(weights)}")
-        for i, (v, w) in enumerate(zip(variables, weights)):
-            if tuple(np.shape(w)) != tuple(v.shape):
-                raise ValueError(f"weights: array {i} ({v.name}) has shape {np.shape(w)}, "
-                                 f"expected {tuple(v.shape)}")
-        for v, w in zip(variables, weights):
-            v.assign(np.asarray(w, v.dtype.as_numpy_dtype))
-
-    # -- collection (agents.core.collectors) --------------------------------------------------------
-    def _reset_env(self):
-        obs = self.collector.reset()
-        lead = (self.collector.num_envs,)
-        check_batch({"obs": np.asarray(obs)[None]}, 1, lead, self.obs_shape, self.discrete,
-                    fields=("obs",))
-        self._env_ready = True
-        self._on_env_reset(obs)
-
-    def _on_env_reset(self, obs):
-        pass
-
-    def _collection(self, *args: Any, **kwargs: Any) -> dict:
-        """The compiled collection of one batch over ``self.collector``'s traceable step (its
-        keyword arguments are the algorithm's own)."""
-        raise NotImplementedError
-
-    def _batch_shape(self, kwargs: dict) -> tuple[int, tuple[int, ...]]:
-        """``(T, lead)`` of a batch collected with ``kwargs`` (see :func:`check_batch`)."""
-        raise NotImplementedError
-
-    def collect(self, policy_state: dict | None = None, reset: bool = False, **kwargs) -> dict:
-        """One batch of experience from this agent's collector (:mod:`agents.core.collectors`) with
-        its current policy, or with ``policy_state`` (from :meth:`policy_state`) loaded first.
-        ``reset``: reset the environments first (they are reset anyway before the first batch
-        and after an environment error). ``kwargs``: the algorithm's collection arguments (DQN:
-        ``n_steps``, ``steps_done``, ``explore_steps``, ``timesteps``, ``total_envs``). The
-        first batch is checked (:func:`agents.core.collectors.check_batch`). Ray rollout workers call
-        this on their copy of the agent."""
-        if policy_state is not None:
-            self.load_policy_state(policy_state)
-        if reset or not self._env_ready:
-            self._reset_env()
-        try:
-            batch = self.collector.collect(self._collection, **kwargs)
-        except Exception:
-            if self.collector.error is not None:
-                self._env_ready = False  # an env raised: its state is unknown
-            raise
-        if not self._batch_checked:
-            action_dim = None if self.discrete else int(self.env.single_action_space.shape[0])
-            horizon, lead = self._batch_shape(kwargs)
-            check_batch(batch, horizon, lead, self.obs_shape, self.discrete, action_dim)
-            self._batch_checked = True
-        return batch
-
-    def policy_state(self) -> dict:
-        """What a copy of this agent needs to collect as it would: ``weights``
-        (:meth:`get_weights`), ``rng_state`` (the training random stream) and, with robust
-        training, ``robust_eps`` (the schedule's current radius)."""
-        state = {"weights": self.get_weights(), "rng_state": self.rng.state.numpy().copy()}
-        schedule = getattr(self, "robust_schedule", None)
-        if schedule is not None:
-            state["robust_eps"] = float(schedule.eps.numpy())
-        return state
-
-    def load_policy_state(self, state: dict, stream: int = 0) -> None:
-        """Load a :meth:`policy_state`; ``stream``: offset of the random stream's Philox key
-        (rollout worker ``k`` samples from stream ``k``)."""
-        self.set_weights(state["weights"])
-        rng = np.array(state["rng_state"], np.int64)
-        rng[-1] += int(stream)  # Philox state: [counter, counter, key]
-        self.rng.reset(rng)
-        schedule = getattr(self, "robust_schedule", None)
-        if schedule is not None and "robust_eps" in state:
-            schedule.eps.assign(state["robust_eps"])
-
-    def _save_crash_checkpoint(self, exc):
-        path = self.config.checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{self.algo}-")
-        try:
-            self.save(path)
-        except Exception as save_exc:  # pragma: no cover - report both
-            warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}",
-                          stacklevel=3)
-            return
-        self._env_ready = False  # the env is in an unknown state; reset before learning again
-        self.crash_checkpoint = path
-        msg = f"the environment raised during step(); checkpoint saved to {path}"
-        warnings.warn(msg, stacklevel=3)
-        if hasattr(exc, "add_note"):
-            exc.add_note(msg)
+    def __call__(self, agent: Any, num_workers: int, address: str | None = None,
+                 num_cpus: int | None = None) -> Collector:
+        """The workers of ``agent``: the collector it collects through from then on."""
 
 
-__all__ = ["BATCH_FIELDS", "CollectingAgent", "Collector", "GraphCollector", "GraphVectorEnv",
+__all__ = ["BATCH_FIELDS", "Collector", "GraphCollector", "GraphVectorEnv", "RolloutWorkersClass",
            "GymnasiumCollector", "VectorEnv",
            "check_batch"]

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,8 @@ import tensorflow as tf
 from robustgrad import atomic, rundir
 
 __all__ = ["ENTRIES", "COMMIT", "check_config_matches", "check_saved_env", "loaded_checkpoint_dir",
-           "read_metadata", "recover_checkpoint", "restore_weights", "write_agent"]
+           "read_metadata", "recover_checkpoint", "restore_weights", "save_crash_checkpoint",
+           "write_agent", "write_seed_axis"]
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
@@ -58,6 +62,42 @@ def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, m
 
     atomic.write_entries(directory, ENTRIES, writer, commit=COMMIT)
     return directory
+
+
+def write_seed_axis(directory: str, algo: str, seeds: Sequence[int], export: Callable[[int], Any],
+                    num_timesteps: int, history: list[dict]) -> str:
+    """Write an agent of several seeds to ``directory``: ``seed_<s>/`` for each of ``seeds``
+    (``export(k)``, an ordinary agent, saved and closed) and :data:`SEEDS_FILE` naming them
+    (written last, crash-safe); returns ``directory``."""
+    os.makedirs(directory, exist_ok=True)
+    for k, seed in enumerate(seeds):
+        one = export(k)
+        try:
+            one.save(os.path.join(directory, f"seed_{seed}"))
+        finally:
+            one.close()
+    with atomic.replacing(os.path.join(directory, SEEDS_FILE)) as tmp, open(tmp, "w") as f:
+        json.dump({"algo": algo, "seeds": list(seeds), "num_timesteps": num_timesteps,
+                   "history": history}, f)
+    return directory
+
+
+def save_crash_checkpoint(save: Callable[[str], Any], checkpoint_dir: str | None, algo: str,
+                          exc: BaseException) -> str | None:
+    """After an environment raised ``exc``: ``save`` the agent to ``checkpoint_dir`` (or a new
+    temporary directory), warn with the path and add it to ``exc``'s notes; returns the path,
+    or ``None`` (and a warning) when the save itself failed."""
+    path = checkpoint_dir or tempfile.mkdtemp(prefix=f"robustgrad-{algo}-")
+    try:
+        save(path)
+    except Exception as save_exc:  # pragma: no cover - report both
+        warnings.warn(f"could not save the crash checkpoint to {path}: {save_exc}", stacklevel=4)
+        return None
+    msg = f"the environment raised during step(); checkpoint saved to {path}"
+    warnings.warn(msg, stacklevel=4)
+    if hasattr(exc, "add_note"):
+        exc.add_note(msg)
+    return path
 
 
 def _portable_checkpoint_dir(value: str | None, directory: str) -> str | None:

@@ -41,7 +41,7 @@ import tensorflow_probability as tfp
 
 tfd = tfp.distributions
 
-__all__ = ["KINDS", "PolicySurface", "surface_of"]
+__all__ = ["KINDS", "PolicySurface", "actor_critic_surface", "surface_of"]
 
 KINDS = ("logits", "gaussian_mean", "q_values")
 """What :attr:`PolicySurface.network` outputs."""
@@ -231,3 +231,26 @@ def surface_of(agent: Any, argument: str = "agent") -> PolicySurface:
         raise TypeError(f"{argument}: {type(agent).__name__}.policy_surface() must return an "
                         f"agents.PolicySurface, got {type(surface).__name__}")
     return surface
+
+
+def actor_critic_surface(model: Any, obs_shape: tuple[int, ...], discrete: bool, action_space: Any,
+                         normalizer: Any, activation: str, critic: bool,
+                         num_seeds: int | None = None) -> PolicySurface:
+    """The surface of an actor-critic (:class:`agents.core.networks.ActorCritic`: ``policy_net``,
+    ``value``, ``log_std``) with observations of ``obs_shape``: ``"logits"`` if ``discrete``,
+    else ``"gaussian_mean"`` bounded by ``action_space.low``/``high``; ``normalizer`` the
+    observation statistics (or ``None``); the critic ``model.value`` when ``critic`` (``False``:
+    never trained). One seed: the plain layer stack (what bounded attacks read), unless the
+    weights carry a seed axis (``[S, in, out]``); ``num_seeds = S``: all ``S`` seeds, observations
+    ``[S, B, d]``, each seed's through its own network and normaliser."""
+    net = model.policy_net
+    stack = list(zip(net.weights_, net.biases))
+    extra: dict[str, Any] = (
+        {"layers": stack if net.weights_[0].shape.rank == 2 else None} if num_seeds is None
+        else {"num_seeds": num_seeds, "seed_layers": stack})
+    return PolicySurface(
+        "logits" if discrete else "gaussian_mean", net, obs_shape=obs_shape,
+        normalizer=normalizer, value=model.value if critic else None,
+        log_std=None if discrete else model.log_std,
+        action_low=None if discrete else action_space.low,
+        action_high=None if discrete else action_space.high, activation=activation, **extra)

@@ -2,9 +2,8 @@
 
 ``agents/presets.json`` maps ``"<algo>-<env id>"`` to an entry whose ``config`` holds config
 fields. This module reads the table and names entries (:func:`load_presets`,
-:func:`preset_for`, :func:`get_preset`, :data:`AUTO`); it knows no config class. Building a
-config from a preset and overrides is the config's business
-(:func:`agents.core.config.make_config`, which imports this module, never the reverse).
+:func:`preset_for`, :func:`get_preset`, :data:`AUTO`) and builds a config of a given class from a
+preset and overrides (:func:`make_config`); the config module does not import it.
 
 >>> preset_for("dqn", "CartPole-v1")
 'dqn-CartPole-v1'
@@ -12,11 +11,16 @@ config from a preset and overrides is the config's business
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
+from agents.core.config import AgentConfig
 from robustgrad.errors import ConfigError
+
+_log = logging.getLogger("agents")
 
 PRESETS_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "presets.json")  # agents/presets.json
@@ -84,3 +88,47 @@ got 'ppo-Nowhere-v0'
 AUTO = "auto"
 """``preset=AUTO`` (the default of the agents): the shipped preset for (algorithm, env) when
 there is one, plain defaults otherwise."""
+
+
+def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = AUTO,
+                **overrides: Any) -> AgentConfig:
+    """A ``config_cls`` built from a preset and ``overrides`` (which win over the preset).
+
+    ``preset``: :data:`AUTO` (the preset for ``algo`` on ``overrides["env"]``, or on the
+    default env, when one exists; :mod:`agents.core.presets`), a preset name, or
+    ``None``/``"none"`` (dataclass defaults only). The config records the preset name in
+    ``preset``. Unknown fields raise ``ValueError`` naming them.
+
+    >>> from agents.config import PPOConfig
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", seed=3).preset
+    'ppo-CartPole-v1'
+    >>> make_config(PPOConfig, "ppo", preset=None, env="CartPole-v1").n_steps
+    128
+    >>> make_config(PPOConfig, "ppo", env="CartPole-v1", n_steps=64).n_steps
+    64
+    """
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ConfigError(f"{unknown[0]} is not a field of {config_cls.__name__}; fields: "
+                         f"{', '.join(sorted(fields))}")
+    if "preset" in overrides:
+        raise ConfigError("preset is chosen with the preset= argument, not as an override")
+    env = overrides.get("env", config_cls.env)
+    if preset == AUTO:
+        name = preset_for(algo, env)
+    elif preset is None or (isinstance(preset, str) and preset.lower() == "none"):
+        name = None
+    else:
+        name = preset
+    values = {}
+    if name is not None:
+        values.update(get_preset(name, algo)["config"])
+        bad = sorted(set(values) - fields)
+        if bad:  # a broken presets.json
+            raise ConfigError(f"preset {name!r}: {bad[0]} is not a field of "
+                             f"{config_cls.__name__}")
+        _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
+                  ", ".join(f"{k}={v!r}" for k, v in values.items()))
+    values.update(overrides)
+    return config_cls(**values, preset=name)

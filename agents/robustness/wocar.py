@@ -96,8 +96,8 @@ from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
 
 if TYPE_CHECKING:
+    from agents.algorithms.dqn_config import DQNConfig
     from agents.core.base import Agent
-    from agents.core.config import DQNConfig
     from agents.core.policy import PolicySurface
 
 __all__ = ["ADMISSIBLE_EPS", "BOUND", "DQN_WEIGHT", "IMPORTANCE", "Q_EPOCHS", "Q_LR",

@@ -41,7 +41,8 @@ from typing import Any
 
 from agents.algorithms.registry import algorithm_of_config
 from agents.core.base import Agent, NonFiniteTrainingError
-from agents.core.config import AgentConfig, check_total_steps, get_preset, make_config
+from agents.core.config import AgentConfig, check_total_steps
+from agents.core.presets import get_preset, make_config
 from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
 
@@ -110,7 +111,7 @@ def provenance(config: AgentConfig, explicit: Collection[str] | None = None,
     ``"run"`` (the run's checkpoint settings) or ``"override"`` (changed on resume); a resumed
     run keeps the ``saved`` record's origins of the fields that did not change.
 
-    >>> from agents.core.config import PPOConfig
+    >>> from agents.config import PPOConfig
     >>> origin = provenance(PPOConfig(env="CartPole-v1", preset="ppo-CartPole-v1", n_steps=32,
     ...                               gamma=0.9), explicit={"env", "gamma"})["origin"]
     >>> origin["gamma"], origin["n_steps"], origin["activation"]
@@ -443,7 +444,7 @@ def train_agent(config: AgentConfig, run: RunDirectory | str, *, steps: int,
     :class:`robustgrad.interrupts.TrainingInterrupted` (resume with ``resume=True``).
 
     >>> import os, tempfile
-    >>> from agents.core.config import A2CConfig
+    >>> from agents.config import A2CConfig
     >>> run = RunDirectory(os.path.join(tempfile.mkdtemp(), "a2c"))
     >>> config = A2CConfig(env="CartPole-v1", num_envs=1, n_steps=16)
     >>> first = train_agent(config, run, steps=32, eval_episodes=0, progress=False)

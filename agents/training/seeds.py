@@ -42,9 +42,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from agents.algorithms.dqn_config import DQNConfig
+from agents.algorithms.onpolicy import OnPolicyConfig
 from agents.algorithms.registry import algorithm_of_config
 from agents.core.base import Agent, NonFiniteTrainingError, _compact
-from agents.core.config import AgentConfig, DQNConfig, OnPolicyConfig, check_seeds
+from agents.core.config import AgentConfig, check_seeds
 from agents.training.run import _check_options, _env_name, plot_learning_curve, setup_errors
 from robustgrad.errors import ConfigError, ResumeError
 from robustgrad.rundir import RunDirectory
@@ -289,7 +291,7 @@ def train_seeds(config: AgentConfig, run: RunDirectory | str, *, seeds: Sequence
         command line already holds it).
 
     >>> import os, tempfile
-    >>> from agents.core.config import A2CConfig
+    >>> from agents.config import A2CConfig
     >>> run = os.path.join(tempfile.mkdtemp(), "a2c2")
     >>> config = A2CConfig(env="CartPole-v1", num_envs=1, n_steps=16)
     >>> result = train_seeds(config, run, seeds=[0, 1], steps=32, eval_episodes=0,

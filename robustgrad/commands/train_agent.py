@@ -276,7 +276,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict:
 def _preset(args: argparse.Namespace):
     """``--preset``: ``AUTO`` (default), ``None`` (``none``) or a preset's name (checked; a
     warning when it was tuned for another environment)."""
-    from agents.core import config
+    from agents.core import presets as config
 
     preset = config.AUTO if args.preset is None else args.preset
     if isinstance(preset, str) and preset.lower() == "none":
@@ -297,7 +297,7 @@ def _config(args: argparse.Namespace, overrides: dict, preset):
     """The flags as the agent's config (preset < ``--set`` and the named flags), with the run's
     checkpoint period (``--checkpoint-every``, default a tenth of ``--steps``)."""
     import agents
-    from agents.core.config import make_config
+    from agents.core.presets import make_config
 
     cls = agents.algorithm(args.algo, "--algo")
     every = args.checkpoint_every if args.checkpoint_every is not None else max(

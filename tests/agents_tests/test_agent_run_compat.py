@@ -14,7 +14,7 @@ import os
 import pytest
 
 import agents
-from agents.core.config import A2CConfig
+from agents.config import A2CConfig
 from robustgrad import cli
 
 FLAGS = ["train-agent", "--algo", "a2c", "--env", "CartPole-v1", "--preset", "none",

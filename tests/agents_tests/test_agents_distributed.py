@@ -27,7 +27,7 @@ import gymnasium as gym  # noqa: E402
 
 import agents  # noqa: E402
 from agents.backends.distributed import check_ray_address, merge_moments  # noqa: E402
-from agents.core.config import DQNConfig, PPOConfig  # noqa: E402
+from agents.config import DQNConfig, PPOConfig  # noqa: E402
 from agents.envs import RunningMeanStd  # noqa: E402
 
 from conftest import recording  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.core import config as agent_config
+from agents.core import presets as agent_config
 from agents.core.buffers import ReplayBuffer
 from agents.core.schedules import linear
 from robustgrad.cli import main as cli_main

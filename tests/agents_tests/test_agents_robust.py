@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.core.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
+from agents.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
 from agents.robustness import robust
 from robustgrad import cli
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 import agents
 from agents.backends.graph_backend import GraphBackendEnv
 from agents.backends.seed_axis import SeedGraphEnv
-from agents.core.base import own_function
+from agents.core.compiled import own_function
 from robustgrad.interrupts import TrainingInterrupted
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=None)
@@ -125,7 +125,7 @@ def test_the_graph_backend_steps_each_seed_as_alone_bit_for_bit(env_id, num_envs
 
 
 def test_train_many_learns_and_returns_ordinary_agents(tmp_path):
-    cfg = agents.core.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    cfg = agents.core.presets.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
     trained = agents.train_many(cfg, seeds=[0, 3], steps=12_288)
     for seed, agent in zip((0, 3), trained):
         assert agent.num_seeds == 1 and agent.config.seed == seed
@@ -284,7 +284,7 @@ def test_each_seed_of_a_preset_sweep_reruns_alone(algo, steps, tol, backend):
 
 @pytest.mark.slow
 def test_seeds_in_a_group_and_alone_reach_the_same_return_statistics():
-    cfg = agents.core.config.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
+    cfg = agents.core.presets.make_config(agents.PPOConfig, "ppo", env="CartPole-v1", backend="graph")
     seeds = [0, 1, 2, 3]
     grouped = [a.evaluate(10)["mean_return"]
                for a in agents.train_many(cfg, seeds=seeds, steps=60_000)]

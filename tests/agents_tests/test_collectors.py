@@ -123,10 +123,10 @@ def test_a_malformed_batch_is_refused_at_the_first_batch_naming_the_field(algo, 
 
 
 def test_the_batch_is_checked_once_not_in_the_hot_loop(monkeypatch):
-    import agents.core.collectors as collectors
+    import agents.core.base as base  # the agent's collect() checks, with collectors.check_batch
 
     calls = []
-    monkeypatch.setattr(collectors, "check_batch", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(base, "check_batch", lambda *a, **k: calls.append(1))
     agent = agents.A2C(env="CartPole-v1", n_steps=8, num_envs=2, seed=0, preset=None)
     agent.learn(16 * 5, progress_bar=False)
     assert int(agent.num_updates.numpy()) == 5

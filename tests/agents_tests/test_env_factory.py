@@ -7,8 +7,8 @@ import pytest
 from agents.backends.factory import make_collector, make_training_env
 from agents.backends.graph_backend import GraphBackendEnv
 from agents.backends.seed_axis import SeedGraphEnv, SeedVecEnv
+from agents.config import PPOConfig
 from agents.core.collectors import GraphCollector, GraphVectorEnv, GymnasiumCollector, VectorEnv
-from agents.core.config import PPOConfig
 from agents.envs import VecEnv
 
 

@@ -26,6 +26,9 @@ def test_the_walk_reads_ppo_and_its_update_and_stops_at_seams_and_robustness(ben
     assert {"agents.algorithms.ppo", "agents.algorithms.onpolicy", "agents.core.base",
             "agents.core.networks", "agents.core.returns", "agents.core.config"} <= read
     assert not read & set(bench.SEAMS)
+    # learn()'s driver and the policy's weights are reached from the learn loop and not opened
+    assert {"agents.core.driver", "agents.core.weights", "agents.core.policy"} <= \
+        set(result["seams"])
     assert not any(m.startswith("agents.robustness") for m in read)
     assert "agents.core.plugin" in result["aside"]
     assert result["total_lines"] == sum(row["lines"] for row in result["files"])
@@ -37,3 +40,15 @@ def test_a_base_class_is_counted_even_when_listed_as_a_seam(bench):
     forced = bench.count(always={"agents.core.persistence"})
     assert "agents.core.persistence" in {row["module"] for row in forced["files"]}
     assert "agents.core.persistence" not in forced["seams"]
+
+
+def test_every_module_of_ppos_mro_is_counted_and_no_seam_is_one(bench):
+    mro = bench.mro_modules()
+    result = bench.count(mro)
+    read = {row["module"] for row in result["files"]}
+    assert mro <= read
+    # a seam that defined a class of PPO's MRO would be counted, silently; none does
+    assert not [m for m in mro if bench._seam(m)]
+    # PPO's config is beside PPO, robust training's fields beside the plug-in protocol (aside)
+    assert "agents.algorithms.dqn_config" not in read
+    assert not any(m.startswith("agents.robustness") for m in read)

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 import agents
+from agents.config import AUTO, DQNConfig, PPOConfig, make_config
 from agents.core import plugin
-from agents.core.config import AUTO, DQNConfig, PPOConfig, make_config
 
 
 @pytest.mark.parametrize("typed,flat", [

@@ -11,7 +11,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import agents  # noqa: E402
-from agents.core.config import PPOConfig  # noqa: E402
+from agents.config import PPOConfig  # noqa: E402
 
 from conftest import recording  # noqa: E402
 

@@ -18,7 +18,7 @@ def bench():
 
 
 def test_every_shipped_preset_has_a_cli_row(bench):
-    from agents.core.config import load_presets
+    from agents.core.presets import load_presets
 
     assert sorted(bench.CLI_STEPS) == sorted(load_presets())
     for name, (algo, env, preset, steps, _overrides, _keep) in bench.API_ROWS.items():

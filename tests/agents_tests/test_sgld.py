@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.core.config import DQNConfig, PPOConfig
+from agents.config import DQNConfig, PPOConfig
 from agents.robustness import observation_attacks as oa
 from agents.robustness import robust
 from robustgrad import cli

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import agents
-from agents.core.config import DQNConfig, PPOConfig
+from agents.config import DQNConfig, PPOConfig
 from agents.robustness import wocar
 from robustgrad.errors import ConfigError
 

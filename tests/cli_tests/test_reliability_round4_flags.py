@@ -223,7 +223,7 @@ def test_attack_names_bound_their_steps_and_restarts():
      "checkpoint_every must be an int in [0, 10000000000], got 1000000000000"),
 ])
 def test_dqn_periods_are_bounded_in_the_library(field, value, message):
-    from agents.core.config import DQNConfig
+    from agents.config import DQNConfig
     from robustgrad.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
@@ -232,7 +232,7 @@ def test_dqn_periods_are_bounded_in_the_library(field, value, message):
 
 
 def test_dqn_collection_per_phase_is_bounded():
-    from agents.core.config import DQNConfig
+    from agents.config import DQNConfig
     from robustgrad.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^train_freq \* num_envs \* num_seeds must be at most "
