@@ -73,21 +73,30 @@ def cli_command(*args):
     return [sys.executable, "-m", "robustgrad.cli", *args]
 
 
-def interrupt_cli_once_ready(args, marker, timeout=400):
-    """Run the CLI with ``args`` in a subprocess, send SIGINT once ``marker`` (a checkpoint file)
-    exists, and return ``(returncode, stderr, the one 'robustgrad: interrupted' line)``."""
+def signal_cli_once_ready(args, marker, signum=signal.SIGINT, timeout=400):
+    """Run the CLI with ``args`` in a subprocess, send ``signum`` once ``marker`` (a checkpoint
+    or results file) exists, and return ``(returncode, stderr, seconds from the signal to the
+    exit)``."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.Popen(cli_command(*args), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout
     while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
+        time.sleep(0.1)
     assert os.path.exists(marker), proc.communicate()[1][-3000:]
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
+    proc.send_signal(signum)
+    sent = time.time()
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err, time.time() - sent
+
+
+def interrupt_cli_once_ready(args, marker, timeout=400):
+    """:func:`signal_cli_once_ready` with SIGINT; ``(returncode, stderr, the one 'robustgrad:
+    interrupted' line)``."""
+    returncode, err, _ = signal_cli_once_ready(args, marker, signal.SIGINT, timeout)
     lines = [line for line in err.splitlines() if line.startswith("robustgrad: interrupted")]
     assert len(lines) == 1, err[-3000:]
-    return proc.returncode, err, lines[0]
+    return returncode, err, lines[0]
 
 
 @pytest.fixture(scope="module")

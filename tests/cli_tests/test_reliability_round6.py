@@ -6,14 +6,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
 from robustgrad import cli
 
-from conftest import cli_command
+from conftest import cli_command, signal_cli_once_ready
 
 
 def _one_line(capsys) -> str:
@@ -223,20 +222,9 @@ def test_a_resume_of_other_examples_says_so_not_digests(tmp_path, capsys):
         "n: recorded 10, now 20")
 
 
-def _interrupt_once(args, marker, signum=signal.SIGTERM, timeout=400):
-    """Run the CLI, send ``signum`` once ``marker`` exists; ``(returncode, stderr, seconds from
-    the signal to the exit)``."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.Popen(cli_command(*args), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + timeout
-    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert os.path.exists(marker), proc.communicate()[1][-3000:]
-    proc.send_signal(signum)
-    sent = time.time()
-    _, err = proc.communicate(timeout=600)
-    return proc.returncode, err, time.time() - sent
+def _interrupt_once(args, marker):
+    """SIGTERM once ``marker`` exists: ``(returncode, stderr, seconds from the signal to the exit)``."""
+    return signal_cli_once_ready(args, marker, signal.SIGTERM)
 
 
 def test_sigterm_stops_evaluate_and_says_how_to_continue(tmp_path):
@@ -271,7 +259,8 @@ def test_an_interrupt_before_any_result_says_nothing_is_left_to_resume(tmp_path,
 
 
 def test_one_update_is_bounded_so_a_stop_request_waits_little():
-    from agents.core.config import MAX_UPDATE_WORK, DQNConfig, PPOConfig
+    from agents import DQNConfig, PPOConfig
+    from agents.core.config import MAX_UPDATE_WORK
     from robustgrad.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(
@@ -345,7 +334,7 @@ def test_train_agent_flags_name_what_reads_them(tmp_path, capsys, argv, message)
 
 @pytest.mark.parametrize("method", ["convex", "sgld"])
 def test_wocar_dqn_names_its_one_search(method):
-    from agents.core.config import DQNConfig
+    from agents import DQNConfig
     from robustgrad.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(
