@@ -220,13 +220,17 @@ def test_continuous_actions_and_the_seed_axis_are_refused():
 
 class _Opaque(agents.PPO):
     def policy_surface(self):
-        return self._surface(layers=None)
+        surface = super().policy_surface()
+        surface.layers = None  # a network the agent declares no affine stack for
+        return surface
 
 
 class _Misshapen(agents.PPO):
     def policy_surface(self):
-        (w0, b0), *_ = list(zip(self.model.policy_net.weights_, self.model.policy_net.biases))
-        return self._surface(layers=[(w0, b0), (tf.zeros([3, 2]), tf.zeros([2]))])
+        surface = super().policy_surface()
+        (w0, b0), *_ = surface.layers
+        surface.layers = ((w0, b0), (tf.zeros([3, 2]), tf.zeros([2])))
+        return surface
 
 
 def test_a_policy_network_the_engine_cannot_bound_is_refused_naming_the_layer():
