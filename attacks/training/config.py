@@ -35,6 +35,7 @@ from robustgrad.errors import ConfigError
 
 from .method_options import CONFIG_OPTIONS, check_applicable
 from .recipes import SETTING_KEYS, ResolvedSettings, method_defaults
+from .registry import get_method
 from .run_settings import SavedRun, resolve_run_settings
 
 __all__ = ["CERTIFIED", "METHODS", "RESUME_FREE", "SETTING_FIELDS", "ClassifierConfig",
@@ -223,8 +224,14 @@ class ClassifierConfig:
         read it is refused, naming it (:mod:`attacks.training.method_options`)."""
         unset = {f.name: f.default for f in dataclasses.fields(self)}
         method_default = method_defaults(self.method)
-        check_applicable(self.method, {k: getattr(self, k) for k in CONFIG_OPTIONS},
-                         {k: (unset[k], method_default.get(k, unset[k])) for k in CONFIG_OPTIONS})
+        accepted = {k: [unset[k], method_default.get(k, unset[k])] for k in CONFIG_OPTIONS}
+        # a run records the steps and step size its trainer used (the method's own defaults)
+        impl = get_method(self.method)
+        accepted["steps"].append(impl.default_steps)
+        if isinstance(self.eps, (int, float)) and not isinstance(self.eps, bool):
+            accepted["step_size"].append(impl.default_step_size(float(self.eps),
+                                                                impl.default_steps))
+        check_applicable(self.method, {k: getattr(self, k) for k in CONFIG_OPTIONS}, accepted)
 
     # ---- reading and writing the record
     @classmethod

@@ -88,6 +88,11 @@ class AdversarialTrainer(keras.Model):
     ``AdversarialTrainer(clf, eps=0.1, loss=LossOptions(beta=3.0))``); the attributes and
     ``get_config`` stay flat.
 
+    An option that the built-in ``method`` does not read (``awp_gamma`` with ``"madry"``,
+    ``steps`` with ``"clean"``, ...: :mod:`attacks.training.method_options`) must keep its
+    default: any other value is a ``ConfigError`` naming it, the method and the methods that
+    read it, as ``train-classifier`` refuses the flag.
+
     Args:
         model: the classifier, a Keras model ``model(x, training) -> logits``.
         crafting: :class:`~attacks.training.options.CraftingOptions` (``norm``, ``clip_min``,

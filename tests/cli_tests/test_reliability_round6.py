@@ -491,14 +491,22 @@ def test_the_classifier_config_refuses_an_option_its_method_ignores(fields, mess
         ClassifierConfig(**fields)
 
 
-def test_a_resolved_or_inherited_config_keeps_the_methods_defaults():
-    from attacks.training import METHODS, ClassifierConfig
+@pytest.mark.parametrize("method", ["madry", "trades", "fast", "free", "mart", "awp", "ibp",
+                                    "crown-ibp", "clean", "gaussian", "smoothadv"])
+def test_a_resolved_or_resumed_config_keeps_the_methods_defaults(method):
+    from attacks.training import AdversarialTrainer, ClassifierConfig, make_model
 
-    for method in METHODS:  # resolve fills every option with the method's default
-        resolved = ClassifierConfig(method=method).resolve()
-        assert resolved.awp_gamma == 0.01 and resolved.kappa_final == 0.5
-        assert ClassifierConfig(method=method).inherit(resolved.to_record()).method == method
-    assert ClassifierConfig(method="awp", awp_gamma=0.02).awp_gamma == 0.02
+    resolved = ClassifierConfig(method=method).resolve()  # every option: the method's default
+    assert resolved.awp_gamma == 0.01 and resolved.kappa_final == 0.5
+    trainer = AdversarialTrainer(make_model("ibp-small" if "ibp" in method else "mlp",
+                                            (8, 8, 1), 3), method=method, eps=resolved.eps,
+                                 steps=resolved.steps, step_size=resolved.step_size)
+    # the run records the steps and step size its trainer used (clean: 0 steps)
+    values = {**resolved.resolved["values"], "steps": trainer.steps,
+              "step_size": trainer.step_size}
+    record = {**resolved.to_record(), "resolved": {**resolved.resolved, "values": values}}
+    resumed = ClassifierConfig(method=method).inherit(record)
+    assert (resumed.steps, resumed.step_size) == (trainer.steps, trainer.step_size)
 
 
 def test_the_command_line_reads_the_librarys_table_before_tensorflow():
