@@ -124,7 +124,7 @@ def test_noise_is_drawn_once_from_the_seed_and_reused():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"noise_draws": 0}, re.escape("noise_draws must be an int in [1, 1024], got 0")),
+    ({"noise_draws": 0}, "noise_draws must be an int >= 1, got 0"),
     ({"sigma": 0.0}, "sigma must be a number > 0, got 0"),
     ({"eps": -0.1}, "eps must be a number >= 0, got -0.1"),
 ])

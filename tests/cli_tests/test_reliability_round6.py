@@ -520,6 +520,9 @@ def test_the_command_line_reads_the_librarys_table_before_tensorflow():
 
     assert flags.METHOD_FLAGS == {"--" + k.replace("_", "-"): v for k, v in CONFIG_OPTIONS.items()}
     assert flags.METHOD_FLAGS["--steps"] == ("madry", "trades", "free", "mart", "awp", "smoothadv")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml")) as f:  # installed with the package
+        assert '"method_options.json"' in f.read()
 
 
 # ---------------------------------------------------------------- robust RL bounds
