@@ -119,8 +119,9 @@ def _ours_model(arch: str, width: int, seed: int = 0):
 def _ours_trainer(clf, method: str, jit: bool, steps: int = K, recompute: bool = False):
     from attacks.training import AdversarialTrainer, make_optimizer
 
-    tr = AdversarialTrainer(clf, method=method, eps=EPS, steps=steps, step_size=STEP,
-                            weight_decay=WEIGHT_DECAY, recompute=recompute)
+    crafting = {} if method == "clean" else {"steps": steps, "step_size": STEP}
+    tr = AdversarialTrainer(clf, method=method, eps=EPS, weight_decay=WEIGHT_DECAY,
+                            recompute=recompute, **crafting)
     tr.compile(optimizer=make_optimizer("sgd", LR, momentum=MOMENTUM), jit_compile=jit)
     tr._maybe_build_grad_step()  # what fit() does first
     tr.make_train_function()

@@ -57,8 +57,22 @@ from agents.core.interface import AgentInterface
 from robustgrad.checks import choice, nonnegative, number, positive_int, probability
 from robustgrad.errors import ConfigError
 
-__all__ = ["ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS", "RobustFields", "RobustMethod",
-           "RobustnessPlugin", "register_robust_config", "register_robustness", "robustness_for"]
+__all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
+           "RobustFields", "RobustMethod", "RobustnessPlugin", "register_robust_config",
+           "register_robustness", "robustness_for"]
+
+
+MAX_ROBUST_EPS = 1e3
+"""The largest ``robust_eps``: an L-inf observation radius in standard deviations (with
+``normalize_obs``) or raw units. Published budgets are below 1 in either (SA-PPO on MuJoCo:
+0.05-0.15 normalised; CartPole: 0.01-0.2 raw; Atari: a few 1/255 of a pixel), so 1,000 is far
+above any real budget; 1e9 is a typo that would train against pure noise."""
+
+MAX_ROBUST_KAPPA = 1e3
+"""The largest ``robust_kappa``: the SA regulariser's weight against a policy loss of order 1.
+Published settings are about 0.003-1 (SA-PPO on MuJoCo) and the tuned presets carry 3 and 0.5
+(``agents/presets.json``), so 1,000, where the regulariser already swamps the return, is far
+above any useful weight; 1e12 is a typo."""
 
 
 class RobustnessPlugin:
@@ -301,6 +315,14 @@ class RobustFields:
             choice(self.robust, "robust", tuple(ROBUSTNESS) or ("sa", "adv", "atla", "atla-sa"))
         nonnegative(self.robust_eps, "robust_eps")
         nonnegative(self.robust_kappa, "robust_kappa")
+        for name, most, what in (
+                ("robust_eps", MAX_ROBUST_EPS, "an observation radius (standard deviations "
+                 "with normalize_obs, else raw units); published budgets are below 1"),
+                ("robust_kappa", MAX_ROBUST_KAPPA, "the SA regulariser's weight; published "
+                 "settings are below 10")):
+            if getattr(self, name) > most:
+                raise ConfigError(f"{name} must be a number <= {most:g}, got "
+                                  f"{getattr(self, name)!r}: {what}")
         self.robust_steps = positive_int(self.robust_steps, "robust_steps", maximum=max_steps)
         choice(self.robust_method, "robust_method", ("pgd", "sgld", "convex"))
         probability(self.robust_eps_warmup, "robust_eps_warmup")

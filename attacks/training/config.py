@@ -33,7 +33,9 @@ from typing import Protocol, cast
 from robustgrad import checks
 from robustgrad.errors import ConfigError
 
-from .recipes import SETTING_KEYS, ResolvedSettings
+from .method_options import CONFIG_OPTIONS, check_applicable
+from .recipes import SETTING_KEYS, ResolvedSettings, method_defaults
+from .registry import get_method
 from .run_settings import SavedRun, resolve_run_settings
 
 __all__ = ["CERTIFIED", "METHODS", "RESUME_FREE", "SETTING_FIELDS", "ClassifierConfig",
@@ -189,6 +191,7 @@ class ClassifierConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        self._check_applicable()
         if self.norm not in (None, "linf", "l2"):
             raise ConfigError(f"norm must be linf or l2, got {self.norm!r}")
         if self.norm is None:  # smoothadv attacks the smoothed classifier in L2
@@ -215,6 +218,20 @@ class ClassifierConfig:
         if not isinstance(self.recompute, bool):
             raise ConfigError(f"recompute must be True or False, got {self.recompute!r}")
 
+
+    def _check_applicable(self) -> None:
+        """A method option set (not unset, nor the method's default) for a method that does not
+        read it is refused, naming it (:mod:`attacks.training.method_options`)."""
+        unset = {f.name: f.default for f in dataclasses.fields(self)}
+        method_default = method_defaults(self.method)
+        accepted = {k: [unset[k], method_default.get(k, unset[k])] for k in CONFIG_OPTIONS}
+        # a run records the steps and step size its trainer used (the method's own defaults)
+        impl = get_method(self.method)
+        accepted["steps"].append(impl.default_steps)
+        if isinstance(self.eps, (int, float)) and not isinstance(self.eps, bool):
+            accepted["step_size"].append(impl.default_step_size(float(self.eps),
+                                                                impl.default_steps))
+        check_applicable(self.method, {k: getattr(self, k) for k in CONFIG_OPTIONS}, accepted)
 
     # ---- reading and writing the record
     @classmethod

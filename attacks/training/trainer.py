@@ -31,6 +31,7 @@ ValueError: norm 'l1' is not supported by method 'fast'; use linf or l2
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -45,9 +46,10 @@ from robustgrad import transforms
 from .._validate import MAX_STEPS
 from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
+from .method_options import TRAINER_OPTIONS, check_applicable
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions, split_options
 from .recompute import checkpointed_call
-from .registry import get_method
+from .registry import METHODS, get_method
 
 __all__ = ["AdversarialTrainer"]
 
@@ -60,6 +62,23 @@ def _with_decay(g: tf.Tensor, v: Any, weight_decay: float) -> tf.Tensor:
         return g + tf.cast(weight_decay, g.dtype) * tf.cast(v, g.dtype)
 
 
+def _check_applicable(method: str, eps: float, impl: Any, craft: CraftingOptions,
+                      loss: LossOptions) -> None:
+    """Refuse a non-default option that the built-in ``method`` does not read
+    (:mod:`attacks.training.method_options`): ``ConfigError`` naming it. ``steps`` and
+    ``step_size`` also accept the method's own defaults (what :meth:`AdversarialTrainer.
+    get_config` saves)."""
+    values = {**{f.name: getattr(craft, f.name) for f in dataclasses.fields(craft)},
+              **{f.name: getattr(loss, f.name) for f in dataclasses.fields(loss)}}
+    defaults: dict[str, tuple] = {
+        f.name: (f.default,) for options in (CraftingOptions, LossOptions)
+        for f in dataclasses.fields(options)}
+    defaults["steps"] = (None, impl.default_steps)
+    if craft.step_size is not None and method not in TRAINER_OPTIONS["step_size"]:
+        defaults["step_size"] = (None, impl.default_step_size(eps, impl.default_steps))
+    check_applicable(method, values, defaults, TRAINER_OPTIONS)
+
+
 @keras.saving.register_keras_serializable(package="attacks")
 class AdversarialTrainer(keras.Model):
     """A ``keras.Model`` that trains the wrapped classifier adversarially (see the module doc).
@@ -68,6 +87,11 @@ class AdversarialTrainer(keras.Model):
     field, as the flat keywords below (``AdversarialTrainer(clf, eps=0.1, beta=3.0)`` is
     ``AdversarialTrainer(clf, eps=0.1, loss=LossOptions(beta=3.0))``); the attributes and
     ``get_config`` stay flat.
+
+    An option that the built-in ``method`` does not read (``awp_gamma`` with ``"madry"``,
+    ``steps`` with ``"clean"``, ...: :mod:`attacks.training.method_options`) must keep its
+    default: any other value is a ``ConfigError`` naming it, the method and the methods that
+    read it, as ``train-classifier`` refuses the flag.
 
     Args:
         model: the classifier, a Keras model ``model(x, training) -> logits``.
@@ -163,6 +187,8 @@ class AdversarialTrainer(keras.Model):
                            min_inclusive=False)
         else:
             _checks.number(eps, "eps", minimum=0, min_inclusive=False)
+        if method in METHODS:  # a registered method may read any option
+            _check_applicable(method, eps, impl, craft, groups["loss"])
         steps = impl.default_steps if craft.steps is None else craft.steps
         steps = _checks.positive_int(steps, "steps", minimum=impl.min_steps,
                                      maximum=impl.max_steps)

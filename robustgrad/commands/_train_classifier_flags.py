@@ -13,6 +13,8 @@ built and the values checked before TensorFlow loads.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import re
 
@@ -30,20 +32,25 @@ SCHEDULES = ("constant", "cosine", "cyclic", "piecewise")
 DATA_NAMES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
 ARCH_NAMES = ("cnn", "mlp", "ibp-small", "preactresnet18", "wideresnet", "wrn-28-10", "wrn-34-10")
 STRATEGIES = ("none", "mirrored", "multiworker")
-# flag -> the methods it configures; given with another --method it would do nothing (refused)
-CRAFTING = ("madry", "trades", "fast", "free", "mart", "awp", "smoothadv")  # an attack per batch
-METHOD_FLAGS = {"--awp-gamma": ("awp",), "--sigma": ("smoothadv",),
-                "--noise-draws": ("smoothadv",), "--kappa-final": CERTIFIED,
-                "--beta-final": ("crown-ibp",), "--beta": ("trades", "mart"),
-                "--steps": tuple(m for m in CRAFTING if m != "fast"),  # fast: one FGSM step
-                "--step-size": CRAFTING,
-                # the methods whose loss mixes in the clean loss (attacks.training.methods)
-                "--adv-ratio": ("madry", "fast", "awp", "gaussian"),
-                # free starts at a random point always, trades near x
-                "--no-random-start": ("madry", "fast", "mart", "awp"),
-                # free crafts inside its training-mode update
-                "--craft-training": tuple(m for m in CRAFTING if m != "free"),
-                "--no-guard": ("fast",)}
+
+
+def _method_flags() -> dict[str, tuple[str, ...]]:
+    """flag -> the methods it configures: the library's table
+    (:data:`attacks.training.method_options.CONFIG_OPTIONS`, whose file is read here without
+    importing ``attacks``, which loads TensorFlow), its fields spelt as flags."""
+    spec = importlib.util.find_spec("attacks")  # a top-level package: found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the attacks package is not installed beside robustgrad")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "training",
+                        "method_options.json")
+    with open(path, encoding="utf-8") as f:
+        table = json.load(f)["options"]
+    return {"--" + name.replace("_", "-"): tuple(methods) for name, methods in table.items()}
+
+
+METHOD_FLAGS = _method_flags()
+"""flag -> the methods it configures; given with another ``--method`` it would do nothing
+(refused, as ``AdversarialTrainer`` and ``ClassifierConfig`` refuse the option)."""
 MAX_FREE_REPLAYS = 64
 """``--method free``'s most replays (``--steps``; Shafahi et al. use 2-10): each is unrolled in
 the traced step, so 10**6 would trace for hours."""

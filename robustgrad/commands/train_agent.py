@@ -113,10 +113,10 @@ def _robust_arguments(p: argparse.ArgumentParser) -> None:
                         "(train on attacked observations), atla (ppo, a2c: alternate with a "
                         "learned adversary) or atla-sa (atla plus the SA regulariser)")
     p.add_argument("--eps", type=float, default=None,
-                   help="--robust: L-inf training radius (default 0.1)")
+                   help="--robust: L-inf training radius (default 0.1, at most 1000)")
     p.add_argument("--robust-kappa", type=float, default=None,
                    help="--robust sa: regulariser weight kappa (default: the preset's, "
-                        "3 for ppo on CartPole-v1; else 0.1)")
+                        "3 for ppo on CartPole-v1; else 0.1; at most 1000)")
     p.add_argument("--robust-steps", type=int, default=None,
                    help="--robust: PGD steps of the inner maximisation (default 10)")
     p.add_argument("--robust-method", default=None,

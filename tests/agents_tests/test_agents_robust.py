@@ -193,7 +193,8 @@ def test_bad_robust_config(cls, kwargs, message):
 
 @pytest.mark.parametrize("argv,message", [
     (["--algo", "reinforce", "--robust", "sa"], "--robust: reinforce has no robust variant"),
-    (["--eps", "0.1"], "--eps: needs --robust sa|adv"),
+    (["--eps", "0.1"], "--eps: a robust-training setting, read only with --robust "
+                       "sa|adv|atla|atla-sa|wocar"),
     (["--robust", "sa", "--eps", "-1"], "--eps must be a number >= 0, got -1.0"),
     (["--robust", "sa", "--robust-steps", "0"], "--robust-steps must be an int in [1, 100000], got 0"),
     (["--robust", "adv", "--robust-attack", "rs"], "--robust-attack must be one of"),

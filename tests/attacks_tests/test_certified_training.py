@@ -83,15 +83,15 @@ def test_crown_ibp_mix_and_dynamic_batch(digits):
 @pytest.mark.parametrize("method", ["ibp", "crown-ibp"])
 def test_loss_is_the_definition_and_its_gradient_matches_finite_differences(digits, method):
     model = _mlp()
-    tr = training.AdversarialTrainer(model, method=method, eps=0.1, kappa_final=0.4,
-                                     beta_final=0.2)
+    crown = {"beta_final": 0.2} if method == "crown-ibp" else {}  # ibp reads no beta
+    tr = training.AdversarialTrainer(model, method=method, eps=0.1, kappa_final=0.4, **crown)
     x = tf.constant(digits.x_test[:16])
     y = tf.constant(digits.y_test[:16].astype("int32"))
     impl = get_method(method)
     ctx = tr.step_context()
     eps = tf.constant(0.05)  # half the ramp: kappa = 1 - 0.6 / 2, beta = 1 - 0.8 / 2
     kappa, beta = (float(v) for v in impl.schedule(ctx, eps))
-    assert kappa == pytest.approx(0.7) and beta == pytest.approx(0.6)
+    assert kappa == pytest.approx(0.7) and (method == "ibp" or beta == pytest.approx(0.6))
     loss, worst, clean = impl.certified_loss(ctx, x, y, eps)
     if method == "ibp":
         expected_worst = _expected_worst(model, x.numpy(), y.numpy(), 0.05, "ibp")
@@ -160,8 +160,9 @@ def test_unboundable_model_is_refused_before_training():
 
 def _fit(model, method, digits, epochs, eps=0.1):
     spe = -(-len(digits.x_train) // 64)
-    tr = training.AdversarialTrainer(model, method=method, eps=eps, steps=5, eval_steps=0,
-                                     warmup_steps=(epochs // 2) * spe)
+    steps = {"steps": 5} if method == "madry" else {}  # the others craft no PGD
+    tr = training.AdversarialTrainer(model, method=method, eps=eps, eval_steps=0,
+                                     warmup_steps=(epochs // 2) * spe, **steps)
     tr.compile(optimizer=keras.optimizers.Adam(3e-3))
     h = tr.fit(digits.x_train, digits.y_train, batch_size=64, epochs=epochs, verbose=0)
     return tr, h

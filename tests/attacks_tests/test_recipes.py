@@ -339,7 +339,8 @@ def test_mart_loss_matches_its_definition():
 def _awp_step(gamma, method="awp"):
     keras.utils.set_random_seed(0)
     clf = training.make_model("preactresnet18", (8, 8, 1), 10, width=2)
-    tr = training.AdversarialTrainer(clf, method=method, eps=0.1, steps=1, awp_gamma=gamma)
+    gamma = {"awp_gamma": gamma} if method == "awp" else {}  # madry reads no gamma
+    tr = training.AdversarialTrainer(clf, method=method, eps=0.1, steps=1, **gamma)
     tr.compile(optimizer=keras.optimizers.SGD(0.0))  # lr 0: only the side effects remain
     x = np.random.default_rng(0).uniform(size=(8, 8, 8, 1)).astype("float32")
     y = np.arange(8) % 10

@@ -91,9 +91,10 @@ def test_a_custom_method_trains_and_round_trips_by_name(pairing):
     assert again.method == pairing.name and again.steps == 3
 
 
-def test_context_values_follow_the_warmup():
+def test_context_values_follow_the_warmup(pairing):
+    # a registered method may read every option (a built-in one refuses those it ignores)
     tr = training.AdversarialTrainer(training.make_classifier((8, 8, 1), 10, width=4),
-                                     method="madry", eps=0.2, steps=4, warmup_steps=4,
+                                     method=pairing.name, eps=0.2, steps=4, warmup_steps=4,
                                      beta=2.0, sigma=0.3)
     tr.step_counter.assign(1)                  # step 2 of a 4-step ramp: half the budget
     ctx = tr.step_context()

@@ -397,3 +397,167 @@ def test_momentum_follows_the_recipes_optimizer(recipe, refused):
             config.resolve()
     else:
         assert config.resolve().momentum == 0.8
+
+
+# ---------------------------------------------------------------- options a method ignores
+
+
+def _refusal(keyword, value, uses, method, leave):
+    return (f"{keyword}={value!r}: configures method {uses} only, and method {method!r} "
+            f"ignores it (leave it {leave})")
+
+
+@pytest.mark.parametrize("method, keyword, value, uses, leave", [
+    ("madry", "awp_gamma", 0.05, "awp", "at its default 0.01"),
+    ("madry", "sigma", 0.5, "smoothadv", "at its default 0.25"),
+    ("madry", "noise_draws", 4, "smoothadv", "at its default 1"),
+    ("trades", "kappa_final", 0.3, "ibp|crown-ibp", "at its default 0.5"),
+    ("ibp", "beta_final", 0.5, "crown-ibp", "at its default 0.0"),
+    ("madry", "beta", 3.0, "trades|mart", "at its default 6.0"),
+    ("trades", "adv_ratio", 0.5, "madry|fast|awp|gaussian", "at its default 1.0"),
+    ("clean", "steps", 5, "madry|trades|free|mart|awp|smoothadv", "unset"),
+    ("fast", "steps", 3, "madry|trades|free|mart|awp|smoothadv", "unset"),
+    ("gaussian", "step_size", 0.01, "madry|trades|fast|free|mart|awp|smoothadv", "unset"),
+    ("free", "random_start", False, "madry|fast|mart|awp", "at its default True"),
+    ("free", "craft_training", True, "madry|trades|fast|mart|awp|smoothadv",
+     "at its default False"),
+])
+def test_the_trainer_refuses_an_option_its_method_ignores(method, keyword, value, uses, leave):
+    import keras
+
+    from attacks.training import AdversarialTrainer
+    from robustgrad.errors import ConfigError
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ConfigError, match=re.escape(_refusal(keyword, value, uses, method,
+                                                             leave))):
+        AdversarialTrainer(model, method=method, **{keyword: value})
+
+
+@pytest.mark.parametrize("method", ["madry", "trades", "fast", "free", "mart", "awp", "ibp",
+                                    "crown-ibp", "clean", "gaussian", "smoothadv"])
+def test_every_method_takes_the_defaults_its_own_options_and_its_saved_config(method):
+    from attacks.training import AdversarialTrainer, make_model
+    from attacks.training.method_options import TRAINER_OPTIONS
+
+    model = make_model("ibp-small" if "ibp" in method else "mlp", (8, 8, 1), 3)
+    own = {"awp_gamma": 0.02, "sigma": 0.5, "noise_draws": 3, "kappa_final": 0.3,
+           "beta_final": 0.5, "beta": 3.0, "adv_ratio": 0.5, "steps": 2, "step_size": 0.01,
+           "random_start": False, "craft_training": True}
+    mine = {k: v for k, v in own.items() if method in TRAINER_OPTIONS[k]}
+    defaults = {"awp_gamma": 0.01, "sigma": 0.25, "noise_draws": 1, "kappa_final": 0.5,
+                "beta_final": 0.0, "beta": 6.0, "adv_ratio": 1.0, "random_start": True,
+                "craft_training": False}
+    given = {**{k: v for k, v in defaults.items() if k not in mine}, **mine}
+    trainer = AdversarialTrainer(model, method=method, **given)
+    for key, value in mine.items():
+        assert getattr(trainer, key) == value, key
+    again = AdversarialTrainer.from_config(trainer.get_config())  # steps, step_size resolved
+    assert (again.steps, again.step_size) == (trainer.steps, trainer.step_size)
+
+
+def test_a_registered_method_may_read_any_option():
+    import keras
+
+    from attacks.training import AdversarialTrainer, register_method, unregister_method
+    from attacks.training.methods import Madry
+
+    class Weighted(Madry):
+        name = "weighted-madry"
+
+    register_method(Weighted())
+    try:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        trainer = AdversarialTrainer(model, method="weighted-madry", awp_gamma=0.05, beta=2.0)
+        assert (trainer.awp_gamma, trainer.beta) == (0.05, 2.0)
+    finally:
+        unregister_method("weighted-madry")
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(method="madry", awp_gamma=0.05), _refusal("awp_gamma", 0.05, "awp", "madry", "unset")),
+    (dict(method="fast", steps=2),
+     _refusal("steps", 2, "madry|trades|free|mart|awp|smoothadv", "fast", "unset")),
+    (dict(method="clean", no_random_start=True),
+     _refusal("no_random_start", True, "madry|fast|mart|awp", "clean", "at its default False")),
+    (dict(method="madry", no_guard=True),
+     _refusal("no_guard", True, "fast", "madry", "at its default False")),
+])
+def test_the_classifier_config_refuses_an_option_its_method_ignores(fields, message):
+    from attacks.training import ClassifierConfig
+    from robustgrad.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ClassifierConfig(**fields)
+
+
+@pytest.mark.parametrize("method", ["madry", "trades", "fast", "free", "mart", "awp", "ibp",
+                                    "crown-ibp", "clean", "gaussian", "smoothadv"])
+def test_a_resolved_or_resumed_config_keeps_the_methods_defaults(method):
+    from attacks.training import AdversarialTrainer, ClassifierConfig, make_model
+
+    resolved = ClassifierConfig(method=method).resolve()  # every option: the method's default
+    assert resolved.awp_gamma == 0.01 and resolved.kappa_final == 0.5
+    trainer = AdversarialTrainer(make_model("ibp-small" if "ibp" in method else "mlp",
+                                            (8, 8, 1), 3), method=method, eps=resolved.eps,
+                                 steps=resolved.steps, step_size=resolved.step_size)
+    # the run records the steps and step size its trainer used (clean: 0 steps)
+    values = {**resolved.resolved["values"], "steps": trainer.steps,
+              "step_size": trainer.step_size}
+    record = {**resolved.to_record(), "resolved": {**resolved.resolved, "values": values}}
+    resumed = ClassifierConfig(method=method).inherit(record)
+    assert (resumed.steps, resumed.step_size) == (trainer.steps, trainer.step_size)
+
+
+def test_the_command_line_reads_the_librarys_table_before_tensorflow():
+    code = ("import sys; from robustgrad.commands import _train_classifier_flags as f; "
+            "print('tensorflow' in sys.modules, 'attacks' in sys.modules)")
+    done = subprocess.run(cli_command()[:1] + ["-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+    assert done.stdout.split() == ["False", "False"], done.stderr[-2000:]
+    from attacks.training.method_options import CONFIG_OPTIONS
+    from robustgrad.commands import _train_classifier_flags as flags
+
+    assert flags.METHOD_FLAGS == {"--" + k.replace("_", "-"): v for k, v in CONFIG_OPTIONS.items()}
+    assert flags.METHOD_FLAGS["--steps"] == ("madry", "trades", "free", "mart", "awp", "smoothadv")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml")) as f:  # installed with the package
+        assert '"method_options.json"' in f.read()
+
+
+# ---------------------------------------------------------------- robust RL bounds
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(robust="sa", robust_kappa=1e12),
+     "robust_kappa must be a number <= 1000, got 1000000000000.0: the SA regulariser's weight; "
+     "published settings are below 10"),
+    (dict(robust="adv", robust_eps=1e9),
+     "robust_eps must be a number <= 1000, got 1000000000.0: an observation radius (standard "
+     "deviations with normalize_obs, else raw units); published budgets are below 1"),
+])
+def test_robust_eps_and_kappa_are_bounded_in_the_python_api(fields, message):
+    from agents import A2CConfig, DQNConfig, PPOConfig
+    from robustgrad.errors import ConfigError
+
+    for config in (PPOConfig, A2CConfig, DQNConfig):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config(**fields)
+    at_bound = PPOConfig(robust="sa", robust_eps=1e3, robust_kappa=1e3)
+    assert (at_bound.robust_eps, at_bound.robust_kappa) == (1e3, 1e3)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--robust", "sa", "--robust-kappa", "1e12"],
+     "--robust-kappa must be a number <= 1000, got 1000000000000.0: the SA regulariser's "
+     "weight; published settings are below 10"),
+    (["--robust", "adv", "--eps", "1e9"],
+     "--eps must be a number <= 1000, got 1000000000.0: an observation radius (standard "
+     "deviations with normalize_obs, else raw units); published budgets are below 1"),
+])
+def test_train_agent_names_the_robust_flag_over_its_bound(tmp_path, capsys, argv, message):
+    out = tmp_path / "a"
+    assert cli.main(["train-agent", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "1000",
+                     "--out", str(out), *argv]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
+    assert not out.exists()
