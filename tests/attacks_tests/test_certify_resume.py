@@ -93,14 +93,14 @@ def test_resume_with_other_settings_or_damaged_files_is_refused_by_name(mlp, tmp
             (dict(eps=(0.01,)), r"eps: recorded \[0.01, 0.03\], now \[0.01\]"),
             (dict(method="ibp"), "method: recorded 'crown', now 'ibp'"),
             (dict(norm="l2"), "norm: recorded 'linf', now 'l2'"),
-            (dict(limit=60), "data: recorded .*n: recorded 90, now 60"),
+            (dict(limit=60), "data: other examples than the recorded run.s .*n: recorded 90, now 60"),
             (dict(clip_max=2.0), "clip_max: recorded 1.0, now 2.0"),
             (dict(chunk_size=45), "chunk_size: recorded 30, now 45")]:
         with pytest.raises(ConfigError, match=message):
             certify_run(CertifyConfig(**dict(BOUNDS, **change)), run, model=mlp, verbose=0,
                         resume=True)
     other = keras.models.clone_model(mlp)  # the same architecture, other weights
-    with pytest.raises(ConfigError, match="model: recorded"):
+    with pytest.raises(ConfigError, match="model: other weights than the recorded run.s"):
         certify_run(CertifyConfig(**BOUNDS), run, model=other, verbose=0, resume=True)
     (run / "results" / "certified-crown-000001.npz").write_bytes(b"not an archive")
     with pytest.raises(ConfigError, match=r"certified-crown-000001.npz is not a readable "

@@ -103,11 +103,11 @@ def test_different_settings_and_damaged_files_are_named(mlp, tmp_path):
                          results_dir=d)
     with pytest.raises(ValueError, match="chunk_size: recorded 30, now 45"):
         attacks.evaluate(model, x, y, **SETTINGS, chunk_size=45, results_dir=d)
-    with pytest.raises(ValueError, match="data: recorded"):
+    with pytest.raises(ValueError, match="data: other examples than the recorded run.s"):
         attacks.evaluate(model, x[::-1].copy(), y[::-1].copy(), **SETTINGS, chunk_size=30,
                          results_dir=d)
     other = tf.keras.models.clone_model(model)  # same architecture, other weights
-    with pytest.raises(ValueError, match="model: recorded"):
+    with pytest.raises(ValueError, match="model: other weights than the recorded run.s"):
         attacks.evaluate(other, x, y, **SETTINGS, chunk_size=30, results_dir=d)
     (d / "chunk-000001.npz").write_bytes(b"not an archive")
     with pytest.raises(ValueError, match=r"chunk-000001.npz is not a readable chunk .*not an "
