@@ -120,7 +120,8 @@ def test_robust_method_config():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--robust-method", "sgld"], "--robust-method: a robust-training setting, read only with --robust sa|atla-sa|wocar"),
+    (["--robust-method", "sgld"],
+     "--robust-method: a robust-training setting, read only with --robust sa|atla-sa|wocar"),
     (["--robust", "sa", "--robust-method", "langevin"], "--robust-method must be one of"),
 ])
 def test_cli_robust_method_refused_before_any_work(tmp_path, capsys, argv, message):
