@@ -355,7 +355,8 @@ class RobustFields:
             return
         number(self.robust_eps, "robust_eps", minimum=0, min_inclusive=False)
         if self.wocar_weight is not None:
-            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0)
+            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0,
+                                       maximum=MAX_ROBUST_KAPPA)  # a loss weight, as kappa
         if self.wocar_bound is not None:
             choice(self.wocar_bound, "wocar_bound", WOCAR_BOUNDS)
         if self.robust_method not in self._WOCAR_SEARCHES:

@@ -252,3 +252,74 @@ def test_an_interrupt_a_library_dropped_is_still_the_stop(tmp_path, capsys, monk
     # the next command in this process starts with no signal: its own error is its own
     assert cli.main(["evaluate", "--model", str(tmp_path / "missing.keras")]) == 2
     assert "interrupted" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- round seven's probe
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "trades", "--beta", "1e12"],
+     "--beta must be a number in [0, 1000], got 1000000000000.0"),
+    (["--method", "trades", "--beta", "-1"], "--beta must be a number in [0, 1000], got -1.0"),
+    (["--method", "awp", "--awp-gamma", "5"], "--awp-gamma must be a number in [0, 1], got 5.0"),
+    (["--weight-decay", "1e9"], "--weight-decay must be a number in [0, 1], got 1000000000.0"),
+])
+def test_classifier_loss_weights_are_bounded_before_work(tmp_path, capsys, argv, message):
+    """`--method trades --beta 1e12` trained for minutes (round seven's probe)."""
+    out = tmp_path / "c"
+    assert cli.main(["train-classifier", "--epochs", "1", "--out", str(out), *argv]) == 2
+    assert _one_line(capsys) == f"robustgrad: error: {message}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(method="trades", beta=1e12), "beta must be a number in [0, 1000], got 1000000000000.0"),
+    (dict(method="awp", awp_gamma=5.0), "awp_gamma must be a number in [0, 1], got 5.0"),
+    (dict(method="madry", weight_decay=1e9),
+     "weight_decay must be a number in [0, 1], got 1000000000.0"),
+])
+def test_classifier_loss_weights_are_bounded_in_the_python_api(fields, message):
+    from attacks.training import ClassifierConfig, LossOptions, UpdateOptions
+    from robustgrad.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ClassifierConfig(**fields)
+    options = {k: v for k, v in fields.items() if k != "method"}
+    kind = UpdateOptions if "weight_decay" in options else LossOptions
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        kind(**options)
+    assert LossOptions(beta=1e3, awp_gamma=1.0).beta == 1e3  # at the bounds
+
+
+def test_wocar_weight_is_bounded_like_kappa(tmp_path, capsys):
+    """`--robust wocar --set wocar_weight=1e12` was accepted for PPO (DQN's is in [0, 1])."""
+    from agents import PPOConfig
+    from robustgrad.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(
+            "wocar_weight must be a number in [0, 1000], got 1000000000000.0")):
+        PPOConfig(robust="wocar", robust_eps=0.1, wocar_weight=1e12)
+    assert PPOConfig(robust="wocar", robust_eps=0.1, wocar_weight=1e3).wocar_weight == 1e3
+    out = tmp_path / "a"
+    assert cli.main(["train-agent", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "1000",
+                     "--out", str(out), "--robust", "wocar", "--eps", "0.1", "--set",
+                     "wocar_weight=1e12"]) == 2
+    assert _one_line(capsys) == ("robustgrad: error: --set wocar_weight must be a number in "
+                                 "[0, 1000], got 1000000000000.0")
+    assert not out.exists()
+
+
+def test_every_seed_of_a_seeds_run_is_bounded_like_seed(tmp_path, capsys):
+    """`--seeds 18446744073709551616` trained while `--seed` refused the same number."""
+    from robustgrad.commands._train_seeds import parse_seeds
+
+    with pytest.raises(ValueError, match=re.escape(
+            "--seeds: each seed must be at most 4294967295 (as --seed), got 4294967296")):
+        parse_seeds("0,4294967290-4294967296")
+    assert parse_seeds("4294967295") == [4294967295]
+    out = tmp_path / "a"
+    assert cli.main(["train-agent", "--algo", "ppo", "--env", "CartPole-v1", "--steps", "1000",
+                     "--out", str(out), "--seeds", "18446744073709551616"]) == 2
+    assert _one_line(capsys) == ("robustgrad: error: --seeds: each seed must be at most "
+                                 "4294967295 (as --seed), got 18446744073709551616")
+    assert not out.exists()
