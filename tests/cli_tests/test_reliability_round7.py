@@ -201,6 +201,7 @@ def test_sigterm_while_tensorflow_loads_stops_in_one_line(tmp_path, capsys, monk
     assert _one_line(capsys) == (
         f"robustgrad: interrupted: SIGTERM received; --out {out} holds nothing to resume (every "
         "file there is whole: each write is atomic); run the command again")
+    assert not os.path.exists(out)  # as it was: the run lock went with the run
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
