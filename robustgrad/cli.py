@@ -42,6 +42,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 from robustgrad.errors import ConfigError
@@ -287,11 +288,58 @@ def _signals_as_interrupt() -> Iterator[None]:
         if signal.getsignal(signum) is default:  # else a caller (a test, an embedding
             installed[signum] = default          # program) chose its own handling
             signal.signal(signum, handler)
+    redeliver = _Redeliver(sys.unraisablehook) if installed else None
+    if redeliver is not None:
+        sys.unraisablehook = redeliver
     try:
         yield
     finally:
+        if redeliver is not None:
+            redeliver.close()
+            sys.unraisablehook = redeliver.previous
         for signum, default in installed.items():
             signal.signal(signum, default)
+
+
+class _Redeliver:
+    """``sys.unraisablehook`` while a command runs: the ``KeyboardInterrupt`` of a stop signal
+    that landed in a finaliser (a ``__del__``, a weakref callback: TensorFlow runs many while it
+    loads and traces) is not lost there -- Python would print "Exception ignored in ..." and
+    the run would go on to its end -- but raised again in the main thread from a helper thread
+    (``PyThreadState_SetAsyncExc``), at its next bytecode outside the finaliser. Any other
+    unraisable exception goes to the previous hook. After :meth:`close` nothing is raised."""
+
+    def __init__(self, previous):
+        self.previous = previous
+        self._lock = threading.Lock()
+        self._open = True
+        self._main = threading.main_thread().ident or 0
+
+    def __call__(self, unraisable) -> None:
+        if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _RECEIVED):
+            self.previous(unraisable)
+            return
+        returned = threading.Event()
+        threading.Thread(target=self._raise, args=(returned,), daemon=True).start()
+        returned.set()  # the last line: the raise must land after this hook, not in it
+
+    def _raise(self, returned: threading.Event) -> None:
+        import ctypes
+
+        returned.wait()
+        time.sleep(0.005)  # the hook's return
+        with self._lock:
+            if self._open:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main),
+                                                           ctypes.py_object(KeyboardInterrupt))
+
+    def close(self) -> None:
+        """Raise nothing more (and drop a raise not yet delivered)."""
+        import ctypes
+
+        with self._lock:
+            self._open = False
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), None)
 
 
 def _stop_of(exc: BaseException) -> KeyboardInterrupt | None:
@@ -381,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
 def _interrupted(exc: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> int:
     """The one line of a stopped command (what it left in ``--out``, how to go on); 130."""
     detail = " ".join(str(exc).split())
+    if not detail and _RECEIVED and _RECEIVED[0] != "SIGINT":  # raised again (_Redeliver)
+        detail = f"{_RECEIVED[0]} received"
     if getattr(exc, "checkpoint", None) and hasattr(args, "resume"):
         # a training command stopped at a safe point: say how to continue it
         again = argv if "--resume" in argv else [*argv, "--resume"]

@@ -324,3 +324,43 @@ def test_every_seed_of_a_seeds_run_is_bounded_like_seed(tmp_path, capsys):
     assert _one_line(capsys) == ("robustgrad: error: --seeds: each seed must be at most "
                                  "4294967295 (as --seed), got 18446744073709551616")
     assert not out.exists()
+
+
+def test_an_interrupt_that_lands_in_a_finaliser_still_stops_the_run(tmp_path, capsys,
+                                                                    monkeypatch):
+    """A signal that arrives while a ``__del__`` runs (TensorFlow runs many while it loads and
+    traces) raised KeyboardInterrupt there; Python prints "Exception ignored" and goes on, so
+    the run went to its end and the stop was lost (test_run_lock's SIGINT, once, under load)."""
+    import gc
+    import os
+    import signal
+    import time
+
+    from attacks import evaluation_run
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("this process handles SIGTERM itself")
+    finished = []
+
+    class Finaliser:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs here, inside the finaliser
+                pass
+
+    def work(*args, **kwargs):
+        Finaliser()
+        gc.collect()
+        deadline = time.time() + 20
+        while time.time() < deadline:  # the rest of the run: the stop arrives here
+            time.sleep(0.01)
+        finished.append(True)
+        raise AssertionError("the run was not stopped")
+
+    monkeypatch.setattr(evaluation_run, "evaluate", work)
+    out = str(tmp_path / "e")
+    assert cli.main([*_commands(tmp_path)["evaluate"], "--out", out]) == cli.EXIT_INTERRUPTED
+    assert not finished
+    assert _one_line(capsys) == (
+        f"robustgrad: interrupted: SIGTERM received; --out {out} holds nothing to resume (every "
+        "file there is whole: each write is atomic); run the command again")
