@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import importlib
 import os
@@ -303,9 +304,10 @@ def _signals_as_interrupt() -> Iterator[None]:
 
 class _Redeliver:
     """``sys.unraisablehook`` while a command runs: the ``KeyboardInterrupt`` of a stop signal
-    that landed in a finaliser (a ``__del__``, a weakref callback: TensorFlow runs many while it
-    loads and traces) is not lost there -- Python would print "Exception ignored in ..." and
-    the run would go on to its end -- but raised again in the main thread from a helper thread
+    (this module's handlers, or a training loop's second signal) that landed in a finaliser (a
+    ``__del__``, a weakref callback: TensorFlow runs many while it loads and traces) is not
+    lost there -- Python would print "Exception ignored in ..." and the run would go on to its
+    end -- but raised again in the main thread from a helper thread
     (``PyThreadState_SetAsyncExc``), at its next bytecode outside the finaliser. Any other
     unraisable exception goes to the previous hook. After :meth:`close` nothing is raised."""
 
@@ -316,7 +318,7 @@ class _Redeliver:
         self._main = threading.main_thread().ident or 0
 
     def __call__(self, unraisable) -> None:
-        if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _RECEIVED):
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):  # a signal's: none else
             self.previous(unraisable)
             return
         returned = threading.Event()
@@ -324,8 +326,6 @@ class _Redeliver:
         returned.set()  # the last line: the raise must land after this hook, not in it
 
     def _raise(self, returned: threading.Event) -> None:
-        import ctypes
-
         returned.wait()
         time.sleep(0.005)  # the hook's return
         with self._lock:
@@ -335,8 +335,6 @@ class _Redeliver:
 
     def close(self) -> None:
         """Raise nothing more (and drop a raise not yet delivered)."""
-        import ctypes
-
         with self._lock:
             self._open = False
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), None)
