@@ -330,7 +330,7 @@ def test_an_interrupt_that_lands_in_a_finaliser_still_stops_the_run(tmp_path, ca
                                                                     monkeypatch):
     """A signal that arrives while a ``__del__`` runs (TensorFlow runs many while it loads and
     traces) raised KeyboardInterrupt there; Python prints "Exception ignored" and goes on, so
-    the run went to its end and the stop was lost (test_run_lock's SIGINT, once, under load)."""
+    the run went to its end and the stop was lost."""
     import gc
     import os
     import signal
