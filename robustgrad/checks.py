@@ -40,7 +40,10 @@ from robustgrad.errors import ConfigError
 
 __all__ = [
     "ArgumentTypeError",
+    "MAX_AWP_GAMMA",
     "MAX_LEARNING_RATE",
+    "MAX_LOSS_WEIGHT",
+    "MAX_WEIGHT_DECAY",
     "NORMS",
     "choice",
     "leaf_names",
@@ -57,6 +60,21 @@ MAX_LEARNING_RATE = 10.0
 """The largest learning rate a run accepts (``train-classifier --lr``, ``train-agent --lr``,
 ``ClassifierConfig.lr``, ``AgentConfig.learning_rate``): 10,000x Adam's usual 1e-3 and 100x the
 largest SGD rate of a published recipe; beyond it the first steps overflow to NaN."""
+
+MAX_LOSS_WEIGHT = 1e3
+"""The largest weight of TRADES' and MART's KL term (``beta``; ``train-classifier --beta``):
+published settings are 1-6 against a cross-entropy of order 1, so 1,000, where the KL term
+already swamps the loss, refuses only typos (as ``agents``' ``MAX_ROBUST_KAPPA``)."""
+
+MAX_AWP_GAMMA = 1.0
+"""The largest AWP weight perturbation (``awp_gamma``, relative to each layer's weights;
+``train-classifier --awp-gamma``): published 0.005-0.01; at 1 the perturbation is as large as
+the weights themselves."""
+
+MAX_WEIGHT_DECAY = 1.0
+"""The largest coupled weight decay (``weight_decay``, added to the gradient;
+``train-classifier --weight-decay``): published recipes use 1e-4 to 5e-4; at 1 the decay term is
+the weights themselves."""
 
 
 class ArgumentTypeError(TypeError, ConfigError):

@@ -14,9 +14,12 @@ Errors: a :class:`robustgrad.errors.ConfigError` raised by a command or the libr
 missing or unreadable file, an output directory that would be overwritten, a resumed run whose
 configuration changed -- and prints one line ``robustgrad: error: ...`` with exit status 2,
 without a traceback (``ROBUSTGRAD_DEBUG=1`` shows it). Any other exception, a plain
-``ValueError`` among them, is an internal error and keeps its traceback. Ctrl-C ends with status
-130; a training command stopped at a safe point (:class:`robustgrad.interrupts.TrainingInterrupted`)
-also prints the checkpoint it wrote and the command that resumes it.
+``ValueError`` among them, is an internal error and keeps its traceback. Ctrl-C or SIGTERM, at any
+moment after the checks (loading, tracing, the work), ends with status 130 and one line saying what
+``--out`` holds and how to go on, even when a library's clean-up raised its own error over the
+interrupt; a training command stopped at a safe point
+(:class:`robustgrad.interrupts.TrainingInterrupted`) also prints the checkpoint it wrote and the
+command that resumes it.
 
 TensorFlow's native start-up lines are hidden unless ``-v``/``--verbose`` is given (see
 :mod:`robustgrad.commands._startup`).
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import errno
 import importlib
 import os
@@ -39,6 +43,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 from robustgrad.errors import ConfigError
@@ -252,25 +257,107 @@ def _command_name(argv: list[str]) -> str | None:
     return None
 
 
+_RECEIVED: list[str] = []
+"""The stop signals (``"SIGINT"``, ``"SIGTERM"``) received while the current command ran."""
+
+
 def _terminate(signum, frame):
     """SIGTERM outside a training loop's safe points: stop as Ctrl-C does (a batch system's
     stop request would otherwise end the process in silence, status -15)."""
+    _RECEIVED.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
+def _ctrl_c(signum, frame):
+    """SIGINT: Python's own ``KeyboardInterrupt``, the signal recorded (see :func:`_stop_of`)."""
+    _RECEIVED.append("SIGINT")
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises ``KeyboardInterrupt`` while the command runs (a training loop's
-    :func:`robustgrad.interrupts.deferred_interrupts` still defers both to its safe points)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield  # a caller (a test, an embedding program) chose its own handling
+def _signals_as_interrupt() -> Iterator[None]:
+    """While the command runs (from the end of its checks: loading TensorFlow, the data and the
+    model, tracing, the work), SIGTERM raises ``KeyboardInterrupt`` as SIGINT does, and both
+    are recorded in ``_RECEIVED``. A training loop's
+    :func:`robustgrad.interrupts.deferred_interrupts` still defers both to its safe points."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python installs signal handlers in the main thread only
         return
-    signal.signal(signal.SIGTERM, _terminate)
+    installed = {}
+    for signum, handler, default in ((signal.SIGTERM, _terminate, signal.SIG_DFL),
+                                     (signal.SIGINT, _ctrl_c, signal.default_int_handler)):
+        if signal.getsignal(signum) is default:  # else a caller (a test, an embedding
+            installed[signum] = default          # program) chose its own handling
+            signal.signal(signum, handler)
+    redeliver = _Redeliver(sys.unraisablehook) if installed else None
+    if redeliver is not None:
+        sys.unraisablehook = redeliver
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if redeliver is not None:
+            redeliver.close()
+            sys.unraisablehook = redeliver.previous
+        for signum, default in installed.items():
+            signal.signal(signum, default)
+
+
+class _Redeliver:
+    """``sys.unraisablehook`` while a command runs: the ``KeyboardInterrupt`` of a stop signal
+    (this module's handlers, or a training loop's second signal) that landed in a finaliser (a
+    ``__del__``, a weakref callback: TensorFlow runs many while it loads and traces) is not
+    lost there -- Python would print "Exception ignored in ..." and the run would go on to its
+    end -- but raised again in the main thread from a helper thread
+    (``PyThreadState_SetAsyncExc``), at its next bytecode outside the finaliser. Any other
+    unraisable exception goes to the previous hook. After :meth:`close` nothing is raised."""
+
+    def __init__(self, previous):
+        self.previous = previous
+        self._lock = threading.Lock()
+        self._open = True
+        self._main = threading.main_thread().ident or 0
+
+    def __call__(self, unraisable) -> None:
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt):  # a signal's: none else
+            self.previous(unraisable)
+            return
+        returned = threading.Event()
+        threading.Thread(target=self._raise, args=(returned,), daemon=True).start()
+        returned.set()  # the last line: the raise must land after this hook, not in it
+
+    def _raise(self, returned: threading.Event) -> None:
+        returned.wait()
+        time.sleep(0.005)  # the hook's return
+        with self._lock:
+            if self._open:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main),
+                                                           ctypes.py_object(KeyboardInterrupt))
+
+    def close(self) -> None:
+        """Raise nothing more (and drop a raise not yet delivered)."""
+        with self._lock:
+            self._open = False
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), None)
+
+
+def _stop_of(exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop request behind ``exc``, an exception the command ended with: a
+    ``KeyboardInterrupt`` in its chain of causes and contexts, or one made from a stop signal
+    received while the command ran; None when neither.
+
+    A signal raises ``KeyboardInterrupt`` at whatever Python line runs when it arrives; inside
+    a library's clean-up (TensorFlow's graph stack while it traces a ``tf.function``, a ``with``
+    block's exit) the clean-up can fail in turn and end the command with its own exception, the
+    interrupt only its context, or none at all when the library dropped it. Either way the run
+    was stopped on request, and says so on one line."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    if _RECEIVED:
+        return KeyboardInterrupt(f"{_RECEIVED[0]} received" if _RECEIVED[0] != "SIGINT" else "")
+    return None
 
 
 def _left_behind(args: argparse.Namespace, argv: list[str]) -> str:
@@ -302,43 +389,54 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.show_native_log:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    del _RECEIVED[:]  # an earlier command's signal (main called again in one process) is not ours
     try:
         lock = _run_lock(args)
         if lock is not None:  # a live run in --out: say so before any other check
             _locked(lock.check)
         if args._validate is not None:
             args._validate(args)
-        if lock is not None:
-            _locked(lock.acquire)
-            if lock.took_over:
-                print(f"robustgrad: {lock.took_over}", file=sys.stderr)
-        try:
-            from robustgrad.commands._startup import import_tensorflow
-
-            import_tensorflow(verbose=args.show_native_log)
-            if args.threads is not None:
-                set_threads(args.threads)
-            with _sigterm_as_interrupt():
-                return int(args._run(args) or 0)
-        finally:
+        with _signals_as_interrupt():  # from here on a stop request ends in one line
             if lock is not None:
-                lock.release()
+                _locked(lock.acquire)
+                if lock.took_over:
+                    print(f"robustgrad: {lock.took_over}", file=sys.stderr)
+            try:
+                from robustgrad.commands._startup import import_tensorflow
+
+                import_tensorflow(verbose=args.show_native_log)
+                if args.threads is not None:
+                    set_threads(args.threads)
+                return int(args._run(args) or 0)
+            finally:
+                if lock is not None:
+                    lock.release()
     except Exception as exc:
+        stop = _stop_of(exc)
+        if stop is not None and not os.environ.get("ROBUSTGRAD_DEBUG"):
+            return _interrupted(stop, args, argv)
         if disk_full(exc) and not os.environ.get("ROBUSTGRAD_DEBUG"):
             return _error(disk_full_message(exc, args))
         if not is_user_error(exc) or os.environ.get("ROBUSTGRAD_DEBUG"):
             raise
         return _error(exc)
     except KeyboardInterrupt as exc:
-        detail = " ".join(str(exc).split())
-        if getattr(exc, "checkpoint", None) and hasattr(args, "resume"):
-            # a training command stopped at a safe point: say how to continue it
-            again = argv if "--resume" in argv else [*argv, "--resume"]
-            detail += f"; resume with: robustgrad {shlex.join(again)}"
-        elif _left_behind(args, argv):
-            detail += ("; " if detail else "") + _left_behind(args, argv)
-        print(f"robustgrad: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(exc, args, argv)
+
+
+def _interrupted(exc: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> int:
+    """The one line of a stopped command (what it left in ``--out``, how to go on); 130."""
+    detail = " ".join(str(exc).split())
+    if not detail and _RECEIVED and _RECEIVED[0] != "SIGINT":  # raised again (_Redeliver)
+        detail = f"{_RECEIVED[0]} received"
+    if getattr(exc, "checkpoint", None) and hasattr(args, "resume"):
+        # a training command stopped at a safe point: say how to continue it
+        again = argv if "--resume" in argv else [*argv, "--resume"]
+        detail += f"; resume with: robustgrad {shlex.join(again)}"
+    elif _left_behind(args, argv):
+        detail += ("; " if detail else "") + _left_behind(args, argv)
+    print(f"robustgrad: interrupted{': ' + detail if detail else ''}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -284,7 +284,8 @@ class RobustFields:
     ``None`` trains the adversary at the agent's radius (the schedule's eps, rising from 0); a
     radius >= ``robust_eps`` (same units) trains it at a radius shrinking linearly from this one
     to ``robust_eps`` over ``robust_eps_warmup`` of the budget, while the agent meets its
-    perturbations at the schedule's eps (:func:`agents.robustness.atla.adversary_radius`)."""
+    perturbations at the schedule's eps (:func:`agents.robustness.atla.adversary_radius`). At
+    most :data:`MAX_ROBUST_EPS`."""
     robust_attack: str = "action"
     """The attack of ``robust="adv"`` (``"random"``, ``"action"``, ``"mad"`` or ``"critic"``;
     see :mod:`agents.robustness.observation_attacks`). The default, PGD away from the greedy action, is the
@@ -332,6 +333,11 @@ class RobustFields:
                                  f"learned adversary's curriculum), got robust={self.robust!r}")
             self.atla_start_radius = number(self.atla_start_radius, "atla_start_radius",
                                             minimum=self.robust_eps)
+            if self.atla_start_radius > MAX_ROBUST_EPS:
+                raise ConfigError(f"atla_start_radius must be a number <= {MAX_ROBUST_EPS:g}, "
+                                  f"got {self.atla_start_radius!r}: the learned adversary's "
+                                  f"first radius, in the units of robust_eps (standard "
+                                  f"deviations with normalize_obs, else raw units)")
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
         self._check_wocar()
 
@@ -349,7 +355,8 @@ class RobustFields:
             return
         number(self.robust_eps, "robust_eps", minimum=0, min_inclusive=False)
         if self.wocar_weight is not None:
-            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0)
+            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0,
+                                       maximum=MAX_ROBUST_KAPPA)  # a loss weight, as kappa
         if self.wocar_bound is not None:
             choice(self.wocar_bound, "wocar_bound", WOCAR_BOUNDS)
         if self.robust_method not in self._WOCAR_SEARCHES:

@@ -214,6 +214,12 @@ class ClassifierConfig:
         checks.positive_int(self.grad_accum, "grad_accum")
         checks.probability(self.adv_ratio, "adv_ratio")
         checks.nonnegative(self.max_grad_norm, "max_grad_norm")
+        checks.number(self.beta, "beta", minimum=0, maximum=checks.MAX_LOSS_WEIGHT,
+                      allow_none=True)
+        checks.number(self.awp_gamma, "awp_gamma", minimum=0, maximum=checks.MAX_AWP_GAMMA,
+                      allow_none=True)
+        checks.number(self.weight_decay, "weight_decay", minimum=0,
+                      maximum=checks.MAX_WEIGHT_DECAY, allow_none=True)
         checks.positive_int(self.limit, "limit", minimum=2, allow_none=True)
         if not isinstance(self.recompute, bool):
             raise ConfigError(f"recompute must be True or False, got {self.recompute!r}")

@@ -81,11 +81,10 @@ class LossOptions:
     noise_draws: int = 1
 
     def __post_init__(self) -> None:
-        _checks.number(self.beta, "beta")
+        _checks.number(self.beta, "beta", minimum=0, maximum=_checks.MAX_LOSS_WEIGHT)
         _checks.number(self.adv_ratio, "adv_ratio")
-        _checks.nonnegative(self.beta, "beta")
         _checks.probability(self.adv_ratio, "adv_ratio")
-        _checks.number(self.awp_gamma, "awp_gamma", minimum=0)
+        _checks.number(self.awp_gamma, "awp_gamma", minimum=0, maximum=_checks.MAX_AWP_GAMMA)
         _checks.probability(self.kappa_final, "kappa_final")
         _checks.probability(self.beta_final, "beta_final")
         _checks.number(self.sigma, "sigma", minimum=0, min_inclusive=False)
@@ -110,7 +109,8 @@ class UpdateOptions:
     def __post_init__(self) -> None:
         _checks.number(self.max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
                        allow_none=True)
-        _checks.number(self.weight_decay, "weight_decay", minimum=0)
+        _checks.number(self.weight_decay, "weight_decay", minimum=0,
+                       maximum=_checks.MAX_WEIGHT_DECAY)
         object.__setattr__(self, "max_nonfinite_steps", _checks.positive_int(
             self.max_nonfinite_steps, "max_nonfinite_steps", minimum=0))
         if not isinstance(self.recompute, bool):

@@ -107,7 +107,12 @@ class BoundedModel:
     def _call(self, lower, upper, spec, ball, method, options):
         """The compiled propagation, its concrete function looked up by shapes and options
         (a third less per call than the polymorphic function's dispatch: IBP on a small MLP is
-        about a millisecond)."""
+        about a millisecond).
+
+        Tracing here, not in a call of ``self._fn``, also keeps TensorFlow's retracing warning
+        away: it counts the traces of every ``BoundedModel._bounds`` (one code object) as one
+        function's, and warned from the fifth model, while each model traces once per shape,
+        spec and method (its weights are its own), a bounded number."""
         key = (tuple(lower.shape), lower.dtype, None if spec is None else tuple(spec.shape),
                None if ball is None else (tuple(ball[0].shape), ball[0].dtype), method, options)
         fn = self._concrete.get(key)

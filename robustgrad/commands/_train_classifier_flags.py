@@ -305,10 +305,14 @@ def _check_numbers(args: argparse.Namespace) -> None:
         _checks.number(args.eps, "--eps", minimum=0, min_inclusive=False, allow_none=True)
         _checks.number(args.momentum, "--momentum", minimum=0, maximum=1, max_inclusive=False,
                        allow_none=True)
-        _checks.number(args.weight_decay, "--weight-decay", minimum=0, allow_none=True)
+        _checks.number(args.weight_decay, "--weight-decay", minimum=0,
+                       maximum=_checks.MAX_WEIGHT_DECAY, allow_none=True)
+        _checks.number(args.beta, "--beta", minimum=0, maximum=_checks.MAX_LOSS_WEIGHT,
+                       allow_none=True)
         _checks.number(args.label_smoothing, "--label-smoothing", minimum=0, maximum=1,
                        max_inclusive=False, allow_none=True)
-        _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, allow_none=True)
+        _checks.number(args.awp_gamma, "--awp-gamma", minimum=0, maximum=_checks.MAX_AWP_GAMMA,
+                       allow_none=True)
         _checks.probability(args.adv_ratio, "--adv-ratio")
         for flag in ("--warmup-epochs", "--warmup-delay-epochs"):  # epochs, as --epochs
             _checks.number(getattr(args, flag[2:].replace("-", "_")), flag, minimum=0,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from robustgrad.commands._bounds import MAX_SEED
+
 _SEEDS_FORMAT = "seeds >= 0 like 0-7 or 0,2,5 (ranges ascending, no repeats)"
 MAX_SEEDS = 10_000
 """The most seeds one ``--seeds`` run accepts (larger lists: split them over several runs)."""
@@ -26,8 +28,8 @@ MAX_SEEDS = 10_000
 
 def parse_seeds(text: str) -> list[int]:
     """``"0-7"`` -> ``[0, ..., 7]``; ``"0,2,5"``; ``"0-3,8"``. ``ValueError`` naming
-    ``--seeds`` for anything else (empty parts, descending ranges, repeats, negatives, more than
-    :data:`MAX_SEEDS` seeds), before the list is built."""
+    ``--seeds`` for anything else (empty parts, descending ranges, repeats, negatives, a seed
+    above ``--seed``'s bound, more than :data:`MAX_SEEDS` seeds), before the list is built."""
     error = ValueError(f"--seeds must be {_SEEDS_FORMAT}, got {text!r}")
     ranges: list[tuple[int, int]] = []
     for part in str(text).split(","):
@@ -39,6 +41,10 @@ def parse_seeds(text: str) -> list[int]:
         if high < low:
             raise error
         ranges.append((low, high))
+    largest = max(high for _, high in ranges)
+    if largest > MAX_SEED:
+        raise ValueError(f"--seeds: each seed must be at most {MAX_SEED} (as --seed), got "
+                         f"{largest}")
     count = sum(high - low + 1 for low, high in ranges)
     if count > MAX_SEEDS:
         raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds in one run, got {count} "
