@@ -237,7 +237,8 @@ class _WorstCaseWeighted(ScheduledPlugin):
         spec = WocaRConfig.from_config(agent.config)
         assert isinstance(spec, WocaRConfig)
         # every setting filled in (none is None but admissible_eps), so read without narrowing
-        self.spec: Any = spec.resolved(value_based=bool(getattr(agent, "value_based", False)))
+        self.spec: Any = cast(Any, spec.resolved(
+            value_based=bool(getattr(agent, "value_based", False))))
         super().__init__(agent, warmup=float(self.spec.warmup))
         self.bound = str(self.spec.bound)
         self.target_weight = float(self.spec.weight)
