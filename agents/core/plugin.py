@@ -259,6 +259,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_importance": _flag,
     "wocar_weight_over_run": _flag,
     "wocar_search_per_rollout": _flag,
+    "wocar_double": _flag,
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
@@ -356,6 +357,11 @@ class RobustFields:
     wocar_search_per_rollout: bool | None = None
     """PPO/A2C: whether the smoothness term's search runs once per rollout instead of on every
     minibatch of every epoch (SA-PPO's and the paper's code). ``None``: ``True``."""
+    wocar_double: bool | None = None
+    """Whether the worst admissible next action of the worst-attack target is chosen by the
+    critic ``Q_w`` and valued by its target copy (the paper's code; Double DQN's decoupling: a
+    min over one noisy estimate is biased low) instead of the target copy's own min.
+    ``None``: ``False``."""
     wocar_q_epochs: int | None = None
     """PPO/A2C: epochs of the worst-attack critic over each rollout, in [1, 100000]. ``None``: 4."""
     wocar_q_minibatches: int | None = None

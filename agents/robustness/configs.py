@@ -128,7 +128,9 @@ class WocaR(RobustMethod):
       ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (PPO/A2C);
       ``search_per_rollout``: search once per rollout, not per minibatch (PPO/A2C);
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
-      epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate.
+      epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
+      ``double``: its target's worst next action chosen by the critic and valued by the target
+      copy (the paper's code) instead of the target copy's own min.
 
     >>> from agents.config import PPOConfig
     >>> spec = PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
@@ -149,6 +151,7 @@ class WocaR(RobustMethod):
     importance: bool | None = None
     weight_over_run: bool | None = None
     search_per_rollout: bool | None = None
+    double: bool | None = None
     q_epochs: int | None = None
     q_minibatches: int | None = None
     q_lr: float | None = None
@@ -159,11 +162,13 @@ class WocaR(RobustMethod):
         "kappa": "robust_kappa", "steps": "robust_steps", "method": "robust_method",
         "warmup": "wocar_warmup", "admissible_eps": "wocar_admissible_eps",
         "importance": "wocar_importance", "weight_over_run": "wocar_weight_over_run",
-        "search_per_rollout": "wocar_search_per_rollout", "q_epochs": "wocar_q_epochs",
+        "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
+        "q_epochs": "wocar_q_epochs",
         "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
-        "weight_over_run": False, "search_per_rollout": True, "q_epochs": 4, "q_minibatches": 4,
+        "weight_over_run": False, "search_per_rollout": True, "double": False, "q_epochs": 4,
+        "q_minibatches": 4,
         "q_lr": 1e-3, "tau": 0.01})
     """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
     paper's code differs (docs/benchmarks/robust-rl.md, "WocaR-PPO"): ``weight`` 0.8 (its MuJoCo

@@ -136,22 +136,36 @@ def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.T
 
 
 def worst_attack_target(q_next: tf.Tensor, admissible: tf.Tensor, rewards: tf.Tensor,
-                        terminated: tf.Tensor, gamma: float) -> tf.Tensor:
-    """The worst-attack Bellman target ``r + gamma · (1 − terminated) · min_{a' admissible}
-    q_next(a')`` per row, ``[B]`` float32 under ``tf.stop_gradient``.
+                        terminated: tf.Tensor, gamma: float,
+                        q_select: tf.Tensor | None = None) -> tf.Tensor:
+    """The worst-attack Bellman target ``r + gamma · (1 − terminated) · q_next(a*)`` per row,
+    ``[B]`` float32 under ``tf.stop_gradient``, ``a* = argmin_{a' admissible} q_select(a')``
+    (``q_select=None``: ``q_next`` itself, so the term is ``min_{a' admissible} q_next(a')``).
 
     ``q_next [B, A]``: the (target) worst-attack values at the next state; ``admissible [B, A]``
     bool (:func:`admissible_actions` at the next state; at least one per row); ``rewards [B]``;
-    ``terminated [B]`` bool (a truncated episode still bootstraps).
+    ``terminated [B]`` bool (a truncated episode still bootstraps); ``q_select [B, A]``: the
+    values that choose the worst action (the paper's code: the online critic's, the target
+    network valuing it, as Double DQN decouples the choice from the value: the min of one
+    noisy estimate is biased low as its max is biased high).
 
     >>> q = tf.constant([[1.0, 3.0, 2.0], [5.0, 0.0, 4.0]])
     >>> adm = tf.constant([[False, True, True], [True, False, False]])
     >>> worst_attack_target(q, adm, tf.constant([1.0, 2.0]), tf.constant([False, True]), 0.5
     ...                     ).numpy().tolist()
     [2.0, 2.0]
+    >>> online = tf.constant([[0.0, 1.0, 9.0], [0.0, 0.0, 0.0]])  # chooses action 1 in row 0
+    >>> worst_attack_target(q, adm, tf.constant([1.0, 2.0]), tf.constant([False, True]), 0.5,
+    ...                     q_select=online).numpy().tolist()
+    [2.5, 2.0]
     """
     q_next = tf.convert_to_tensor(q_next, tf.float32)
-    worst = tf.reduce_min(tf.where(admissible, q_next, tf.constant(np.inf, tf.float32)), axis=-1)
+    inf = tf.constant(np.inf, tf.float32)
+    if q_select is None:
+        worst = tf.reduce_min(tf.where(admissible, q_next, inf), axis=-1)
+    else:
+        choice = tf.argmin(tf.where(admissible, tf.cast(q_select, tf.float32), inf), axis=-1)
+        worst = tf.gather(q_next, choice, batch_dims=1)
     alive = 1.0 - tf.cast(terminated, tf.float32)
     return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * alive * worst)
 
@@ -248,6 +262,18 @@ class _WorstCaseWeighted(ScheduledPlugin):
         self.weight = tf.Variable(0.0 if self.spec.warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
 
+    def _selector(self, next_obs: tf.Tensor) -> tf.Tensor | None:
+        """The values that choose the worst admissible next action of the critic's target:
+        the online critic's with ``spec.double`` (the paper's code), else ``None`` (the target
+        network's own min)."""
+        return self.worst_q(next_obs, target=False) if self.spec.double else None
+
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the critic) at
+        raw observations (the agent's observation normaliser applied, read live)."""
+        net = self.target if target else self.critic
+        return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
+
     def _polyak(self) -> None:
         """The target network one step (rate ``spec.tau``) toward the critic."""
         tau = float(self.spec.tau)
@@ -286,18 +312,11 @@ class WocaRPlugin(_WorstCaseWeighted):
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
-        self._normalize = self.surface.normalize  # the agent's observation normaliser, read live
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible")}
         self._rollout_inputs: tuple[Any, tuple[tf.Tensor, ...]] | None = None
 
     # -- the worst-attack critic ----------------------------------------------------------------
-    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
-        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the critic) at
-        raw observations (the agent's normaliser applied)."""
-        net = self.target if target else self.critic
-        return net(self._normalize(tf.convert_to_tensor(obs, tf.float32)))
-
     def _fit_critic(self, batch: dict, admissible: tf.Tensor) -> tf.Tensor:
         """``spec.q_epochs`` epochs of ``spec.q_minibatches`` critic steps on the rollout's
         transitions (targets from the target network, Polyak-updated after each step);
@@ -317,7 +336,8 @@ class WocaRPlugin(_WorstCaseWeighted):
             idx = perm[k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
-            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma)
+            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
+                                         self._selector(s2))
             with tf.GradientTape() as tape:
                 q = tf.gather(self.worst_q(o, target=False), a, batch_dims=1)
                 loss = tf.reduce_mean(tf.square(q - target))
@@ -473,12 +493,6 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
                                  "wocar_bound_loss")}
 
-    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
-        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the online
-        one) at raw observations (the agent's normaliser applied)."""
-        net = self.target if target else self.critic
-        return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
-
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
         """``(target [B], admissible [B, A])`` of a replayed ``batch``: the worst-attack Bellman
@@ -488,7 +502,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                                         self.bound)
         target = worst_attack_target(self.worst_q(batch["next_obs"]), admissible,
                                      batch["rewards"], batch["terminated"],
-                                     float(self.agent.config.gamma))
+                                     float(self.agent.config.gamma),
+                                     self._selector(batch["next_obs"]))
         return target, admissible
 
     @_plain

@@ -74,13 +74,14 @@ def test_typed_config_and_flat_fields():
 def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
     typed = agents.WocaR(eps=0.05, weight=0.4, bound="crown", kappa=0.2, steps=3, method="sgld",
                          warmup=0.5, admissible_eps=0.01, importance=False,
-                         weight_over_run=True, search_per_rollout=False, q_epochs=2,
+                         weight_over_run=True, search_per_rollout=False, double=True,
+                         q_epochs=2,
                          q_minibatches=8, q_lr=4e-4, tau=0.001)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
-            cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr, cfg.wocar_tau) == \
-        (0.5, 0.75, 0.01, False, True, False, 2, 8, 4e-4, 0.001)
+            cfg.wocar_double, cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr,
+            cfg.wocar_tau) == (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
@@ -94,8 +95,9 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
 def test_unset_wocar_settings_take_wocars_defaults():
     spec = PPOConfig(robust="wocar", robust_eps=0.05).robust_spec.resolved()
     assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
-            spec.weight_over_run, spec.search_per_rollout, spec.q_epochs, spec.q_minibatches,
-            spec.q_lr, spec.tau) == (0.8, "ibp", 0.3, None, True, False, True, 4, 4, 1e-3, 0.01)
+            spec.weight_over_run, spec.search_per_rollout, spec.double, spec.q_epochs,
+            spec.q_minibatches, spec.q_lr, spec.tau) == \
+        (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
     assert DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(
         value_based=True).weight == 0.05
 
@@ -209,9 +211,9 @@ def _hand_dqn(**kwargs):
     """A WocaR-DQN on CartPole whose Q-network is linear on the ball (ReLU kept open by a
     bias of 10): ``Q(s) = [2 s_0, 2 s_1]``; its worst-attack target network ``Q_w^-(s) =
     [3 s_2, s_3]``. Bounds of ``Q_0 − Q_1`` over the eps ball: ``2 (s_0 − s_1) ± 4 eps``."""
+    kwargs = {"robust": "wocar", "robust_eps": 0.02, "wocar_warmup": 0.0, **kwargs}
     agent = agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(4,), activation="relu",
-                       normalize_obs=False, buffer_size=64, batch_size=8, robust="wocar",
-                       robust_eps=0.02, wocar_warmup=0.0, **kwargs)
+                       normalize_obs=False, buffer_size=64, batch_size=8, **kwargs)
     eye, ten = np.eye(4, dtype=np.float32), np.full([4], 10.0, np.float32)
 
     def linear(net, m):
@@ -244,6 +246,28 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.05 here)
     scores = plugin.target_action_scores(nxt, agent.q(nxt)).numpy()
     np.testing.assert_allclose(scores[0], [0.95 * 1.0 + 0.05 * 0.6, 0.95 * 0.96 + 0.05 * 0.1],
+                               rtol=1e-5)
+
+
+def test_double_chooses_the_worst_action_by_the_critic_and_values_it_by_the_target():
+    """``double=True`` (the paper's code): ``a* = argmin_{admissible} Q_w(s', .)`` of the online
+    critic, valued by the target copy ``Q_w^-``; the hand net's target copy is ``[3 s_2, s_3]``,
+    its critic here ``[s_3, 3 s_2]`` (the choice reversed)."""
+    agent = _hand_dqn(robust=agents.WocaR(eps=0.02, warmup=0.0, double=True))
+    plugin = agent.robustness
+    eye, ten = np.eye(4, dtype=np.float32), np.full([4], 10.0, np.float32)
+    m = np.array([[0, 0], [0, 0], [0, 3], [1, 0]], np.float32)
+    (w1, w2), (b1, b2) = plugin.critic.weights_, plugin.critic.biases
+    w1.assign(eye), b1.assign(ten), w2.assign(m), b2.assign(-10.0 * m.sum(0))
+    nxt = tf.constant([[0.50, 0.48, 0.2, 0.1],    # both admissible: critic [0.1, 0.6] -> a* = 0
+                       [0.30, 0.50, 0.2, 0.9]])   # only action 1
+    batch = {"obs": tf.zeros([2, 4]), "actions": tf.constant([0, 1]),
+             "rewards": tf.constant([1.0, 1.0]), "next_obs": nxt,
+             "terminated": tf.constant([False, False])}
+    target, admissible = plugin.worst_attack_targets(batch)
+    assert admissible.numpy().tolist() == [[True, True], [False, True]]
+    gamma = agent.config.gamma  # Q_w^- = [0.6, 0.1], [0.6, 0.9]: a* = 0 -> 0.6, not min 0.1
+    np.testing.assert_allclose(target.numpy(), [1.0 + gamma * 0.6, 1.0 + gamma * 0.9],
                                rtol=1e-5)
 
 
