@@ -335,15 +335,15 @@ class RobustFields:
     budget; at most 1000. PPO/A2C: the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
     standardised over the batch; ``None``: 0.8, :attr:`agents.WocaR.DEFAULTS`). DQN (in
     [0, 1]): the TD target's next action is ``argmax_a (1 - w) Q(s', a) + w Q_w(s', a)``
-    (``None``: :attr:`agents.WocaR.DQN_WEIGHT`, 0.05)."""
+    (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
     """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
     :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
     wocar_warmup: float | None = None
     """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa
     and worst-case weight rise from 0 (``robust="wocar"`` reads this, not
-    ``robust_eps_warmup``). ``None``: :attr:`agents.WocaR.DEFAULTS` (0.3; an agent saved before
-    this field existed loads with the ``robust_eps_warmup`` it trained with)."""
+    ``robust_eps_warmup``). ``None``: :attr:`agents.WocaR.DEFAULTS` (0.3; DQN 0.75; an agent
+    saved before this field existed loads with the ``robust_eps_warmup`` it trained with)."""
     wocar_admissible_eps: float | None = None
     """PPO/A2C: the radius of the admissible sets in the worst-attack critic's target, in
     (0, 1000] (``None``: the schedule's eps, the attack's own budget; the paper's PPO code: a

@@ -98,8 +98,8 @@ def test_unset_wocar_settings_take_wocars_defaults():
             spec.weight_over_run, spec.search_per_rollout, spec.double, spec.q_epochs,
             spec.q_minibatches, spec.q_lr, spec.tau) == \
         (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
-    assert DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(
-        value_based=True).weight == 0.05
+    dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
+    assert (dqn.weight, dqn.warmup, dqn.q_lr) == (0.05, 0.75, 1e-3)
 
 
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
