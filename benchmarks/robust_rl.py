@@ -176,6 +176,8 @@ def _overrides(args, kind: str, robust_eps: float | None) -> dict:
                             ("robust_attack", "robust_attack")):
             if getattr(args, flag) is not None:
                 overrides[field] = getattr(args, flag)
+        if kind == "wocar" and "robust_eps_warmup" in overrides:  # WocaR's own warm-up
+            overrides["wocar_warmup"] = overrides.pop("robust_eps_warmup")
     return overrides
 
 

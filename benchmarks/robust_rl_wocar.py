@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     p.add_argument("--kappa", type=float, default=None,
                    help="the regulariser's weight (default: the preset's robust_kappa, 3)")
     p.add_argument("--warmup", type=float, default=None,
-                   help="robust_eps_warmup: the share of the budget over which eps, kappa and the "
-                        "weight rise (default 0.75)")
+                   help="wocar_warmup: the share of the budget over which eps, kappa and the "
+                        "weight rise (default 0.3, WocaR's; 0.75 before 2026-12-04)")
     p.add_argument("--kinds", default="vanilla,wocar",
                    help="which agents to train per seed (vanilla, wocar; the medians and goals "
                         "need both)")

@@ -93,6 +93,12 @@ class DQNConfig(AgentConfig):
     adversarial training (``robust="sa"``, ``"adv"``) work on the axis (each seed attacked against
     its own Q-network, :mod:`agents.robustness.robust`); not a custom ``transform``."""
 
+    _WOCAR_ONLY_ON_POLICY: ClassVar[tuple[str, ...]] = (
+        "wocar_admissible_eps", "wocar_importance", "wocar_search_per_rollout", "wocar_q_epochs",
+        "wocar_q_minibatches")
+    """WocaR-PPO/A2C's rollout critic and smoothness-term settings: WocaR-DQN trains its
+    worst-attack network one step per replayed minibatch and has no search."""
+
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")

@@ -211,13 +211,14 @@ class AgentConfig(RobustFields, _AgentFields):
     @classmethod
     def from_dict(cls, d: dict, env: Any = None) -> AgentConfig:
         """The config saved by :meth:`to_dict` (unknown keys ignored; ``env`` replaces a saved
-        factory)."""
+        factory; a field added since it was saved: :meth:`RobustFields.saved_fields`)."""
         d = dict(d)
         if env is not None:
             d["env"] = env
         if d.get("env") is None:
             raise ConfigError("env: the saved agent was trained on an env factory; pass env=")
         names = {f.name for f in dataclasses.fields(cls)}
+        d = cls.saved_fields(d)  # fields added since the agent was saved
         return cls(**{k: v for k, v in d.items() if k in names})
 
 

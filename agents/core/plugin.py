@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+import numpy as np
 import tensorflow as tf
 
 from agents.core.interface import AgentInterface
@@ -58,7 +59,7 @@ from robustgrad.checks import choice, nonnegative, number, positive_int, probabi
 from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
-           "RobustFields", "RobustMethod", "RobustnessPlugin", "register_robust_config",
+           "WOCAR_FIELDS", "RobustFields", "RobustMethod", "RobustnessPlugin", "register_robust_config",
            "register_robustness", "robustness_for"]
 
 
@@ -242,6 +243,39 @@ WOCAR_BOUNDS = ("ibp", "crown")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
 
+def _flag(value: Any, name: str) -> bool:
+    """``value`` if it is a bool, else a ``ConfigError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
+    "wocar_weight": lambda v, n: number(v, n, minimum=0, maximum=MAX_ROBUST_KAPPA),
+    "wocar_bound": lambda v, n: choice(v, n, WOCAR_BOUNDS),
+    "wocar_warmup": probability,
+    "wocar_admissible_eps": lambda v, n: number(v, n, minimum=0, min_inclusive=False,
+                                                maximum=MAX_ROBUST_EPS),
+    "wocar_importance": _flag,
+    "wocar_weight_over_run": _flag,
+    "wocar_search_per_rollout": _flag,
+    "wocar_double": _flag,
+    "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
+    "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
+    "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
+    "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
+})
+"""WocaR's flat config fields (``robust="wocar"``; :class:`agents.WocaR` sets them) -> the check
+of a value given (``None``: WocaR's default, :attr:`agents.WocaR.DEFAULTS`): one-line
+``ConfigError`` naming the field and its range."""
+
+_DEFAULT_WARMUP = 0.75  # RobustFields.robust_eps_warmup's default
+
+_SAVED_BEFORE: Mapping[str, str] = MappingProxyType({"wocar_warmup": "robust_eps_warmup"})
+"""A WocaR field added after agents were saved -> the field whose value such an agent's
+``robust="wocar"`` read instead (:meth:`RobustFields.saved_fields`)."""
+
+
 @dataclass
 class RobustFields:
     """The settings of robust training, fields of every agent's config
@@ -278,7 +312,8 @@ class RobustFields:
     ``"pgd"`` or ``"convex"``."""
     robust_eps_warmup: float = 0.75
     """Fraction of the ``learn`` budget over which eps and kappa rise linearly from 0 to
-    ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update)."""
+    ``robust_eps`` and ``robust_kappa`` (0: full strength from the first update).
+    ``robust="wocar"`` has its own, ``wocar_warmup`` (this one must stay at its default)."""
     atla_start_radius: float | None = None
     """ATLA's adversary radius curriculum (``robust="atla"`` / ``"atla-sa"``; :mod:`agents.robustness.atla`):
     ``None`` trains the adversary at the agent's radius (the schedule's eps, rising from 0); a
@@ -297,14 +332,46 @@ class RobustFields:
 
     wocar_weight: float | None = None
     """WocaR's weight of the worst-attack value in the policy objective (``robust="wocar"``;
-    :mod:`agents.robustness.wocar`), rising linearly to this value over ``robust_eps_warmup``
-    of the budget. PPO/A2C: the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
-    standardised over the batch; ``None``: :data:`agents.robustness.wocar.WEIGHT`). DQN (in
+    :mod:`agents.robustness.wocar`), rising linearly to this value over ``wocar_warmup`` of the
+    budget; at most 1000. PPO/A2C: the update optimises ``n(A) + w * n(Q_w(s, a))`` (each
+    standardised over the batch; ``None``: 0.8, :attr:`agents.WocaR.DEFAULTS`). DQN (in
     [0, 1]): the TD target's next action is ``argmax_a (1 - w) Q(s', a) + w Q_w(s', a)``
-    (``None``: :data:`agents.robustness.wocar.DQN_WEIGHT`)."""
+    (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
     """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
     :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
+    wocar_warmup: float | None = None
+    """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa
+    and worst-case weight rise from 0 (``robust="wocar"`` reads this, not
+    ``robust_eps_warmup``). ``None``: :attr:`agents.WocaR.DEFAULTS` (0.3; DQN 0.75; an agent
+    saved before this field existed loads with the ``robust_eps_warmup`` it trained with)."""
+    wocar_admissible_eps: float | None = None
+    """PPO/A2C: the radius of the admissible sets in the worst-attack critic's target, in
+    (0, 1000] (``None``: the schedule's eps, the attack's own budget; the paper's PPO code: a
+    fixed 0.01)."""
+    wocar_importance: bool | None = None
+    """PPO/A2C: whether the smoothness term is weighted by the state importance ``ω(s)`` (the
+    paper's text; its PPO code weights all states alike). ``None``: ``True``."""
+    wocar_weight_over_run: bool | None = None
+    """Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
+    ``w * t / T``) instead of over ``wocar_warmup``. ``None``: ``False``."""
+    wocar_search_per_rollout: bool | None = None
+    """PPO/A2C: whether the smoothness term's search runs once per rollout instead of on every
+    minibatch of every epoch (SA-PPO's and the paper's code). ``None``: ``True``."""
+    wocar_double: bool | None = None
+    """Whether the worst admissible next action of the worst-attack target is chosen by the
+    critic ``Q_w`` and valued by its target copy (the paper's code; Double DQN's decoupling: a
+    min over one noisy estimate is biased low) instead of the target copy's own min.
+    ``None``: ``False``."""
+    wocar_q_epochs: int | None = None
+    """PPO/A2C: epochs of the worst-attack critic over each rollout, in [1, 100000]. ``None``: 4."""
+    wocar_q_minibatches: int | None = None
+    """PPO/A2C: minibatches per critic epoch, in [1, 65536]. ``None``: 4."""
+    wocar_q_lr: float | None = None
+    """Adam learning rate of the worst-attack network, in (0, 1]. ``None``: 1e-3."""
+    wocar_tau: float | None = None
+    """Polyak rate of the worst-attack network's target copy per step, in (0, 1]. ``None``:
+    0.01."""
 
     def check_robust(self, max_steps: int) -> None:
         """Check the fields (``ConfigError`` naming one; ``max_steps``: the most
@@ -344,9 +411,15 @@ class RobustFields:
     _WOCAR_SEARCHES: ClassVar[tuple[str, ...]] = ("pgd", "sgld")
     """The inner maximisers WocaR's smoothness term can use with this algorithm."""
 
+    _WOCAR_ONLY_ON_POLICY: ClassVar[tuple[str, ...]] = ()
+    """WocaR fields this algorithm does not read (refused by name; DQN's:
+    :class:`agents.algorithms.dqn_config.DQNConfig`)."""
+
     def _check_wocar(self) -> None:
-        """WocaR's settings: only with ``robust="wocar"``, eps > 0, a search inner maximiser."""
-        for name in ("wocar_weight", "wocar_bound"):
+        """WocaR's settings (each ``wocar_*`` field in its range, :data:`WOCAR_FIELDS`): only with
+        ``robust="wocar"``, eps > 0, a search inner maximiser, ``robust_eps_warmup`` left at its
+        default (WocaR's warm-up is ``wocar_warmup``)."""
+        for name in WOCAR_FIELDS:
             if getattr(self, name) is not None and self.robust != "wocar":
                 raise ConfigError(f"{name}: a WocaR setting, only with robust='wocar' (WocaR "
                                   f"combines with no other robust method), got robust="
@@ -354,15 +427,42 @@ class RobustFields:
         if self.robust != "wocar":
             return
         number(self.robust_eps, "robust_eps", minimum=0, min_inclusive=False)
-        if self.wocar_weight is not None:
-            self.wocar_weight = number(self.wocar_weight, "wocar_weight", minimum=0,
-                                       maximum=MAX_ROBUST_KAPPA)  # a loss weight, as kappa
-        if self.wocar_bound is not None:
-            choice(self.wocar_bound, "wocar_bound", WOCAR_BOUNDS)
+        if self.robust_eps_warmup != _DEFAULT_WARMUP:
+            raise ConfigError(f"robust_eps_warmup: WocaR's warm-up is wocar_warmup "
+                              f"(agents.WocaR(warmup=...), --eps-warmup with --robust wocar), "
+                              f"got robust_eps_warmup={self.robust_eps_warmup!r}")
+        for name, check in WOCAR_FIELDS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name in self._WOCAR_ONLY_ON_POLICY:
+                raise ConfigError(f"{name}: a setting of WocaR-PPO/A2C (its rollout critic "
+                                  f"and smoothness term), which WocaR-DQN does not read, got "
+                                  f"{name}={value!r}")
+            setattr(self, name, check(value, name))
         if self.robust_method not in self._WOCAR_SEARCHES:
             raise ConfigError(f"robust_method: WocaR weights the KL at a searched s_hat by the "
                               f"state's importance; {' or '.join(map(repr, self._WOCAR_SEARCHES))}"
                               f", got {self.robust_method!r}")
+
+    @staticmethod
+    def saved_fields(saved: dict) -> dict:
+        """A saved config dict (``config.json``) as this version reads it: a ``robust="wocar"``
+        agent saved before a WocaR field existed gets the value it trained with (its
+        ``wocar_warmup`` is the ``robust_eps_warmup`` it read then, which goes back to its
+        default), so it learns on as before; ``saved`` itself otherwise.
+
+        >>> RobustFields.saved_fields({"robust": "wocar", "robust_eps_warmup": 0.3})
+        {'robust': 'wocar', 'robust_eps_warmup': 0.75, 'wocar_warmup': 0.3}
+        """
+        if saved.get("robust") != "wocar":
+            return saved
+        out = dict(saved)
+        for field, old in _SAVED_BEFORE.items():
+            if field not in out and old in out:
+                out[field] = out[old]
+                out[old] = _DEFAULT_WARMUP
+        return out
 
     @property
     def robust_spec(self) -> RobustMethod | None:

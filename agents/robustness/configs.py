@@ -15,7 +15,9 @@ SA(eps=0.05, kappa=0.5, steps=10, method='pgd', warmup=0.75)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from agents.core.plugin import RobustMethod, register_robust_config
@@ -107,16 +109,35 @@ class ATLA(RobustMethod):
 
 @dataclass(frozen=True)
 class WocaR(RobustMethod):
-    """``robust="wocar"``: worst-case-aware robust training (WocaR-PPO, WocaR-A2C, WocaR-DQN; Liang et al.,
-    NeurIPS 2022; :mod:`agents.robustness.wocar`). ``eps``: the ball's radius (> 0); ``weight``:
-    the worst-attack value's weight in the policy objective; ``bound``: the bound method of the
-    admissible actions (``"ibp"`` or ``"crown"``); ``kappa``, ``steps``, ``method``: the
-    importance-weighted smoothness term and its inner maximiser (``"pgd"``, ``"sgld"``);
-    ``warmup`` as :class:`SA`.
+    """``robust="wocar"``: worst-case-aware robust training (WocaR-PPO, WocaR-A2C, WocaR-DQN;
+    Liang et al., NeurIPS 2022; :mod:`agents.robustness.wocar`). Every setting of the method is
+    here (``None``: the config's value, else WocaR's default, :attr:`DEFAULTS`); each is a flat
+    ``wocar_*`` or ``robust_*`` field of the agent's config, checked there
+    (:data:`agents.core.plugin.WOCAR_FIELDS`: a ``ConfigError`` naming the field and its range).
+
+    * ``eps``: the ball's radius (> 0); ``warmup``: the fraction of the budget over which eps,
+      kappa and the weight rise from 0 (``wocar_warmup``; WocaR's own, not SA's
+      ``robust_eps_warmup``);
+    * ``weight``: the worst-attack value's weight in the policy objective (DQN: its share, in
+      [0, 1], in the TD target's choice of the next action); ``weight_over_run``: the weight
+      rises over the whole run (the paper's ``linear`` schedule) instead of over ``warmup``;
+    * ``bound``: the bound method of the admissible actions (``"ibp"`` or ``"crown"``);
+      ``admissible_eps``: their radius in the critic's target (PPO/A2C; ``None``: the
+      schedule's eps);
+    * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,
+      ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (PPO/A2C);
+      ``search_per_rollout``: search once per rollout, not per minibatch (PPO/A2C);
+    * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
+      epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
+      ``double``: its target's worst next action chosen by the critic and valued by the target
+      copy (the paper's code) instead of the target copy's own min.
 
     >>> from agents.config import PPOConfig
-    >>> PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
-    WocaR(eps=0.05, weight=0.5, bound=None, kappa=0.1, steps=10, method='pgd', warmup=0.75)
+    >>> spec = PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
+    >>> spec.weight, spec.warmup, spec.kappa
+    (0.5, None, 0.1)
+    >>> spec.resolved().warmup, spec.resolved().q_lr, spec.resolved(value_based=True).warmup
+    (0.3, 0.001, 0.75)
     """
 
     eps: float | None = None
@@ -126,11 +147,50 @@ class WocaR(RobustMethod):
     steps: int | None = None
     method: str | None = None
     warmup: float | None = None
+    admissible_eps: float | None = None
+    importance: bool | None = None
+    weight_over_run: bool | None = None
+    search_per_rollout: bool | None = None
+    double: bool | None = None
+    q_epochs: int | None = None
+    q_minibatches: int | None = None
+    q_lr: float | None = None
+    tau: float | None = None
     name: ClassVar[str] = "wocar"
     _FIELDS: ClassVar[dict[str, str]] = {
         "eps": "robust_eps", "weight": "wocar_weight", "bound": "wocar_bound",
         "kappa": "robust_kappa", "steps": "robust_steps", "method": "robust_method",
-        "warmup": "robust_eps_warmup"}
+        "warmup": "wocar_warmup", "admissible_eps": "wocar_admissible_eps",
+        "importance": "wocar_importance", "weight_over_run": "wocar_weight_over_run",
+        "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
+        "q_epochs": "wocar_q_epochs",
+        "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau"}
+    DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
+        "weight_over_run": False, "search_per_rollout": True, "double": False, "q_epochs": 4,
+        "q_minibatches": 4,
+        "q_lr": 1e-3, "tau": 0.01})
+    """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
+    paper's code differs (docs/benchmarks/robust-rl.md, "WocaR-PPO"): ``weight`` 0.8 (its MuJoCo
+    ``q_weight``); ``bound`` ``"ibp"`` (the cheaper bound, as its code); ``warmup`` 0.3 (the
+    CartPole screen: median worst case 160.5 -> 223 over 3 seeds against 0.75, natural 500
+    kept); ``importance`` (the paper's text; its code weights all states alike); the search
+    once per rollout (its code: per minibatch; ~1.7x the training CPU, no better); the critic's 4
+    epochs of 4 minibatches per 256-step rollout, lr 1e-3, tau 0.01 (its code: 10 x 32 per
+    2048 steps, 4e-4, 0.001). ``admissible_eps`` ``None`` is the schedule's eps (its code: a
+    fixed 0.01)."""
+    DQN_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({"weight": 0.05, "warmup": 0.75})
+    """WocaR-DQN's defaults where they differ from :attr:`DEFAULTS`: ``weight`` 0.05 (the
+    paper's DQN code: ``worst_ratio`` 0.05), ``warmup`` 0.75 (the warm-up its figures were
+    measured with; the 0.3 of the PPO screen was not tried on DQN)."""
+
+    def resolved(self, value_based: bool = False) -> WocaR:
+        """This config with each ``None`` setting at WocaR's default (:attr:`DEFAULTS`;
+        ``value_based``: a DQN's, :attr:`DQN_DEFAULTS` first); ``admissible_eps`` stays
+        ``None`` (the schedule's eps)."""
+        defaults = {**self.DEFAULTS, **(self.DQN_DEFAULTS if value_based else {})}
+        return dataclasses.replace(self, **{k: v for k, v in defaults.items()
+                                            if getattr(self, k) is None})
 
 
 register_robust_config(SA, "sa")

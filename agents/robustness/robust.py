@@ -272,15 +272,17 @@ def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: flo
 
 class ScheduledPlugin(RobustnessPlugin):
     """A robust training method with an eps/kappa schedule (:class:`RobustSchedule`, from the
-    config's ``robust_eps``, ``robust_kappa``, ``robust_eps_warmup``), updated before each
-    iteration; the iteration's logs carry ``robust_eps`` and ``robust_kappa``."""
+    config's ``robust_eps``, ``robust_kappa``, and ``warmup``, default ``robust_eps_warmup``),
+    updated before each iteration; the iteration's logs carry ``robust_eps`` and
+    ``robust_kappa``."""
 
     agent: Agent  # the methods of the robustness wing serve the agents of the algorithms
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: Agent, warmup: float | None = None):
         super().__init__(agent)
         cfg = agent.config
-        self.schedule = RobustSchedule(cfg.robust_eps, cfg.robust_kappa, cfg.robust_eps_warmup)
+        self.schedule = RobustSchedule(cfg.robust_eps, cfg.robust_kappa,
+                                       cfg.robust_eps_warmup if warmup is None else warmup)
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         self.schedule.update(steps_done, total)

@@ -28,16 +28,17 @@ replay, is :class:`WocaRDQNPlugin`):
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
    (:func:`worst_attack_target`; ``Q_w^-`` a Polyak-averaged target network; the target under
    ``tf.stop_gradient``): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
-   on each rollout's transitions for :data:`Q_EPOCHS` epochs of :data:`Q_MINIBATCHES`
-   minibatches (squared error, Adam at :data:`Q_LR`, target rate :data:`TAU`; the paper's
-   PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo rollouts).
+   on each rollout's transitions for ``q_epochs`` epochs of ``q_minibatches`` minibatches
+   (squared error, Adam at ``q_lr``, target rate ``tau``; defaults 4, 4, 1e-3, 0.01; the
+   paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo
+   rollouts).
 
 3. **The worst-case-aware policy objective and the importance-weighted regulariser**: the update
    optimises ``n(A) + w · n(Q_w^-(s, a))`` instead of the GAE advantages ``A`` (``n``:
    standardised over the rollout; the surrogate is linear in the advantage, so PPO's clipped
    surrogate of this sum is the paper's ``ratio · (A + w · Q_w)``), ``w`` rising linearly to
-   ``wocar_weight`` (:data:`WEIGHT`, the paper's MuJoCo ``q_weight``) over
-   ``robust_eps_warmup`` of the budget (the paper's ``linear`` schedule); plus
+   ``weight`` (default 0.8, the paper's MuJoCo ``q_weight``) over ``warmup`` of the budget
+   (``weight_over_run``: over the whole run, the paper's ``linear`` schedule); plus
    ``kappa · mean_s ω(s) · KL(pi(.|s) || pi(.|s_hat))`` with ``s_hat`` from the ``mad`` attack
    (``robust_method`` ``"pgd"`` or ``"sgld"``, ``robust_steps`` steps, as SA) and ``ω(s)`` the
    state's importance, the spread ``max_a Q_w(s, a) − min_a Q_w(s, a)`` of the worst-attack
@@ -55,15 +56,18 @@ minibatch; per rollout of 256 steps the worst-attack critic's 16 steps
 cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search ~5.4 ms, against
 ~2 ms for one PPO gradient step.
 
-Where the paper's PPO code differs from the defaults here, the difference is a module constant
-(:data:`ADMISSIBLE_EPS`, :data:`IMPORTANCE`, :data:`WEIGHT_OVER_RUN`,
-:data:`SEARCH_PER_ROLLOUT`, beside the critic's :data:`Q_EPOCHS`, :data:`Q_LR`, :data:`TAU`),
-read when an agent's update is traced (screened against Robust Sarsa on CartPole in
-docs/benchmarks/robust-rl.md: the paper's fixed radius 0.01 did worse there; what helped was a
-shorter warm-up, ``warmup=0.3``: median worst case 160.5 -> 223 over 3 seeds, natural 500).
+Every setting is a field of the typed config :class:`agents.WocaR` (flat ``wocar_*`` fields of
+the agent's config, checked with the others; ``None`` takes :attr:`agents.WocaR.DEFAULTS`):
+where the paper's PPO code differs from the defaults here, it is one of them
+(``admissible_eps``, ``importance``, ``weight_over_run``, ``search_per_rollout``, the critic's
+``q_epochs``, ``q_minibatches``, ``q_lr``, ``tau``; screened against Robust Sarsa on CartPole in
+docs/benchmarks/robust-rl.md).
 
-eps rises from 0 over ``robust_eps_warmup`` like SA's (:class:`agents.robustness.robust.
-RobustSchedule`); the admissible sets follow the schedule's eps. What is not here (yet):
+eps, kappa and the weight rise from 0 over WocaR's own ``warmup`` (``wocar_warmup``, default 0.3:
+the CartPole screen's median worst case 160.5 -> 223 over 3 seeds against SA's 0.75; an agent
+saved before the field existed loads with the ``robust_eps_warmup`` it trained with;
+:class:`agents.robustness.robust.RobustSchedule`); the admissible sets follow the schedule's eps.
+What is not here (yet):
 continuous actions (the paper searches the worst action in the box of the Gaussian mean's
 bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
 with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
@@ -91,6 +95,7 @@ from agents.core.plugin import RobustnessPlugin, register_robustness
 from agents.core.schedules import linear
 from agents.robustness._victim import _surface
 from agents.robustness.certify import difference_upper_bounds, output_bounds
+from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.robust import ScheduledPlugin, sa_observations
 from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
@@ -100,44 +105,13 @@ if TYPE_CHECKING:
     from agents.core.base import Agent
     from agents.core.policy import PolicySurface
 
-__all__ = ["ADMISSIBLE_EPS", "BOUND", "DQN_WEIGHT", "IMPORTANCE", "Q_EPOCHS", "Q_LR",
-           "Q_MINIBATCHES", "SEARCH_PER_ROLLOUT", "TAU", "WEIGHT", "WEIGHT_OVER_RUN",
-           "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent",
+__all__ = ["WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent",
            "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
 
-WEIGHT = 0.8
-"""Default ``wocar_weight`` (the paper's MuJoCo configs: ``q_weight`` 0.8, linear schedule)."""
-DQN_WEIGHT = 0.05
-"""Default ``wocar_weight`` of WocaR-DQN: the worst-attack values' share ``w`` in the TD
-target's choice of the next action (the paper's DQN code: ``worst_ratio`` 0.05)."""
-BOUND = "ibp"
-"""Default ``wocar_bound``: the cheaper bound (module doc)."""
-Q_EPOCHS = 4
-"""Epochs of the worst-attack critic over each rollout."""
-Q_MINIBATCHES = 4
-"""Minibatches per critic epoch (the rollout's rows shuffled each epoch)."""
-Q_LR = 1e-3
-"""Adam learning rate of the worst-attack critic."""
-TAU = 0.01
-"""Polyak rate of the critic's target network, per critic step."""
-ADMISSIBLE_EPS: float | None = None
-"""The radius of the admissible sets of the PPO/A2C critic's target (``None``: the schedule's
-eps, the attack's own budget; the paper's PPO code: a fixed 0.01)."""
-IMPORTANCE = True
-"""Whether the PPO/A2C smoothness term is weighted by the state importance ``ω(s)`` (the
-paper's text; its PPO code weights all states alike)."""
-WEIGHT_OVER_RUN = False
-"""Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
-``w · t / T``) instead of over ``robust_eps_warmup``."""
-SEARCH_PER_ROLLOUT = True
-"""Whether the PPO/A2C regulariser's search runs once per rollout (module doc) instead of on
-every minibatch of every epoch (SA-PPO's and the paper's code)."""
-
-
 def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
-                       method: str = BOUND) -> tf.Tensor:
+                       method: str = "ibp") -> tf.Tensor:
     """Which actions an attacker within ``eps`` can make greedy at each of ``obs [B, d]``:
     ``[B, A]`` bool, under ``tf.stop_gradient``. ``a`` is admissible unless some ``j`` has
     ``ub(z_a − z_j) < 0`` over the ball ``obs ± eps · scale`` (logits ``z`` of ``surface``, a
@@ -162,22 +136,36 @@ def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.T
 
 
 def worst_attack_target(q_next: tf.Tensor, admissible: tf.Tensor, rewards: tf.Tensor,
-                        terminated: tf.Tensor, gamma: float) -> tf.Tensor:
-    """The worst-attack Bellman target ``r + gamma · (1 − terminated) · min_{a' admissible}
-    q_next(a')`` per row, ``[B]`` float32 under ``tf.stop_gradient``.
+                        terminated: tf.Tensor, gamma: float,
+                        q_select: tf.Tensor | None = None) -> tf.Tensor:
+    """The worst-attack Bellman target ``r + gamma · (1 − terminated) · q_next(a*)`` per row,
+    ``[B]`` float32 under ``tf.stop_gradient``, ``a* = argmin_{a' admissible} q_select(a')``
+    (``q_select=None``: ``q_next`` itself, so the term is ``min_{a' admissible} q_next(a')``).
 
     ``q_next [B, A]``: the (target) worst-attack values at the next state; ``admissible [B, A]``
     bool (:func:`admissible_actions` at the next state; at least one per row); ``rewards [B]``;
-    ``terminated [B]`` bool (a truncated episode still bootstraps).
+    ``terminated [B]`` bool (a truncated episode still bootstraps); ``q_select [B, A]``: the
+    values that choose the worst action (the paper's code: the online critic's, the target
+    network valuing it, as Double DQN decouples the choice from the value: the min of one
+    noisy estimate is biased low as its max is biased high).
 
     >>> q = tf.constant([[1.0, 3.0, 2.0], [5.0, 0.0, 4.0]])
     >>> adm = tf.constant([[False, True, True], [True, False, False]])
     >>> worst_attack_target(q, adm, tf.constant([1.0, 2.0]), tf.constant([False, True]), 0.5
     ...                     ).numpy().tolist()
     [2.0, 2.0]
+    >>> online = tf.constant([[0.0, 1.0, 9.0], [0.0, 0.0, 0.0]])  # chooses action 1 in row 0
+    >>> worst_attack_target(q, adm, tf.constant([1.0, 2.0]), tf.constant([False, True]), 0.5,
+    ...                     q_select=online).numpy().tolist()
+    [2.5, 2.0]
     """
     q_next = tf.convert_to_tensor(q_next, tf.float32)
-    worst = tf.reduce_min(tf.where(admissible, q_next, tf.constant(np.inf, tf.float32)), axis=-1)
+    inf = tf.constant(np.inf, tf.float32)
+    if q_select is None:
+        worst = tf.reduce_min(tf.where(admissible, q_next, inf), axis=-1)
+    else:
+        choice = tf.argmin(tf.where(admissible, tf.cast(q_select, tf.float32), inf), axis=-1)
+        worst = tf.gather(q_next, choice, batch_dims=1)
     alive = 1.0 - tf.cast(terminated, tf.float32)
     return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * alive * worst)
 
@@ -230,10 +218,10 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     return surface
 
 
-def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any, Any]:
+def _worst_attack_critic(agent: Agent, learning_rate: float) -> tuple[MLP, MLP, Any, Any]:
     """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
     sizes and activation, seeded ``seed + 2``), its target copy (same initial weights), the
-    critic's Adam step (learning rate :data:`Q_LR`, the agent's gradient-norm clip) and that
+    critic's Adam step (``learning_rate``, the agent's gradient-norm clip) and that
     Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
     variables do not move)."""
     cfg = agent.config
@@ -244,30 +232,57 @@ def _worst_attack_critic(agent: Agent) -> tuple[MLP, MLP, Any, Any]:
                  name="wocar_critic")
     target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
                  name="wocar_target")
-    step, slots = make_adam_step(critic.trainable_variables, Q_LR, cfg.max_grad_norm)
+    step, slots = make_adam_step(critic.trainable_variables, learning_rate, cfg.max_grad_norm)
     return critic, target, step, slots
 
 
 class _WorstCaseWeighted(ScheduledPlugin):
-    """What WocaR's PPO and DQN plug-ins share between iterations: the worst-case weight
-    ``self.weight`` ramped from 0 to ``self.target_weight`` over the first
-    ``robust_eps_warmup`` of the run (as the eps schedule, or over the whole run with
-    :data:`WEIGHT_OVER_RUN`), the weight and the ``_stats`` variables logged after each
-    iteration, and the worst-attack networks in the agent's checkpoint
-    (:meth:`checkpoint_modules`). A subclass sets ``weight``, ``target_weight``, ``_stats`` and
-    the networks of :func:`_worst_attack_critic` in its ``__init__``."""
+    """What WocaR's PPO and DQN plug-ins share: the settings (``self.spec``, the config's
+    :class:`agents.WocaR` with WocaR's defaults filled in), the eps/kappa schedule over
+    ``spec.warmup``, the worst-case weight ``self.weight`` ramped from 0 to
+    ``self.target_weight`` as eps (or over the whole run with ``spec.weight_over_run``), the
+    policy surface (checked), the worst-attack networks of :func:`_worst_attack_critic` (in the
+    agent's checkpoint, :meth:`checkpoint_modules`), and the weight and the ``_stats``
+    variables logged after each iteration. A subclass sets ``_stats`` in its ``__init__``."""
 
-    weight: tf.Variable
-    target_weight: float
     _stats: dict[str, tf.Variable]
-    critic: MLP
-    target: MLP
-    critic_step: Any
-    critic_optimizer: Any
+
+    def __init__(self, agent: Agent):
+        spec = WocaRConfig.from_config(agent.config)
+        assert isinstance(spec, WocaRConfig)
+        # every setting filled in (none is None but admissible_eps), so read without narrowing
+        self.spec: Any = cast(Any, spec.resolved(
+            value_based=bool(getattr(agent, "value_based", False))))
+        super().__init__(agent, warmup=float(self.spec.warmup))
+        self.bound = str(self.spec.bound)
+        self.target_weight = float(self.spec.weight)
+        self.surface = check_wocar_agent(agent, self.bound)
+        self.critic, self.target, self.critic_step, self.critic_optimizer = \
+            _worst_attack_critic(agent, float(self.spec.q_lr))
+        self.weight = tf.Variable(0.0 if self.spec.warmup > 0 else self.target_weight,
+                                  trainable=False, name="wocar_weight")
+
+    def _selector(self, next_obs: tf.Tensor) -> tf.Tensor | None:
+        """The values that choose the worst admissible next action of the critic's target:
+        the online critic's with ``spec.double`` (the paper's code), else ``None`` (the target
+        network's own min)."""
+        return self.worst_q(next_obs, target=False) if self.spec.double else None
+
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the critic) at
+        raw observations (the agent's observation normaliser applied, read live)."""
+        net = self.target if target else self.critic
+        return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
+
+    def _polyak(self) -> None:
+        """The target network one step (rate ``spec.tau``) toward the critic."""
+        tau = float(self.spec.tau)
+        for src, dst in zip(self.critic.trainable_variables, self.target.trainable_variables):
+            dst.assign((1.0 - tau) * dst + tau * src)
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
-        warmup = 1.0 if WEIGHT_OVER_RUN else self.agent.config.robust_eps_warmup
+        warmup = 1.0 if self.spec.weight_over_run else float(self.spec.warmup)
         frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
         self.weight.assign(self.target_weight * frac)
         return {}
@@ -297,56 +312,41 @@ class WocaRPlugin(_WorstCaseWeighted):
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
-        cfg = agent.config
-        self.bound = cfg.wocar_bound or BOUND
-        self.target_weight = WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
-        surface = check_wocar_agent(agent, self.bound)
-        self._normalize = surface.normalize  # the agent's observation normaliser, read live
-        self.critic, self.target, self.critic_step, self.critic_optimizer = \
-            _worst_attack_critic(agent)
-        self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
-                                  trainable=False, name="wocar_weight")
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible")}
         self._rollout_inputs: tuple[Any, tuple[tf.Tensor, ...]] | None = None
 
     # -- the worst-attack critic ----------------------------------------------------------------
-    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
-        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the critic) at
-        raw observations (the agent's normaliser applied)."""
-        net = self.target if target else self.critic
-        return net(self._normalize(tf.convert_to_tensor(obs, tf.float32)))
-
     def _fit_critic(self, batch: dict, admissible: tf.Tensor) -> tf.Tensor:
-        """:data:`Q_EPOCHS` epochs of :data:`Q_MINIBATCHES` critic steps on the rollout's
+        """``spec.q_epochs`` epochs of ``spec.q_minibatches`` critic steps on the rollout's
         transitions (targets from the target network, Polyak-updated after each step);
         returns the last minibatch loss."""
         obs, actions = batch["obs"], batch["actions"]
         rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
         n = int(obs.shape[0])
-        mb = max(n // Q_MINIBATCHES, 1)
+        epochs, minibatches = int(self.spec.q_epochs), int(self.spec.q_minibatches)
+        mb = max(n // minibatches, 1)
         gamma = float(self.agent.config.gamma)
         seed = self.agent.draw_seed()
-        pairs = list(zip(self.critic.trainable_variables, self.target.trainable_variables))
 
         def step(i, loss):
-            epoch, k = i // Q_MINIBATCHES, i % Q_MINIBATCHES
+            epoch, k = i // minibatches, i % minibatches
             perm = tf.argsort(tf.random.stateless_uniform(
                 [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
             idx = perm[k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
-            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma)
+            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
+                                         self._selector(s2))
             with tf.GradientTape() as tape:
                 q = tf.gather(self.worst_q(o, target=False), a, batch_dims=1)
                 loss = tf.reduce_mean(tf.square(q - target))
             grads = tape.gradient(loss, self.critic.trainable_variables)
             self.critic_step.step(grads)
-            for src, dst in pairs:
-                dst.assign((1.0 - TAU) * dst + TAU * src)
+            self._polyak()
             return i + 1, loss
 
-        _, loss = tf.while_loop(lambda i, _: i < Q_EPOCHS * Q_MINIBATCHES, step,
+        _, loss = tf.while_loop(lambda i, _: i < epochs * minibatches, step,
                                 (tf.constant(0), tf.constant(0.0)))
         return loss
 
@@ -356,7 +356,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; and
         the regulariser's inputs for the whole rollout (:meth:`rollout_regularizer_inputs`),
         kept for the update's minibatches (:meth:`regularizer_inputs`)."""
-        radius = self.schedule.eps if ADMISSIBLE_EPS is None else ADMISSIBLE_EPS
+        radius = self.schedule.eps if self.spec.admissible_eps is None else \
+            float(self.spec.admissible_eps)
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
@@ -366,7 +367,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
-        if SEARCH_PER_ROLLOUT:
+        if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
         return _standardize(advantages) + self.weight * _standardize(worst)
@@ -384,7 +385,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
                                   self.agent.draw_seed(), cfg.robust_method)
-        importance = state_importance(self.worst_q(obs)) if IMPORTANCE else \
+        importance = state_importance(self.worst_q(obs)) if self.spec.importance else \
             tf.ones(tf.shape(obs)[:1])
         return clean, obs_adv, importance
 
@@ -450,18 +451,19 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
 class WocaRDQNPlugin(_WorstCaseWeighted):
     """``robust="wocar"`` for DQN (WocaR-DQN; the paper's DQN code, its RADIAL-based version):
 
-    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (:data:`Q_LR`, Huber) per
+    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (``q_lr``, Huber) per
        gradient step of the agent on the same replayed minibatch
        (:meth:`learn_from_replay`) toward :func:`worst_attack_target`: ``r + gamma · (1 −
        terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``, ``A_adv(s')`` the actions the
        attacker can make greedy for the agent's *own* Q-network within the schedule's eps
        (:func:`admissible_actions` at ``wocar_bound``), ``Q_w^-`` a Polyak-averaged target
-       network (rate :data:`TAU` per step; the paper's code bootstraps from ``Q_w`` itself
+       network (rate ``tau`` per step; the paper's code bootstraps from ``Q_w`` itself
        under ``no_grad``);
     2. **the worst-case-aware TD target**: the next action is ``argmax_a (1 − w) · S(s', a) +
        w · Q_w^-(s', a)`` (``S``: the algorithm's own scores, the online Q-values under Double
        DQN), valued by the target network (:meth:`target_action_scores`; ``w``:
-       ``wocar_weight``, default :data:`DQN_WEIGHT`, rising over ``robust_eps_warmup``);
+       ``wocar_weight``, default 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`, rising over
+       ``warmup``, default 0.75);
     3. **the importance-weighted worst-case term**: the per-example loss is ``(1 − k) · TD +
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
        paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
@@ -487,24 +489,10 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
-        cfg = agent.config
-        self.bound = cfg.wocar_bound or BOUND
-        self.target_weight = DQN_WEIGHT if cfg.wocar_weight is None else float(cfg.wocar_weight)
-        self.huber_delta = float(cast("DQNConfig", cfg).huber_delta)
-        self.surface = check_wocar_agent(agent, self.bound)
-        self.critic, self.target, self.critic_step, self.critic_optimizer = \
-            _worst_attack_critic(agent)
-        self.weight = tf.Variable(0.0 if cfg.robust_eps_warmup > 0 else self.target_weight,
-                                  trainable=False, name="wocar_weight")
+        self.huber_delta = float(cast("DQNConfig", agent.config).huber_delta)
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
                                  "wocar_bound_loss")}
-
-    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
-        """``Q_w(obs, .)`` ``[B, A]`` of the target network (``target=False``: the online
-        one) at raw observations (the agent's normaliser applied)."""
-        net = self.target if target else self.critic
-        return net(self.surface.normalize(tf.convert_to_tensor(obs, tf.float32)))
 
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
@@ -515,7 +503,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                                         self.bound)
         target = worst_attack_target(self.worst_q(batch["next_obs"]), admissible,
                                      batch["rewards"], batch["terminated"],
-                                     float(self.agent.config.gamma))
+                                     float(self.agent.config.gamma),
+                                     self._selector(batch["next_obs"]))
         return target, admissible
 
     @_plain
@@ -530,8 +519,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
             loss = tf.reduce_mean(tf.where(err <= delta, 0.5 * tf.square(err),
                                            delta * (err - 0.5 * delta)))
         self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
-        for src, dst in zip(self.critic.trainable_variables, self.target.trainable_variables):
-            dst.assign((1.0 - TAU) * dst + TAU * src)
+        self._polyak()
         self._stats["wocar_q_loss"].assign(loss)
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(q))
         self._stats["wocar_admissible"].assign(

@@ -44,6 +44,7 @@ FIELD_FLAGS = {
     "robust_eps": "--eps", "robust_kappa": "--robust-kappa", "robust_steps": "--robust-steps",
     "robust_method": "--robust-method", "robust_eps_warmup": "--eps-warmup",
     "robust_attack": "--robust-attack", "num_seeds": "--seeds", "seed": "--seed", "env": "--env",
+    "wocar_warmup": "--eps-warmup",
 }
 """Config field -> the ``train-agent`` flag that sets it (``--set KEY`` sets any field)."""
 

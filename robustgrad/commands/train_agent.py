@@ -124,7 +124,7 @@ def _robust_arguments(p: argparse.ArgumentParser) -> None:
                         "dynamics; not dqn) or convex (CROWN-IBP bounds over the ball)")
     p.add_argument("--eps-warmup", type=float, default=None,
                    help="--robust: fraction of --steps over which eps and kappa rise from 0 "
-                        "(default 0.75)")
+                        "(default 0.75; --robust wocar: its wocar_warmup, default 0.3)")
     p.add_argument("--robust-attack", default=None,
                    help="--robust adv: random, action (default), mad or critic")
 
@@ -180,6 +180,8 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         else:
             value = _checks.nonnegative(value, name)
         out[field] = value
+    if args.robust == "wocar" and "robust_eps_warmup" in out:  # WocaR's warm-up is its own
+        out["wocar_warmup"] = out.pop("robust_eps_warmup")
     return out
 
 

@@ -2,6 +2,7 @@
 engine, the refusals, and one short real learning run (agents.robustness.wocar)."""
 
 import argparse
+import json
 
 import gymnasium
 import numpy as np
@@ -67,7 +68,59 @@ def test_typed_config_and_flat_fields():
     assert (cfg.robust, cfg.robust_eps, cfg.wocar_weight, cfg.wocar_bound) == \
         ("wocar", 0.05, 0.3, "crown")
     assert cfg.robust_spec == agents.WocaR(eps=0.05, weight=0.3, bound="crown", kappa=0.1,
-                                           steps=10, method="pgd", warmup=0.75)
+                                           steps=10, method="pgd")
+
+
+def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
+    typed = agents.WocaR(eps=0.05, weight=0.4, bound="crown", kappa=0.2, steps=3, method="sgld",
+                         warmup=0.5, admissible_eps=0.01, importance=False,
+                         weight_over_run=True, search_per_rollout=False, double=True,
+                         q_epochs=2,
+                         q_minibatches=8, q_lr=4e-4, tau=0.001)
+    cfg = PPOConfig(robust=typed)
+    assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
+            cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
+            cfg.wocar_double, cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr,
+            cfg.wocar_tau) == (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001)
+    assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
+    assert typed.resolved() == typed  # nothing left to fill
+    # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
+    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, n_epochs=1, preset=None,
+                       robust=typed)
+    assert agent.robustness.schedule.warmup == 0.5
+    agent.learn(16, progress_bar=False)
+    assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 2 * 8
+
+
+def test_unset_wocar_settings_take_wocars_defaults():
+    spec = PPOConfig(robust="wocar", robust_eps=0.05).robust_spec.resolved()
+    assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
+            spec.weight_over_run, spec.search_per_rollout, spec.double, spec.q_epochs,
+            spec.q_minibatches, spec.q_lr, spec.tau) == \
+        (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
+    dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
+    assert (dqn.weight, dqn.warmup, dqn.q_lr) == (0.05, 0.75, 1e-3)
+
+
+def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
+        tmp_path):
+    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
+                       robust=agents.WocaR(eps=0.05, warmup=0.4))
+    agent.save(tmp_path / "a")
+    path = tmp_path / "a" / "config.json"
+    saved = json.loads(path.read_text())
+    assert saved["wocar_warmup"] == 0.4
+    # as an agent of the previous version wrote it: its warm-up in robust_eps_warmup
+    del saved["wocar_warmup"]
+    saved["robust_eps_warmup"] = 0.4
+    path.write_text(json.dumps(saved))
+    old = agents.load(tmp_path / "a")
+    assert (old.config.wocar_warmup, old.config.robust_eps_warmup) == (0.4, 0.75)
+    assert old.robustness.schedule.warmup == 0.4
+    # one saved with the previous default (0.75) keeps 0.75, not WocaR's new default
+    saved["robust_eps_warmup"] = 0.75
+    path.write_text(json.dumps(saved))
+    assert agents.load(tmp_path / "a").robustness.schedule.warmup == 0.75
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -84,6 +137,27 @@ def test_typed_config_and_flat_fields():
     (dict(robust="wocar", robust_method="convex"),
      "robust_method: WocaR weights the KL at a searched s_hat by the state's importance; 'pgd' "
      "or 'sgld', got 'convex'"),
+    (dict(robust="wocar", robust_eps_warmup=0.3),
+     "robust_eps_warmup: WocaR's warm-up is wocar_warmup (agents.WocaR(warmup=...), "
+     "--eps-warmup with --robust wocar), got robust_eps_warmup=0.3"),
+    (dict(robust="sa", wocar_q_lr=1e-3),
+     "wocar_q_lr: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
+     "robust method), got robust='sa'"),
+    (dict(robust="wocar", wocar_warmup=1.5), "wocar_warmup must be a number in [0, 1], got 1.5"),
+    (dict(robust="wocar", wocar_admissible_eps=0.0),
+     "wocar_admissible_eps must be a number in (0, 1000], got 0.0"),
+    (dict(robust="wocar", wocar_importance="yes"),
+     "wocar_importance must be True or False, got 'yes'"),
+    (dict(robust="wocar", wocar_weight_over_run=1),
+     "wocar_weight_over_run must be True or False, got 1"),
+    (dict(robust="wocar", wocar_q_epochs=0),
+     "wocar_q_epochs must be an int in [1, 100000], got 0"),
+    (dict(robust="wocar", wocar_q_minibatches=10**6),
+     "wocar_q_minibatches must be an int in [1, 65536], got 1000000"),
+    (dict(robust="wocar", wocar_q_lr=2.0), "wocar_q_lr must be a number in (0, 1], got 2.0"),
+    (dict(robust="wocar", wocar_tau=float("nan")), "wocar_tau must be a number in (0, 1], got nan"),
+    (dict(robust="wocar", wocar_weight=1e4), "wocar_weight must be a number in [0, 1000], got "
+     "10000.0"),
 ])
 def test_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
@@ -105,6 +179,12 @@ def test_config_refusals(kwargs, message):
     (dict(robust="atla"),
      "robust: ATLA trains an actor-critic (PPO, A2C) against a learned adversary; DQN supports "
      "'sa', 'adv' and 'wocar', got 'atla'"),
+    (dict(robust="wocar", wocar_q_epochs=3),
+     "wocar_q_epochs: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
+     "which WocaR-DQN does not read, got wocar_q_epochs=3"),
+    (dict(robust="wocar", wocar_importance=False),
+     "wocar_importance: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
+     "which WocaR-DQN does not read, got wocar_importance=False"),
 ])
 def test_dqn_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
@@ -131,9 +211,9 @@ def _hand_dqn(**kwargs):
     """A WocaR-DQN on CartPole whose Q-network is linear on the ball (ReLU kept open by a
     bias of 10): ``Q(s) = [2 s_0, 2 s_1]``; its worst-attack target network ``Q_w^-(s) =
     [3 s_2, s_3]``. Bounds of ``Q_0 − Q_1`` over the eps ball: ``2 (s_0 − s_1) ± 4 eps``."""
+    kwargs = {"robust": "wocar", "robust_eps": 0.02, "wocar_warmup": 0.0, **kwargs}
     agent = agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(4,), activation="relu",
-                       normalize_obs=False, buffer_size=64, batch_size=8, robust="wocar",
-                       robust_eps=0.02, robust_eps_warmup=0.0, **kwargs)
+                       normalize_obs=False, buffer_size=64, batch_size=8, **kwargs)
     eye, ten = np.eye(4, dtype=np.float32), np.full([4], 10.0, np.float32)
 
     def linear(net, m):
@@ -166,6 +246,28 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.05 here)
     scores = plugin.target_action_scores(nxt, agent.q(nxt)).numpy()
     np.testing.assert_allclose(scores[0], [0.95 * 1.0 + 0.05 * 0.6, 0.95 * 0.96 + 0.05 * 0.1],
+                               rtol=1e-5)
+
+
+def test_double_chooses_the_worst_action_by_the_critic_and_values_it_by_the_target():
+    """``double=True`` (the paper's code): ``a* = argmin_{admissible} Q_w(s', .)`` of the online
+    critic, valued by the target copy ``Q_w^-``; the hand net's target copy is ``[3 s_2, s_3]``,
+    its critic here ``[s_3, 3 s_2]`` (the choice reversed)."""
+    agent = _hand_dqn(robust=agents.WocaR(eps=0.02, warmup=0.0, double=True))
+    plugin = agent.robustness
+    eye, ten = np.eye(4, dtype=np.float32), np.full([4], 10.0, np.float32)
+    m = np.array([[0, 0], [0, 0], [0, 3], [1, 0]], np.float32)
+    (w1, w2), (b1, b2) = plugin.critic.weights_, plugin.critic.biases
+    w1.assign(eye), b1.assign(ten), w2.assign(m), b2.assign(-10.0 * m.sum(0))
+    nxt = tf.constant([[0.50, 0.48, 0.2, 0.1],    # both admissible: critic [0.1, 0.6] -> a* = 0
+                       [0.30, 0.50, 0.2, 0.9]])   # only action 1
+    batch = {"obs": tf.zeros([2, 4]), "actions": tf.constant([0, 1]),
+             "rewards": tf.constant([1.0, 1.0]), "next_obs": nxt,
+             "terminated": tf.constant([False, False])}
+    target, admissible = plugin.worst_attack_targets(batch)
+    assert admissible.numpy().tolist() == [[True, True], [False, True]]
+    gamma = agent.config.gamma  # Q_w^- = [0.6, 0.1], [0.6, 0.9]: a* = 0 -> 0.6, not min 0.1
+    np.testing.assert_allclose(target.numpy(), [1.0 + gamma * 0.6, 1.0 + gamma * 0.9],
                                rtol=1e-5)
 
 
@@ -251,6 +353,13 @@ def test_train_agent_accepts_robust_wocar():
     parser = argparse.ArgumentParser()
     train_agent.add_arguments(parser)
     assert parser.parse_args(["--robust", "wocar"]).robust == "wocar"
+    # --eps-warmup sets WocaR's own warm-up (robust_eps_warmup is SA's, refused with wocar)
+    args = parser.parse_args(["--robust", "wocar", "--eps-warmup", "0.2"])
+    args.algo = "ppo"
+    assert train_agent._robust_overrides(args) == {"robust": "wocar", "wocar_warmup": 0.2}
+    args = parser.parse_args(["--robust", "sa", "--eps-warmup", "0.2"])
+    args.algo = "ppo"
+    assert train_agent._robust_overrides(args) == {"robust": "sa", "robust_eps_warmup": 0.2}
 
 
 def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural_one(
@@ -349,8 +458,8 @@ def test_a_saved_wocar_ppo_keeps_its_critic_and_resumes_as_the_uninterrupted_run
               robust=agents.WocaR(eps=0.05, steps=2))
     run = agents.PPO(**kw)
     run.learn(96, progress_bar=False)
-    assert int(run.robustness.critic_optimizer.iterations.numpy()) == 3 * wocar.Q_EPOCHS * \
-        wocar.Q_MINIBATCHES
+    assert int(run.robustness.critic_optimizer.iterations.numpy()) == 3 * \
+        agents.WocaR.DEFAULTS["q_epochs"] * agents.WocaR.DEFAULTS["q_minibatches"]
     run.save(tmp_path / "a")
     loaded = agents.load(tmp_path / "a")
     for x, y in zip(_plugin_state(run), _plugin_state(loaded), strict=True):
