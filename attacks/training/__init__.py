@@ -81,7 +81,8 @@ from .methods import StepOutputs, TrainingMethod
 from .models import check_classifier, freeze_layers, make_classifier
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions
 from .recipes import find_recipe, list_recipes, resolve_settings
-from .recompute import checkpoint_segments, checkpointed_call
+from .recompute import (activation_groups, checkpoint_segments, checkpointed_call,
+                        recomputed_activations_call)
 from .registry import (
     CERTIFIED_METHODS,
     DEFAULT_STEPS,
@@ -124,6 +125,7 @@ __all__ = [
     "TrainingMethod",
     "UpdateOptions",
     "WeightAveraging",
+    "activation_groups",
     "augment_dataset",
     "check_classifier",
     "checkpoint_segments",
@@ -141,6 +143,7 @@ __all__ = [
     "mlp",
     "preact_resnet18",
     "random_crop_flip",
+    "recomputed_activations_call",
     "register_method",
     "registered_methods",
     "resolve_run_settings",
