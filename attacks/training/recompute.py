@@ -16,8 +16,15 @@ recomputation normalises with the same batch statistics and leaves the moving av
 so the outputs, the gradients and the moving statistics are those of ``model(x, training=True)``
 (tested to float tolerance).
 
-Used by :class:`~attacks.training.AdversarialTrainer` with ``recompute=True`` (the update's
-forward pass in training mode).
+:func:`recomputed_activations_call` recomputes less and costs (almost) nothing: of each batch
+norm -> ReLU -> convolution chain (:func:`activation_groups`) it keeps only the batch norm's input
+and recomputes the normalisation and the ReLU (element-wise) when the gradient arrives; the
+convolutions' gradients need only their input (the recomputed ReLU output) and kernel, so they
+are not run again. A pre-activation ResNet then keeps two activation maps per block instead of
+four (plus the padded copies of the strided blocks).
+
+Used by :class:`~attacks.training.AdversarialTrainer` (the update's forward pass in training
+mode): ``recompute="activations"`` (the default) and ``recompute="blocks"`` (or ``True``).
 
 >>> import keras, numpy as np, tensorflow as tf
 >>> from attacks.training import make_model
@@ -320,8 +327,8 @@ def _recomputed_group(group: list, training: bool) -> Callable[[tf.Tensor], Any]
     def run(x):
         ys = _run_group(group, x, training, first=True)
 
-        def grad(*dys, variables=None):
-            dys = [tf.zeros_like(y) if d is None else d for y, d in zip(ys, dys)]
+        def grad(*upstream, variables=None):
+            dys = [tf.zeros_like(y) if d is None else d for y, d in zip(ys, upstream)]
             with tf.GradientTape() as tape:
                 xr = _after(x, dys[0])
                 tape.watch(xr)

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from attacks.training import (AdversarialTrainer, activation_groups, checkpoint_segments,
-                              checkpointed_call, make_model, recomputed_activations_call)
+from attacks.training import (
+    AdversarialTrainer,
+    activation_groups,
+    checkpoint_segments,
+    checkpointed_call,
+    make_model,
+    recomputed_activations_call,
+)
 from robustgrad.errors import ConfigError
 
 
