@@ -116,7 +116,8 @@ def _ours_model(arch: str, width: int, seed: int = 0):
     return make_model(arch, (32, 32, 3), 10, mean=CIFAR10_MEAN, std=CIFAR10_STD, **options)
 
 
-def _ours_trainer(clf, method: str, jit: bool, steps: int = K, recompute: bool = False):
+def _ours_trainer(clf, method: str, jit: bool, steps: int = K,
+                  recompute: str = "activations"):
     from attacks.training import AdversarialTrainer, make_optimizer
 
     crafting = {} if method == "clean" else {"steps": steps, "step_size": STEP}
@@ -319,12 +320,24 @@ def _maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
+def _cpu_split() -> tuple[float, float, int]:
+    """User and system CPU seconds of this process, and its minor page faults."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
 def worker_memory_ours(args) -> None:
     sys.stdout = sys.stderr
     sys.path.insert(0, _ROOT)
     _tf_threads(args.threads, args.inter_threads)
     import tensorflow as tf
 
+    from robustgrad.memory import return_large_blocks
+
+    if args.malloc_threshold:
+        return_large_blocks(args.malloc_threshold)
     (x, y), = _batches(1, args.mem_batch)
     clf = _ours_model(args.mem_arch, 0)
     tr = _ours_trainer(clf, "madry", args.jit, steps=args.mem_steps, recompute=args.recompute)
@@ -332,13 +345,18 @@ def worker_memory_ours(args) -> None:
     base = _maxrss_mib()
     ds = tf.data.Dataset.from_tensors((x, y)).repeat()
     it = iter(ds)
+    u0, s0, f0 = _cpu_split()
     c0, t0 = time.process_time(), time.perf_counter()
     out = tr.train_function(it)
     logs = out.get_value() if hasattr(out, "get_value") else out
     float(logs["loss"])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    u1, s1, f1 = _cpu_split()
     _emit({"side": "ours", "baseline_mib": base, "peak_mib": _maxrss_mib(),
-           "step_wall_s": time.perf_counter() - t0, "step_cpu_s": time.process_time() - c0,
-           "params": params, "tensorflow": tf.__version__, "recompute": bool(args.recompute)})
+           "step_wall_s": wall, "step_cpu_s": cpu, "step_user_s": u1 - u0,
+           "step_sys_s": s1 - s0, "step_minor_faults": f1 - f0,
+           "params": params, "tensorflow": tf.__version__, "recompute": tr.recompute,
+           "malloc_threshold": args.malloc_threshold})
 
 
 def worker_memory_torch(args) -> None:
@@ -357,10 +375,14 @@ def worker_memory_torch(args) -> None:
     y = torch.from_numpy(y)
     params = int(sum(p.numel() for p in net.parameters()))
     base = _maxrss_mib()
+    u0, s0, f0 = _cpu_split()
     c0, t0 = time.process_time(), time.perf_counter()
     _torch_pgd_step(torch, net, opt, x, y, steps=args.mem_steps)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    u1, s1, f1 = _cpu_split()
     _emit({"side": "torch", "baseline_mib": base, "peak_mib": _maxrss_mib(),
-           "step_wall_s": time.perf_counter() - t0, "step_cpu_s": time.process_time() - c0,
+           "step_wall_s": wall, "step_cpu_s": cpu, "step_user_s": u1 - u0,
+           "step_sys_s": s1 - s0, "step_minor_faults": f1 - f0,
            "params": params, "torch": torch.__version__})
 
 
@@ -501,8 +523,9 @@ def memory(args) -> dict:
     for name, cmd in cmds.items():
         cmd = [*cmd, *_common(args), "--mem-arch", args.mem_arch, "--mem-batch",
                str(args.mem_batch), "--mem-steps", str(args.mem_steps)]
-        if args.recompute and name == "ours":
-            cmd.append("--recompute")
+        if name == "ours":
+            cmd += ["--recompute", args.recompute, "--malloc-threshold",
+                    str(args.malloc_threshold)]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_TAG)]
         if proc.returncode != 0 or not lines:
@@ -514,7 +537,9 @@ def memory(args) -> dict:
         print(f"memory {name}: {args.mem_arch} batch {args.mem_batch}, one PGD-{args.mem_steps} "
               f"step: peak RSS {rec['peak_mib']:.0f} MiB, baseline after building "
               f"{rec['baseline_mib']:.0f} MiB, step adds {rec['step_mib']:.0f} MiB "
-              f"({rec['step_wall_s']:.0f} s wall, {rec['step_cpu_s']:.0f} s CPU)", flush=True)
+              f"({rec['step_wall_s']:.0f} s wall, {rec['step_cpu_s']:.0f} s CPU of which "
+              f"{rec['step_sys_s']:.0f} s system, {rec['step_minor_faults']} page faults)",
+              flush=True)
     return out
 
 
@@ -555,8 +580,13 @@ def parse(argv=None):
     p.add_argument("--mem-arch", default="wrn-28-10")
     p.add_argument("--mem-batch", type=int, default=128)
     p.add_argument("--mem-steps", type=int, default=K)
-    p.add_argument("--recompute", action="store_true",
-                   help="memory: ours with AdversarialTrainer(recompute=True)")
+    p.add_argument("--recompute", nargs="?", const="blocks", default="activations",
+                   choices=("none", "activations", "blocks"),
+                   help="memory: ours with AdversarialTrainer(recompute=...) (default "
+                        "activations, the library's default; the flag alone: blocks)")
+    p.add_argument("--malloc-threshold", type=int, default=0,
+                   help="memory: ours calls robustgrad.memory.return_large_blocks(BYTES) "
+                        "first (0: not; recompute='blocks' sets 1 MiB itself)")
     p.add_argument("--no-mem-torch", dest="mem_torch", action="store_false",
                    help="memory: skip the PyTorch side")
     p.add_argument("--out", default=os.path.join(_ROOT, "runs", "advtrain_throughput"))

@@ -33,7 +33,9 @@ One concept per module:
 * :mod:`~attacks.training.architectures` -- :func:`make_model` by name (:data:`ARCHITECTURES`):
   the small CNN, an MLP, PreActResNet-18, WideResNets;
 * :mod:`~attacks.training.recompute` -- gradient checkpointing of a functional model's
-  training-mode pass (``recompute=True``): :func:`checkpointed_call`, :func:`checkpoint_segments`;
+  training-mode pass (``recompute="activations"``, the default: :func:`recomputed_activations_call`,
+  :func:`activation_groups`; ``recompute="blocks"``: :func:`checkpointed_call`,
+  :func:`checkpoint_segments`);
 * :mod:`~attacks.training.data` -- the resumable pipeline :func:`epoch_dataset`, the
   augmentation :func:`augment_dataset` / :func:`random_crop_flip`;
 * :mod:`~attacks.training.callbacks` -- :class:`CatastrophicOverfittingGuard`,
@@ -81,7 +83,7 @@ from .methods import StepOutputs, TrainingMethod
 from .models import check_classifier, freeze_layers, make_classifier
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions
 from .recipes import find_recipe, list_recipes, resolve_settings
-from .recompute import checkpoint_segments, checkpointed_call
+from .recompute import activation_groups, checkpoint_segments, checkpointed_call, recomputed_activations_call
 from .registry import (
     CERTIFIED_METHODS,
     DEFAULT_STEPS,
@@ -124,6 +126,7 @@ __all__ = [
     "TrainingMethod",
     "UpdateOptions",
     "WeightAveraging",
+    "activation_groups",
     "augment_dataset",
     "check_classifier",
     "checkpoint_segments",
@@ -141,6 +144,7 @@ __all__ = [
     "mlp",
     "preact_resnet18",
     "random_crop_flip",
+    "recomputed_activations_call",
     "register_method",
     "registered_methods",
     "resolve_run_settings",

@@ -34,6 +34,7 @@ from robustgrad import checks
 from robustgrad.errors import ConfigError
 
 from .method_options import CONFIG_OPTIONS, check_applicable
+from .options import recompute_mode
 from .recipes import SETTING_KEYS, ResolvedSettings, method_defaults
 from .registry import get_method
 from .run_settings import SavedRun, resolve_run_settings
@@ -159,10 +160,11 @@ class ClassifierConfig:
     """Accumulate gradients over this many batches per update."""
     mixed_precision: bool = False
     """mixed_float16 compute with dynamic loss scaling."""
-    recompute: bool = False
-    """Recompute each residual block in the update's backward pass instead of keeping its
-    activations, and return freed memory to the system at once (``AdversarialTrainer(
-    recompute=True)``): less memory, more time; the same weights."""
+    recompute: str = "activations"
+    """What the update's backward pass recomputes instead of keeping (``AdversarialTrainer(
+    recompute=...)``): ``activations`` (batch norm + ReLU; no more time), ``blocks`` (each
+    residual block, and freed memory returned to the system at once: less memory, more time),
+    ``none``; the same weights in every mode."""
     seed: int = 0
     """The run's seed (weights, data order, attacks)."""
     no_deterministic: bool = False
@@ -221,8 +223,10 @@ class ClassifierConfig:
         checks.number(self.weight_decay, "weight_decay", minimum=0,
                       maximum=checks.MAX_WEIGHT_DECAY, allow_none=True)
         checks.positive_int(self.limit, "limit", minimum=2, allow_none=True)
-        if not isinstance(self.recompute, bool):
-            raise ConfigError(f"recompute must be True or False, got {self.recompute!r}")
+        try:  # True/False: the earlier boolean flag, in old records
+            object.__setattr__(self, "recompute", recompute_mode(self.recompute))
+        except (TypeError, ValueError) as error:
+            raise ConfigError(str(error)) from None
 
 
     def _check_applicable(self) -> None:
@@ -377,7 +381,7 @@ class ResolvedConfig(Protocol):
     max_grad_norm: float
     grad_accum: int
     mixed_precision: bool
-    recompute: bool
+    recompute: str
     seed: int
     no_deterministic: bool
     strategy: str

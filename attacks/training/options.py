@@ -94,17 +94,43 @@ class LossOptions:
                        max_inclusive=False)
 
 
+RECOMPUTE_MODES = ("none", "activations", "blocks")
+"""What the update's training-mode pass recomputes in its backward pass instead of keeping:
+``"none"`` (everything kept), ``"activations"`` (each batch norm + ReLU feeding convolutions:
+:func:`attacks.training.recomputed_activations_call`; the convolutions are not run again),
+``"blocks"`` (each residual block: :func:`attacks.training.checkpointed_call`, one more forward
+pass of the update, and freed memory returned to the system at once)."""
+
+
+def recompute_mode(value: Any) -> str:
+    """``value`` as one of :data:`RECOMPUTE_MODES` (``True`` is ``"blocks"``, ``False``
+    ``"none"``: the earlier boolean option); anything else is a ``ValueError`` (a string) or a
+    ``TypeError`` naming ``recompute`` and the accepted values.
+
+    >>> recompute_mode(True), recompute_mode("activations")
+    ('blocks', 'activations')
+    """
+    if isinstance(value, bool):
+        return "blocks" if value else "none"
+    accepted = ", ".join(repr(m) for m in RECOMPUTE_MODES)
+    if not isinstance(value, str):
+        raise TypeError(f"recompute must be one of {accepted} (or True/False); got {value!r}")
+    if value not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {accepted} (or True/False); got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class UpdateOptions:
     """The gradient step: ``max_grad_norm`` (None: no clipping), ``weight_decay`` (coupled,
     added to the gradient), ``max_nonfinite_steps`` (the guard's patience), ``recompute``
-    (the training-mode forward pass keeps one activation map per residual block and recomputes
-    the rest in the backward pass: :func:`attacks.training.checkpointed_call`)."""
+    (what the training-mode forward pass keeps for the backward pass: one of
+    :data:`RECOMPUTE_MODES`; ``True``/``False`` are read as ``"blocks"``/``"none"``)."""
 
     max_grad_norm: float | None = None
     weight_decay: float = 0.0
     max_nonfinite_steps: int = 10
-    recompute: bool = False
+    recompute: str | bool = "activations"
 
     def __post_init__(self) -> None:
         _checks.number(self.max_grad_norm, "max_grad_norm", minimum=0, min_inclusive=False,
@@ -113,9 +139,7 @@ class UpdateOptions:
                        maximum=_checks.MAX_WEIGHT_DECAY)
         object.__setattr__(self, "max_nonfinite_steps", _checks.positive_int(
             self.max_nonfinite_steps, "max_nonfinite_steps", minimum=0))
-        if not isinstance(self.recompute, bool):
-            raise TypeError(f"recompute must be True or False; got {self.recompute!r}")
-        object.__setattr__(self, "recompute", bool(self.recompute))
+        object.__setattr__(self, "recompute", recompute_mode(self.recompute))
 
 
 @dataclass(frozen=True)

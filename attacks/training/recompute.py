@@ -16,8 +16,15 @@ recomputation normalises with the same batch statistics and leaves the moving av
 so the outputs, the gradients and the moving statistics are those of ``model(x, training=True)``
 (tested to float tolerance).
 
-Used by :class:`~attacks.training.AdversarialTrainer` with ``recompute=True`` (the update's
-forward pass in training mode).
+:func:`recomputed_activations_call` recomputes less and costs (almost) nothing: of each batch
+norm -> ReLU -> convolution chain (:func:`activation_groups`) it keeps only the batch norm's input
+and recomputes the normalisation and the ReLU (element-wise) when the gradient arrives; the
+convolutions' gradients need only their input (the recomputed ReLU output) and kernel, so they
+are not run again. A pre-activation ResNet then keeps two activation maps per block instead of
+four (plus the padded copies of the strided blocks).
+
+Used by :class:`~attacks.training.AdversarialTrainer` (the update's forward pass in training
+mode): ``recompute="activations"`` (the default) and ``recompute="blocks"`` (or ``True``).
 
 >>> import keras, numpy as np, tensorflow as tf
 >>> from attacks.training import make_model
@@ -39,10 +46,13 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["checkpoint_segments", "checkpointed_call"]
+__all__ = ["activation_groups", "checkpoint_segments", "checkpointed_call",
+           "recomputed_activations_call"]
 
 # model -> its segments (lists of Keras graph nodes), computed once per model
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> (its nodes in order, its activation groups), computed once per model
+_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _nodes_in_order(model: keras.Model) -> list:
@@ -203,3 +213,182 @@ def checkpointed_call(model: Any, x: Any, training: bool = True) -> tf.Tensor:
         else:
             out = _checkpointed(nodes, training)(out)
     return out
+
+
+# ------------------------------------------------------------ recomputing activations only
+
+def _functional_graph(model: Any) -> Any:
+    """The functional graph ``model`` runs (a built Sequential's), or None."""
+    graph = model
+    if isinstance(model, keras.Sequential):
+        graph = getattr(model, "_functional", None)
+    if (isinstance(graph, keras.Model) and hasattr(graph, "_nodes_by_depth")
+            and len(graph.inputs or []) == 1 and len(graph.outputs or []) == 1):
+        return graph
+    return None
+
+
+def _is_relu(op: Any) -> bool:
+    if isinstance(op, keras.layers.ReLU):
+        return (op.max_value is None and float(op.negative_slope) == 0.0
+                and float(op.threshold) == 0.0)
+    return (isinstance(op, keras.layers.Activation)
+            and getattr(op.activation, "__name__", "") == "relu")
+
+
+def _single_input(node: Any) -> Any:
+    """The one tensor ``node`` takes, with no other arguments; else None."""
+    args, kwargs = node.arguments.args, node.arguments.kwargs
+    if (len(node.input_tensors) == 1 and len(args) == 1 and args[0] is node.input_tensors[0]
+            and all(v is None for v in kwargs.values()) and len(node.outputs) == 1):
+        return node.input_tensors[0]
+    return None
+
+
+def _reader_lookup(consumers: dict[int, list]) -> Callable[[Any], list]:
+    return lambda tensor: consumers.get(id(tensor), [])
+
+
+def activation_groups(model: Any) -> list[list]:
+    """The groups :func:`recomputed_activations_call` recomputes: a batch normalisation, the
+    ReLU it alone feeds, and the convolutions (with their ``ZeroPadding2D``) that alone read
+    the ReLU's output -- lists of Keras graph nodes, the batch normalisation first. The
+    group's forward keeps only the batch normalisation's input; its backward recomputes the
+    normalisation and the ReLU (element-wise, cheap) but not the convolutions, whose gradients
+    need only their input and kernel. Empty when ``model`` is not a single-input,
+    single-output functional (or built Sequential) model, or has no such pattern."""
+    if model in _GROUPS:
+        return _GROUPS[model][1]
+    graph = _functional_graph(model)
+    groups: list[list] = []
+    order: list = []
+    if graph is not None:
+        order = _nodes_in_order(graph)
+        consumers: dict[int, list] = {}
+        for node in order:
+            for t in node.input_tensors:
+                consumers.setdefault(id(t), []).append(node)
+        model_out = id(graph.outputs[0])
+        consumers[model_out] = []  # a model output is not a group's to drop
+        only_consumers = _reader_lookup(consumers)
+        for node in order:
+            if not (_simple_bn(node.operation) and _single_input(node) is not None):
+                continue
+            users = only_consumers(node.outputs[0])
+            if len(users) != 1 or not _is_relu(users[0].operation) or \
+                    _single_input(users[0]) is None:
+                continue
+            relu = users[0]
+            group, ok = [node, relu], True
+            for user in only_consumers(relu.outputs[0]):
+                chain = [user]
+                if isinstance(user.operation, keras.layers.ZeroPadding2D):
+                    after = only_consumers(user.outputs[0])
+                    if _single_input(user) is None or len(after) != 1:
+                        ok = False
+                        break
+                    chain.append(after[0])
+                conv = chain[-1]
+                if not isinstance(conv.operation, keras.layers.Conv2D) or \
+                        _single_input(conv) is None:
+                    ok = False
+                    break
+                group.extend(chain)
+            if ok and len(group) > 2 and not any(id(n.outputs[0]) == model_out for n in group):
+                groups.append(group)
+    _GROUPS[model] = (order, groups)
+    return groups
+
+
+def _group_outputs(group: list) -> list:
+    """The group's outputs: its convolutions' (the nodes no other group member reads)."""
+    inside = {id(t) for n in group for t in n.input_tensors}
+    return [n.outputs[0] for n in group if id(n.outputs[0]) not in inside]
+
+
+def _run_group(group: list, x: tf.Tensor, training: bool, first: bool) -> list:
+    values: dict[int, Any] = {id(group[0].input_tensors[0]): x}
+    for node in group:
+        (arg,) = node.arguments.args
+        value = values[id(arg)]
+        op = node.operation
+        if not first and training and node is group[0]:
+            out = _bn_training_no_update(op, value)
+        elif getattr(op, "_call_has_training_arg", False):
+            out = op(value, training=training)
+        else:
+            out = op(value)
+        values[id(node.outputs[0])] = out
+    return [values[id(t)] for t in _group_outputs(group)]
+
+
+def _recomputed_group(group: list, training: bool) -> Callable[[tf.Tensor], Any]:
+    @tf.custom_gradient
+    def run(x):
+        ys = _run_group(group, x, training, first=True)
+
+        def grad(*upstream, variables=None):
+            dys = [tf.zeros_like(y) if d is None else d for y, d in zip(ys, upstream)]
+            with tf.GradientTape() as tape:
+                xr = _after(x, dys[0])
+                tape.watch(xr)
+                if variables:
+                    tape.watch(variables)
+                # the convolutions run again only as far as their gradients need: their
+                # outputs are read by nothing, so the graph drops them
+                yrs = _run_group(group, xr, training, first=False)
+            sources = [xr, *(variables or [])]
+            grads = tape.gradient(yrs, sources, output_gradients=dys,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            with tf.control_dependencies(grads[1:]):
+                dx = tf.identity(grads[0])
+            return dx, grads[1:]
+
+        return tuple(ys), grad
+
+    return run
+
+
+def recomputed_activations_call(model: Any, x: Any, training: bool = True) -> tf.Tensor:
+    """``model(x, training=training)`` keeping, of each :func:`activation_groups` group
+    (batch norm -> ReLU -> convolutions), only the batch normalisation's input for the
+    backward pass: the ReLU outputs (the convolutions' inputs, half the activation maps a
+    pre-activation ResNet keeps) are recomputed from it when the gradient arrives. The
+    convolutions are not run again.
+
+    Args:
+        model: a Keras functional model with one input and one output; anything else (a
+            subclassed model, a callable) is called whole, as ``model(x, training=training)``.
+        x: the input batch ``[B, ...]``.
+        training: the mode of the layers (batch-norm statistics move once when True).
+
+    Returns:
+        The model's output, equal to ``model(x, training=training)``; its gradients with
+        respect to ``x`` and to the model's variables are the same.
+    """
+    groups = activation_groups(model)
+    if not groups:
+        return model(x, training=training)
+    order = _GROUPS[model][0]
+    graph = _functional_graph(model)
+    starts = {id(g[0]): g for g in groups}
+    grouped = {id(n) for g in groups for n in g}
+    values: dict[int, Any] = {id(graph.inputs[0]): tf.convert_to_tensor(x)}
+    for node in order:
+        if id(node) in starts:
+            group = starts[id(node)]
+            ys = _recomputed_group(group, training)(values[id(node.input_tensors[0])])
+            for ref, value in zip(_group_outputs(group), tf.nest.flatten(ys)):
+                values[id(ref)] = value
+            continue
+        if id(node) in grouped:
+            continue
+        args, kwargs = node.arguments.fill_in(values)
+        op = node.operation
+        if getattr(op, "_call_has_training_arg", False):
+            out = op(*args, training=training, **kwargs)
+        else:
+            out = op(*args, **kwargs)
+        for ref, value in zip(node.outputs, tf.nest.flatten(out)):
+            values[id(ref)] = value
+    return values[id(graph.outputs[0])]

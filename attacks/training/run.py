@@ -280,7 +280,7 @@ def _initial_model(config: ResolvedConfig, split: _Split, model: Any) -> Any:
     with user_errors(ValueError, prefix=f"--init-from {config.init_from}: "):
         check_classifier(model, split.x_te, split.data.num_classes)
     model = mixed_precision_copy(model) if config.mixed_precision else model
-    if config.recompute and not checkpoint_segments(model):
+    if config.recompute == "blocks" and not checkpoint_segments(model):
         raise ConfigError(f"--recompute: the model of --init-from {config.init_from} is not a "
                           "Keras functional or Sequential model with one input and one output, "
                           "so it cannot be recomputed block by block; train it without "

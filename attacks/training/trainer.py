@@ -48,7 +48,7 @@ from .context import StepContext
 from .crafting import accuracy, cross_entropy, robust_correct
 from .method_options import TRAINER_OPTIONS, check_applicable
 from .options import CraftingOptions, LossOptions, ScheduleOptions, UpdateOptions, split_options
-from .recompute import checkpointed_call
+from .recompute import checkpointed_call, recomputed_activations_call
 from .registry import METHODS, get_method
 
 __all__ = ["AdversarialTrainer"]
@@ -142,14 +142,19 @@ class AdversarialTrainer(keras.Model):
         kappa_final: certified training (``"ibp"``, ``"crown-ibp"``): the weight of the clean
             cross-entropy at full eps; it goes from 1 at eps 0 linearly in eps (0.5: Gowal et al.
             2018 and the CROWN-IBP code).
-        recompute: the update's training-mode forward pass keeps only the input of each
-            residual block (each segment of :func:`attacks.training.checkpoint_segments`) and
-            recomputes the rest when the backward pass needs it: the same outputs, gradients
-            and batch-norm statistics, about half the activation memory of the update for one
-            more forward pass of it. It also makes the C library return freed blocks of 1 MiB
-            or more to the system at once (:func:`robustgrad.memory.return_large_blocks`, for
-            the rest of the process), so that the freed maps do not stay resident. A WRN-28-10
-            PGD-10 step at batch 128: see docs/benchmarks/training.md. Default False.
+        recompute: what the update's training-mode forward pass keeps for the backward pass
+            (the same outputs, gradients and batch-norm statistics in every mode):
+            ``"activations"`` (default): of each batch norm -> ReLU -> convolution chain only
+            the batch norm's input; the normalisation and the ReLU (element-wise) are recomputed
+            when the gradient arrives, the convolutions are not
+            (:func:`attacks.training.recomputed_activations_call`); models without such a
+            chain run as ``"none"``. ``"none"``: everything the gradient needs.
+            ``"blocks"`` (or ``True``): only the input of each residual block (each segment of
+            :func:`attacks.training.checkpoint_segments`), the rest recomputed -- one more
+            forward pass of the update -- and the C library made to return freed blocks of
+            1 MiB or more to the system at once (:func:`robustgrad.memory.return_large_blocks`,
+            for the rest of the process). A WRN-28-10 PGD-10 step at batch 128: see
+            docs/benchmarks/training.md.
         beta_final: ``"crown-ibp"``: the weight of the CROWN-IBP bound (against IBP's) at full
             eps, from 1 at eps 0 (0: Zhang et al. 2020's default schedule; 1 keeps CROWN-IBP).
     """
@@ -242,8 +247,8 @@ class AdversarialTrainer(keras.Model):
                               else float(update.max_grad_norm))
         self.weight_decay = float(update.weight_decay)
         self.max_nonfinite_steps = int(update.max_nonfinite_steps)
-        self.recompute = bool(update.recompute)
-        if self.recompute:  # the memory-saving mode: freed activation maps leave the process
+        self.recompute = update.recompute
+        if self.recompute == "blocks":  # the memory-saving mode: freed maps leave the process
             _memory.return_large_blocks()
         self.warmup_steps = int(schedule.warmup_steps)
         self.warmup_delay = int(schedule.warmup_delay)
@@ -308,8 +313,10 @@ class AdversarialTrainer(keras.Model):
         return self.eps * tf.clip_by_value(frac, 0.0, 1.0)
 
     def _logits(self, x, training):
-        if training and self.recompute:
+        if training and self.recompute == "blocks":
             return tf.cast(checkpointed_call(self.model, x, training=True), tf.float32)
+        if training and self.recompute == "activations":
+            return tf.cast(recomputed_activations_call(self.model, x, training=True), tf.float32)
         return tf.cast(self.model(x, training=training), tf.float32)
 
     def _craft_scale(self):

@@ -192,11 +192,13 @@ def _optimisation_arguments(g) -> None:
     g.add_argument("--mixed-precision", action="store_true",
                    help="mixed_float16 compute with dynamic loss scaling (attacks still use "
                         "float32 inputs and input gradients)")
-    g.add_argument("--recompute", action="store_true",
-                   help="save memory: recompute each residual block in the update's backward "
-                        "pass instead of keeping its activations, and return freed memory to "
-                        "the system at once (slower; the same weights; a functional or "
-                        "Sequential Keras model)")
+    g.add_argument("--recompute", nargs="?", const="blocks", default="activations",
+                   choices=("none", "activations", "blocks"),
+                   help="what the update's backward pass recomputes instead of keeping: "
+                        "activations (default: each batch norm + ReLU before a convolution; "
+                        "no more time), blocks (the flag alone: each residual block, and freed "
+                        "memory returned to the system at once; less memory, more time), none; "
+                        "the same weights in every mode")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-deterministic", action="store_true",
                    help="do not enable TensorFlow op determinism")
