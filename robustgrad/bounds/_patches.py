@@ -35,7 +35,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from . import _rules as _r
-from ._activations import Activation
+from ._activations import Activation, ReLU
 from ._rules import sum_trailing
 
 __all__ = ["Geometry", "backward", "memory_per_row", "plan", "prepare", "worth_it"]
@@ -178,7 +178,9 @@ def prepare(graph, node, geo, pre, boxes, shapes, ball, dtype):
         rule = graph.rules[i]
         if isinstance(rule, Activation):
             j = graph.inputs[i][0]
-            out[("relax", i)] = tuple(_Windows(t, g, target) for t in rule.relaxation(*pre[j]))
+            lines = list(rule.relaxation(*pre[j]))
+            out[("relax", i)] = tuple(None if k == 1 and isinstance(rule, ReLU) else  # li = 0
+                                      _Windows(t, g, target) for k, t in enumerate(lines))
         elif isinstance(rule, _r.Elementwise):
             j = graph.inputs[i][0]
             s, t = rule.coefficients(dtype, 3)
@@ -237,9 +239,13 @@ def _avg_pool_transpose(rule, a):
 
 
 def _relaxed(a_lo, a_hi, ls, li, us, ui):
-    """An activation's lines substituted by the sign of the coefficients (patch-shaped)."""
+    """An activation's lines substituted by the sign of the coefficients (patch-shaped); ``li``
+    None: the lower line has no intercept (a ReLU's)."""
     pos_lo, neg_lo = tf.nn.relu(a_lo), tf.minimum(a_lo, 0)
     pos_hi, neg_hi = tf.nn.relu(a_hi), tf.minimum(a_hi, 0)
+    if li is None:
+        return (pos_lo * ls + neg_lo * us, pos_hi * us + neg_hi * ls, sum_trailing(neg_lo * ui),
+                sum_trailing(pos_hi * ui))
     return (pos_lo * ls + neg_lo * us, pos_hi * us + neg_hi * ls,
             sum_trailing(pos_lo * li + neg_lo * ui), sum_trailing(pos_hi * ui + neg_hi * li))
 
@@ -261,7 +267,7 @@ def backward(graph, node, index, geo, prepared, shapes, ball, dtype):
         a_lo, a_hi = coeffs.pop(i)
         rule, ins = graph.rules[i], graph.inputs[i]
         if isinstance(rule, Activation):
-            relax = [w.take(where) for w in prepared[("relax", i)]]
+            relax = [None if w is None else w.take(where) for w in prepared[("relax", i)]]
             a_lo, a_hi, d_lo, d_hi = _relaxed(a_lo, a_hi, *relax)
             bias_lo, bias_hi = bias_lo + d_lo, bias_hi + d_hi
         elif isinstance(rule, _r.Elementwise):
