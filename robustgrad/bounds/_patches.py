@@ -221,9 +221,7 @@ def _conv_transpose(rule, a, in_channels, dtype):
     if (rh, rw) == (1, 1):  # one position: the kernel's columns weighted by the coefficients
         out = tf.tensordot(flat[:, 0, 0], kernel, [[1], [3]])
     else:
-        out = tf.nn.conv2d_transpose(flat, kernel, tf.stack([tf.shape(flat)[0], oh, ow,
-                                                             in_channels]),
-                                     rule.strides, "VALID")
+        out = _r.conv_transpose_valid(flat, kernel, (sh, sw))
     return tf.reshape(out, [b, rows, oh, ow, in_channels])
 
 
@@ -279,7 +277,7 @@ def backward(graph, node, index, geo, prepared, shapes, ball, dtype):
             rows = a_lo.shape[1]
             if isinstance(rule, _r.Conv2D):
                 if rule.layer.use_bias:
-                    d = sum_trailing(both * _r.cast(rule.layer.bias, dtype))
+                    d = _r.channel_dot(both, _r.cast(rule.layer.bias, dtype))
                     bias_lo, bias_hi = bias_lo + d[:, :rows], bias_hi + d[:, rows:]
                 both = _conv_transpose(rule, both, shapes[ins[0]][2], dtype)
             else:
