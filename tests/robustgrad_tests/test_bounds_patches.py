@@ -167,7 +167,7 @@ def test_transpose_by_forward_convolution_gives_the_same_bounds(name, monkeypatc
                 out[how, patches, method] = BoundedModel(model).bounds(lower, upper, method, spec)
     for key, (lb, ub) in out.items():
         if key[0] == "forward":
-            ref = out["native", *key[1:]]
+            ref = out[("native", *key[1:])]
             np.testing.assert_allclose(lb.numpy(), ref[0].numpy(), rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(ub.numpy(), ref[1].numpy(), rtol=1e-12, atol=1e-12)
     values = np.einsum("bsk,bmk->bms", spec.numpy(),
