@@ -243,8 +243,9 @@ def compute_bounds(model: Any, lower: Any, upper: Any, method: str = "crown", C:
       C: optional specification ``[B, S, num_outputs]`` (outputs flattened): bound ``C @
         outputs``, ``C`` merged into the last linear layers. :func:`margin_spec` builds margins.
       batch_size: examples per compiled call (``None``: all at once). CROWN's intermediate bounds
-        also split their rows so that no coefficient tensor exceeds ~64 MB; alpha-CROWN lowers
-        the batch size (not ``None``) so that its slopes stay within about as much.
+        also split their rows so that no chunk holds more than ~512 MB in float32 (coefficients,
+        the relaxations they read and temporaries, estimated from the shapes before the work);
+        alpha-CROWN lowers the batch size (not ``None``) so that its slopes stay within ~64 MB.
       iterations, lr, lr_decay: alpha-CROWN's bound evaluations (int >= 1; the first is CROWN's),
         Adam learning rate (> 0) and its decay per iteration (in (0, 1]); auto_LiRPA's defaults.
         Checked, and unused by the other methods.

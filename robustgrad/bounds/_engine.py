@@ -37,8 +37,12 @@ __all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "prop
 
 #: examples per chunk when the batch size is not static
 CHUNK = 32
-# Largest number of elements one linear-coefficient tensor [B, S, *shape] may hold before the
-# specification rows of an intermediate layer are processed in chunks (64 MB in float32).
+# Largest number of elements one chunk of an intermediate layer's CROWN pass may hold at once
+# (its coefficients on every node of the path, both sides, the relaxations it reads and the
+# temporaries: estimated from the shapes before any work; 512 MB in float32).
+WORK_BUDGET = 2 ** 27
+# Largest number of elements alpha-CROWN's slopes and coefficients per chunk of examples may hold
+# (:func:`robustgrad.bounds._alpha.chunk_limit`; 64 MB in float32).
 COEFFICIENT_BUDGET = 2 ** 24
 # Whether CROWN's intermediate bounds are intersected with IBP's (both sound; on by default).
 # Off, they are CROWN's alone: the definition of auto_LiRPA's "CROWN" (its comparison benchmark
@@ -221,7 +225,8 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
 
     Only the elements an activation gains from get a CROWN pass: per example, those first, as
     identity rows in chunks of ``rows`` inside one ``tf.while_loop`` that stops after the last
-    example's last such element; no chunk's coefficients exceed ``COEFFICIENT_BUDGET``."""
+    example's last such element, one chunk at a time; no chunk holds more than ``WORK_BUDGET``
+    elements (estimated from the shapes)."""
     shape = shapes[node]
     n = math.prod(shape)
     batch = boxes[0][0].shape[0]
@@ -229,11 +234,11 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
     if geo is not None and PATCHES is None and not _patches.worth_it(geo, shapes, node):
         geo = None
     if geo is not None:
-        widest = max(g.size_h * g.size_w * shapes[j][2] for j, g in geo.items())
+        per_row = _patches.memory_per_row(geo, shapes, node)
         prepared = _patches.prepare(graph, node, geo, pre, boxes, shapes, ball, dtype)
     else:
-        widest = max(math.prod(shapes[i]) for i in range(node + 1))
-    budget_rows = max(1, COEFFICIENT_BUDGET // max(1, batch * widest))
+        per_row = 8 * max(math.prod(shapes[i]) for i in range(node + 1))
+    budget_rows = max(1, WORK_BUDGET // max(1, batch * per_row))
     rows = max(1, min(n, budget_rows, max(MIN_ROWS, -(-n // 8))))
     ibp_lo, ibp_hi = (tf.reshape(t, [batch, n]) for t in boxes[node])
     wanted = tf.reshape(_refine_mask(graph, node, boxes), [batch, n])
@@ -258,7 +263,8 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
 
     spare = tf.zeros([batch, 1], dtype)
     init = [tf.constant(0), tf.concat([ibp_lo, spare], 1), tf.concat([ibp_hi, spare], 1)]
-    _, lo, hi = tf.while_loop(lambda k, *_: k < chunks, body, init)
+    # one chunk at a time: the default (10 iterations in flight) held ten chunks' coefficients
+    _, lo, hi = tf.while_loop(lambda k, *_: k < chunks, body, init, parallel_iterations=1)
     lo, hi = lo[:, :n], hi[:, :n]
     if INTERSECT_WITH_IBP:
         lo, hi = tf.maximum(lo, ibp_lo), tf.minimum(hi, ibp_hi)

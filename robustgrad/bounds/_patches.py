@@ -35,10 +35,10 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from . import _rules as _r
-from ._activations import Activation
+from ._activations import Activation, ReLU
 from ._rules import sum_trailing
 
-__all__ = ["Geometry", "backward", "plan", "prepare", "worth_it"]
+__all__ = ["Geometry", "backward", "memory_per_row", "plan", "prepare", "worth_it"]
 
 
 class Geometry(NamedTuple):
@@ -128,57 +128,76 @@ def worth_it(geo, shapes, node):
     return 2 * patch <= dense
 
 
-def _unfold(t, g, target):
-    """The windows of ``t`` [N, H, W, C] (N = B or 1) for every target position ->
-    [N, Ht * Wt, Rh, Rw, C]; positions outside ``t`` read 0."""
-    h, w = t.shape[1], t.shape[2]
-    ht, wt = target[0], target[1]
-    bottom = max(0, (ht - 1) * g.stride_h - g.pad_h + g.size_h - h)
-    right = max(0, (wt - 1) * g.stride_w - g.pad_w + g.size_w - w)
-    padded = tf.pad(t, [[0, 0], [g.pad_h, bottom], [g.pad_w, right], [0, 0]])
-    if (g.size_h, g.size_w) == (1, 1):
-        win = padded[:, :(ht - 1) * g.stride_h + 1:g.stride_h, :(wt - 1) * g.stride_w + 1:g.stride_w]
-    else:
-        win = tf.image.extract_patches(padded, [1, g.size_h, g.size_w, 1],
-                                       [1, g.stride_h, g.stride_w, 1], [1, 1, 1, 1], "VALID")
-        win = win[:, :ht, :wt]
-    return tf.reshape(win, [tf.shape(t)[0], ht * wt, g.size_h, g.size_w, t.shape[3]])
+class _Windows:
+    """The windows of a node's tensor ``t`` [N, H, W, C] (N = B or 1) read by the target positions
+    of ``target`` [Ht, Wt, ...] through geometry ``g``: ``t`` zero-padded once to hold every window
+    (a node-sized tensor), and each chunk of rows gathers its own windows (:meth:`take`), so that no
+    tensor of every position's window (``N x Ht Wt x Rh Rw x C``, gigabytes on a 28x28 CNN) is
+    ever built."""
+
+    def __init__(self, t, g, target):
+        h, w = t.shape[1], t.shape[2]
+        self.g, self.wt, self.c = g, target[1], t.shape[3]
+        bottom = max(0, (target[0] - 1) * g.stride_h - g.pad_h + g.size_h - h)
+        right = max(0, (target[1] - 1) * g.stride_w - g.pad_w + g.size_w - w)
+        self.width = g.pad_w + w + right  # of the padded tensor
+        padded = tf.pad(t, [[0, 0], [g.pad_h, bottom], [g.pad_w, right], [0, 0]])
+        self.flat = tf.reshape(padded, [tf.shape(t)[0], -1, self.c])
+        self.batched = t.shape[0] != 1
+
+    def take(self, where):
+        """The windows of the rows' target positions ``where`` [B, rows] -> [B, rows, Rh, Rw,
+        C]."""
+        g = self.g
+        offsets = (tf.range(g.size_h)[:, None] * self.width + tf.range(g.size_w)[None, :])
+        start = (where // self.wt) * (g.stride_h * self.width) + (where % self.wt) * g.stride_w
+        idx = start[:, :, None, None] + offsets  # [B, rows, Rh, Rw] into the padded rows
+        if self.batched:
+            return tf.gather(self.flat, idx, batch_dims=1)
+        return tf.gather(self.flat[0], idx)
+
+
+def _window_mask(g, in_shape, target, where, dtype):
+    """1 where a row's window lies inside the node of shape ``in_shape``, 0 on its padding ->
+    [B, rows, Rh, Rw, 1] (computed from the positions; nothing gathered)."""
+    p, q = where // target[1], where % target[1]
+    r = p[:, :, None] * g.stride_h - g.pad_h + tf.range(g.size_h)  # [B, rows, Rh]
+    c = q[:, :, None] * g.stride_w - g.pad_w + tf.range(g.size_w)
+    inside = (((r >= 0) & (r < in_shape[0]))[:, :, :, None]
+              & ((c >= 0) & (c < in_shape[1]))[:, :, None, :])
+    return tf.cast(inside, dtype)[..., None]
 
 
 def prepare(graph, node, geo, pre, boxes, shapes, ball, dtype):
-    """Everything the chunks of ``node``'s rows read, unfolded once: ``{key: tensor [N, Ht * Wt,
-    Rh, Rw, C]}`` for the masks, the relaxations, the element-wise coefficients and the input
-    box (and the ball's centre)."""
+    """Everything the chunks of ``node``'s rows read, padded once (node-sized tensors): ``{key:
+    _Windows}`` for the relaxations, the element-wise coefficients and the input box (and the
+    ball's centre)."""
     target = shapes[node]
     out: dict = {}
-    for j, g in geo.items():
-        if j == node:
-            continue
-        ones = tf.ones([1, *shapes[j][:2], 1], dtype)
-        out[("mask", j)] = _unfold(ones, g, target)
     for i, g in geo.items():
         rule = graph.rules[i]
         if isinstance(rule, Activation):
             j = graph.inputs[i][0]
-            out[("relax", i)] = tuple(_unfold(t, g, target)
-                                      for t in rule.relaxation(*pre[j]))
+            lines = list(rule.relaxation(*pre[j]))
+            out[("relax", i)] = tuple(None if k == 1 and isinstance(rule, ReLU) else  # li = 0
+                                      _Windows(t, g, target) for k, t in enumerate(lines))
         elif isinstance(rule, _r.Elementwise):
             j = graph.inputs[i][0]
             s, t = rule.coefficients(dtype, 3)
-            out[("affine", i)] = tuple(_unfold(tf.broadcast_to(v, [1, *shapes[j]]), g, target)
+            out[("affine", i)] = tuple(_Windows(tf.broadcast_to(v, [1, *shapes[j]]), g, target)
                                        for v in (s, t))
-    out["box"] = tuple(_unfold(t, geo[0], target) for t in boxes[0])
+    out["box"] = tuple(_Windows(t, geo[0], target) for t in boxes[0])
     if ball is not None:
-        out["centre"] = _unfold(ball[0], geo[0], target)
+        out["centre"] = _Windows(ball[0], geo[0], target)
     return out
 
 
-def _rows(t, where):
-    """The windows of the rows' positions: ``t`` [N, P, ...], ``where`` [B, rows] -> [B, rows,
-    ...]."""
-    if t.shape[0] == 1:
-        return tf.gather(t[0], where)
-    return tf.gather(t, where, batch_dims=1)
+def memory_per_row(geo, shapes, node):
+    """Elements one specification row of ``node``'s patch pass holds at once (per example): the
+    two sides' coefficients on every window of the path, and as much again for the windows
+    gathered from the relaxations and the temporaries of the widest rule."""
+    windows = [g.size_h * g.size_w * shapes[j][2] for j, g in geo.items() if j != node]
+    return 4 * sum(windows) + 8 * max(windows)
 
 
 def _align(a, have, want):
@@ -202,9 +221,7 @@ def _conv_transpose(rule, a, in_channels, dtype):
     if (rh, rw) == (1, 1):  # one position: the kernel's columns weighted by the coefficients
         out = tf.tensordot(flat[:, 0, 0], kernel, [[1], [3]])
     else:
-        out = tf.nn.conv2d_transpose(flat, kernel, tf.stack([tf.shape(flat)[0], oh, ow,
-                                                             in_channels]),
-                                     rule.strides, "VALID")
+        out = _r.conv_transpose_valid(flat, kernel, (sh, sw))
     return tf.reshape(out, [b, rows, oh, ow, in_channels])
 
 
@@ -220,9 +237,13 @@ def _avg_pool_transpose(rule, a):
 
 
 def _relaxed(a_lo, a_hi, ls, li, us, ui):
-    """An activation's lines substituted by the sign of the coefficients (patch-shaped)."""
+    """An activation's lines substituted by the sign of the coefficients (patch-shaped); ``li``
+    None: the lower line has no intercept (a ReLU's)."""
     pos_lo, neg_lo = tf.nn.relu(a_lo), tf.minimum(a_lo, 0)
     pos_hi, neg_hi = tf.nn.relu(a_hi), tf.minimum(a_hi, 0)
+    if li is None:
+        return (pos_lo * ls + neg_lo * us, pos_hi * us + neg_hi * ls, sum_trailing(neg_lo * ui),
+                sum_trailing(pos_hi * ui))
     return (pos_lo * ls + neg_lo * us, pos_hi * us + neg_hi * ls,
             sum_trailing(pos_lo * li + neg_lo * ui), sum_trailing(pos_hi * ui + neg_hi * li))
 
@@ -244,11 +265,11 @@ def backward(graph, node, index, geo, prepared, shapes, ball, dtype):
         a_lo, a_hi = coeffs.pop(i)
         rule, ins = graph.rules[i], graph.inputs[i]
         if isinstance(rule, Activation):
-            relax = [_rows(t, where) for t in prepared[("relax", i)]]
+            relax = [None if w is None else w.take(where) for w in prepared[("relax", i)]]
             a_lo, a_hi, d_lo, d_hi = _relaxed(a_lo, a_hi, *relax)
             bias_lo, bias_hi = bias_lo + d_lo, bias_hi + d_hi
         elif isinstance(rule, _r.Elementwise):
-            s, t = (_rows(v, where) for v in prepared[("affine", i)])
+            s, t = (w.take(where) for w in prepared[("affine", i)])
             bias_lo, bias_hi = bias_lo + sum_trailing(a_lo * t), bias_hi + sum_trailing(a_hi * t)
             a_lo, a_hi = a_lo * s, a_hi * s
         elif isinstance(rule, (_r.Conv2D, _r.AveragePooling2D)):
@@ -256,7 +277,7 @@ def backward(graph, node, index, geo, prepared, shapes, ball, dtype):
             rows = a_lo.shape[1]
             if isinstance(rule, _r.Conv2D):
                 if rule.layer.use_bias:
-                    d = sum_trailing(both * _r.cast(rule.layer.bias, dtype))
+                    d = _r.channel_dot(both, _r.cast(rule.layer.bias, dtype))
                     bias_lo, bias_hi = bias_lo + d[:, :rows], bias_hi + d[:, rows:]
                 both = _conv_transpose(rule, both, shapes[ins[0]][2], dtype)
             else:
@@ -266,17 +287,17 @@ def backward(graph, node, index, geo, prepared, shapes, ball, dtype):
             g = _through(rule, geo[i], shapes[j], shapes[i])
             n_lo, n_hi = _align(a_lo, g, geo[j]), _align(a_hi, g, geo[j])
             if isinstance(rule, (_r.Conv2D, _r.AveragePooling2D, _r.ZeroPadding2D)):
-                mask = _rows(prepared[("mask", j)], where)  # the padding reads nothing
+                mask = _window_mask(geo[j], shapes[j], shapes[node], where, dtype)  # padding: 0
                 n_lo, n_hi = n_lo * mask, n_hi * mask
             if j in coeffs:
                 n_lo, n_hi = coeffs[j][0] + n_lo, coeffs[j][1] + n_hi
             coeffs[j] = (n_lo, n_hi)
     a_lo, a_hi = coeffs[0]
-    lo, hi = (_rows(t, where) for t in prepared["box"])
+    lo, hi = (w.take(where) for w in prepared["box"])
     low = sum_trailing(tf.nn.relu(a_lo) * lo + tf.minimum(a_lo, 0) * hi)
     high = sum_trailing(tf.nn.relu(a_hi) * hi + tf.minimum(a_hi, 0) * lo)
     if ball is not None:
-        centre, radius = _rows(prepared["centre"], where), ball[1]
+        centre, radius = prepared["centre"].take(where), ball[1]
         flat = [tf.shape(a_lo)[0], a_lo.shape[1], -1]
         low = tf.maximum(low, sum_trailing(a_lo * centre)
                          - radius * tf.norm(tf.reshape(a_lo, flat), axis=-1))

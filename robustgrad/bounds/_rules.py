@@ -48,6 +48,34 @@ def channel_dot(a, c):
     return sum_trailing(a * c)
 
 
+# How a convolution's transpose is computed: "native" (TensorFlow's Conv2DBackpropInput) or
+# "forward" (a forward convolution with the flipped kernel, by phases for a stride: the same sums).
+# Read when a computation is traced.
+TRANSPOSE = "native"
+
+
+def conv_transpose_valid(a, kernel, strides):
+    """The transpose of a ``"VALID"`` convolution: ``a`` [N, h, w, Cout], ``kernel`` [kh, kw, Cin,
+    Cout], ``strides`` (sh, sw) -> [N, (h - 1) sh + kh, (w - 1) sw + kw, Cin]."""
+    kh, kw, cin, cout = kernel.shape
+    sh, sw = strides
+    h, w = a.shape[1], a.shape[2]
+    oh, ow = (h - 1) * sh + kh, (w - 1) * sw + kw
+    if TRANSPOSE == "native" or sh != sw:
+        return tf.nn.conv2d_transpose(a, kernel, tf.stack([tf.shape(a)[0], oh, ow, cin]),
+                                      [1, sh, sw, 1], "VALID")
+    s = sh
+    mh, mw = -(-kh // s), -(-kw // s)  # taps per phase
+    k = tf.pad(kernel, [[0, mh * s - kh], [0, mw * s - kw], [0, 0], [0, 0]])
+    k = tf.reshape(k, [mh, s, mw, s, cin, cout])[::-1, :, ::-1]  # tap t, phase p: row t s + p
+    k = tf.reshape(tf.transpose(k, [0, 2, 5, 1, 3, 4]), [mh, mw, cout, s * s * cin])
+    y = tf.nn.conv2d(tf.pad(a, [[0, 0], [mh - 1, mh - 1], [mw - 1, mw - 1], [0, 0]]), k, 1,
+                     "VALID")
+    if s > 1:
+        y = tf.nn.depth_to_space(y, s)
+    return y[:, :oh, :ow]
+
+
 def _merge_batch_spec(a):
     """[B, S, *shape] -> [B*S, *shape]."""
     return tf.reshape(a, [-1, *a.shape[2:]])
@@ -138,9 +166,18 @@ class Conv2D(Affine):
         return self._conv(r, tf.abs(cast(self.layer.kernel, dtype)))
 
     def transpose(self, a, in_shape, dtype):
-        out_shape = tf.stack([tf.shape(a)[0], *in_shape])
-        return tf.nn.conv2d_transpose(a, cast(self.layer.kernel, dtype), out_shape, self.strides,
-                                      self.padding)
+        kernel = cast(self.layer.kernel, dtype)
+        if TRANSPOSE == "native":
+            out_shape = tf.stack([tf.shape(a)[0], *in_shape])
+            return tf.nn.conv2d_transpose(a, kernel, out_shape, self.strides, self.padding)
+        full = conv_transpose_valid(a, kernel, self.strides[1:3])
+        top = left = 0
+        if self.padding == "SAME":  # TensorFlow's: the smaller half on top
+            top = max((a.shape[1] - 1) * self.strides[1] + kernel.shape[0] - in_shape[0], 0) // 2
+            left = max((a.shape[2] - 1) * self.strides[2] + kernel.shape[1] - in_shape[1], 0) // 2
+        full = full[:, top:top + in_shape[0], left:left + in_shape[1]]
+        return tf.pad(full, [[0, 0], [0, in_shape[0] - full.shape[1]],
+                             [0, in_shape[1] - full.shape[2]], [0, 0]])
 
     def offset(self, dtype):
         return cast(self.layer.bias, dtype) if self.layer.use_bias else None

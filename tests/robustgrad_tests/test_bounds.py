@@ -386,7 +386,7 @@ def test_batch_chunks_and_spec_row_chunks_give_the_same_bounds(monkeypatch):
     parts = compute_bounds(model, lower, upper, batch_size=3)
     np.testing.assert_allclose(parts[0], whole[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(parts[1], whole[1], rtol=1e-5, atol=1e-6)
-    monkeypatch.setattr(rb._engine, "COEFFICIENT_BUDGET", 7 * 3 * 128)  # a few rows per chunk
+    monkeypatch.setattr(rb._engine, "WORK_BUDGET", 8 * 7 * 3 * 128)  # a few rows per chunk
     rows = compute_bounds(BoundedModel(model), lower, upper, batch_size=None)
     np.testing.assert_allclose(rows[0], whole[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(rows[1], whole[1], rtol=1e-5, atol=1e-6)

@@ -12,7 +12,14 @@ import pytest
 import tensorflow as tf
 from test_bounds import MODELS, _assert_contains, _box, _outputs, _randomize, _samples
 
-from robustgrad.bounds import BoundedModel, _engine, _patches, compute_ball_bounds, margin_spec
+from robustgrad.bounds import (
+    BoundedModel,
+    _engine,
+    _patches,
+    _rules,
+    compute_ball_bounds,
+    margin_spec,
+)
 from robustgrad.bounds._keras_graph import Graph
 
 L = keras.layers
@@ -140,3 +147,32 @@ def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
              for i, r in enumerate(graph.rules) if r is not None and not r.linear]
     counts = [(int(tf.reduce_sum(tf.cast(m, tf.int32))), m.shape.num_elements()) for m in masks]
     assert any(0 < k < n for k, n in counts), counts  # some elements skipped, some refined
+
+
+@pytest.mark.parametrize("name", sorted(PATCH_MODELS))
+def test_transpose_by_forward_convolution_gives_the_same_bounds(name, monkeypatch):
+    """A convolution's transpose computed as a forward convolution with the flipped kernel (by
+    phases for a stride): the same sums, so the same bounds as TensorFlow's transposed
+    convolution, by patches and densely, and sound by sampling."""
+    model = PATCH_MODELS[name]()
+    lower, upper = _box(model.input_shape[1:], eps=0.15)
+    lower, upper = lower.astype(np.float64), upper.astype(np.float64)
+    spec = margin_spec([0, 1, 2], model.output_shape[-1], dtype=tf.float64)
+    out = {}
+    for how in ("native", "forward"):
+        monkeypatch.setattr(_rules, "TRANSPOSE", how)
+        for patches in (False, True):
+            monkeypatch.setattr(_engine, "PATCHES", patches)
+            for method in ("crown", "crown-ibp"):
+                out[how, patches, method] = BoundedModel(model).bounds(lower, upper, method, spec)
+    for key, (lb, ub) in out.items():
+        if key[0] == "forward":
+            ref = out[("native", *key[1:])]
+            np.testing.assert_allclose(lb.numpy(), ref[0].numpy(), rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(ub.numpy(), ref[1].numpy(), rtol=1e-12, atol=1e-12)
+    values = np.einsum("bsk,bmk->bms", spec.numpy(),
+                       _outputs(model, _samples(lower.astype(np.float32),
+                                                upper.astype(np.float32), n=1000)))
+    for key, (lb, ub) in out.items():
+        if key[0] == "forward":
+            _assert_contains(lb.numpy(), ub.numpy(), values)
