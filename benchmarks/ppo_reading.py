@@ -56,6 +56,10 @@ SEAMS = {
                             "observation normaliser in front of it (gymnasium's "
                             "NormalizeObservation); the actor-critic built from them is "
                             "beside OnPolicyAgent and counted",
+    "agents.core.limits": "the bounds a config's values are checked against (robustgrad.checks' "
+                          "place): MAX_REPEATS, check_update_work(config, work, terms) and "
+                          "the other limits of memory and of the wait for a stop, each "
+                          "with the reason for its value",
     "agents.core.collectors": "the collector contract (gymnasium's env.step in CleanRL, env.step "
                               "in PureJaxRL): the rollout calls begin/step/end and reads back "
                               "(obs, reward, terminated, truncated, final_obs); check_batch",

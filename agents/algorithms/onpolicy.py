@@ -51,7 +51,8 @@ from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
-from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
+from agents.core.config import AgentConfig
+from agents.core.limits import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS
 from agents.core.networks import MLP, ObsNormalizer, SeedRunningMeanStd, seed_list
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae

@@ -43,7 +43,8 @@ from agents.algorithms.registry import algorithm_of_config
 from agents.core._loading import load
 from agents.core.base import Agent, NonFiniteTrainingError
 from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
-from agents.core.config import AgentConfig, check_total_steps
+from agents.core.config import AgentConfig
+from agents.core.limits import check_total_steps
 from agents.core.persistence import read_metadata, recover_checkpoint
 from agents.core.presets import get_preset, make_config
 from robustgrad.errors import ConfigError
