@@ -86,9 +86,10 @@ def _shifted(seed: int | Sequence[int], k: int) -> int | list[int]:
     return cast(int, seed) + k if seeds is None else [s + k for s in seeds]
 
 
-
 class ActorCritic(tf.Module):
-    """Separate policy and value networks over a shared observation normaliser.
+    """Separate policy and value networks over a shared observation normaliser: the model of
+    REINFORCE, A2C and PPO (CleanRL's ``Agent``, PureJaxRL's ``ActorCritic``), built from the
+    layers of :mod:`agents.core.networks`.
 
     Discrete actions: ``Categorical(logits)``. Continuous actions: a diagonal Normal
     (``Independent(Normal(mean, exp(log_std)), 1)``) whose ``log_std`` is a
