@@ -50,6 +50,16 @@ SEAMS = {
     "agents.backends.seed_axis": "the S-seed env and export/import of one seed (not training)",
     "agents.backends.distributed": "Ray rollout workers (a Collector; off by default)",
     "agents.backends._ray_setup": "Ray start-up",
+    "agents.core.networks": "the layers (torch.nn.Linear with CleanRL's layer_init, "
+                            "flax.linen.Dense with orthogonal initialisers in PureJaxRL): "
+                            "MLP(in, hidden, out, activation, out_gain, seed), and the "
+                            "observation normaliser in front of it (gymnasium's "
+                            "NormalizeObservation); the actor-critic built from them is "
+                            "beside OnPolicyAgent and counted",
+    "agents.core.limits": "the bounds a config's values are checked against (robustgrad.checks' "
+                          "place): MAX_REPEATS, check_update_work(config, work, terms) and "
+                          "the other limits of memory and of the wait for a stop, each "
+                          "with the reason for its value",
     "agents.core.collectors": "the collector contract (gymnasium's env.step in CleanRL, env.step "
                               "in PureJaxRL): the rollout calls begin/step/end and reads back "
                               "(obs, reward, terminated, truncated, final_obs); check_batch",

@@ -63,14 +63,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path[0:1] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 
+def _presets():
+    """The module holding ``make_config`` and ``AUTO`` in the tree being measured: today
+    ``agents.core.presets``; ``agents.core.config`` in trees before the presets moved (so that
+    ``--compare-tree`` can measure them)."""
+    import importlib
+
+    try:
+        return importlib.import_module("agents.core.presets")
+    except ImportError:
+        return importlib.import_module("agents.core.config")
+
+
 def _child(kind: str, n_seeds: int, steps: int, settings: str) -> dict:
     import agents
 
     if settings == "preset":
-        cfg = agents.core.presets.make_config(agents.PPOConfig, "ppo", agents.core.presets.AUTO,
+        cfg = _presets().make_config(agents.PPOConfig, "ppo", _presets().AUTO,
                                         env="CartPole-v1", backend="graph")
     else:
-        cfg = agents.core.presets.make_config(agents.PPOConfig, "ppo", None, env="CartPole-v1",
+        cfg = _presets().make_config(agents.PPOConfig, "ppo", None, env="CartPole-v1",
                                         backend="graph", num_envs=4)
     per_iteration = cfg.n_steps * cfg.num_envs
 
@@ -97,7 +109,7 @@ def _child(kind: str, n_seeds: int, steps: int, settings: str) -> dict:
 def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
     import agents
 
-    cfg = agents.core.presets.make_config(agents.DQNConfig, "dqn", agents.core.presets.AUTO,
+    cfg = _presets().make_config(agents.DQNConfig, "dqn", _presets().AUTO,
                                     env="CartPole-v1", backend=backend)
     per_iteration = cfg.train_freq * cfg.num_envs
     short = -(-max(cfg.learning_starts, cfg.batch_size) // per_iteration) * per_iteration
@@ -116,7 +128,7 @@ def _sa_ppo_child(kind: str, n_seeds: int, steps: int, eps: float, algo: str = "
     import agents
 
     robust, iterations = ROBUST[algo]
-    cfg = agents.core.presets.make_config(agents.PPOConfig, "ppo", agents.core.presets.AUTO,
+    cfg = _presets().make_config(agents.PPOConfig, "ppo", _presets().AUTO,
                                     env="CartPole-v1", backend="graph", robust=robust,
                                     robust_eps=eps)
     # tracing and compiling of one agent (ATLA: and of its adversaries, from the 2nd iteration)

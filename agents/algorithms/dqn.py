@@ -27,7 +27,7 @@ collection of their copy (``Agent.collect``) and the learner records their batch
   ``target <- tau * online + (1 - tau) * target``.
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md section 8): the same functions with a leading
-``[S, ...]`` on the networks (online and target, :class:`agents.core.networks.QNetwork` with a list
+``[S, ...]`` on the networks (online and target, :class:`QNetwork` with a list
 of seeds), the observation statistics, Adam (:class:`agents.core._step.SeedAxisAdamStep`: per-seed
 clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.ReplayBuffer` with
 ``num_seeds``: each seed samples its own minibatch from its own transitions, with its own
@@ -45,6 +45,7 @@ attack call for all seeds (:mod:`agents.robustness.robust`).
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -60,9 +61,8 @@ from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent
 from agents.core.buffers import ReplayBuffer
 from agents.core.compiled import own_function
-from agents.core.networks import QNetwork
+from agents.core.networks import MLP, ObsNormalizer, seed_list
 from agents.core.policy import PolicySurface
-from agents.core.returns import td_target
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams
 from robustgrad.errors import ConfigError
@@ -72,6 +72,51 @@ if TYPE_CHECKING:
 
 TRAIN_STATS = ("loss", "q_mean", "sa_hinge", "grad_norm", "updates_applied", "updates_tried")
 """The statistics of an iteration's gradient steps (means; ``updates_*`` are counts)."""
+
+
+def td_target(rewards: tf.Tensor, next_q: tf.Tensor, terminated: tf.Tensor, gamma: float
+              ) -> tf.Tensor:
+    """One-step TD target ``r + gamma * (1 - terminated) * next_q`` under stop_gradient.
+
+    Truncated transitions are *not* terminated: they bootstrap from ``next_q`` of the
+    final observation.
+
+    >>> import tensorflow as tf
+    >>> td_target(tf.constant([1.0, 1.0]), tf.constant([4.0, 4.0]), tf.constant([False, True]),
+    ...           gamma=0.5).numpy().tolist()
+    [3.0, 1.0]
+    """
+    terminated = tf.cast(terminated, tf.float32)
+    return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * (1.0 - terminated) * next_q)
+
+
+class QNetwork(tf.Module):
+    """Action values ``Q(s, .)`` for discrete actions. ``seed``: an int (``[B, ...]`` ->
+    ``[B, n_actions]``) or a list of ``S`` seeds (``S`` stacked networks with per-seed observation
+    statistics: ``[S, B, ...]`` -> ``[S, B, n_actions]``).
+
+    >>> q = QNetwork((4,), 2, (8,), seed=[0, 1])
+    >>> q(tf.zeros([2, 3, 4])).shape.as_list()
+    [2, 3, 2]
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int,
+                 hidden: tuple[int, ...] = (120, 84), activation: str = "relu",
+                 normalize_obs: bool = False, seed: int | Sequence[int] = 0, name: str = "q"):
+        super().__init__(name=name)
+        in_dim = int(np.prod(obs_shape))
+        seeds = seed_list(seed)
+        self.num_seeds = None if seeds is None else len(seeds)
+        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
+        self.net = MLP(in_dim, tuple(hidden), n_actions, activation, 1.0, seed, name="mlp")
+
+    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.net(self.obs_norm(obs))
+
+    @property
+    def trainable(self) -> list[tf.Variable]:
+        """The variables the optimiser updates (the observation statistics are not)."""
+        return list(self.net.trainable_variables)
 
 
 def _mean(x: tf.Tensor) -> tf.Tensor:

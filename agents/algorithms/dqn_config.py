@@ -11,14 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agents.core.config import (
-    MAX_REPEATS,
-    MAX_ROLLOUT_TRANSITIONS,
-    MAX_TOTAL_STEPS,
-    AgentConfig,
-    check_update_work,
-    positive,
-)
+from agents.core.config import AgentConfig, positive
+from agents.core.limits import MAX_REPEATS, MAX_ROLLOUT_TRANSITIONS, MAX_TOTAL_STEPS, check_update_work
 from robustgrad.checks import nonnegative, positive_int, probability
 from robustgrad.errors import ConfigError
 

@@ -38,7 +38,8 @@ import numpy as np
 from agents.algorithms.dqn_config import DQNConfig
 from agents.algorithms.onpolicy import OnPolicyConfig
 from agents.algorithms.registry import ALGORITHMS
-from agents.core.config import check_seeds, check_total_steps  # noqa: F401 - agents.algorithms.many.check_seeds, as before
+from agents.core.config import check_seeds  # noqa: F401 - agents.algorithms.many.check_seeds, as before
+from agents.core.limits import check_total_steps
 from robustgrad.atomic import pyplot, save_figure
 from robustgrad.checks import choice, positive_int
 

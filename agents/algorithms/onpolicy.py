@@ -17,7 +17,7 @@ at exactly 1) and updated afterwards, skipping non-finite rows.
 
 The seed axis (``num_seeds=S > 1``, DESIGN.md section 8, PureJaxRL's ``vmap`` over seeds written
 as batched ops): the same functions with a leading ``[S, ...]`` on every tensor. Networks are
-stacked (:class:`agents.core.networks.ActorCritic` with a list of seeds), the environments are
+stacked (:class:`ActorCritic` with a list of seeds), the environments are
 ``S * num_envs`` (:mod:`agents.backends.seed_axis`), losses are reduced per seed and summed (seed ``s``'s
 loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
 gradients), clipping, the non-finite guard and Adam act per seed
@@ -35,6 +35,7 @@ iteration looped in one compiled call, :class:`agents.algorithms._iterations.Ite
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -50,8 +51,9 @@ from agents.core._step import SeedAxisAdamStep, make_adam_step
 from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
-from agents.core.config import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS, AgentConfig
-from agents.core.networks import ActorCritic, SeedRunningMeanStd
+from agents.core.config import AgentConfig
+from agents.core.limits import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS
+from agents.core.networks import MLP, ObsNormalizer, SeedRunningMeanStd, seed_list
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
@@ -62,8 +64,9 @@ from robustgrad.errors import ConfigError
 from robustgrad.memory import check_allocation
 
 if TYPE_CHECKING:
-    import tensorflow_probability as tfp
     from typing_extensions import Self
+
+tfd = tfp.distributions
 
 
 def _normalize(x):
@@ -75,6 +78,75 @@ def _normalize(x):
 def _mean(x):
     """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
     return tf.reduce_mean(x, axis=-1)
+
+
+def _shifted(seed: int | Sequence[int], k: int) -> int | list[int]:
+    """``seed + k`` for an int, or for every seed of a list."""
+    seeds = seed_list(seed)
+    return cast(int, seed) + k if seeds is None else [s + k for s in seeds]
+
+
+class ActorCritic(tf.Module):
+    """Separate policy and value networks over a shared observation normaliser: the model of
+    REINFORCE, A2C and PPO (CleanRL's ``Agent``, PureJaxRL's ``ActorCritic``), built from the
+    layers of :mod:`agents.core.networks`.
+
+    Discrete actions: ``Categorical(logits)``. Continuous actions: a diagonal Normal
+    (``Independent(Normal(mean, exp(log_std)), 1)``) whose ``log_std`` is a
+    state-independent variable. ``seed``: an int, or a list of ``S`` seeds for ``S`` stacked
+    actor-critics (observations ``[S, B, ...]``, distributions of batch shape ``[S, B]``).
+
+    >>> ac = ActorCritic((4,), 2, True, seed=[0, 1])
+    >>> ac.distribution(tf.zeros([2, 3, 4])).batch_shape.as_list(), ac.value(tf.zeros([2, 3, 4])).shape
+    ([2, 3], TensorShape([2, 3]))
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions_or_dim: int, discrete: bool,
+                 hidden: tuple[int, ...] = (64, 64), activation: str = "tanh",
+                 normalize_obs: bool = False, log_std_init: float = 0.0,
+                 seed: int | Sequence[int] = 0):
+        super().__init__(name="actor_critic")
+        in_dim = int(np.prod(obs_shape))
+        seeds = seed_list(seed)
+        self.num_seeds = None if seeds is None else len(seeds)
+        self.discrete = discrete
+        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
+        self.policy_net = MLP(in_dim, tuple(hidden), n_actions_or_dim, activation, 0.01,
+                              seed, name="policy")
+        self.value_net = MLP(in_dim, tuple(hidden), 1, activation, 1.0, _shifted(seed, 1),
+                             name="value")
+        if not discrete:
+            lead = () if seeds is None else (len(seeds),)
+            self.log_std = tf.Variable(tf.fill(lead + (n_actions_or_dim,), float(log_std_init)),
+                                       name="log_std")
+
+    def distribution(self, obs: tf.Tensor) -> tfp.distributions.Distribution:
+        """The policy at raw observations ``obs [B, *obs_shape]``: a ``Categorical`` over the
+        actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
+        x = self.obs_norm(obs)
+        out = self.policy_net(x)
+        if self.discrete:
+            return tfd.Categorical(logits=out)
+        log_std = self.log_std if self.num_seeds is None else self.log_std[:, None, :]
+        std = tf.exp(log_std) * tf.ones_like(out)
+        return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
+
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
+        """The state values ``V(obs)``, ``[B] float32`` (``[S, B]`` with the seed axis)."""
+        return tf.squeeze(self.value_net(self.obs_norm(obs)), -1)
+
+    def mode(self, obs: tf.Tensor) -> tf.Tensor:
+        """The most likely action at each observation (the deterministic policy)."""
+        d = self.distribution(obs)
+        return d.mode()
+
+    @property
+    def trainable(self) -> list[tf.Variable]:
+        """The variables the optimiser updates: both networks and, continuous, ``log_std``."""
+        v = list(self.policy_net.trainable_variables) + list(self.value_net.trainable_variables)
+        if not self.discrete:
+            v.append(self.log_std)
+        return v
 
 
 MAX_ITERATIONS_PER_CALL = 4096

@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from agents.algorithms.onpolicy import OnPolicyAgent, OnPolicyConfig, _mean, _normalize
 from agents.core import _sums
-from agents.core.config import MAX_REPEATS, check_update_work, positive
+from agents.core.config import positive
+from agents.core.limits import MAX_REPEATS, check_update_work
 from agents.core.streams import stateless_per_seed
 from robustgrad.checks import positive_int
 from robustgrad.errors import ConfigError

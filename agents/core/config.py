@@ -7,12 +7,12 @@ Each algorithm's own config sits beside its code (:class:`agents.algorithms.ppo.
 typed robust configs in the robustness wing (:mod:`agents.robustness.configs`).
 
 Each field carries a docstring (the string literal under it). ``__post_init__``
-validates everything it can before an environment is built, and raises
-``ValueError`` naming the offending field. ``to_dict``/``from_dict`` round-trip
-through JSON (an env factory is not serialisable: it is saved as ``None`` and must be
-passed again to :func:`agents.load`). :func:`make_config` builds a config from a tuned preset
-(the table ``presets.json``, read by :mod:`agents.core.presets`, whose names are also found
-here) and overrides.
+validates everything it can before an environment is built, against the bounds of
+:mod:`agents.core.limits`, and raises ``ValueError`` naming the offending field.
+``to_dict``/``from_dict`` round-trip through JSON (an env factory is not serialisable: it is
+saved as ``None`` and must be passed again to :func:`agents.load`).
+:func:`agents.core.presets.make_config` builds a config from a tuned preset (the table
+``presets.json``) and overrides.
 
 >>> AgentConfig(num_envs=4).to_dict()["num_envs"]
 4
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agents.core.limits import MAX_ASYNC_ENVS, MAX_HIDDEN_SIZE, MAX_NUM_ENVS, MAX_REPEATS, MAX_TOTAL_STEPS
 from agents.core.plugin import RobustFields
 from agents.envs import check_env_id
 from agents.graph_envs import GRAPH_ENV_IDS
@@ -37,73 +38,6 @@ from robustgrad.checks import (
     probability,
 )
 from robustgrad.errors import ConfigError
-
-MAX_NUM_ENVS = 65_536
-"""The largest ``num_envs``: 16x the widest vectorised batches of the graph-env literature
-(PureJaxRL's 4,096 per device); a Python (gymnasium) env per copy costs far more first."""
-
-MAX_ASYNC_ENVS = 1_024
-"""The largest ``num_envs`` with ``async_envs=True``: each environment is a subprocess."""
-
-MAX_ROLLOUT_TRANSITIONS = 2**24
-"""The most transitions one on-policy rollout holds (``n_steps * num_envs * num_seeds``, kept in
-memory with their observations until the update): 16.8 million, 128x the 131,072 of a
-PureJaxRL-sized batch (2,048 envs x 64 steps), about 1 GiB for CartPole's four floats."""
-
-MAX_HIDDEN_SIZE = 65_536
-"""The widest hidden layer: a 65,536 x 65,536 float32 weight matrix alone is 16 GiB."""
-
-MAX_REPEATS = 100_000
-"""The most repetitions of one step per update (``n_epochs``, ``robust_steps``,
-``gradient_steps``): each multiplies the time of every update, and none of the published
-settings of these methods uses more than a few hundred."""
-
-MAX_UPDATE_WORK = 2**22
-"""The most per-transition gradient passes one compiled update makes: PPO's ``n_epochs * n_steps
-* num_envs * num_seeds``, DQN's ``gradient_steps * batch_size * num_seeds``, each times ``1 +
-robust_steps`` when a robust regulariser searches every minibatch (``robust`` ``"sa"``,
-``"atla-sa"``, ``"wocar"`` with ``robust_method`` ``"pgd"``/``"sgld"``). Ctrl-C and SIGTERM reach
-Python only between compiled calls, so this bounds the wait for a stop: at the bound
-(``n_epochs=8192`` over 512 transitions, the 64x64 network, ``--threads 1``) ``train-agent``
-exited 21 s after SIGTERM on a 2-core machine at load 5, where ``n_epochs=100000`` (51 million
-passes) took 197 s. The largest published settings stay well inside it
-(IsaacGym's humanoid PPO, 4,096 envs x 32 steps x 5 epochs = 655,360; SA-PPO's MuJoCo runs,
-2,048 x 10 epochs x 11 = 225,280)."""
-
-MAX_TOTAL_STEPS = 10**10
-"""The largest ``learn`` budget (``total_steps``, ``robustgrad train-agent --steps``): about six
-CPU days at 18,000 environment steps per CPU second, 50x Atari's 200M-frame benchmark budget."""
-
-
-def check_total_steps(value: Any, name: str = "total_steps") -> int:
-    """``value`` as a learn budget: an int in ``[1, MAX_TOTAL_STEPS]``, or a
-    :class:`robustgrad.errors.ConfigError` naming ``name`` (``"--steps"`` on the command line).
-
-    >>> check_total_steps(1e5)
-    100000
-    >>> check_total_steps(10**15, "--steps")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    robustgrad.errors.ConfigError: --steps must be an int in [1, 10000000000], got 1000000000000000
-    """
-    return positive_int(value, name, maximum=MAX_TOTAL_STEPS)
-
-
-EPISODE_SLOT_BYTES = 16
-"""Bytes per slot of the graph env's ring buffer of finished episodes (a float32 return and an
-int32 length, allocated from zeros of the same size): ``iterations_per_call * n_steps * num_envs
-* num_seeds`` slots when ``K > 1`` (:func:`agents.backends.graph_backend.episode_capacity`)."""
-
-
-def check_update_work(config: Any, work: int, terms: str) -> None:
-    """Refuse an update of more than :data:`MAX_UPDATE_WORK` passes (``work``, the product
-    ``terms`` names), times ``1 + robust_steps`` when the robust regulariser searches each
-    minibatch; a :class:`ConfigError` naming the fields and their values."""
-    if config.robust in ("sa", "atla-sa", "wocar") and config.robust_method != "convex":
-        work, terms = work * (1 + config.robust_steps), f"{terms} * (1 + robust_steps)"
-    if work > MAX_UPDATE_WORK:
-        raise ConfigError(f"{terms} must be at most {MAX_UPDATE_WORK} (gradient passes of one "
-                          f"update, which a stop request waits for), got {work}")
 
 
 def positive(value: Any, name: str) -> float:

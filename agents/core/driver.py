@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from agents.core.callbacks import Callback, ProgressBar, as_callbacks
-from agents.core.config import check_total_steps
 from agents.core.interface import AgentInterface
+from agents.core.limits import check_total_steps
 from robustgrad.interrupts import TrainingInterrupted, deferred_interrupts
 
 

@@ -1,16 +1,23 @@
-"""Small networks as plain ``tf.Module``s, and tensorflow-probability policy heads.
+"""Layers as plain ``tf.Module``s: a multi-layer perceptron with orthogonal initialisation, and
+the observation normalisers the models put in front of it.
+
+This is the place of ``torch.nn.Linear`` + CleanRL's ``layer_init`` and of ``flax.linen.Dense``
+with its orthogonal initialisers in PureJaxRL: the models are built from it beside the
+algorithms that train them (:class:`agents.algorithms.onpolicy.ActorCritic` for REINFORCE, A2C
+and PPO; :class:`agents.algorithms.dqn.QNetwork` for DQN), as CleanRL's ``Agent`` and
+PureJaxRL's ``ActorCritic`` are written in their ``ppo.py``.
 
 Plain ``tf.Variable``s (no Keras layers) keep the compiled rollout cheap, make
 ``tf.train.Checkpoint`` trivial and avoid a Keras 3 pitfall: its variables are not
 ``tf.Variable``s, so ``tf.autodiff.ForwardAccumulator`` and ``tape.watch`` need their
 underlying ``.value``. Initialisation is orthogonal (Saxe et al. 2014) with the gains
-of the PPO implementation details (Huang et al. 2022): ``sqrt(2)`` for hidden layers,
-``0.01`` for the policy head, ``1`` for the value head, zero biases.
+of the PPO implementation details (Huang et al. 2022): ``sqrt(2)`` for hidden layers and the
+output gain the model asks for (``0.01`` for a policy head, ``1`` for a value head), zero biases.
 
-The seed axis: built with a list of seeds (``seed=[3, 4, 5]``), a network holds ``S`` stacked
-copies (every variable ``[S, ...]``, copy ``s`` initialised exactly as the network built with
+The seed axis: built with a list of seeds (``seed=[3, 4, 5]``), a layer holds ``S`` stacked
+copies (every variable ``[S, ...]``, copy ``s`` initialised exactly as the layer built with
 ``seed=seeds[s]`` alone) and maps ``[S, B, ...]`` inputs to ``[S, B, ...]`` outputs with batched
-matmuls; built with one int it is the ordinary network (no seed axis). One code path serves both.
+matmuls; built with one int it is the ordinary layer (no seed axis). One code path serves both.
 """
 
 from __future__ import annotations
@@ -19,11 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from agents.envs import RunningMeanStd
-
-tfd = tfp.distributions
 
 
 def seed_list(seed: int | Sequence[int]) -> list[int] | None:
@@ -35,12 +39,6 @@ def seed_list(seed: int | Sequence[int]) -> list[int] | None:
     if isinstance(seed, (int, np.integer)):
         return None
     return [int(s) for s in seed]
-
-
-def _shifted(seed, k: int):
-    """``seed + k`` for an int, or for every seed of a list."""
-    seeds = seed_list(seed)
-    return seed + k if seeds is None else [s + k for s in seeds]
 
 
 def orthogonal(shape: tuple[int, int], gain: float, rng: np.random.Generator) -> np.ndarray:
@@ -192,93 +190,3 @@ class ObsNormalizer(tf.Module):
         """Fold a batch of raw observations into the statistics (nothing when disabled)."""
         if self.enabled:
             self.rms.update(obs)
-
-
-class ActorCritic(tf.Module):
-    """Separate policy and value networks over a shared observation normaliser.
-
-    Discrete actions: ``Categorical(logits)``. Continuous actions: a diagonal Normal
-    (``Independent(Normal(mean, exp(log_std)), 1)``) whose ``log_std`` is a
-    state-independent variable. ``seed``: an int, or a list of ``S`` seeds for ``S`` stacked
-    actor-critics (observations ``[S, B, ...]``, distributions of batch shape ``[S, B]``).
-
-    >>> ac = ActorCritic((4,), 2, True, seed=[0, 1])
-    >>> ac.distribution(tf.zeros([2, 3, 4])).batch_shape.as_list(), ac.value(tf.zeros([2, 3, 4])).shape
-    ([2, 3], TensorShape([2, 3]))
-    """
-
-    def __init__(self, obs_shape: tuple[int, ...], n_actions_or_dim: int, discrete: bool,
-                 hidden: tuple[int, ...] = (64, 64), activation: str = "tanh",
-                 normalize_obs: bool = False, log_std_init: float = 0.0,
-                 seed: int | Sequence[int] = 0):
-        super().__init__(name="actor_critic")
-        in_dim = int(np.prod(obs_shape))
-        seeds = seed_list(seed)
-        self.num_seeds = None if seeds is None else len(seeds)
-        self.discrete = discrete
-        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
-        self.policy_net = MLP(in_dim, tuple(hidden), n_actions_or_dim, activation, 0.01,
-                              seed, name="policy")
-        self.value_net = MLP(in_dim, tuple(hidden), 1, activation, 1.0, _shifted(seed, 1),
-                             name="value")
-        if not discrete:
-            lead = () if seeds is None else (len(seeds),)
-            self.log_std = tf.Variable(tf.fill(lead + (n_actions_or_dim,), float(log_std_init)),
-                                       name="log_std")
-
-    def distribution(self, obs: tf.Tensor) -> tfp.distributions.Distribution:
-        """The policy at raw observations ``obs [B, *obs_shape]``: a ``Categorical`` over the
-        actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
-        x = self.obs_norm(obs)
-        out = self.policy_net(x)
-        if self.discrete:
-            return tfd.Categorical(logits=out)
-        log_std = self.log_std if self.num_seeds is None else self.log_std[:, None, :]
-        std = tf.exp(log_std) * tf.ones_like(out)
-        return tfd.Independent(tfd.Normal(out, std), reinterpreted_batch_ndims=1)
-
-    def value(self, obs: tf.Tensor) -> tf.Tensor:
-        """The state values ``V(obs)``, ``[B] float32`` (``[S, B]`` with the seed axis)."""
-        return tf.squeeze(self.value_net(self.obs_norm(obs)), -1)
-
-    def mode(self, obs: tf.Tensor) -> tf.Tensor:
-        """The most likely action at each observation (the deterministic policy)."""
-        d = self.distribution(obs)
-        return d.mode()
-
-    @property
-    def trainable(self) -> list[tf.Variable]:
-        """The variables the optimiser updates: both networks and, continuous, ``log_std``."""
-        v = list(self.policy_net.trainable_variables) + list(self.value_net.trainable_variables)
-        if not self.discrete:
-            v.append(self.log_std)
-        return v
-
-
-class QNetwork(tf.Module):
-    """Action values ``Q(s, .)`` for discrete actions. ``seed``: an int (``[B, ...]`` ->
-    ``[B, n_actions]``) or a list of ``S`` seeds (``S`` stacked networks with per-seed observation
-    statistics: ``[S, B, ...]`` -> ``[S, B, n_actions]``).
-
-    >>> q = QNetwork((4,), 2, (8,), seed=[0, 1])
-    >>> q(tf.zeros([2, 3, 4])).shape.as_list()
-    [2, 3, 2]
-    """
-
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int,
-                 hidden: tuple[int, ...] = (120, 84), activation: str = "relu",
-                 normalize_obs: bool = False, seed: int | Sequence[int] = 0, name: str = "q"):
-        super().__init__(name=name)
-        in_dim = int(np.prod(obs_shape))
-        seeds = seed_list(seed)
-        self.num_seeds = None if seeds is None else len(seeds)
-        self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
-        self.net = MLP(in_dim, tuple(hidden), n_actions, activation, 1.0, seed, name="mlp")
-
-    def __call__(self, obs: tf.Tensor) -> tf.Tensor:
-        return self.net(self.obs_norm(obs))
-
-    @property
-    def trainable(self) -> list[tf.Variable]:
-        """The variables the optimiser updates (the observation statistics are not)."""
-        return list(self.net.trainable_variables)

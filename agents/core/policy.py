@@ -236,7 +236,7 @@ def surface_of(agent: Any, argument: str = "agent") -> PolicySurface:
 def actor_critic_surface(model: Any, obs_shape: tuple[int, ...], discrete: bool, action_space: Any,
                          normalizer: Any, activation: str, critic: bool,
                          num_seeds: int | None = None) -> PolicySurface:
-    """The surface of an actor-critic (:class:`agents.core.networks.ActorCritic`: ``policy_net``,
+    """The surface of an actor-critic (:class:`agents.algorithms.onpolicy.ActorCritic`: ``policy_net``,
     ``value``, ``log_std``) with observations of ``obs_shape``: ``"logits"`` if ``discrete``,
     else ``"gaussian_mean"`` bounded by ``action_space.low``/``high``; ``normalizer`` the
     observation statistics (or ``None``); the critic ``model.value`` when ``critic`` (``False``:

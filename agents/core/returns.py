@@ -1,4 +1,5 @@
-"""Return and advantage targets: GAE, Monte-Carlo returns, one-step TD targets.
+"""Return and advantage targets of the on-policy algorithms: GAE and Monte-Carlo returns (DQN's
+one-step TD target is beside DQN, :func:`agents.algorithms.dqn.td_target`).
 
 Every function returns tensors wrapped in ``tf.stop_gradient``: targets are computed once
 and are constants for the update, so no gradient flows into them (nor into a target network).
@@ -88,19 +89,3 @@ def discounted_returns(rewards: tf.Tensor, next_values: tf.Tensor, episode_ends:
     ret = tf.scan(body, (rewards, ends, next_values),
                   initializer=tf.zeros_like(rewards[0]), reverse=True)
     return tf.stop_gradient(ret)
-
-
-def td_target(rewards: tf.Tensor, next_q: tf.Tensor, terminated: tf.Tensor, gamma: float
-              ) -> tf.Tensor:
-    """One-step TD target ``r + gamma * (1 - terminated) * next_q`` under stop_gradient.
-
-    Truncated transitions are *not* terminated: they bootstrap from ``next_q`` of the
-    final observation.
-
-    >>> import tensorflow as tf
-    >>> td_target(tf.constant([1.0, 1.0]), tf.constant([4.0, 4.0]), tf.constant([False, True]),
-    ...           gamma=0.5).numpy().tolist()
-    [3.0, 1.0]
-    """
-    terminated = tf.cast(terminated, tf.float32)
-    return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * (1.0 - terminated) * next_q)

@@ -62,8 +62,8 @@ from agents.robustness._victim import _surface
 from agents.robustness.certify import difference_upper_bounds, greedy_margin_lower_bounds, output_bounds
 
 if TYPE_CHECKING:
+    from agents.algorithms.onpolicy import ActorCritic
     from agents.core.base import Agent
-    from agents.core.networks import ActorCritic
     from agents.core.policy import PolicySurface
 
 tfd = tfp.distributions
@@ -126,7 +126,7 @@ class RobustSchedule(tf.Module):
 def clean_distribution(policy: ActorCritic | PolicySurface, obs: tf.Tensor
                        ) -> tfp.distributions.Distribution:
     """``pi(.|obs)`` of ``policy`` (an :class:`agents.PolicySurface` or an
-    :class:`agents.core.networks.ActorCritic`: anything with ``distribution(obs)``) with every
+    :class:`agents.algorithms.onpolicy.ActorCritic`: anything with ``distribution(obs)``) with every
     parameter under ``tf.stop_gradient`` (the fixed side of the KL)."""
     d = policy.distribution(obs)
     if isinstance(d, tfd.Categorical):

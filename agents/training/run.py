@@ -40,8 +40,12 @@ from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from agents.algorithms.registry import algorithm_of_config
+from agents.core._loading import load
 from agents.core.base import Agent, NonFiniteTrainingError
-from agents.core.config import AgentConfig, check_total_steps
+from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
+from agents.core.config import AgentConfig
+from agents.core.limits import check_total_steps
+from agents.core.persistence import read_metadata, recover_checkpoint
 from agents.core.presets import get_preset, make_config
 from robustgrad.errors import ConfigError
 from robustgrad.rundir import RunDirectory
@@ -71,7 +75,6 @@ class TrainedAgent:
     training stopped on non-finite updates, else 0), whether it ``resumed`` a checkpoint, the
     final ``evaluation`` (the dict of ``evaluation.json``; ``None`` when not evaluated) and
     ``train_seconds`` (summed over every part of a resumed run)."""
-
     agent: Agent
     status: int
     resumed: bool
@@ -200,8 +203,6 @@ def check_checkpoint_resume(run: RunDirectory, requested: dict, *, override: str
     :class:`robustgrad.errors.ResumeError` naming every refused key); ``steps`` (the budget) must
     not be below the steps the checkpoint holds. Returns ``(saved config, steps done, allowed
     changes)``. Checkpoints of every earlier version go through it."""
-    from agents.core.persistence import read_metadata
-
     ckpt = run.join(CHECKPOINT)
     meta, saved = read_metadata(ckpt)
     done = int(meta["num_timesteps"])
@@ -232,7 +233,6 @@ def _resume(config: AgentConfig, run: RunDirectory, ckpt: str, *, steps: int,
     fields.update({k: new for k, (_, new) in changed.items()})
     if saved.get("env") is None and callable(config.env):
         fields["env"] = config.env
-    from agents.core._loading import load
 
     agent = load(ckpt, **distributed, **fields, checkpoint_dir=ckpt,
                  checkpoint_every=config.checkpoint_every)
@@ -289,8 +289,6 @@ def _start_agent(config: AgentConfig, run: RunDirectory, *, steps: int, resume: 
                  distributed: dict) -> _Start:
     ckpt = run.join(CHECKPOINT)
     if resume:  # a crash inside a save: the new checkpoint or the old one, said
-        from agents.core.persistence import recover_checkpoint
-
         recovered = recover_checkpoint(ckpt)
         if recovered:
             print(f"--resume: {ckpt}: {recovered}")
@@ -333,8 +331,6 @@ def _learn(start: _Start, run: RunDirectory, steps: int, done: int, plan: tuple,
            progress: bool) -> int:
     """Train the remaining steps with evaluation and TensorBoard logs; returns the exit status
     (1 when training went non-finite)."""
-    from agents.core.callbacks import Callback, EvalCallback, TensorBoardCallback
-
     eval_every, keep_best = plan
     callbacks: list[Callback] = []
     evaluator = None

@@ -43,8 +43,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.algorithms.dqn_config import DQNConfig
+from agents.algorithms.many import learning_curves, plot_seed_curves, summarize_runs
 from agents.algorithms.onpolicy import OnPolicyConfig
 from agents.algorithms.registry import algorithm_of_config
+from agents.core._loading import load
 from agents.core.base import Agent, NonFiniteTrainingError, _compact
 from agents.core.config import AgentConfig, check_seeds
 from agents.training.run import _check_options, _env_name, plot_learning_curve, setup_errors
@@ -62,7 +64,6 @@ class SeedsResult:
     """What :func:`train_seeds` returns: the exit ``status`` (1 when a group went non-finite
     or no seed finished, else 0), the ``summary`` (the dict of ``summary.json``; ``None`` when no
     seed finished) and the seeds ``finished`` before this call."""
-
     status: int
     summary: dict | None
     finished: list[int]
@@ -125,8 +126,6 @@ def _finished_seeds(plan: _Plan, resume: bool, overwrite: bool) -> list[int]:
 def _resumed_group(plan: _Plan, resume: bool, finished: list[int]) -> Agent | None:
     """The interrupted group's agent from the checkpoint under ``resume`` (None when there is
     none or its seeds are all finished)."""
-    from agents.core._loading import load
-
     ckpt = plan.ckpt
     if not (resume and os.path.exists(ckpt)):
         return None
@@ -197,8 +196,6 @@ def _group_agent(plan: _Plan, group: list[int], seed_axis: bool) -> Agent:
 def _seed_record(plan: _Plan, seed: int) -> tuple[float, list[dict], float | None]:
     """``(last training return, bounded learning curve, evaluation return or None)`` of a
     written seed."""
-    from agents.algorithms.many import learning_curves
-
     with open(os.path.join(plan.dir(seed), "agent.json")) as f:
         history = json.load(f).get("history", [])
     last = history[-1]["episode_return"] if history else float("nan")
@@ -228,8 +225,6 @@ def _print_summary(plan: _Plan, summary: dict) -> None:
 def _summarize(plan: _Plan) -> dict | None:
     """``summary.json`` and ``learning_curves.png`` from the seed directories (None when no
     seed finished)."""
-    from agents.algorithms.many import plot_seed_curves, summarize_runs
-
     seeds = [s for s in plan.seeds if os.path.exists(os.path.join(plan.dir(s), "agent.json"))]
     if not seeds:
         print("robustgrad train-agent: no seed finished; no summary", file=sys.stderr)

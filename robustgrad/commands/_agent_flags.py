@@ -23,7 +23,7 @@ __all__ = ["FIELD_FLAGS", "MAX_TOTAL_STEPS", "ROBUST_ONLY", "check_flags", "fiel
 
 MAX_TOTAL_STEPS = 10**10
 """The largest step count of a period flag (``--eval-every``):
-:data:`agents.core.config.MAX_TOTAL_STEPS`, repeated so that it is checked before TensorFlow
+:data:`agents.core.limits.MAX_TOTAL_STEPS`, repeated so that it is checked before TensorFlow
 loads (a test checks that they agree)."""
 
 ROBUST_ONLY = {

@@ -42,7 +42,7 @@ MAX_REPEATS = 100_000
 """The most repetitions of one step (``--steps``, ``--epochs``, ``--val-steps``,
 ``--power-iters``, ``--lipschitz-steps``, ``--smoothgrad-samples``, an attack's ``pgdK``):
 10,000x the published PGD-10; each multiplies the run's time, and a compiled loop is deaf to
-Ctrl-C until it ends. The same bound as :data:`agents.core.config.MAX_REPEATS`."""
+Ctrl-C until it ends. The same bound as :data:`agents.core.limits.MAX_REPEATS`."""
 
 MAX_RESTARTS = 1_000
 """The most restarts of an attack (``--restarts``, an attack's ``xR``): 200x AutoAttack's 5."""
@@ -61,7 +61,7 @@ CartPole's 500-step episodes, about an hour at 18,000 steps per CPU second."""
 
 MAX_ENVS = 65_536
 """The most environment copies (``evaluate-agent --num-envs``):
-:data:`agents.core.config.MAX_NUM_ENVS`, repeated here so that the flag is checked before
+:data:`agents.core.limits.MAX_NUM_ENVS`, repeated here so that the flag is checked before
 TensorFlow loads (a test checks that they agree)."""
 
 _WHY = {MAX_ENV_STEPS: "env steps: ~15 CPU hours at 18,000 steps per CPU second"}

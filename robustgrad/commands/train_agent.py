@@ -168,7 +168,7 @@ def _robust_overrides(args: argparse.Namespace) -> dict:
         name = "--" + flag.replace("_", "-")
         value = getattr(args, flag)
         if flag == "robust_steps":
-            from agents.core.config import MAX_REPEATS
+            from agents.core.limits import MAX_REPEATS
 
             value = _checks.positive_int(value, name, maximum=MAX_REPEATS)
         elif flag == "eps_warmup":
@@ -255,7 +255,7 @@ def plot_learning_curve(history, path, title):
 def _flag_overrides(args: argparse.Namespace) -> dict:
     """The config fields the flags set (``--set`` and the named flags), checked."""
     overrides = _parse_sets(args.set)
-    from agents.core.config import check_total_steps
+    from agents.core.limits import check_total_steps
 
     check_total_steps(args.steps, "--steps")  # the library's bound
     if args.num_envs is not None:

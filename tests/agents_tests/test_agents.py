@@ -11,10 +11,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_probability as tfp
 from gymnasium.vector import AutoresetMode
 
 import agents
-from agents.core.returns import bootstrap_values, discounted_returns, gae, td_target
+from agents.algorithms.dqn import td_target
+from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.envs import RunningMeanStd, VecEnv
 
 # -- returns and targets ------------------------------------------------------------------
@@ -249,7 +251,7 @@ def test_distribution_and_q_values_differentiable_wrt_raw_obs(ppo, dqn):
         d = ppo.distribution(obs)
         lp = tf.reduce_sum(d.log_prob(tf.zeros(5, tf.int32)))
         q = tf.reduce_sum(dqn.q_values(obs)[:, 0])
-    assert isinstance(d, agents.core.networks.tfd.Categorical)
+    assert isinstance(d, tfp.distributions.Categorical)
     for out in (lp, q):
         g = tape.gradient(out, obs)
         assert g is not None and g.shape == obs.shape

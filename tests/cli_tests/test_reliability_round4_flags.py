@@ -264,9 +264,9 @@ def test_flag_error_names_only_the_fields_the_command_line_set():
 
 
 def test_the_commands_copies_of_the_library_bounds_agree():
-    import agents.core.config as config
+    import agents.core.limits as limits
     from robustgrad.commands import _agent_flags, _bounds
 
-    assert _bounds.MAX_ENVS == config.MAX_NUM_ENVS
-    assert _bounds.MAX_REPEATS == config.MAX_REPEATS
-    assert _agent_flags.MAX_TOTAL_STEPS == config.MAX_TOTAL_STEPS
+    assert _bounds.MAX_ENVS == limits.MAX_NUM_ENVS
+    assert _bounds.MAX_REPEATS == limits.MAX_REPEATS
+    assert _agent_flags.MAX_TOTAL_STEPS == limits.MAX_TOTAL_STEPS

@@ -262,7 +262,7 @@ def test_an_interrupt_before_any_result_says_nothing_is_left_to_resume(tmp_path,
 
 def test_one_update_is_bounded_so_a_stop_request_waits_little():
     from agents import DQNConfig, PPOConfig
-    from agents.core.config import MAX_UPDATE_WORK
+    from agents.core.limits import MAX_UPDATE_WORK
     from robustgrad.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(
