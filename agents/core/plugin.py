@@ -46,6 +46,7 @@ method is one module there: a subclass and its registry entry.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -377,7 +378,16 @@ class RobustFields:
         """Check the fields (``ConfigError`` naming one; ``max_steps``: the most
         ``robust_steps``), after setting those a typed config names."""
         if isinstance(self.robust, RobustMethod):  # a typed config: the flat fields it names
-            for name, value in self.robust.fields().items():
+            typed = self.robust
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+            for name, value in typed.fields().items():
+                given = getattr(self, name)
+                if (name != "robust" and name in defaults and given != defaults[name]
+                        and given != value):
+                    raise ConfigError(
+                        f"{name}: robust={typed!r} sets it to {value!r} and {name}={given!r} "
+                        f"too; give it once (in the typed config, or as {name} with "
+                        f"robust={typed.name!r})")
                 setattr(self, name, value)
         if self.robust is not None:  # the methods the robustness wing registered
             choice(self.robust, "robust", tuple(ROBUSTNESS) or ("sa", "adv", "atla", "atla-sa"))

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from agents.core.config import AgentConfig
+from agents.core.plugin import RobustMethod
 from robustgrad.errors import ConfigError
 
 _log = logging.getLogger("agents")
@@ -130,5 +131,8 @@ def make_config(config_cls: type[AgentConfig], algo: str, preset: str | None = A
                              f"{config_cls.__name__}")
         _log.info("%s: using preset %r (%s)", config_cls.__name__, name,
                   ", ".join(f"{k}={v!r}" for k, v in values.items()))
+    if isinstance(overrides.get("robust"), RobustMethod):  # the typed config wins over the preset
+        for field in overrides["robust"].fields():
+            values.pop(field, None)
     values.update(overrides)
     return config_cls(**values, preset=name)

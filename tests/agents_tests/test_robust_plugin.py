@@ -43,6 +43,25 @@ def test_a_typed_config_keeps_the_fields_it_leaves_out():
                                                           method="pgd", warmup=0.75)
 
 
+def test_a_setting_given_both_typed_and_flat_is_refused_unless_they_agree():
+    # the typed value used to win silently over the caller's flat field
+    with pytest.raises(ValueError) as info:
+        PPOConfig(robust=agents.SA(eps=0.1), robust_eps=0.2)
+    assert str(info.value) == (
+        "robust_eps: robust=SA(eps=0.1, kappa=None, steps=None, method=None, warmup=None) sets "
+        "it to 0.1 and robust_eps=0.2 too; give it once (in the typed config, or as robust_eps "
+        "with robust='sa')")
+    with pytest.raises(ValueError, match="^robust_kappa: robust=SA"):
+        DQNConfig(robust=agents.SA(kappa=1.0), robust_kappa=2.0)
+    assert PPOConfig(robust=agents.SA(eps=0.1), robust_eps=0.1).robust_eps == 0.1  # agree
+    # a field the typed config leaves out is the caller's
+    assert PPOConfig(robust=agents.SA(eps=0.1), robust_kappa=2.0).robust_kappa == 2.0
+    # a preset's value is not the caller's: the typed config wins over it (preset kappa 0.5)
+    config = make_config(DQNConfig, "dqn", AUTO, env="CartPole-v1",
+                         robust=agents.SA(eps=0.02, kappa=1.0))
+    assert (config.robust_eps, config.robust_kappa) == (0.02, 1.0)
+
+
 @pytest.mark.parametrize("typed,message", [
     (agents.SA(eps=-1.0), "robust_eps"),
     (agents.SA(method="fgsm"), "robust_method"),
