@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad import checks as _checks
+from robustgrad.transforms import scale_by_adam
 
 from . import _validate
 from ._base import (
@@ -38,6 +39,9 @@ from ._engine import expand_rows
 from .norms import canonical_norm, clip_to_bounds, project
 
 __all__ = ["carlini_wagner_l2", "CarliniWagnerL2"]
+
+_ADAM = scale_by_adam(0.9, 0.999, 1e-8)
+"""Carlini & Wagner's optimiser over w (Adam at its paper defaults; the direction, lr applied here)."""
 
 
 def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
@@ -68,13 +72,13 @@ def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
             return j < n_bsteps
 
         def bbody(j, c, lower, upper, best_l2, best_x, rows):
-            m_state = (tf.constant(0), w0, tf.zeros_like(w0), tf.zeros_like(w0),
-                       tf.zeros([b], tf.bool), best_l2, best_x, rows)
+            m_state = (tf.constant(0), w0, _ADAM.init(w0), tf.zeros([b], tf.bool), best_l2, best_x,
+                       rows)
 
-            def icond(i, w, m, v, succ_any, best_l2, best_x, rows):
+            def icond(i, w, adam, succ_any, best_l2, best_x, rows):
                 return i < n_steps
 
-            def ibody(i, w, m, v, succ_any, best_l2, best_x, rows):
+            def ibody(i, w, adam, succ_any, best_l2, best_x, rows):
                 with tf.GradientTape() as tape:
                     tape.watch(w)
                     xa = to_x(w)
@@ -91,15 +95,11 @@ def _build(p, model, training, *, targeted, steps, bsteps, jit_compile):
                 best_x = tf.where(expand_rows(better, x), xa, best_x)
                 best_l2 = tf.where(better, l2, best_l2)
                 succ_any = tf.logical_or(succ_any, ok)
-                t = tf.cast(i + 1, dt)
-                m = 0.9 * m + 0.1 * g
-                v = 0.999 * v + 0.001 * tf.square(g)
-                mh = m / (1.0 - tf.pow(tf.constant(0.9, dt), t))
-                vh = v / (1.0 - tf.pow(tf.constant(0.999, dt), t))
-                w = w - lr * mh / (tf.sqrt(vh) + 1e-8)
-                return i + 1, w, m, v, succ_any, best_l2, best_x, rows
+                direction, adam = _ADAM.update(g, adam)
+                w = w - lr * direction
+                return i + 1, w, adam, succ_any, best_l2, best_x, rows
 
-            _, _, _, _, succ_any, best_l2, best_x, rows = tf.while_loop(icond, ibody, m_state)
+            _, _, _, succ_any, best_l2, best_x, rows = tf.while_loop(icond, ibody, m_state)
             upper = tf.where(succ_any, tf.minimum(upper, c), upper)
             lower = tf.where(succ_any, lower, tf.maximum(lower, c))
             c = tf.where(succ_any, (lower + upper) / 2.0,

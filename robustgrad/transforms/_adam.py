@@ -95,6 +95,11 @@ def _beta(value, name):
     return number(value, name, minimum=0.0, maximum=1.0, max_inclusive=False)
 
 
+def _shape(t: tf.Tensor) -> Any:
+    """``t``'s static shape, or its run-time shape when a dimension is unknown (a traced batch)."""
+    return t.shape if t.shape.is_fully_defined() else tf.shape(t)
+
+
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
                   *, eps_style: str = "pytorch") -> GradientTransformation:
     """Rescale updates by Adam's bias-corrected moment ratio (Kingma & Ba 2015; formula above).
@@ -131,7 +136,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
     def init(params):
         _flatten_checked(params, "params")
         zeros = tf.nest.map_structure(
-            lambda p: tf.zeros(_as_tensor(p).shape, _leaf_dtype(p)), params)
+            lambda p: tf.zeros(_shape(_as_tensor(p)), _leaf_dtype(p)), params)
         return ScaleByAdamState(count=tf.constant(0, tf.int64), mu=zeros,
                                 nu=tf.nest.map_structure(tf.identity, zeros))
 

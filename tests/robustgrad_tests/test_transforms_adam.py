@@ -263,3 +263,18 @@ def test_checkpoint_round_trip_of_optimizer_state(tmp_path):
     assert int(step2.optimizer_state[0].count) == 1
     np.testing.assert_array_equal(step2.optimizer_state[0].mu[0].numpy(),
                                   step.optimizer_state[0].mu[0].numpy())
+
+
+def test_scale_by_adam_inits_on_a_traced_batch_of_unknown_size():
+    # an attack's optimiser starts inside tf.function on inputs whose batch is unknown
+    t = T.scale_by_adam()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    def first_step(g):
+        state = t.init(g)
+        u, state = t.update(g, state)
+        return u, state.mu
+
+    u, mu = first_step(tf.constant([[2.0, -0.5, 0.0], [1.0, 1.0, -3.0]]))
+    np.testing.assert_allclose(u.numpy(), [[1.0, -1.0, 0.0], [1.0, 1.0, -1.0]], atol=1e-5)
+    np.testing.assert_allclose(mu.numpy(), [[0.2, -0.05, 0.0], [0.1, 0.1, -0.3]], rtol=1e-6)
