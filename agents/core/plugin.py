@@ -379,7 +379,7 @@ class RobustFields:
         ``robust_steps``), after setting those a typed config names."""
         if isinstance(self.robust, RobustMethod):  # a typed config: the flat fields it names
             typed = self.robust
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
             for name, value in typed.fields().items():
                 given = getattr(self, name)
                 if (name != "robust" and name in defaults and given != defaults[name]
