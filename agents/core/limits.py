@@ -4,7 +4,7 @@ A config (:mod:`agents.core.config` and each algorithm's beside it) refuses, bef
 value that would exhaust memory or keep a stop request waiting for minutes: the most
 environments, transitions in one rollout, units in a hidden layer, repetitions of a step, gradient
 passes in one compiled update, and env steps in one ``learn`` budget. The command line checks
-the same bounds before TensorFlow starts (``robustgrad.commands._bounds``, ``_agent_flags``).
+the same bounds before TensorFlow starts, in its own flag checks.
 
 >>> check_total_steps(2048)
 2048
