@@ -70,9 +70,12 @@ def _presets():
     import importlib
 
     try:
-        return importlib.import_module("agents.core.presets")
+        module = importlib.import_module("agents.core.presets")
     except ImportError:
-        return importlib.import_module("agents.core.config")
+        module = None
+    if module is None or not hasattr(module, "make_config"):  # an older tree's presets module
+        module = importlib.import_module("agents.core.config")
+    return module
 
 
 def _child(kind: str, n_seeds: int, steps: int, settings: str) -> dict:
