@@ -161,20 +161,27 @@ def _after(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
     return x + zero
 
 
-def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+def _recomputed(run: Callable[[tf.Tensor, bool], list]) -> Callable[[tf.Tensor], Any]:
+    """``run(x, first=True)`` as one custom-gradient call whose backward pass runs
+    ``run(x, first=False)`` again (batch-norm statistics untouched) instead of keeping its
+    activations; returns the tuple of ``run``'s outputs. Serves whole segments
+    (:func:`checkpointed_call`) and activation groups (:func:`recomputed_activations_call`)."""
     @tf.custom_gradient
-    def segment(x):
-        y = _run_segment(nodes, x, training, first=True)
+    def call(x):
+        ys = run(x, True)
 
-        def grad(dy, variables=None):
+        def grad(*upstream, variables=None):
+            dys = [tf.zeros_like(y) if d is None else d for y, d in zip(ys, upstream)]
             with tf.GradientTape() as tape:
-                xr = _after(x, dy)
+                xr = _after(x, dys[0])
                 tape.watch(xr)
                 if variables:
                     tape.watch(variables)
-                yr = _run_segment(nodes, xr, training, first=False)
+                # outputs the gradients do not read (an activation group's convolutions) are
+                # dropped from the graph: only what the gradients need runs again
+                yrs = run(xr, False)
             sources = [xr, *(variables or [])]
-            grads = tape.gradient(yr, sources, output_gradients=dy,
+            grads = tape.gradient(yrs, sources, output_gradients=dys,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             # The input's gradient is what the previous segment's recomputation waits for:
             # released only with the weights' gradients, so that this segment's recomputed
@@ -184,9 +191,14 @@ def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tenso
                 dx = tf.identity(grads[0])
             return dx, grads[1:]
 
-        return y, grad
+        return tuple(ys), grad
 
-    return segment
+    return call
+
+
+def _checkpointed(nodes: list, training: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+    run = _recomputed(lambda x, first: [_run_segment(nodes, x, training, first)])
+    return lambda x: run(x)[0]
 
 
 def checkpointed_call(model: Any, x: Any, training: bool = True) -> tf.Tensor:
@@ -323,30 +335,7 @@ def _run_group(group: list, x: tf.Tensor, training: bool, first: bool) -> list:
 
 
 def _recomputed_group(group: list, training: bool) -> Callable[[tf.Tensor], Any]:
-    @tf.custom_gradient
-    def run(x):
-        ys = _run_group(group, x, training, first=True)
-
-        def grad(*upstream, variables=None):
-            dys = [tf.zeros_like(y) if d is None else d for y, d in zip(ys, upstream)]
-            with tf.GradientTape() as tape:
-                xr = _after(x, dys[0])
-                tape.watch(xr)
-                if variables:
-                    tape.watch(variables)
-                # the convolutions run again only as far as their gradients need: their
-                # outputs are read by nothing, so the graph drops them
-                yrs = _run_group(group, xr, training, first=False)
-            sources = [xr, *(variables or [])]
-            grads = tape.gradient(yrs, sources, output_gradients=dys,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            with tf.control_dependencies(grads[1:]):
-                dx = tf.identity(grads[0])
-            return dx, grads[1:]
-
-        return tuple(ys), grad
-
-    return run
+    return _recomputed(lambda x, first: _run_group(group, x, training, first))
 
 
 def recomputed_activations_call(model: Any, x: Any, training: bool = True) -> tf.Tensor:
