@@ -52,7 +52,7 @@ from robustgrad.transforms._base import (
     _assert_same_structure,
     _check_state,
     _flatten_checked,
-    _leaf_dtype,
+    _zeros_state_like_params,
     chain,
     tag_update,
 )
@@ -95,11 +95,6 @@ def _beta(value, name):
     return number(value, name, minimum=0.0, maximum=1.0, max_inclusive=False)
 
 
-def _shape(t: tf.Tensor) -> Any:
-    """``t``'s static shape, or its run-time shape when a dimension is unknown (a traced batch)."""
-    return t.shape if t.shape.is_fully_defined() else tf.shape(t)
-
-
 def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
                   *, eps_style: str = "pytorch") -> GradientTransformation:
     """Rescale updates by Adam's bias-corrected moment ratio (Kingma & Ba 2015; formula above).
@@ -135,8 +130,7 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
 
     def init(params):
         _flatten_checked(params, "params")
-        zeros = tf.nest.map_structure(
-            lambda p: tf.zeros(_shape(_as_tensor(p)), _leaf_dtype(p)), params)
+        zeros = _zeros_state_like_params(params)
         return ScaleByAdamState(count=tf.constant(0, tf.int64), mu=zeros,
                                 nu=tf.nest.map_structure(tf.identity, zeros))
 

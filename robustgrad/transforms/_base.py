@@ -101,8 +101,12 @@ def _zeros_like_tree(tree):
 
 
 def _zeros_state_like_params(params):
-    return tf.nest.map_structure(
-        lambda p: tf.zeros(_as_tensor(p).shape, _leaf_dtype(p)), params)
+    """Zeros of each leaf's shape in its state dtype (:func:`_leaf_dtype`); a shape with an
+    unknown dimension (a traced batch) is read at run time."""
+    def zeros(p):
+        t = _as_tensor(p)
+        return tf.zeros(t.shape if t.shape.is_fully_defined() else tf.shape(t), _leaf_dtype(p))
+    return tf.nest.map_structure(zeros, params)
 
 
 def _is_namedtuple(x):

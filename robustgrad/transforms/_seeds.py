@@ -43,8 +43,8 @@ from robustgrad.transforms._base import (
     _assert_same_structure,
     _check_state,
     _flatten_checked,
-    _leaf_dtype,
     _shared_norms,
+    _zeros_state_like_params,
 )
 
 __all__ = ["SeedAxisStep", "per_seed", "seed_axis_adam", "seed_global_norm"]
@@ -228,8 +228,7 @@ def _stacked_adam(spec: _SeedAdamSpec, lr_var: Any) -> GradientTransformation:
     def init(params):
         flat = _flatten_checked(params, "params")
         n = _num_seeds(flat, "params")
-        zeros = tf.nest.map_structure(
-            lambda p: tf.zeros(_as_tensor(p).shape, _leaf_dtype(p)), params)
+        zeros = _zeros_state_like_params(params)
         return ScaleByAdamState(count=tf.zeros([n], tf.int64), mu=zeros,
                                 nu=tf.nest.map_structure(tf.identity, zeros))
 
