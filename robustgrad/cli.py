@@ -39,12 +39,13 @@ import ctypes
 import errno
 import importlib
 import os
+import re
 import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from robustgrad.errors import ConfigError
 
@@ -99,11 +100,35 @@ def user_errors(*types: type[BaseException], prefix: str = "") -> Iterator[None]
         raise UsageError(f"{prefix}{exc}") from exc
 
 
+def _dash_value_hint(message: str, argv: Sequence[str]) -> str:
+    """What to add to argparse's "expected one argument" when the value was there but starts with
+    ``-`` (argparse reads ``--seeds -1,2`` as two options): the ``--flag=value`` spelling.
+
+    Example:
+      >>> _dash_value_hint("argument --seeds: expected one argument", ["--seeds", "-1,2"])
+      "; a value that starts with '-' is written --seeds=-1,2"
+      >>> _dash_value_hint("argument --seeds: expected one argument", ["--seeds"])
+      ''
+    """
+    match = re.fullmatch(r"argument (--[\w-]+)(?:/[-\w]+)*: expected one argument", message)
+    if match is None:
+        return ""
+    flag = match.group(1)
+    for token, following in zip(argv, argv[1:]):
+        if token == flag and re.match(r"-[\d.]", following):
+            return f"; a value that starts with '-' is written {flag}={following}"
+    return ""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the one-line ``robustgrad: error: ...`` of every other user error."""
 
+    argv: tuple[str, ...] = ()
+    """The command line being parsed (set by :func:`main`), read only to word an error."""
+
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"robustgrad: error: {message} (see '{self.prog} --help')\n")
+        hint = _dash_value_hint(message, _Parser.argv)
+        self.exit(EXIT_USAGE, f"robustgrad: error: {message}{hint} (see '{self.prog} --help')\n")
 
 
 def _load(module: str):
@@ -383,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_name(argv)
     parser = build_parser(command if command in COMMANDS else None)
+    _Parser.argv = tuple(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -45,3 +45,19 @@ def test_user_errors_are_told_by_type_alone():
         _checks.positive_int("3", "steps")  # a wrong type: ArgumentTypeError, a TypeError too
     assert not cli.is_user_error(ValueError("x")) and not cli.is_user_error(TypeError("x"))
     assert not hasattr(_files, "raised_by_validation")
+
+
+@pytest.mark.parametrize("flags, hint", [
+    (["--seeds", "-1,2"], "; a value that starts with '-' is written --seeds=-1,2 "),
+    (["--seeds"], " "),  # no value at all: argparse's words alone
+])
+def test_a_value_starting_with_a_dash_gets_the_equals_spelling(tmp_path, capsys, flags, hint):
+    """argparse reads ``--seeds -1,2`` as two options and says only "expected one argument"."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*TRAIN, "--out", str(tmp_path / "run"), *flags])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (f"robustgrad: error: argument --seeds: expected one argument{hint}"
+                   "(see 'robustgrad train-agent --help')\n")
+    assert cli.main([*TRAIN, "--out", str(tmp_path / "run"), "--seeds=-1,2"]) == 2
+    assert capsys.readouterr().err.startswith("robustgrad: error: --seeds must be seeds >= 0")
