@@ -392,6 +392,39 @@ def test_batch_chunks_and_spec_row_chunks_give_the_same_bounds(monkeypatch):
     np.testing.assert_allclose(rows[1], whole[1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("method", ["crown", "crown-ibp"])
+def test_output_pass_in_chunks_of_examples_gives_the_same_bounds(method, monkeypatch):
+    # the output's backward pass split into chunks of 2 examples (7 = 2 + 2 + 2 + 1, the last
+    # zero-padded), with and without a spec, over a box and an L2 ball: the same sums per example
+    model = conv_model()
+    lower, upper = (b.astype(np.float64) for b in _box((8, 8, 2), eps=0.1, batch=7))
+    spec = margin_spec([0, 1, 2, 3, 0, 1, 2], 4, dtype=tf.float64)
+    x = (lower + upper) / 2
+    widest = 8 * 8 * 2  # conv_model's widest node: its input
+
+    def run():
+        return [BoundedModel(model).bounds(lower, upper, method, c) for c in (spec, None)] + [
+            compute_ball_bounds(BoundedModel(model), x, 0.3, norm="l2", method=method, C=spec)]
+
+    whole = run()
+    monkeypatch.setattr(rb._engine, "OUTPUT_CHUNK", 2 * 4 * widest)  # 2 examples of 4 rows
+    backward, batches = rb._engine._backward, []
+
+    def spy(graph, target, spec, *args, **kw):
+        if target == graph.output:
+            batches.append(spec.shape[0])
+        return backward(graph, target, spec, *args, **kw)
+
+    monkeypatch.setattr(rb._engine, "_backward", spy)
+    chunked = run()
+    assert batches == [2] * len(batches) and len(batches) >= 3, batches  # never whole
+    for (a_lo, a_hi), (b_lo, b_hi) in zip(chunked, whole):
+        np.testing.assert_allclose(a_lo.numpy(), b_lo.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(a_hi.numpy(), b_hi.numpy(), rtol=1e-12, atol=1e-12)
+    values = _outputs(model, _samples(lower.astype(np.float32), upper.astype(np.float32)))
+    _assert_contains(*(t.numpy() for t in chunked[1]), values)
+
+
 def test_traced_once_per_shape_and_model_untouched():
     model = dense_model()
     before = [w.copy() for w in model.get_weights()]
