@@ -27,7 +27,8 @@ replay, is :class:`WocaRDQNPlugin`):
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
    (:func:`worst_attack_target`; ``Q_w^-`` a Polyak-averaged target network; the target under
-   ``tf.stop_gradient``): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
+   ``tf.stop_gradient``; ``gamma`` the agent's unless ``wocar_gamma`` sets the critic's own,
+   a longer horizon than the policy's advantages): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
    on each rollout's transitions for ``q_epochs`` epochs of ``q_minibatches`` minibatches
    (squared error, Adam at ``q_lr``, target rate ``tau``; defaults 4, 4, 1e-3, 0.01; the
    paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo
