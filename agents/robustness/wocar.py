@@ -28,11 +28,11 @@ replay, is :class:`WocaRDQNPlugin`):
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
    (:func:`worst_attack_target`; ``Q_w^-`` a Polyak-averaged target network; the target under
    ``tf.stop_gradient``; ``gamma`` the agent's unless ``wocar_gamma`` sets the critic's own,
-   a longer horizon than the policy's advantages): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
-   on each rollout's transitions for ``q_epochs`` epochs of ``q_minibatches`` minibatches
-   (squared error, Adam at ``q_lr``, target rate ``tau``; defaults 4, 4, 1e-3, 0.01; the
-   paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo
-   rollouts).
+   a longer horizon than the policy's advantages): an MLP ``[d] -> [A]`` on the agent's
+   normalised observations, fitted on each rollout's transitions for ``q_epochs`` epochs of
+   ``q_minibatches`` minibatches (squared error, Adam at ``q_lr``, target rate ``tau``;
+   defaults 4, 4, 1e-3, 0.01; the paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau
+   0.001 on 2048-step MuJoCo rollouts).
 
 3. **The worst-case-aware policy objective and the importance-weighted regulariser**: the update
    optimises ``n(A) + w · n(Q_w^-(s, a))`` instead of the GAE advantages ``A`` (``n``:
@@ -371,8 +371,12 @@ class WocaRPlugin(_WorstCaseWeighted):
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
-        worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
-                                           batch_dims=1))
+        q_all = self.worst_q(batch["obs"])
+        worst = tf.stop_gradient(tf.gather(q_all, batch["actions"], batch_dims=1))
+        signal = worst
+        if self.spec.advantage:  # which action is worse under attack here (wocar_advantage)
+            probs = tf.nn.softmax(_surface(self.agent).outputs(batch["obs"]))
+            signal = tf.stop_gradient(worst - tf.reduce_sum(probs * q_all, axis=-1))
         self._stats["wocar_q_loss"].assign(loss)
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
@@ -380,7 +384,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
-        return _standardize(advantages) + self.weight * _standardize(worst)
+        return _standardize(advantages) + self.weight * _standardize(signal)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """The regulariser's inputs for the rollout's ``obs [B, d]``, all stopped: the clean
