@@ -240,7 +240,7 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
     return cls
 
 
-WOCAR_BOUNDS = ("ibp", "crown")
+WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
 
@@ -341,7 +341,8 @@ class RobustFields:
     [0, 1]): the TD target's next action is ``argmax_a (1 - w) Q(s', a) + w Q_w(s', a)``
     (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
-    """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
+    """The bound method of WocaR's admissible actions (``"ibp"``, ``"crown"`` or ``"crown-ibp"``;
+    costs in
     :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
     wocar_warmup: float | None = None
     """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa

@@ -121,7 +121,8 @@ class WocaR(RobustMethod):
     * ``weight``: the worst-attack value's weight in the policy objective (DQN: its share, in
       [0, 1], in the TD target's choice of the next action); ``weight_over_run``: the weight
       rises over the whole run (the paper's ``linear`` schedule) instead of over ``warmup``;
-    * ``bound``: the bound method of the admissible actions (``"ibp"`` or ``"crown"``);
+    * ``bound``: the bound method of the admissible actions (``"ibp"``, ``"crown"`` or
+      ``"crown-ibp"``);
       ``admissible_eps``: their radius in the critic's target (PPO/A2C; ``None``: the
       schedule's eps);
     * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,

@@ -23,6 +23,8 @@ replay, is :class:`WocaRDQNPlugin`):
      specification rows (plus IBP for the intermediate layers' boxes): ``O(A² · Σ width_k ·
      width_{k+1})`` per state, about ``A²`` times IBP's cost for a 2-layer MLP (``A = 2`` on
      CartPole: ~4x), tighter sets.
+   * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows at the last layer
+     only, the hidden layers' boxes from IBP: between the two in cost and tightness.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``

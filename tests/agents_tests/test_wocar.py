@@ -41,7 +41,7 @@ def test_state_importance_is_the_spread_normalised_to_mean_one():
     assert wocar.state_importance(tf.zeros([2, 3])).numpy().tolist() == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("method", ["ibp", "crown"])
+@pytest.mark.parametrize("method", ["ibp", "crown", "crown-ibp"])
 def test_admissible_actions_are_sound_by_sampling_the_ball(method):
     """Every action greedy at a sampled point of the ball (corners too) is admissible; and the
     set is not trivially everything: some states keep only their clean greedy action."""
@@ -150,8 +150,8 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
     (dict(robust="atla", wocar_bound="ibp"),
      "wocar_bound: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
      "robust method), got robust='atla'"),
-    (dict(robust="wocar", wocar_bound="crown-ibp"),
-     "wocar_bound must be one of ('ibp', 'crown'), got 'crown-ibp'"),
+    (dict(robust="wocar", wocar_bound="alpha-crown"),
+     "wocar_bound must be one of ('ibp', 'crown', 'crown-ibp'), got 'alpha-crown'"),
     (dict(robust="wocar", robust_method="convex"),
      "robust_method: WocaR weights the KL at a searched s_hat by the state's importance; 'pgd' "
      "or 'sgld', got 'convex'"),
