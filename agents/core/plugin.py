@@ -266,7 +266,6 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_gamma": lambda v, n: number(v, n, minimum=0, maximum=1, max_inclusive=False),
-    "wocar_advantage": _flag,
 })
 """WocaR's flat config fields (``robust="wocar"``; :class:`agents.WocaR` sets them) -> the check
 of a value given (``None``: WocaR's default, :attr:`agents.WocaR.DEFAULTS`): one-line
@@ -342,8 +341,7 @@ class RobustFields:
     (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
     """The bound method of WocaR's admissible actions (``"ibp"``, ``"crown"`` or ``"crown-ibp"``;
-    costs in
-    :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
+    costs in :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
     wocar_warmup: float | None = None
     """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa
     and worst-case weight rise from 0 (``robust="wocar"`` reads this, not
@@ -381,10 +379,6 @@ class RobustFields:
     value closer to 1 than the agent's gives the critic a longer horizon than the policy's
     advantages: an attack whose cost lands later than ``1 / (1 - gamma)`` steps (Robust Sarsa's
     drift on CartPole: 150-240 steps, against the ~50 of gamma 0.98) is visible to ``Q_w``."""
-    wocar_advantage: bool | None = None
-    """PPO/A2C: whether the policy objective weighs the worst-attack *advantage* ``Q_w^-(s, a) -
-    sum_a' pi(a'|s) Q_w^-(s, a')`` instead of the value ``Q_w^-(s, a)`` (the paper's): which
-    action is worse under attack at ``s``, not how bad ``s`` is. ``None``: ``False``."""
 
     def check_robust(self, max_steps: int) -> None:
         """Check the fields (``ConfigError`` naming one; ``max_steps``: the most

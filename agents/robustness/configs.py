@@ -133,8 +133,7 @@ class WocaR(RobustMethod):
       ``double``: its target's worst next action chosen by the critic and valued by the target
       copy (the paper's code) instead of the target copy's own min; ``gamma``: the critic's own
       discount, in [0, 1) (``None``: the agent's ``gamma``; closer to 1, a longer horizon for
-      the worst-attack values than the policy's advantages have); ``advantage`` (PPO/A2C): the
-      objective weighs ``Q_w^-(s, a) - sum_a' pi(a'|s) Q_w^-(s, a')`` instead of ``Q_w^-(s, a)``.
+      the worst-attack values than the policy's advantages have).
 
     >>> from agents.config import PPOConfig
     >>> spec = PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
@@ -161,7 +160,6 @@ class WocaR(RobustMethod):
     q_lr: float | None = None
     tau: float | None = None
     gamma: float | None = None
-    advantage: bool | None = None
     name: ClassVar[str] = "wocar"
     _FIELDS: ClassVar[dict[str, str]] = {
         "eps": "robust_eps", "weight": "wocar_weight", "bound": "wocar_bound",
@@ -171,11 +169,10 @@ class WocaR(RobustMethod):
         "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
         "q_epochs": "wocar_q_epochs",
         "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau",
-        "gamma": "wocar_gamma", "advantage": "wocar_advantage"}
+        "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
-        "weight_over_run": False, "search_per_rollout": True, "double": False,
-        "advantage": False, "q_epochs": 4,
+        "weight_over_run": False, "search_per_rollout": True, "double": False, "q_epochs": 4,
         "q_minibatches": 4,
         "q_lr": 1e-3, "tau": 0.01})
     """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
@@ -216,8 +213,7 @@ class WocaR(RobustMethod):
             search_per_rollout=bool(_set(r.search_per_rollout)), double=bool(_set(r.double)),
             q_epochs=int(_set(r.q_epochs)), q_minibatches=int(_set(r.q_minibatches)),
             q_lr=float(_set(r.q_lr)), tau=float(_set(r.tau)),
-            gamma=None if r.gamma is None else float(r.gamma),
-            advantage=bool(_set(r.advantage)))
+            gamma=None if r.gamma is None else float(r.gamma))
 
 
 def _set(value: Any) -> Any:
@@ -246,7 +242,6 @@ class WocaRSettings:
     q_lr: float
     tau: float
     gamma: float | None
-    advantage: bool
 
 
 register_robust_config(SA, "sa")

@@ -373,12 +373,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
-        q_all = self.worst_q(batch["obs"])
-        worst = tf.stop_gradient(tf.gather(q_all, batch["actions"], batch_dims=1))
-        signal = worst
-        if self.spec.advantage:  # which action is worse under attack here (wocar_advantage)
-            probs = tf.nn.softmax(_surface(self.agent).outputs(batch["obs"]))
-            signal = tf.stop_gradient(worst - tf.reduce_sum(probs * q_all, axis=-1))
+        worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
+                                           batch_dims=1))
         self._stats["wocar_q_loss"].assign(loss)
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
@@ -386,7 +382,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
-        return _standardize(advantages) + self.weight * _standardize(signal)
+        return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """The regulariser's inputs for the rollout's ``obs [B, d]``, all stopped: the clean

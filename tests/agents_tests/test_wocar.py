@@ -76,13 +76,13 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
                          warmup=0.5, admissible_eps=0.01, importance=False,
                          weight_over_run=True, search_per_rollout=False, double=True,
                          q_epochs=2,
-                         q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995, advantage=True)
+                         q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
             cfg.wocar_double, cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr,
-            cfg.wocar_tau, cfg.wocar_gamma, cfg.wocar_advantage) == \
-        (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001, 0.995, True)
+            cfg.wocar_tau, cfg.wocar_gamma) == \
+        (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001, 0.995)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
@@ -112,7 +112,7 @@ def test_the_plugins_read_typed_settings():
     assert settings == configs.WocaRSettings(
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, q_epochs=3,
-        q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9, advantage=False)
+        q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
     assert agents.WocaR().settings(value_based=True).weight == 0.05
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
@@ -178,8 +178,6 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
      "10000.0"),
     (dict(robust="wocar", wocar_gamma=1.0), "wocar_gamma must be a number in [0, 1), got 1.0"),
     (dict(robust="wocar", wocar_gamma=-0.1), "wocar_gamma must be a number in [0, 1), got -0.1"),
-    (dict(robust="wocar", wocar_advantage="no"),
-     "wocar_advantage must be True or False, got 'no'"),
     (dict(robust="sa", wocar_gamma=0.99),
      "wocar_gamma: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
      "robust method), got robust='sa'"),
