@@ -120,6 +120,31 @@ def test_the_plugins_read_typed_settings():
     assert agent.robustness.gamma == agent.config.gamma
 
 
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_the_wocar_numbers_are_in_the_agents_history(algo):
+    """Each update's ``wocar_*`` logs are also in its ``agent.history`` entry (the weight
+    rising over the warm-up, the critic's loss, the admissible-set size)."""
+    if algo == "ppo":
+        agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, n_epochs=1,
+                           preset=None, robust=agents.WocaR(eps=0.05, warmup=0.5))
+        keys = ["wocar_admissible", "wocar_q_loss", "wocar_weight", "wocar_worst_q"]
+    else:
+        agent = agents.DQN(env="CartPole-v1", seed=0, preset=None, hidden_sizes=(16,),
+                           learning_starts=16, train_freq=8, gradient_steps=1, batch_size=8,
+                           buffer_size=256, robust=agents.WocaR(eps=0.02, warmup=0.5))
+        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_weight",
+                "wocar_worst_q"]
+    logs = []
+    agent.learn(64, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    assert len(agent.history) == len(logs) >= 4
+    for entry, logged in zip(agent.history, logs, strict=True):
+        assert sorted(k for k in entry if k.startswith("wocar_")) == keys
+        assert {k: entry[k] for k in keys} == {k: logged[k] for k in keys}
+    weights = [h["wocar_weight"] for h in agent.history]
+    assert weights[0] < weights[-1] and weights == sorted(weights)  # rising over the warm-up
+    assert all(1.0 <= h["wocar_admissible"] <= 2.0 for h in agent.history[1:])
+
+
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
         tmp_path):
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
