@@ -12,8 +12,10 @@ rliable-style), the median return under each attack, and the median training CPU
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
 ``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
 (the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
-``--figure PATH`` draws worst-case return against eps per method (median over seeds, the band
-from the lowest to the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
+``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar agents
+(e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night). ``--figure PATH``
+draws worst-case return against eps per method (median over seeds, the band from the lowest to
+the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
 eps); its numbers judge nothing.
 
@@ -23,6 +25,8 @@ Examples::
     python benchmarks/robust_rl_leaderboard.py --seeds 0 1 2 3 4 --episodes 8 --rs-steps 10000 \
         --eps 0.02,0.05,0.1 --json leaderboard.json \
         --figure docs/benchmarks/robust_rl_leaderboard.png
+    python benchmarks/robust_rl_leaderboard.py --methods wocar,vanilla --seeds 0 1 2 3 4 \
+        --attacks random,action,mad,critic,rs --eps 0.02,0.05 --wocar-set 'bound="crown-ibp"'
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
 eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
