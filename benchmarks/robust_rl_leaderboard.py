@@ -56,11 +56,7 @@ QUICK = {"seeds": [0, 1], "steps": 20_000, "episodes": 3, "attacks": "random,act
 
 def robust_spec(method: str, eps: float, kappa: float | None, wocar: dict | None = None):
     """The ``robust=`` argument of ``method`` at radius ``eps`` (``None``: vanilla); ``wocar``:
-    more fields of ``agents.WocaR`` (``--wocar-set``).
-
-    >>> robust_spec("wocar", 0.05, None, {"gamma": 0.995}).gamma
-    0.995
-    """
+    more fields of ``agents.WocaR`` (``--wocar-set``, read by :func:`wocar_settings`)."""
     import agents
 
     if method not in METHODS:
