@@ -12,8 +12,10 @@ rliable-style), the median return under each attack, and the median training CPU
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
 ``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
 (the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
-``--figure PATH`` draws worst-case return against eps per method (median over seeds, the band
-from the lowest to the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
+``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar agents
+(e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night). ``--figure PATH``
+draws worst-case return against eps per method (median over seeds, the band from the lowest to
+the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
 eps); its numbers judge nothing.
 
@@ -23,6 +25,8 @@ Examples::
     python benchmarks/robust_rl_leaderboard.py --seeds 0 1 2 3 4 --episodes 8 --rs-steps 10000 \
         --eps 0.02,0.05,0.1 --json leaderboard.json \
         --figure docs/benchmarks/robust_rl_leaderboard.png
+    python benchmarks/robust_rl_leaderboard.py --methods wocar,vanilla --seeds 0 1 2 3 4 \
+        --attacks random,action,mad,critic,rs --eps 0.02,0.05 --wocar-set 'bound="crown-ibp"'
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
 eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
@@ -50,8 +54,9 @@ QUICK = {"seeds": [0, 1], "steps": 20_000, "episodes": 3, "attacks": "random,act
          "eps": "0.05", "rs_steps": 2_000, "adversary_steps": 10_000}
 
 
-def robust_spec(method: str, eps: float, kappa: float | None):
-    """The ``robust=`` argument of ``method`` at radius ``eps`` (``None``: vanilla)."""
+def robust_spec(method: str, eps: float, kappa: float | None, wocar: dict | None = None):
+    """The ``robust=`` argument of ``method`` at radius ``eps`` (``None``: vanilla); ``wocar``:
+    more fields of ``agents.WocaR`` (``--wocar-set``, read by :func:`wocar_settings`)."""
     import agents
 
     if method not in METHODS:
@@ -61,7 +66,22 @@ def robust_spec(method: str, eps: float, kappa: float | None):
             "adv": lambda: agents.Adversarial(eps=eps, attack="action"),
             "atla": lambda: agents.ATLA(eps=eps),
             "atla-sa": lambda: agents.ATLA(eps=eps, kappa=3.0 if kappa is None else kappa),
-            "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa)}[method]()
+            "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa, **(wocar or {}))}[method]()
+
+
+def wocar_settings(items: list[str]) -> dict:
+    """``--wocar-set KEY=VALUE`` items (JSON values) as ``agents.WocaR`` keyword arguments.
+
+    >>> wocar_settings(["gamma=0.995", 'bound="crown"'])
+    {'gamma': 0.995, 'bound': 'crown'}
+    """
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--wocar-set: KEY=VALUE, got {item!r}")
+        out[key.strip()] = json.loads(value)
+    return out
 
 
 def worst_cases(rows: list[dict]) -> dict[float, float]:
@@ -77,7 +97,7 @@ def run_agent(method: str, seed: int, args) -> dict:
     """Train one agent and evaluate it; one JSON-able row."""
     import agents
 
-    spec = robust_spec(method, args.robust_eps, args.kappa)
+    spec = robust_spec(method, args.robust_eps, args.kappa, wocar_settings(args.wocar_set))
     kw = {} if spec is None else {"robust": spec}
     agent = agents.PPO(env=args.env, seed=seed, backend="graph", **kw)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -171,6 +191,9 @@ def main(argv=None) -> int:
     p.add_argument("--robust-eps", type=float, default=0.05, help="every method's training eps")
     p.add_argument("--kappa", type=float, default=None,
                    help="SA/WocaR regulariser weight (default: the preset's)")
+    p.add_argument("--wocar-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an agents.WocaR field of the wocar agents (JSON value), e.g. "
+                        "gamma=0.995; repeatable")
     p.add_argument("--attacks", default=ATTACKS)
     p.add_argument("--eps", default="0.02,0.05,0.1", help="evaluation budgets (comma-separated)")
     p.add_argument("--main-eps", type=float, default=0.05, help="the leaderboard's eps")

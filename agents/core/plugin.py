@@ -240,7 +240,7 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
     return cls
 
 
-WOCAR_BOUNDS = ("ibp", "crown")
+WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
 
@@ -265,6 +265,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
+    "wocar_gamma": lambda v, n: number(v, n, minimum=0, maximum=1, max_inclusive=False),
 })
 """WocaR's flat config fields (``robust="wocar"``; :class:`agents.WocaR` sets them) -> the check
 of a value given (``None``: WocaR's default, :attr:`agents.WocaR.DEFAULTS`): one-line
@@ -339,8 +340,8 @@ class RobustFields:
     [0, 1]): the TD target's next action is ``argmax_a (1 - w) Q(s', a) + w Q_w(s', a)``
     (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
-    """The bound method of WocaR's admissible actions (``"ibp"`` or ``"crown"``; costs in
-    :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
+    """The bound method of WocaR's admissible actions (``"ibp"``, ``"crown"`` or ``"crown-ibp"``;
+    costs in :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
     wocar_warmup: float | None = None
     """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa
     and worst-case weight rise from 0 (``robust="wocar"`` reads this, not
@@ -373,6 +374,11 @@ class RobustFields:
     wocar_tau: float | None = None
     """Polyak rate of the worst-attack network's target copy per step, in (0, 1]. ``None``:
     0.01."""
+    wocar_gamma: float | None = None
+    """The worst-attack network's own discount, in [0, 1) (``None``: the agent's ``gamma``). A
+    value closer to 1 than the agent's gives the critic a longer horizon than the policy's
+    advantages: an attack whose cost lands later than ``1 / (1 - gamma)`` steps (Robust Sarsa's
+    drift on CartPole: 150-240 steps, against the ~50 of gamma 0.98) is visible to ``Q_w``."""
 
     def check_robust(self, max_steps: int) -> None:
         """Check the fields (``ConfigError`` naming one; ``max_steps``: the most

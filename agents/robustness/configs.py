@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from agents.core.plugin import RobustMethod, register_robust_config
 
-__all__ = ["ATLA", "SA", "Adversarial", "WocaR"]
+__all__ = ["ATLA", "SA", "Adversarial", "WocaR", "WocaRSettings"]
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ class WocaR(RobustMethod):
     * ``weight``: the worst-attack value's weight in the policy objective (DQN: its share, in
       [0, 1], in the TD target's choice of the next action); ``weight_over_run``: the weight
       rises over the whole run (the paper's ``linear`` schedule) instead of over ``warmup``;
-    * ``bound``: the bound method of the admissible actions (``"ibp"`` or ``"crown"``);
+    * ``bound``: the bound method of the admissible actions (``"ibp"``, ``"crown"`` or
+      ``"crown-ibp"``);
       ``admissible_eps``: their radius in the critic's target (PPO/A2C; ``None``: the
       schedule's eps);
     * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,
@@ -130,7 +131,9 @@ class WocaR(RobustMethod):
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
       epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
       ``double``: its target's worst next action chosen by the critic and valued by the target
-      copy (the paper's code) instead of the target copy's own min.
+      copy (the paper's code) instead of the target copy's own min; ``gamma``: the critic's own
+      discount, in [0, 1) (``None``: the agent's ``gamma``; closer to 1, a longer horizon for
+      the worst-attack values than the policy's advantages have).
 
     >>> from agents.config import PPOConfig
     >>> spec = PPOConfig(robust=WocaR(eps=0.05, weight=0.5)).robust_spec
@@ -156,6 +159,7 @@ class WocaR(RobustMethod):
     q_minibatches: int | None = None
     q_lr: float | None = None
     tau: float | None = None
+    gamma: float | None = None
     name: ClassVar[str] = "wocar"
     _FIELDS: ClassVar[dict[str, str]] = {
         "eps": "robust_eps", "weight": "wocar_weight", "bound": "wocar_bound",
@@ -164,7 +168,8 @@ class WocaR(RobustMethod):
         "importance": "wocar_importance", "weight_over_run": "wocar_weight_over_run",
         "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
         "q_epochs": "wocar_q_epochs",
-        "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau"}
+        "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau",
+        "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
         "weight_over_run": False, "search_per_rollout": True, "double": False, "q_epochs": 4,
@@ -191,6 +196,52 @@ class WocaR(RobustMethod):
         defaults = {**self.DEFAULTS, **(self.DQN_DEFAULTS if value_based else {})}
         return dataclasses.replace(self, **{k: v for k, v in defaults.items()
                                             if getattr(self, k) is None})
+
+    def settings(self, value_based: bool = False) -> WocaRSettings:
+        """The method's settings as the plug-ins read them (:meth:`resolved`, typed:
+        :class:`WocaRSettings`; ``eps``, ``kappa``, ``steps``, ``method`` are the config's
+        schedule's, not here).
+
+        >>> WocaR(weight=0.5).settings().weight, WocaR().settings(value_based=True).warmup
+        (0.5, 0.75)
+        """
+        r = self.resolved(value_based)
+        return WocaRSettings(
+            weight=float(_set(r.weight)), bound=str(_set(r.bound)), warmup=float(_set(r.warmup)),
+            admissible_eps=None if r.admissible_eps is None else float(r.admissible_eps),
+            importance=bool(_set(r.importance)), weight_over_run=bool(_set(r.weight_over_run)),
+            search_per_rollout=bool(_set(r.search_per_rollout)), double=bool(_set(r.double)),
+            q_epochs=int(_set(r.q_epochs)), q_minibatches=int(_set(r.q_minibatches)),
+            q_lr=float(_set(r.q_lr)), tau=float(_set(r.tau)),
+            gamma=None if r.gamma is None else float(r.gamma))
+
+
+def _set(value: Any) -> Any:
+    """``value``, which :meth:`WocaR.resolved` has filled in (a default is never ``None``)."""
+    assert value is not None
+    return value
+
+
+@dataclass(frozen=True)
+class WocaRSettings:
+    """WocaR's settings with every default filled in (:meth:`WocaR.settings`): what its
+    plug-ins (:mod:`agents.robustness.wocar`) read. Each is the :class:`WocaR` field of the
+    same name; ``admissible_eps`` ``None``: the schedule's eps; ``gamma`` ``None``: the
+    agent's."""
+
+    weight: float
+    bound: str
+    warmup: float
+    admissible_eps: float | None
+    importance: bool
+    weight_over_run: bool
+    search_per_rollout: bool
+    double: bool
+    q_epochs: int
+    q_minibatches: int
+    q_lr: float
+    tau: float
+    gamma: float | None
 
 
 register_robust_config(SA, "sa")

@@ -23,15 +23,18 @@ replay, is :class:`WocaRDQNPlugin`):
      specification rows (plus IBP for the intermediate layers' boxes): ``O(A² · Σ width_k ·
      width_{k+1})`` per state, about ``A²`` times IBP's cost for a 2-layer MLP (``A = 2`` on
      CartPole: ~4x), tighter sets.
+   * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows at the last layer
+     only, the hidden layers' boxes from IBP: between the two in cost and tightness.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
    (:func:`worst_attack_target`; ``Q_w^-`` a Polyak-averaged target network; the target under
-   ``tf.stop_gradient``): an MLP ``[d] -> [A]`` on the agent's normalised observations, fitted
-   on each rollout's transitions for ``q_epochs`` epochs of ``q_minibatches`` minibatches
-   (squared error, Adam at ``q_lr``, target rate ``tau``; defaults 4, 4, 1e-3, 0.01; the
-   paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo
-   rollouts).
+   ``tf.stop_gradient``; ``gamma`` the agent's unless ``wocar_gamma`` sets the critic's own,
+   a longer horizon than the policy's advantages): an MLP ``[d] -> [A]`` on the agent's
+   normalised observations, fitted on each rollout's transitions for ``q_epochs`` epochs of
+   ``q_minibatches`` minibatches (squared error, Adam at ``q_lr``, target rate ``tau``;
+   defaults 4, 4, 1e-3, 0.01; the paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau
+   0.001 on 2048-step MuJoCo rollouts).
 
 3. **The worst-case-aware policy objective and the importance-weighted regulariser**: the update
    optimises ``n(A) + w · n(Q_w^-(s, a))`` instead of the GAE advantages ``A`` (``n``:
@@ -96,6 +99,7 @@ from agents.core.schedules import linear
 from agents.robustness._victim import _surface
 from agents.robustness.certify import difference_upper_bounds, output_bounds
 from agents.robustness.configs import WocaR as WocaRConfig
+from agents.robustness.configs import WocaRSettings
 from agents.robustness.robust import ScheduledPlugin, sa_observations
 from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
@@ -250,15 +254,15 @@ class _WorstCaseWeighted(ScheduledPlugin):
     def __init__(self, agent: Agent):
         spec = WocaRConfig.from_config(agent.config)
         assert isinstance(spec, WocaRConfig)
-        # every setting filled in (none is None but admissible_eps), so read without narrowing
-        self.spec: Any = cast(Any, spec.resolved(
-            value_based=bool(getattr(agent, "value_based", False))))
-        super().__init__(agent, warmup=float(self.spec.warmup))
-        self.bound = str(self.spec.bound)
-        self.target_weight = float(self.spec.weight)
+        self.spec: WocaRSettings = spec.settings(
+            value_based=bool(getattr(agent, "value_based", False)))
+        super().__init__(agent, warmup=self.spec.warmup)
+        self.bound = self.spec.bound
+        self.target_weight = self.spec.weight
+        self.gamma = float(agent.config.gamma) if self.spec.gamma is None else self.spec.gamma
         self.surface = check_wocar_agent(agent, self.bound)
         self.critic, self.target, self.critic_step, self.critic_optimizer = \
-            _worst_attack_critic(agent, float(self.spec.q_lr))
+            _worst_attack_critic(agent, self.spec.q_lr)
         self.weight = tf.Variable(0.0 if self.spec.warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
 
@@ -276,13 +280,13 @@ class _WorstCaseWeighted(ScheduledPlugin):
 
     def _polyak(self) -> None:
         """The target network one step (rate ``spec.tau``) toward the critic."""
-        tau = float(self.spec.tau)
+        tau = self.spec.tau
         for src, dst in zip(self.critic.trainable_variables, self.target.trainable_variables):
             dst.assign((1.0 - tau) * dst + tau * src)
 
     def before_iteration(self, steps_done: int, total: int) -> dict:
         super().before_iteration(steps_done, total)
-        warmup = 1.0 if self.spec.weight_over_run else float(self.spec.warmup)
+        warmup = 1.0 if self.spec.weight_over_run else self.spec.warmup
         frac = 1.0 if warmup <= 0 else linear(0.0, 1.0, float(steps_done), warmup * float(total))
         self.weight.assign(self.target_weight * frac)
         return {}
@@ -291,6 +295,14 @@ class _WorstCaseWeighted(ScheduledPlugin):
         super().after_iteration(logs, extra)
         logs["wocar_weight"] = float(self.weight.numpy())
         logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+
+    def record(self, logs: dict) -> None:
+        """The iteration's ``wocar_*`` numbers (:meth:`after_iteration`) also in its
+        ``agent.history`` entry."""
+        super().record(logs)
+        entry = self.agent.history[-1] if self.agent.history else None
+        if entry is not None and entry.get("steps") == logs.get("steps"):
+            entry.update({k: v for k, v in logs.items() if k.startswith("wocar_")})
 
     def checkpoint_modules(self) -> dict[str, Any]:
         """The worst-attack network, its target copy, its Adam state and gradient step: in the
@@ -324,9 +336,9 @@ class WocaRPlugin(_WorstCaseWeighted):
         obs, actions = batch["obs"], batch["actions"]
         rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
         n = int(obs.shape[0])
-        epochs, minibatches = int(self.spec.q_epochs), int(self.spec.q_minibatches)
+        epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
         mb = max(n // minibatches, 1)
-        gamma = float(self.agent.config.gamma)
+        gamma = self.gamma
         seed = self.agent.draw_seed()
 
         def step(i, loss):
@@ -357,7 +369,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         the regulariser's inputs for the whole rollout (:meth:`rollout_regularizer_inputs`),
         kept for the update's minibatches (:meth:`regularizer_inputs`)."""
         radius = self.schedule.eps if self.spec.admissible_eps is None else \
-            float(self.spec.admissible_eps)
+            self.spec.admissible_eps
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
@@ -502,8 +514,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         admissible = admissible_actions(self.surface, batch["next_obs"], self.schedule.eps,
                                         self.bound)
         target = worst_attack_target(self.worst_q(batch["next_obs"]), admissible,
-                                     batch["rewards"], batch["terminated"],
-                                     float(self.agent.config.gamma),
+                                     batch["rewards"], batch["terminated"], self.gamma,
                                      self._selector(batch["next_obs"]))
         return target, admissible
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import agents
 from agents.config import DQNConfig, PPOConfig
-from agents.robustness import wocar
+from agents.robustness import configs, wocar
 from robustgrad.errors import ConfigError
 
 
@@ -41,7 +41,7 @@ def test_state_importance_is_the_spread_normalised_to_mean_one():
     assert wocar.state_importance(tf.zeros([2, 3])).numpy().tolist() == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("method", ["ibp", "crown"])
+@pytest.mark.parametrize("method", ["ibp", "crown", "crown-ibp"])
 def test_admissible_actions_are_sound_by_sampling_the_ball(method):
     """Every action greedy at a sampled point of the ball (corners too) is admissible; and the
     set is not trivially everything: some states keep only their clean greedy action."""
@@ -76,18 +76,20 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
                          warmup=0.5, admissible_eps=0.01, importance=False,
                          weight_over_run=True, search_per_rollout=False, double=True,
                          q_epochs=2,
-                         q_minibatches=8, q_lr=4e-4, tau=0.001)
+                         q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
             cfg.wocar_double, cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr,
-            cfg.wocar_tau) == (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001)
+            cfg.wocar_tau, cfg.wocar_gamma) == \
+        (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001, 0.995)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, n_epochs=1, preset=None,
                        robust=typed)
     assert agent.robustness.schedule.warmup == 0.5
+    assert (agent.robustness.gamma, agent.config.gamma) == (0.995, 0.99)
     agent.learn(16, progress_bar=False)
     assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 2 * 8
 
@@ -100,6 +102,47 @@ def test_unset_wocar_settings_take_wocars_defaults():
         (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr) == (0.05, 0.75, 1e-3)
+    assert spec.gamma is None  # the agent's own
+
+
+def test_the_plugins_read_typed_settings():
+    """``WocaR.settings``: every default filled in, each of its declared type (what the
+    plug-ins read; ``None`` only where it means "the schedule's eps" / "the agent's gamma")."""
+    settings = agents.WocaR(eps=0.05, q_epochs=3, gamma=0.9).settings()
+    assert settings == configs.WocaRSettings(
+        weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
+        weight_over_run=False, search_per_rollout=True, double=False, q_epochs=3,
+        q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
+    assert agents.WocaR().settings(value_based=True).weight == 0.05
+    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
+                       robust=agents.WocaR(eps=0.05))
+    assert agent.robustness.spec == configs.WocaR(eps=0.05).settings()
+    assert agent.robustness.gamma == agent.config.gamma
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_the_wocar_numbers_are_in_the_agents_history(algo):
+    """Each update's ``wocar_*`` logs are also in its ``agent.history`` entry (the weight
+    rising over the warm-up, the critic's loss, the admissible-set size)."""
+    if algo == "ppo":
+        agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, n_epochs=1,
+                           preset=None, robust=agents.WocaR(eps=0.05, warmup=0.5))
+        keys = ["wocar_admissible", "wocar_q_loss", "wocar_weight", "wocar_worst_q"]
+    else:
+        agent = agents.DQN(env="CartPole-v1", seed=0, preset=None, hidden_sizes=(16,),
+                           learning_starts=16, train_freq=8, gradient_steps=1, batch_size=8,
+                           buffer_size=256, robust=agents.WocaR(eps=0.02, warmup=0.5))
+        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_weight",
+                "wocar_worst_q"]
+    logs = []
+    agent.learn(64, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    assert len(agent.history) == len(logs) >= 4
+    for entry, logged in zip(agent.history, logs, strict=True):
+        assert sorted(k for k in entry if k.startswith("wocar_")) == keys
+        assert {k: entry[k] for k in keys} == {k: logged[k] for k in keys}
+    weights = [h["wocar_weight"] for h in agent.history]
+    assert weights[0] < weights[-1] and weights == sorted(weights)  # rising over the warm-up
+    assert all(1.0 <= h["wocar_admissible"] <= 2.0 for h in agent.history[1:])
 
 
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
@@ -132,8 +175,8 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
     (dict(robust="atla", wocar_bound="ibp"),
      "wocar_bound: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
      "robust method), got robust='atla'"),
-    (dict(robust="wocar", wocar_bound="crown-ibp"),
-     "wocar_bound must be one of ('ibp', 'crown'), got 'crown-ibp'"),
+    (dict(robust="wocar", wocar_bound="alpha-crown"),
+     "wocar_bound must be one of ('ibp', 'crown', 'crown-ibp'), got 'alpha-crown'"),
     (dict(robust="wocar", robust_method="convex"),
      "robust_method: WocaR weights the KL at a searched s_hat by the state's importance; 'pgd' "
      "or 'sgld', got 'convex'"),
@@ -158,6 +201,11 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
     (dict(robust="wocar", wocar_tau=float("nan")), "wocar_tau must be a number in (0, 1], got nan"),
     (dict(robust="wocar", wocar_weight=1e4), "wocar_weight must be a number in [0, 1000], got "
      "10000.0"),
+    (dict(robust="wocar", wocar_gamma=1.0), "wocar_gamma must be a number in [0, 1), got 1.0"),
+    (dict(robust="wocar", wocar_gamma=-0.1), "wocar_gamma must be a number in [0, 1), got -0.1"),
+    (dict(robust="sa", wocar_gamma=0.99),
+     "wocar_gamma: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
+     "robust method), got robust='sa'"),
 ])
 def test_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
@@ -239,6 +287,9 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     gamma = agent.config.gamma  # Q_w^- = [0.6, 0.1], [0.6, 0.1], [0.6, 0.9]
     np.testing.assert_allclose(target.numpy(), [1.0 + gamma * 0.1, 1.0 + gamma * 0.6, 0.5],
                                rtol=1e-5)
+    # the worst-attack network's own discount (wocar_gamma) replaces the agent's
+    own, _ = _hand_dqn(wocar_gamma=0.5).robustness.worst_attack_targets(batch)
+    np.testing.assert_allclose(own.numpy(), [1.0 + 0.5 * 0.1, 1.0 + 0.5 * 0.6, 0.5], rtol=1e-5)
     # the paper's interval rule (ub(Q_a) >= max_j lb(Q_j)) admits the same actions here
     lb, ub = wocar.output_bounds(plugin.surface, nxt, 0.02, "ibp")
     paper = (ub.numpy() >= lb.numpy().max(-1, keepdims=True))
@@ -387,6 +438,11 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     last = logs[-1]
     assert last["wocar_weight"] == pytest.approx(0.8 * min(1.0, last["steps"] / 9216), rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
+    wocar_logs = {k: v for k, v in last.items() if k.startswith("wocar_")}
+    assert sorted(wocar_logs) == ["wocar_admissible", "wocar_q_loss", "wocar_weight",
+                                  "wocar_worst_q"]
+    assert {k: agent.history[-1][k] for k in wocar_logs} == wocar_logs  # the history has them
+    assert [h["wocar_weight"] for h in agent.history] == [e["wocar_weight"] for e in logs]
     assert calls == [256], calls
     assert all(np.isfinite(e["sa_kl"]) and e["sa_kl"] >= 0.0 for e in logs)
     assert logs[-1]["sa_kl"] > 0.0
@@ -428,6 +484,9 @@ def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natur
                                                  rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
     assert np.isfinite(last["wocar_q_loss"]) and last["wocar_bound_loss"] > 0.0
+    for entry, logged in zip(agent.history, logs, strict=True):  # the history has them too
+        assert entry["wocar_bound_loss"] == logged["wocar_bound_loss"]
+        assert entry["wocar_weight"] == logged["wocar_weight"]
     env = gymnasium.make("CartPole-v1")
     state, _ = env.reset(seed=5)
     visited = []
