@@ -1,6 +1,6 @@
 """Machinery shared by the attacks: preparing inputs, caching compiled loops, and the
 :class:`Attack` configuration wrapper (calling models lives in :mod:`attacks._models`, running a
-call in chunks in :mod:`attacks._chunks`).
+call in chunks in :mod:`attacks._chunks`, the prepared call in :mod:`attacks._prepared`).
 
 Compiled functions are cached per *owner* (the model, or the ``loss_fn``) and per static
 configuration, with a relaxed batch dimension, so an attack traces once per
@@ -46,6 +46,7 @@ from ._models import (  # noqa: F401  (re-exported: the attack modules import th
     select_output,
     weak_caller,
 )
+from ._prepared import Prepared
 from .norms import canonical_norm
 from .objectives import canonical_objective, get_objective
 
@@ -129,24 +130,6 @@ def seed_tensor(seed: Any) -> tf.Tensor:
         return tf.cast(t, tf.int32)
     raise TypeError(f"seed must be an int, a shape-[2] tensor, a tf.random.Generator or None; "
                     f"got {seed!r}")
-
-
-@dataclasses.dataclass
-class Prepared:
-    owner: Any              # the cache owner (model or loss_fn)
-    x: tf.Tensor            # compute dtype
-    in_dtype: tf.DType
-    y: Any                  # labels (int64 [B]) or the user's structure
-    y_true: tf.Tensor       # int64 [B]: true / clean-predicted labels (or zeros)
-    lo: tf.Tensor
-    hi: tf.Tensor
-    has_success: bool       # whether success (misclassification / target) is defined
-    num_classes: int | None
-    value_fn: Callable      # (x_adv) -> (objective [B], success [B] bool); pure, traceable
-    forward_passes: int = 0
-    eager: bool = True
-    key: tuple = ()
-    batch_size: int = DEFAULT_BATCH_SIZE  # examples per compiled call (run_in_chunks)
 
 
 def warn_if_probabilities(out: Any, who: str = "model") -> bool:
@@ -262,7 +245,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
             return tf.cast(v, xa.dtype), tf.zeros([tf.shape(xa)[0]], tf.bool)
 
         return Prepared(owner, xc, in_dtype, zeros, zeros, lo, hi, False, None, loss_value_fn,
-                        0, eager, ("loss_fn",), chunk)
+                        batch_size=chunk, eager=eager, key=("loss_fn",))
 
     model_call = weak_caller(model, training)
 
@@ -318,7 +301,7 @@ def prepare(model: Any, x: Any, y: Any, *, eps: Any, clip_min: Any, clip_max: An
     key = ("model", obj_name if obj_name else id(objective), bool(targeted), bool(training),
            has_success)
     return Prepared(owner, xc, in_dtype, y, y_true, lo, hi, has_success, num_classes, value_fn,
-                    forward, eager, key, chunk)
+                    batch_size=chunk, forward_passes=forward, eager=eager, key=key)
 
 
 def _is_label_vector(y):

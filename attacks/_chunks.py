@@ -31,14 +31,13 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
 from robustgrad.checks import positive_int
 
-if TYPE_CHECKING:  # the prepared call is built in attacks._base, which imports this module
-    from ._base import Prepared
+from ._prepared import Prepared
 
 __all__ = ["DEFAULT_BATCH_SIZE", "check_batch_size", "chunk_seed", "finish", "per_class_chunk",
            "run_in_chunks"]

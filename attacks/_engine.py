@@ -225,7 +225,7 @@ def iterative_loop(value_fn: ValueFn, *, norm: str, steps: int, restarts: int = 
 def compile_iterative(p: Any, *, norm: str, steps: int, restarts: int, rand_init: bool,
                       early_stop: bool, momentum: float | None, l1_top_k: Any,
                       jit_compile: bool, gradient_noise: NoiseFn | None = None) -> Callable:
-    """:func:`iterative_loop` for a prepared call ``p`` (:class:`attacks._base.Prepared`) as a
+    """:func:`iterative_loop` for a prepared call ``p`` (:class:`attacks._prepared.Prepared`) as a
     ``tf.function`` with a relaxed batch dimension: one trace per configuration and
     per-example shape, reused for every batch size, eps, step size, bound and seed.
 

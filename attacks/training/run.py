@@ -71,24 +71,34 @@ ARTIFACTS = ("config.json", "checkpoints", "logs", "model.keras", "trainer.keras
 """What a run writes in its directory (``overwrite`` removes these, and only these)."""
 
 
+class StepError(ConfigError):
+    """The user's error in one step of a run (its settings, its files), worded by
+    :func:`user_errors` with the flag it came from: an enclosing :func:`user_errors` passes it
+    through as it is, instead of wording it again."""
+
+
 @contextlib.contextmanager
 def user_errors(*types: type[BaseException], prefix: str = "") -> Iterator[None]:
     """Re-raise ``types`` from the block as :class:`robustgrad.errors.ConfigError` with ``prefix``
-    (steps whose errors are the user's: settings, files; never the work itself).
+    (a :class:`StepError`; steps whose errors are the user's: settings, files; never the work
+    itself); an error a nested ``user_errors`` already worded passes through unchanged.
 
     >>> with user_errors(ValueError, prefix="eps: "):
     ...     float("abc")
     Traceback (most recent call last):
-    robustgrad.errors.ConfigError: eps: could not convert string to float: 'abc'
+    attacks.training.run.StepError: eps: could not convert string to float: 'abc'
+    >>> with user_errors(ValueError, prefix="--arch cnn: "):
+    ...     with user_errors(ValueError, prefix="--width: "):
+    ...         int("wide")
+    Traceback (most recent call last):
+    attacks.training.run.StepError: --width: invalid literal for int() with base 10: 'wide'
     """
     try:
         yield
+    except StepError:
+        raise
     except types as exc:
-        if getattr(exc, "_said", False):
-            raise
-        error = ConfigError(f"{prefix}{exc}")
-        error._said = True
-        raise error from exc
+        raise StepError(f"{prefix}{exc}") from exc
 
 
 @dataclasses.dataclass

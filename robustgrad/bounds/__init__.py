@@ -40,8 +40,10 @@ Entries:
   ``tf.Module`` networks of :mod:`agents`), unchecked, differentiable w.r.t. the weights.
 
 The engine's private modules: ``_rules`` (the linear rules), ``_activations`` (ReLU, tanh,
-sigmoid), ``_keras_graph`` (the Keras layer table), ``_engine`` (the propagation), ``_alpha``
-(alpha-CROWN's optimisation), ``_stack`` (the plain stack) and ``_api`` (the validated entries).
+sigmoid), ``_pooling`` (max pooling), ``_keras_graph`` (the Keras layer table), ``_engine`` (the
+propagation), ``_patches`` (convolutions' intermediate bounds by patches), ``_alpha``
+(alpha-CROWN's optimisation), ``_methods`` (a method name's propagation, for any batch size),
+``_stack`` (the plain stack) and ``_api`` (the validated entries).
 
 >>> import keras, numpy as np
 >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])

@@ -27,6 +27,7 @@ from robustgrad.checks import (
 
 from . import _alpha as _alpha
 from . import _engine as _engine
+from . import _methods as _methods
 from ._keras_graph import Graph
 
 METHODS = ("ibp", "crown", "crown-ibp", "alpha-crown")
@@ -68,8 +69,8 @@ class BoundedModel:
 
     def _bounds(self, lower, upper, spec, ball, method, options=None):
         """The uncompiled, unchecked propagation (static batch)."""
-        return _engine.propagate(self._graph, lower, upper, spec, ball, method,
-                                 options=None if options is None else dict(options))
+        return _methods.propagate(self._graph, lower, upper, spec, ball, method,
+                                  options=None if options is None else dict(options))
 
     # -- the public, validated call --------------------------------------------------------
     def bounds(self, lower: Any, upper: Any, method: str = "crown", C: Any = None, *,  # noqa: N803
@@ -314,8 +315,8 @@ def compute_bounds_unchecked(model: Any, lower: tf.Tensor, upper: tf.Tensor,
         out_shape = bounded.output_shape(lower)
         rows = C.shape[0] if C.shape[0] is not None else tf.shape(C)[0]
         C = tf.reshape(C, [rows, C.shape[1], *out_shape])  # noqa: N806
-    return _engine.propagate_any_batch(bounded._graph, lower, upper, C, None, method,
-                                       lower_only=not bound_upper)
+    return _methods.propagate_any_batch(bounded._graph, lower, upper, C, None, method,
+                                        lower_only=not bound_upper)
 
 
 def compute_ball_bounds(model: Any, x: Any, eps: float, norm: str = "linf", method: str = "crown",

@@ -5,8 +5,8 @@ input node indices of every node) and ``output`` (the index of the output node);
 walker (:mod:`robustgrad.bounds._keras_graph`) and the plain stack
 (:mod:`robustgrad.bounds._stack`) build one. :func:`propagate` is the whole computation for one
 static batch, traceable (no Python branch on tensor values) and differentiable w.r.t. the weights
-the rules read; :func:`propagate_any_batch` also takes an unknown batch size (``fit`` traces
-``[None, ...]``), in padded chunks of :data:`CHUNK` examples.
+the rules read. alpha-CROWN (:mod:`robustgrad.bounds._alpha`) builds on it, and
+:mod:`robustgrad.bounds._methods` picks between the two by method name, for any batch size.
 
 - ``"ibp"``: the interval pass; with a specification ``C`` the last linear layers are merged with
   ``C`` by a backward pass over them (tighter than bounding the logits and subtracting).
@@ -32,11 +32,8 @@ import tensorflow as tf
 from . import _patches
 from ._activations import Activation
 
-__all__ = ["CHUNK", "concretize", "output_shape", "pre_activation_bounds", "propagate",
-           "propagate_any_batch"]
+__all__ = ["concretize", "output_shape", "pre_activation_bounds", "propagate"]
 
-#: examples per chunk when the batch size is not static
-CHUNK = 32
 # Largest number of elements one chunk of an intermediate layer's CROWN pass may hold at once
 # (its coefficients on every node of the path, both sides, the relaxations it reads and the
 # temporaries: estimated from the shapes before any work; 512 MB in float32).
@@ -124,14 +121,13 @@ def _linear_tail_start(graph, node):
     return node
 
 
-def propagate(graph, lower, upper, spec, ball, method, lower_only=False, options=None):
+def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
     """Bounds of the graph's output over the box (static batch ``B``) -> ``(lb, ub)``:
     ``[B, *out]``, or ``[B, S]`` with ``spec`` [B, S, *out]. ``ball``: ``(centre, radius)`` of an
     L2 ball (CROWN concretises over it as well) or None. ``lower_only``: the last backward pass
     (with ``spec``) carries the lower bound's coefficients only (half the work; certified
-    training needs no more) and ``ub`` is None. ``method="alpha-crown"`` is
-    :func:`robustgrad.bounds._alpha.optimized_bounds`, ``options`` its keyword arguments
-    (``iterations``, ``lr``, ``lr_decay``). No validation."""
+    training needs no more) and ``ub`` is None. ``method``: ``"ibp"``, ``"crown"`` or
+    ``"crown-ibp"`` (alpha-CROWN: :func:`robustgrad.bounds._methods.propagate`). No validation."""
     dtype = lower.dtype
     boxes = interval_pass(graph, lower, upper, dtype)
     shapes = [tuple(lo.shape[1:]) for lo, _ in boxes]
@@ -144,11 +140,6 @@ def propagate(graph, lower, upper, spec, ball, method, lower_only=False, options
         stop = _linear_tail_start(graph, graph.output)
         return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype,
                          lower_only)
-    if method == "alpha-crown":
-        from ._alpha import optimized_bounds  # the optimisation builds on this module
-
-        return optimized_bounds(graph, lower, upper, spec, ball, lower_only=lower_only,
-                                **(options or {}))
     pre = pre_activation_bounds(graph, boxes, shapes, ball, dtype, method)
     if spec is None:
         eye = tf.eye(n_out, dtype=dtype)
@@ -355,47 +346,3 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
     lo, hi = boxes[stop]
     low, high = concretize(a_lo, a_hi, lo, hi, ball if stop == 0 else None)
     return low + bias_lo, None if lower_only else high + bias_hi
-
-
-def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=False, options=None):
-    """:func:`propagate` for a static or an unknown batch size: an unknown one is padded to
-    chunks of :data:`CHUNK` examples, bounded chunk by chunk in one ``tf.map_fn``."""
-    lower_only = bool(lower_only and spec is not None)
-    if lower.shape[0] is not None:
-        return propagate(graph, lower, upper, spec, ball, method, lower_only, options)
-    n = tf.shape(lower)[0]
-    k = CHUNK
-    chunks = (n + k - 1) // k
-    pad = chunks * k - n
-
-    def split(t):
-        t = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
-        return tf.reshape(t, tf.concat([[chunks, k], tf.shape(t)[1:]], 0))
-
-    def fix(t, like):
-        return tf.ensure_shape(t, [k, *like.shape[1:]])
-
-    if spec is not None:
-        out = [k, spec.shape[1]]
-    else:
-        out = [k, *output_shape(graph, lower.shape[1:], lower.dtype)]
-    parts = [split(lower), split(upper)]
-    if spec is not None:
-        parts.append(split(spec))
-    if ball is not None:
-        parts.append(split(ball[0]))
-
-    def one(a):
-        lo, hi = fix(a[0], lower), fix(a[1], upper)
-        s = fix(a[2], spec) if spec is not None else None
-        b = (fix(a[-1], ball[0]), ball[1]) if ball is not None else None
-        if lower_only:
-            return propagate(graph, lo, hi, s, b, method, True, options)[0]
-        return propagate(graph, lo, hi, s, b, method, options=options)
-
-    sig = tf.TensorSpec(out, lower.dtype)
-    if lower_only:
-        lb = tf.map_fn(one, tuple(parts), fn_output_signature=sig)
-        return tf.reshape(lb, [-1, *out[1:]])[:n], None
-    lb, ub = tf.map_fn(one, tuple(parts), fn_output_signature=(sig, sig))
-    return (tf.reshape(lb, [-1, *out[1:]])[:n], tf.reshape(ub, [-1, *out[1:]])[:n])

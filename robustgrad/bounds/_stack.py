@@ -21,7 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from . import _activations as _act
-from . import _engine as _engine
+from . import _methods as _methods
 from . import _rules as _r
 from ._api import METHODS
 
@@ -148,4 +148,4 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
     weights, biases = list(weights), list(biases)
     layer_activations = _check_stack(weights, biases, activations, lower, method, spec)
     graph = StackGraph(weights, biases, layer_activations)
-    return _engine.propagate_any_batch(graph, lower, upper, spec, None, method)
+    return _methods.propagate_any_batch(graph, lower, upper, spec, None, method)

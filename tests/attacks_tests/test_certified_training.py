@@ -168,8 +168,10 @@ def _fit(model, method, digits, epochs, eps=0.1):
     return tr, h
 
 
+@pytest.mark.slow  # 24 + 12 epochs of a CNN (80 s in the default suite); the default suite
+# keeps certified training's real, short learning test (crown-ibp above clean, below)
 def test_ibp_training_raises_verified_accuracy_above_madry(digits):
-    """A real learning test (~15 s): IBP-trained CNN against a PGD-trained one on digits."""
+    """A real learning test: IBP-trained CNN against a PGD-trained one on digits."""
     x, y = digits.x_test[:300], digits.y_test[:300]
     ibp_model, madry_model = _cnn(), _cnn()
     tr, h = _fit(ibp_model, "ibp", digits, 24)

@@ -70,8 +70,9 @@ def test_evaluate_agent_step_flags_apply_to_their_attacks_and_are_bounded(tmp_pa
 
 def test_train_agent_robust_method_convex_works_as_documented(tmp_path, capsys):
     out = tmp_path / "run"
+    # one epoch over the one rollout: the convex regulariser's path once, not the preset's 20
     assert cli.main([*TRAIN, "--out", str(out), "--robust", "sa", "--robust-method",
-                     "convex"]) == 0
+                     "convex", "--set", "n_epochs=1"]) == 0
     config = json.loads((out / "config.json").read_text())
     assert (config["robust"], config["robust_method"]) == ("sa", "convex")
     # its one flag that would do nothing: the steps of a search it does not run
@@ -362,8 +363,10 @@ def test_a_full_disk_while_train_classifier_saves_its_model_leaves_no_truncated_
 
     monkeypatch.setattr(zipfile.ZipFile, "writestr", full)
     out = tmp_path / "run"
-    assert cli.main(["train-classifier", "--epochs", "1", "--no-eval", "--verbose", "0",
-                     "--out", str(out)]) == 2
+    # the smallest run that saves a model (the save is the step under test, not the training)
+    assert cli.main(["train-classifier", "--epochs", "1", "--limit", "64", "--method", "clean",
+                     "--batch-size", "32", "--width", "4", "--val-size", "0", "--no-eval",
+                     "--verbose", "0", "--out", str(out)]) == 2
     err = _one_line(capsys)
     assert err.startswith("robustgrad: error: no space left on device writing "), err
     assert err.endswith("free space and run again with --resume"), err
