@@ -33,9 +33,9 @@ rounds, images per second, and the ratios the issue sets goals for:
 resident set (``getrusage(RUSAGE_SELF).ru_maxrss``) as the baseline, runs ONE PGD-10 training
 step at ``--mem-batch`` (128) and reports the new peak and the difference.
 
-Ours runs with TensorFlow's oneDNN kernels on (``--onednn on``, the default: what
-``robustgrad train-classifier`` and ``evaluate`` set, see :mod:`robustgrad.commands._startup`);
-``--onednn tf`` leaves TensorFlow's own choice (on only on CPUs with AVX-512 VNNI/BF16 or AMX).
+Ours runs on TensorFlow's own choice of kernels (``--onednn tf``, the default: oneDNN only on
+CPUs with AVX-512 VNNI/BF16 or AMX); ``--onednn on`` / ``off`` force ``TF_ENABLE_ONEDNN_OPTS``.
+Both workers report whether oneDNN ran.
 
 Usage (from the repository root)::
 
@@ -422,7 +422,7 @@ class Worker:
 def _env(args) -> dict:
     env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["OMP_NUM_THREADS"] = str(args.threads)
-    if args.onednn != "tf":  # ours: the command line's choice (robustgrad.commands._startup)
+    if args.onednn != "tf":  # ours: TF_ENABLE_ONEDNN_OPTS forced on or off
         env["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"
     return env
 
@@ -607,11 +607,10 @@ def parse(argv=None):
     p.add_argument("--malloc-threshold", type=int, default=0,
                    help="memory: ours calls robustgrad.memory.return_large_blocks(BYTES) "
                         "first (0: not; recompute='blocks' sets 1 MiB itself)")
-    p.add_argument("--onednn", choices=("on", "off", "tf"), default="on",
-                   help="ours: TensorFlow's oneDNN kernels on (TF_ENABLE_ONEDNN_OPTS=1, what "
-                        "`robustgrad train-classifier` and `evaluate` set unless the variable "
-                        "is set), off, or TensorFlow's own choice (on only with AVX-512 "
-                        "VNNI/BF16 or AMX)")
+    p.add_argument("--onednn", choices=("on", "off", "tf"), default="tf",
+                   help="ours: TensorFlow's own choice of kernels (default; oneDNN only on CPUs "
+                        "with AVX-512 VNNI/BF16 or AMX), or oneDNN forced on "
+                        "(TF_ENABLE_ONEDNN_OPTS=1) or off")
     p.add_argument("--no-mem-torch", dest="mem_torch", action="store_false",
                    help="memory: skip the PyTorch side")
     p.add_argument("--out", default=os.path.join(_ROOT, "runs", "advtrain_throughput"))

@@ -402,9 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                 if lock.took_over:
                     print(f"robustgrad: {lock.took_over}", file=sys.stderr)
             try:
-                from robustgrad.commands._startup import import_tensorflow, prefer_onednn
+                from robustgrad.commands._startup import import_tensorflow
 
-                prefer_onednn(args.command)
                 import_tensorflow(verbose=args.show_native_log)
                 if args.threads is not None:
                     set_threads(args.threads)
