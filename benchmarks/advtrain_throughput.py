@@ -33,6 +33,10 @@ rounds, images per second, and the ratios the issue sets goals for:
 resident set (``getrusage(RUSAGE_SELF).ru_maxrss``) as the baseline, runs ONE PGD-10 training
 step at ``--mem-batch`` (128) and reports the new peak and the difference.
 
+Ours runs on TensorFlow's own choice of kernels (``--onednn tf``, the default: oneDNN only on
+CPUs with AVX-512 VNNI/BF16 or AMX); ``--onednn on`` / ``off`` force ``TF_ENABLE_ONEDNN_OPTS``.
+Both workers report whether oneDNN ran.
+
 Usage (from the repository root)::
 
     python benchmarks/advtrain_throughput.py throughput --torch-python /path/to/venv/bin/python
@@ -217,7 +221,7 @@ def worker_ours(args) -> None:
            "fused_batchnorm_experiment": bool(args.fused_bn),
            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-           "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")})
+           "onednn": _onednn_enabled()})
     _serve(steps)
 
 
@@ -356,7 +360,7 @@ def worker_memory_ours(args) -> None:
            "step_wall_s": wall, "step_cpu_s": cpu, "step_user_s": u1 - u0,
            "step_sys_s": s1 - s0, "step_minor_faults": f1 - f0,
            "params": params, "tensorflow": tf.__version__, "recompute": tr.recompute,
-           "malloc_threshold": args.malloc_threshold})
+           "malloc_threshold": args.malloc_threshold, "onednn": _onednn_enabled()})
 
 
 def worker_memory_torch(args) -> None:
@@ -418,7 +422,16 @@ class Worker:
 def _env(args) -> dict:
     env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["OMP_NUM_THREADS"] = str(args.threads)
+    if args.onednn != "tf":  # ours: TF_ENABLE_ONEDNN_OPTS forced on or off
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"
     return env
+
+
+def _onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs oneDNN's kernels (its own check; private API)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _common(args) -> list[str]:
@@ -538,8 +551,15 @@ def memory(args) -> dict:
               f"step: peak RSS {rec['peak_mib']:.0f} MiB, baseline after building "
               f"{rec['baseline_mib']:.0f} MiB, step adds {rec['step_mib']:.0f} MiB "
               f"({rec['step_wall_s']:.0f} s wall, {rec['step_cpu_s']:.0f} s CPU of which "
-              f"{rec['step_sys_s']:.0f} s system, {rec['step_minor_faults']} page faults)",
-              flush=True)
+              f"{rec['step_sys_s']:.0f} s system, {rec['step_minor_faults']} page faults"
+              + (f", oneDNN {'on' if rec['onednn'] else 'off'}" if "onednn" in rec else "")
+              + ")", flush=True)
+    sides = out["sides"]
+    if "ours" in sides and "torch" in sides:
+        ours, ref = sides["ours"], sides["torch"]
+        print(f"memory ours / torch: peak {ours['peak_mib'] / ref['peak_mib']:.2f}x, step wall "
+              f"{ours['step_wall_s'] / ref['step_wall_s']:.2f}x, CPU "
+              f"{ours['step_cpu_s'] / ref['step_cpu_s']:.2f}x", flush=True)
     return out
 
 
@@ -587,6 +607,10 @@ def parse(argv=None):
     p.add_argument("--malloc-threshold", type=int, default=0,
                    help="memory: ours calls robustgrad.memory.return_large_blocks(BYTES) "
                         "first (0: not; recompute='blocks' sets 1 MiB itself)")
+    p.add_argument("--onednn", choices=("on", "off", "tf"), default="tf",
+                   help="ours: TensorFlow's own choice of kernels (default; oneDNN only on CPUs "
+                        "with AVX-512 VNNI/BF16 or AMX), or oneDNN forced on "
+                        "(TF_ENABLE_ONEDNN_OPTS=1) or off")
     p.add_argument("--no-mem-torch", dest="mem_torch", action="store_false",
                    help="memory: skip the PyTorch side")
     p.add_argument("--out", default=os.path.join(_ROOT, "runs", "advtrain_throughput"))

@@ -60,3 +60,6 @@ def test_driver_runs_end_to_end_without_torch(bench, tmp_path):
     assert ours["adv"]["wall_s"] > 0 and ours["info"]["intra_op_threads"] == 1
     assert result["memory"]["sides"]["ours"]["peak_mib"] >= result["memory"]["sides"]["ours"][
         "baseline_mib"]
+    # --onednn tf (the default): both workers report TensorFlow's own choice, the same one
+    assert isinstance(ours["info"]["onednn"], bool)
+    assert result["memory"]["sides"]["ours"]["onednn"] is ours["info"]["onednn"]
