@@ -382,7 +382,8 @@ class _Loop:
 
 def _add_callbacks(loop: _Loop, out: str, verbose: int, progress: bool) -> None:
     """Timer, non-finite guard, scalars, history, the fast-AT guard, weight averaging, robust
-    early stopping, the progress bar and, last, the checkpoint (it may stop the run)."""
+    early stopping, the progress bar, ``history.json``'s write and, last, the checkpoint (it
+    may stop the run)."""
     import keras
 
     c, s = loop.config, loop.split
@@ -405,6 +406,14 @@ def _add_callbacks(loop: _Loop, out: str, verbose: int, progress: bool) -> None:
         loop.bar = keras_progress(c.epochs, loop.spe, initial_epoch=loop.first_epoch,
                                   initial_batch=loop.skipped)
         loop.callbacks.append(loop.bar)
+    # history.json at every epoch end, before that epoch's checkpoint: a process killed at any
+    # moment (SIGKILL, a lost machine) resumes with every epoch its checkpoint holds (a history
+    # one epoch ahead of the checkpoint is cut back by prior_history)
+    started = time.time()
+    loop.callbacks.append(keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: write_history(
+            out, loop.prior, loop.recorder, loop.timer, loop.guard, time.time() - started,
+            loop.first_epoch, loop.skipped)))
     loop.callbacks.append(loop.ckpt)
 
 

@@ -58,7 +58,8 @@ def _wait_for(path, proc, timeout=600.0):
 def test_kill_after_first_checkpoint_then_resume_matches_uninterrupted(tmp_path):
     """SIGKILL from outside once the first epoch's checkpoint is complete (the CheckpointManager
     writes its ``checkpoint`` index file last), then --resume: the final weights equal those of
-    an uninterrupted run, bit for bit."""
+    an uninterrupted run, bit for bit, and so does the history: the epochs trained before the
+    kill are in it (``history.json`` is written at every epoch end, before its checkpoint)."""
     common = [*TINY, "--limit", "192", "--batch-size", "32", "--epochs", "6", "--seed", "5"]
     full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
     cmd = [sys.executable, "-m", "robustgrad.cli", "train-classifier", *common, "--out", killed]
@@ -79,6 +80,8 @@ def test_kill_after_first_checkpoint_then_resume_matches_uninterrupted(tmp_path)
     for a, b in zip(_load_weights(os.path.join(full, "model.keras")),
                     _load_weights(os.path.join(killed, "model.keras"))):
         np.testing.assert_array_equal(a, b)
+    assert len(_history(full)["loss"]) == 6
+    np.testing.assert_array_equal(_history(killed)["loss"], _history(full)["loss"])
 
 
 def test_mirrored_two_logical_cpus_matches_single_device(tmp_path):
