@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -98,10 +98,11 @@ Acrobot-v1's go through the dynamics block by block (its products of several fac
 grouped otherwise in a batch, measured)."""
 
 
-def _rank_hidden(x: tf.Tensor, shape: tf.Variable) -> tf.Tensor:
-    """``x`` as is, with its rank hidden from Grappler: reshaped to ``shape``, a variable
-    holding ``x``'s own shape that Grappler cannot read (the static shape stays for Python)."""
-    out = tf.reshape(x, shape)
+def _rank_hidden(x: tf.Tensor) -> tf.Tensor:
+    """``x`` as is, with its rank hidden from Grappler (a ``PlaceholderWithDefault`` of unknown
+    shape: the value passes, the shape Grappler infers is unknown; the static shape stays for
+    Python; XLA compiles it as an identity)."""
+    out = tf.raw_ops.PlaceholderWithDefault(input=x, shape=tf.TensorShape(None))
     out.set_shape(x.shape)
     return out
 
@@ -125,8 +126,8 @@ class SeedGraphEnvSpec(GraphEnvSpec):
       factor one number) it keeps the graph's order, on more it pairs the constant with the
       first tensor (CartPole's ``0.05 * theta_dot**2 * sin``: the constant joins
       ``theta_dot**2`` alone, ``sin`` in a batch). With one environment per seed, the results of
-      ``sin`` and ``cos`` reach Grappler with a hidden rank (``batch_shape``, a variable), so
-      that it leaves the products they enter as written, which is the grouping of one
+      ``sin`` and ``cos`` reach Grappler with a hidden rank, so that it leaves the products
+      they enter as written, which is the grouping of one
       environment alone for the tasks of :data:`ONE_ENV_BATCHED`; Acrobot's blocks of one go
       through the dynamics seed by seed, with the op shapes of that seed alone.
 
@@ -135,7 +136,6 @@ class SeedGraphEnvSpec(GraphEnvSpec):
 
     envs_per_seed: int = 1
     num_seeds: int = 1
-    batch_shape: tf.Variable | None = field(default=None, compare=False)
 
     def _by_seed(self) -> bool:
         return (self.envs_per_seed == 1 and self.num_seeds > 1
@@ -144,9 +144,9 @@ class SeedGraphEnvSpec(GraphEnvSpec):
     def _elementwise(self) -> Elementwise:
         def as_alone(fn):
             batched = rounded_as_alone(fn, self.num_seeds)
-            if self.envs_per_seed > 1 or self.num_seeds == 1 or self.batch_shape is None:
+            if self.envs_per_seed > 1 or self.num_seeds == 1:
                 return batched
-            return lambda x: _rank_hidden(batched(x), self.batch_shape)
+            return lambda x: _rank_hidden(batched(x))
 
         return Elementwise(sin=as_alone(tf.sin), cos=as_alone(tf.cos))
 
@@ -186,10 +186,8 @@ class SeedGraphEnv(GraphBackendEnv):
         self.envs_per_seed = int(num_envs)
         super().__init__(env_id, self.envs_per_seed * len(self.seeds), seed=self.seeds[0],
                          episode_capacity=episode_capacity)
-        batch_shape = tf.Variable([self.num_envs], shape=tf.TensorShape(None), trainable=False,
-                                  name="batch_shape")  # read by the spec (its class doc)
         self.spec = SeedGraphEnvSpec(self.spec.dynamics, self.spec.dtype, self.envs_per_seed,
-                                     len(self.seeds), batch_shape)
+                                     len(self.seeds))
         self.variables = self.variables._replace(rng=tf.Variable(
             tf.zeros([len(self.seeds), 2], tf.int64), trainable=False, name="env_rng"))
         self._ep_seeds = tf.Variable(tf.zeros([self.capacity + 1], tf.int32), trainable=False,
