@@ -9,8 +9,9 @@ the
 from seed ``s`` as it would be alone:
 
 * :class:`SeedGraphEnv` (``backend="graph"``): one compiled batch of ``S * num_envs``
-  environments (the dynamics one op per step for all seeds); each seed's block keeps its own
-  RNG key and draws its resets from it as :class:`GraphBackendEnv` of that seed alone does.
+  environments (the dynamics one op per step for all seeds, ``sin``/``cos`` rounded as each
+  seed alone rounds them: :func:`rounded_as_alone`); each seed's block keeps its own RNG key
+  and draws its resets from it as :class:`GraphBackendEnv` of that seed alone does.
 * :class:`SeedVecEnv` (``backend="gymnasium"``): ``S`` ordinary vector envs, each seeded as
   alone, stepped in turn from one ``tf.numpy_function``.
 
@@ -29,7 +30,7 @@ True
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +41,72 @@ from agents.backends.graph_backend import GraphBackendEnv
 from agents.core.config import AgentConfig
 from agents.envs import VecEnv, make_vec_env
 from agents.graph_envs import GraphEnvSpec, GraphEnvState
+from agents.graph_envs.classic_control import Elementwise
 
-WHOLE_BATCH_ENVS = 8
-"""Seeds' blocks of a multiple of this many environments go through the dynamics as one batch;
-others block by block (:class:`SeedGraphEnvSpec`). 8 float32 (or 4 float64) numbers are one SIMD
-packet of TensorFlow's CPU kernels in the AVX build: blocks of whole packets round as alone."""
+SIMD_BYTES = 32
+"""The width of one SIMD packet of TensorFlow's CPU kernels in its AVX build: 8 float32 or 4
+float64 numbers (:func:`rounded_as_alone`)."""
+
+
+def rounded_as_alone(fn: Callable[[tf.Tensor], tf.Tensor], num_seeds: int
+                     ) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``fn`` (``tf.sin`` or ``tf.cos``) over ``x``, the ``num_seeds`` seeds' equal blocks one
+    after the other, with each element rounded as ``fn`` over its seed's block alone rounds it.
+
+    On CPU, Eigen applies such a function to a tensor's elements in whole SIMD packets
+    (:data:`SIMD_BYTES`: a vectorised polynomial, each lane on its own) and to the last
+    ``size % packet`` elements one by one (the C library's function); the two round differently
+    by an ulp now and then. Alone, a block of ``n`` has its first ``n // packet * packet``
+    elements on the packet path and the rest on the scalar path; in one batch of ``S * n`` a
+    block's scalar elements would mostly land on the packet path. So: the packet part of every
+    block in one op (a multiple of the packet: all lanes), the scalar part in ops of fewer than
+    ``packet`` elements (all scalar): for DQN's 1 env per seed and 8 seeds, two ops of 4, where
+    each seed alone would be eight ops. Blocks of whole packets (PPO's 8 envs) are one op.
+
+    >>> x = tf.linspace(-3.0, 3.0, 24)  # 8 seeds' blocks of 3
+    >>> alone = tf.concat([tf.sin(b) for b in tf.split(x, 8)], 0)
+    >>> bool(tf.reduce_all(rounded_as_alone(tf.sin, 8)(x) == alone))
+    True
+    """
+    def apply(x: tf.Tensor) -> tf.Tensor:
+        size = x.shape.num_elements()
+        if num_seeds == 1 or size is None:
+            return fn(x)
+        packet = SIMD_BYTES // x.dtype.size
+        block = size // num_seeds
+        whole = block // packet * packet
+        rest = block - whole
+        if rest == 0:  # every element on the packet path, as alone
+            return fn(x)
+        rows = tf.reshape(x, [num_seeds, block])
+        scalar = num_seeds * rest
+        chunk = max(c for c in range(1, packet) if scalar % c == 0)
+        # tf.unstack/tf.stack, not split/concat: Grappler hoists a function out of a concat
+        # or split of its results (one op again, on the packet path)
+        tails = tf.unstack(tf.reshape(rows[:, whole:], [scalar // chunk, chunk]))
+        out = tf.reshape(tf.stack([fn(t) for t in tails]), [num_seeds, rest])
+        if whole:
+            out = tf.concat([fn(rows[:, :whole]), out], axis=1)
+        return tf.reshape(out, tf.shape(x))
+
+    return apply
+
+
+BATCHED_TASKS = ("CartPole-v1", "MountainCar-v0", "Pendulum-v1")
+"""The tasks whose seeds' blocks step in one batch (:class:`SeedGraphEnvSpec`), each tested bit
+for bit against the seed alone with blocks of 1, 3 and 9 envs. The others' blocks go through the
+dynamics seed by seed unless they are whole SIMD packets (8 float32 envs), as before:
+Acrobot-v1 (one batch of blocks of 1, 3 or 9 envs rounds otherwise than each alone, measured;
+its products of several factors), MountainCarContinuous-v0 (not tested)."""
+
+
+def _rank_hidden(x: tf.Tensor) -> tf.Tensor:
+    """``x`` as is, with its rank hidden from Grappler (a ``PlaceholderWithDefault`` of unknown
+    shape: the value passes, the shape Grappler infers is unknown; the static shape stays for
+    Python; XLA compiles it as an identity)."""
+    out = tf.raw_ops.PlaceholderWithDefault(input=x, shape=tf.TensorShape(None))
+    out.set_shape(x.shape)
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,26 +115,47 @@ class SeedGraphEnvSpec(GraphEnvSpec):
     state's ``rng`` is ``[S, 2]`` (one key per seed) and a step draws block ``s``'s resets from
     key ``s``, as the spec of one seed's ``envs_per_seed`` environments does alone.
 
-    The dynamics (:meth:`transition`, :meth:`observe_physics`) run on the ``S * envs_per_seed``
-    batch at once only when ``envs_per_seed`` is a multiple of :data:`WHOLE_BATCH_ENVS`;
-    otherwise each seed's block runs alone, with the op shapes of that seed alone, and so the
-    same float rounding. In one batch a block would round otherwise in two ways (measured on
-    CartPole-v1, TF 2.21, AVX2): Grappler reassociates CartPole's constant products differently
-    on a batch of one environment than on more (``0.05 * theta_dot**2 * sin``: which factor the
-    constant joins), and ``sin``/``cos`` take Eigen's vectorised path on whole packets of 8 and
-    the scalar one on the rest, so a block that is scalar alone can be vectorised in the batch.
-    A 1-ulp difference in the physics grows into different episodes; PPO's preset (8 envs)
-    runs as one batch, DQN's (1 env) block by block.
+    The dynamics (:meth:`transition`, :meth:`observe_physics`) run on the whole ``S *
+    envs_per_seed`` batch, each seed's block rounded as that seed alone rounds it. Two effects of
+    the batch are kept out (measured on this machine, TF 2.21, AVX2; a 1-ulp difference in the
+    physics grows into different episodes):
+
+    * ``sin`` and ``cos`` round by where an element sits (:func:`rounded_as_alone`); every other
+      op of the dynamics rounds each element on its own
+      (:class:`agents.graph_envs.classic_control.Elementwise`);
+    * Grappler's arithmetic optimizer (MinimizeBroadcasts) regroups a product of a scalar
+      constant and two or more tensors by their sizes: on a batch of one environment (every
+      factor one number) it keeps the graph's order, on more it pairs the constant with the
+      first tensor (CartPole's ``0.05 * theta_dot**2 * sin``: the constant joins
+      ``theta_dot**2`` alone, ``sin`` in a batch). With one environment per seed, the results of
+      ``sin`` and ``cos`` reach Grappler with a hidden rank, so that it leaves the products
+      they enter as written, which is the grouping of one environment alone.
+
+    This holds for the tasks of :data:`BATCHED_TASKS`; the others' blocks go through the
+    dynamics seed by seed, with the op shapes of that seed alone, unless they are whole packets.
+
+    Tested bit for bit on CartPole, Acrobot, Pendulum and MountainCar with 1 (3 and 8 seeds),
+    3 and 9 envs per seed.
     """
 
     envs_per_seed: int = 1
     num_seeds: int = 1
 
-    def _by_block(self, fn, *batches: tf.Tensor):
-        """``fn(*batches)``, or with blocks that would round otherwise in one batch (class doc)
-        ``fn`` of each seed's block, concatenated."""
-        if self.envs_per_seed % WHOLE_BATCH_ENVS == 0 or self.num_seeds == 1:
-            return fn(*batches)
+    def _by_seed(self) -> bool:
+        whole_packets = self.envs_per_seed % (SIMD_BYTES // self.dtype.size) == 0
+        return (self.num_seeds > 1 and not whole_packets
+                and self.dynamics.env_id not in BATCHED_TASKS)
+
+    def _elementwise(self) -> Elementwise:
+        def as_alone(fn):
+            batched = rounded_as_alone(fn, self.num_seeds)
+            if self.envs_per_seed > 1 or self.num_seeds == 1:
+                return batched
+            return lambda x: _rank_hidden(batched(x))
+
+        return Elementwise(sin=as_alone(tf.sin), cos=as_alone(tf.cos))
+
+    def _per_seed(self, fn, *batches: tf.Tensor):
         n = self.envs_per_seed
         outs = [fn(*(b[s * n:(s + 1) * n] for b in batches)) for s in range(self.num_seeds)]
         return tf.nest.map_structure(lambda *xs: tf.concat(xs, 0), *outs)
@@ -80,11 +163,15 @@ class SeedGraphEnvSpec(GraphEnvSpec):
     def transition(self, physics: tf.Tensor, actions: tf.Tensor
                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The dynamics of every seed's block as that seed alone applies them (class doc)."""
-        return self._by_block(self.dynamics.transition, physics, actions)
+        if self._by_seed():
+            return self._per_seed(self.dynamics.transition, physics, actions)
+        return self.dynamics.transition(physics, actions, self._elementwise())
 
     def observe_physics(self, physics: tf.Tensor) -> tf.Tensor:
         """Every seed's observations as that seed alone computes them (class doc)."""
-        return self._by_block(self.dynamics.observe, physics)
+        if self._by_seed():
+            return self._per_seed(self.dynamics.observe, physics)
+        return self.dynamics.observe(physics, self._elementwise())
 
     def draw_resets(self, rng: tf.Tensor, num_envs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """``(keys [S, 2], reset physics [S * envs_per_seed, k])``, seed by seed."""
@@ -317,4 +404,5 @@ def import_seed(agent: Any, index: int, one: Any) -> None:
     agent.seed_rejected_steps[index] = one.rejected_steps
 
 
-__all__ = ["SeedBlockVecEnv", "SeedGraphEnv", "SeedVecEnv", "export_seed", "import_seed", "make_seed_env"]
+__all__ = ["BATCHED_TASKS", "SIMD_BYTES", "SeedBlockVecEnv", "SeedGraphEnv", "SeedVecEnv", "export_seed",
+           "import_seed", "make_seed_env", "rounded_as_alone"]

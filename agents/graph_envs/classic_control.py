@@ -6,10 +6,11 @@ environments, and the facts :mod:`agents.graph_envs.core` needs to wrap them:
 * ``sample(key, n, dtype) -> physics [n, k]``: the reset distribution of gymnasium 1.x,
   drawn from Philox bits (:func:`uniform01`, the same numbers with and without XLA) of
   ``key`` (a ``[2]`` int64 seed);
-* ``transition(physics, actions) -> (next_physics [N, k], reward [N], terminated [N] bool)``:
-  one step of the dynamics (``actions`` is ``[N]``: int for discrete tasks, float for the
-  ``Box(shape=(1,))`` ones); rewards are in the physics dtype;
-* ``observe(physics) -> obs [N, obs_dim] float32``.
+* ``transition(physics, actions, ew=TF_ELEMENTWISE) -> (next_physics [N, k], reward [N],
+  terminated [N] bool)``: one step of the dynamics (``actions`` is ``[N]``: int for discrete
+  tasks, float for the ``Box(shape=(1,))`` ones); rewards are in the physics dtype; ``sin`` and
+  ``cos`` are ``ew``'s (:class:`Elementwise`);
+* ``observe(physics, ew=TF_ELEMENTWISE) -> obs [N, obs_dim] float32``.
 
 The equations follow the gymnasium sources (``gymnasium/envs/classic_control``); they are
 written here as batched tensor expressions, not copied:
@@ -54,16 +55,34 @@ RNG_ALG = "philox"
 """Named explicitly: the default ``"auto_select"`` may pick another generator on another device."""
 
 
+class Elementwise(NamedTuple):
+    """The elementwise functions of the dynamics whose CPU kernels round by where an element
+    sits in its tensor: ``sin`` and ``cos`` (Eigen's vectorised polynomial on whole SIMD packets,
+    the C library's function on the rest). The tasks call them through this record
+    (:data:`TF_ELEMENTWISE` by default: ``tf.sin``, ``tf.cos``) so that the seed axis can apply
+    them to all seeds' environments in a few ops and still round each seed's block as that seed
+    alone does (:mod:`agents.backends.seed_axis`). Every other op of the dynamics rounds each
+    element on its own (``+ - * /``, ``sqrt``, ``floormod``, ``ceil``, comparisons)."""
+
+    sin: Callable[[tf.Tensor], tf.Tensor]
+    cos: Callable[[tf.Tensor], tf.Tensor]
+
+
+TF_ELEMENTWISE = Elementwise(sin=tf.sin, cos=tf.cos)
+"""TensorFlow's own ``sin`` and ``cos``: what the dynamics use unless told otherwise."""
+
+
 class Dynamics(NamedTuple):
-    """One task: its id, time limit, spaces and three pure batched functions (module doc)."""
+    """One task: its id, time limit, spaces and three pure batched functions (module doc;
+    ``transition`` and ``observe`` take an optional :class:`Elementwise` last)."""
 
     env_id: str
     max_episode_steps: int
     observation_space: gym.spaces.Box
     action_space: gym.spaces.Discrete | gym.spaces.Box
     sample: Callable[[tf.Tensor, tf.Tensor, tf.DType], tf.Tensor]
-    transition: Callable[[tf.Tensor, tf.Tensor], tuple]
-    observe: Callable[[tf.Tensor], tf.Tensor]
+    transition: Callable[..., tuple]  # (physics, actions[, Elementwise])
+    observe: Callable[..., tf.Tensor]  # (physics[, Elementwise])
 
 
 def uniform01(key: tf.Tensor, shape: tf.Tensor | tuple[int, ...], dtype: tf.DType) -> tf.Tensor:
@@ -93,7 +112,7 @@ def _uniform(key, n, low, high, dtype):
     return low + (high - low) * uniform01(key, tf.stack([n, tf.size(low)]), dtype)
 
 
-def _as_float32(physics):
+def _as_float32(physics, ew=TF_ELEMENTWISE):
     return tf.cast(physics, tf.float32)
 
 
@@ -103,13 +122,13 @@ _CP_FORCE, _CP_TAU, _CP_X_LIMIT = 10.0, 0.02, 2.4
 _CP_THETA_LIMIT = 12 * 2 * math.pi / 360
 
 
-def _cartpole_transition(physics, actions):
+def _cartpole_transition(physics, actions, ew=TF_ELEMENTWISE):
     x, x_dot, theta, theta_dot = tf.unstack(physics, axis=1)
     dtype = physics.dtype
     force = tf.where(tf.equal(actions, 1), tf.constant(_CP_FORCE, dtype), tf.constant(-_CP_FORCE, dtype))
     total_mass = _CP_MASS_POLE + _CP_MASS_CART
     pole_mass_length = _CP_MASS_POLE * _CP_HALF_LENGTH
-    cos, sin = tf.cos(theta), tf.sin(theta)
+    cos, sin = ew.cos(theta), ew.sin(theta)
     temp = (force + pole_mass_length * tf.square(theta_dot) * sin) / total_mass
     theta_acc = (_CP_GRAVITY * sin - cos * temp) / (
         _CP_HALF_LENGTH * (4.0 / 3.0 - _CP_MASS_POLE * tf.square(cos) / total_mass))
@@ -137,18 +156,18 @@ _AC_L1, _AC_M1, _AC_M2, _AC_LC1, _AC_LC2, _AC_I1, _AC_I2 = 1.0, 1.0, 1.0, 0.5, 0
 _AC_MAX_VEL_1, _AC_MAX_VEL_2 = 4 * math.pi, 9 * math.pi
 
 
-def _acrobot_derivatives(s, torque):
+def _acrobot_derivatives(s, torque, ew=TF_ELEMENTWISE):
     """``d/dt [t1, t2, dt1, dt2]`` of the book dynamics, ``s`` of shape ``[N, 4]``."""
     theta1, theta2, dtheta1, dtheta2 = tf.unstack(s, axis=1)
     m2, l1, lc1, lc2 = _AC_M2, _AC_L1, _AC_LC1, _AC_LC2
-    d1 = (_AC_M1 * lc1 ** 2 + m2 * (l1 ** 2 + lc2 ** 2 + 2 * l1 * lc2 * tf.cos(theta2))
+    d1 = (_AC_M1 * lc1 ** 2 + m2 * (l1 ** 2 + lc2 ** 2 + 2 * l1 * lc2 * ew.cos(theta2))
           + _AC_I1 + _AC_I2)
-    d2 = m2 * (lc2 ** 2 + l1 * lc2 * tf.cos(theta2)) + _AC_I2
-    phi2 = m2 * lc2 * _AC_G * tf.cos(theta1 + theta2 - math.pi / 2.0)
-    phi1 = (-m2 * l1 * lc2 * tf.square(dtheta2) * tf.sin(theta2)
-            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * tf.sin(theta2)
-            + (_AC_M1 * lc1 + m2 * l1) * _AC_G * tf.cos(theta1 - math.pi / 2) + phi2)
-    ddtheta2 = ((torque + d2 / d1 * phi1 - m2 * l1 * lc2 * tf.square(dtheta1) * tf.sin(theta2) - phi2)
+    d2 = m2 * (lc2 ** 2 + l1 * lc2 * ew.cos(theta2)) + _AC_I2
+    phi2 = m2 * lc2 * _AC_G * ew.cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (-m2 * l1 * lc2 * tf.square(dtheta2) * ew.sin(theta2)
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * ew.sin(theta2)
+            + (_AC_M1 * lc1 + m2 * l1) * _AC_G * ew.cos(theta1 - math.pi / 2) + phi2)
+    ddtheta2 = ((torque + d2 / d1 * phi1 - m2 * l1 * lc2 * tf.square(dtheta1) * ew.sin(theta2) - phi2)
                 / (m2 * lc2 ** 2 + _AC_I2 - tf.square(d2) / d1))
     ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
     return tf.stack([dtheta1, dtheta2, ddtheta1, ddtheta2], axis=1)
@@ -161,9 +180,9 @@ def _wrap(x, low, high):
     return tf.where(x < low, x + period * tf.math.ceil((low - x) / period), x)
 
 
-def _acrobot_transition(physics, actions):
+def _acrobot_transition(physics, actions, ew=TF_ELEMENTWISE):
     torque = tf.cast(actions, physics.dtype) - 1.0
-    f = lambda s: _acrobot_derivatives(s, torque)
+    f = lambda s: _acrobot_derivatives(s, torque, ew)
     k1 = f(physics)
     k2 = f(physics + _AC_DT / 2.0 * k1)
     k3 = f(physics + _AC_DT / 2.0 * k2)
@@ -173,14 +192,14 @@ def _acrobot_transition(physics, actions):
     nxt = tf.stack([_wrap(theta1, -math.pi, math.pi), _wrap(theta2, -math.pi, math.pi),
                     tf.clip_by_value(dtheta1, -_AC_MAX_VEL_1, _AC_MAX_VEL_1),
                     tf.clip_by_value(dtheta2, -_AC_MAX_VEL_2, _AC_MAX_VEL_2)], axis=1)
-    terminated = -tf.cos(nxt[:, 0]) - tf.cos(nxt[:, 1] + nxt[:, 0]) > 1.0
+    terminated = -ew.cos(nxt[:, 0]) - ew.cos(nxt[:, 1] + nxt[:, 0]) > 1.0
     reward = tf.where(terminated, tf.zeros_like(theta1), -tf.ones_like(theta1))
     return nxt, reward, terminated
 
 
-def _acrobot_observe(physics):
+def _acrobot_observe(physics, ew=TF_ELEMENTWISE):
     theta1, theta2, dtheta1, dtheta2 = tf.unstack(physics, axis=1)
-    obs = tf.stack([tf.cos(theta1), tf.sin(theta1), tf.cos(theta2), tf.sin(theta2), dtheta1, dtheta2],
+    obs = tf.stack([ew.cos(theta1), ew.sin(theta1), ew.cos(theta2), ew.sin(theta2), dtheta1, dtheta2],
                    axis=1)
     return tf.cast(obs, tf.float32)
 
@@ -200,11 +219,11 @@ ACROBOT = Dynamics(
 _MC_MIN_POS, _MC_MAX_POS, _MC_MAX_SPEED, _MC_GRAVITY = -1.2, 0.6, 0.07, 0.0025
 
 
-def _mountain_car_move(physics, push, goal_position):
+def _mountain_car_move(physics, push, goal_position, ew=TF_ELEMENTWISE):
     """Shared hill dynamics: ``push`` is the velocity change from the action; returns next
     physics and the goal flag."""
     position, velocity = tf.unstack(physics, axis=1)
-    velocity = velocity + (push - _MC_GRAVITY * tf.cos(3 * position))  # gymnasium's order of sums
+    velocity = velocity + (push - _MC_GRAVITY * ew.cos(3 * position))  # gymnasium's order of sums
     velocity = tf.clip_by_value(velocity, -_MC_MAX_SPEED, _MC_MAX_SPEED)
     position = tf.clip_by_value(position + velocity, _MC_MIN_POS, _MC_MAX_POS)
     at_wall = tf.equal(position, tf.constant(_MC_MIN_POS, physics.dtype)) & (velocity < 0)
@@ -213,15 +232,16 @@ def _mountain_car_move(physics, push, goal_position):
     return tf.stack([position, velocity], axis=1), goal
 
 
-def _mountain_car_transition(physics, actions):
+def _mountain_car_transition(physics, actions, ew=TF_ELEMENTWISE):
     push = (tf.cast(actions, physics.dtype) - 1.0) * 0.001
-    nxt, goal = _mountain_car_move(physics, push, 0.5)
+    nxt, goal = _mountain_car_move(physics, push, 0.5, ew)
     return nxt, -tf.ones_like(nxt[:, 0]), goal
 
 
-def _continuous_mountain_car_transition(physics, actions):
+def _continuous_mountain_car_transition(physics, actions, ew=TF_ELEMENTWISE):
     action = tf.cast(actions, physics.dtype)
-    nxt, goal = _mountain_car_move(physics, tf.clip_by_value(action, -1.0, 1.0) * 0.0015, 0.45)
+    nxt, goal = _mountain_car_move(physics, tf.clip_by_value(action, -1.0, 1.0) * 0.0015, 0.45,
+                                   ew)
     reward = 100.0 * tf.cast(goal, physics.dtype) - 0.1 * tf.square(action)
     return nxt, reward, goal
 
@@ -254,20 +274,20 @@ def _angle_normalize(x):
     return tf.math.floormod(x + math.pi, 2 * math.pi) - math.pi
 
 
-def _pendulum_transition(physics, actions):
+def _pendulum_transition(physics, actions, ew=TF_ELEMENTWISE):
     theta, theta_dot = tf.unstack(physics, axis=1)
     u = tf.clip_by_value(tf.cast(actions, physics.dtype), -_PD_MAX_TORQUE, _PD_MAX_TORQUE)
     cost = tf.square(_angle_normalize(theta)) + 0.1 * tf.square(theta_dot) + 0.001 * tf.square(u)
-    new_theta_dot = theta_dot + (3 * _PD_G / (2 * _PD_L) * tf.sin(theta)
+    new_theta_dot = theta_dot + (3 * _PD_G / (2 * _PD_L) * ew.sin(theta)
                                  + 3.0 / (_PD_M * _PD_L ** 2) * u) * _PD_DT
     new_theta_dot = tf.clip_by_value(new_theta_dot, -_PD_MAX_SPEED, _PD_MAX_SPEED)
     nxt = tf.stack([theta + new_theta_dot * _PD_DT, new_theta_dot], axis=1)
     return nxt, -cost, tf.zeros_like(theta, tf.bool)
 
 
-def _pendulum_observe(physics):
+def _pendulum_observe(physics, ew=TF_ELEMENTWISE):
     theta, theta_dot = tf.unstack(physics, axis=1)
-    return tf.cast(tf.stack([tf.cos(theta), tf.sin(theta), theta_dot], axis=1), tf.float32)
+    return tf.cast(tf.stack([ew.cos(theta), ew.sin(theta), theta_dot], axis=1), tf.float32)
 
 
 _pd_high = np.array([1.0, 1.0, _PD_MAX_SPEED], np.float32)
