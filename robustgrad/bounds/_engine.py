@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from . import _patches
 from ._activations import Activation
+from ._chunks import map_chunks
 
 __all__ = ["concretize", "output_shape", "pre_activation_bounds", "propagate"]
 
@@ -161,13 +162,7 @@ def _output_backward(graph, spec, pre, boxes, shapes, ball, dtype):
     k = max(1, OUTPUT_CHUNK // max(1, rows * max(math.prod(s) for s in shapes)))
     if batch is None or k >= batch:
         return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype)
-    chunks = -(-batch // k)
     keys = sorted(pre)
-
-    def split(t):  # [B, ...] -> [chunks, k, ...] (zero-padded)
-        t = tf.pad(t, [[0, chunks * k - batch]] + [[0, 0]] * (t.shape.rank - 1))
-        return tf.reshape(t, [chunks, k, *t.shape[1:]])
-
     parts = [spec, *boxes[0], *(t for j in keys for t in pre[j])]
     if ball is not None:
         parts.append(ball[0])
@@ -179,9 +174,7 @@ def _output_backward(graph, spec, pre, boxes, shapes, ball, dtype):
                          chunk_ball, dtype)
 
     sig = tf.TensorSpec([k, rows], dtype)
-    lo, hi = tf.map_fn(one, tuple(split(t) for t in parts), fn_output_signature=(sig, sig),
-                       parallel_iterations=1)
-    return tf.reshape(lo, [-1, rows])[:batch], tf.reshape(hi, [-1, rows])[:batch]
+    return map_chunks(one, parts, k, (sig, sig), parallel_iterations=1)
 
 
 def pre_activation_bounds(graph, boxes, shapes, ball, dtype, method):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from . import _alpha, _engine
+from ._chunks import map_chunks
 
 __all__ = ["CHUNK", "propagate", "propagate_any_batch"]
 
@@ -48,14 +49,7 @@ def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=Fals
     lower_only = bool(lower_only and spec is not None)
     if lower.shape[0] is not None:
         return propagate(graph, lower, upper, spec, ball, method, lower_only, options)
-    n = tf.shape(lower)[0]
     k = CHUNK
-    chunks = (n + k - 1) // k
-    pad = chunks * k - n
-
-    def split(t):
-        t = tf.pad(t, [[0, pad]] + [[0, 0]] * (t.shape.rank - 1))
-        return tf.reshape(t, tf.concat([[chunks, k], tf.shape(t)[1:]], 0))
 
     def fix(t, like):
         return tf.ensure_shape(t, [k, *like.shape[1:]])
@@ -64,11 +58,11 @@ def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=Fals
         out = [k, spec.shape[1]]
     else:
         out = [k, *_engine.output_shape(graph, lower.shape[1:], lower.dtype)]
-    parts = [split(lower), split(upper)]
+    parts = [lower, upper]
     if spec is not None:
-        parts.append(split(spec))
+        parts.append(spec)
     if ball is not None:
-        parts.append(split(ball[0]))
+        parts.append(ball[0])
 
     def one(a):
         lo, hi = fix(a[0], lower), fix(a[1], upper)
@@ -80,7 +74,5 @@ def propagate_any_batch(graph, lower, upper, spec, ball, method, lower_only=Fals
 
     sig = tf.TensorSpec(out, lower.dtype)
     if lower_only:
-        lb = tf.map_fn(one, tuple(parts), fn_output_signature=sig)
-        return tf.reshape(lb, [-1, *out[1:]])[:n], None
-    lb, ub = tf.map_fn(one, tuple(parts), fn_output_signature=(sig, sig))
-    return (tf.reshape(lb, [-1, *out[1:]])[:n], tf.reshape(ub, [-1, *out[1:]])[:n])
+        return map_chunks(one, parts, k, sig), None
+    return map_chunks(one, parts, k, (sig, sig))
