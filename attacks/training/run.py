@@ -378,6 +378,7 @@ class _Loop:
     guard: Any = None
     stopper: Any = None
     bar: Any = None
+    started: float = 0.0  # time.time() when training starts: the run's seconds count from it
 
 
 def _add_callbacks(loop: _Loop, out: str, verbose: int, progress: bool) -> None:
@@ -409,10 +410,10 @@ def _add_callbacks(loop: _Loop, out: str, verbose: int, progress: bool) -> None:
     # history.json at every epoch end, before that epoch's checkpoint: a process killed at any
     # moment (SIGKILL, a lost machine) resumes with every epoch its checkpoint holds (a history
     # one epoch ahead of the checkpoint is cut back by prior_history)
-    started = time.time()
+    loop.started = time.time()
     loop.callbacks.append(keras.callbacks.LambdaCallback(
         on_epoch_end=lambda epoch, logs: write_history(
-            out, loop.prior, loop.recorder, loop.timer, loop.guard, time.time() - started,
+            out, loop.prior, loop.recorder, loop.timer, loop.guard, time.time() - loop.started,
             loop.first_epoch, loop.skipped)))
     loop.callbacks.append(loop.ckpt)
 
@@ -518,18 +519,17 @@ def _run_loop(loop: _Loop, run: RunDirectory, plan: ResumePlan, record: dict, re
         _log(verbose, settings_line(c))
         _log(verbose, _describe(loop))
         _add_callbacks(loop, run.path, verbose, progress)
-        t0 = time.time()
         try:
             _train(loop, verbose)
         except TrainingInterrupted:
             if loop.bar is not None:
                 loop.bar.on_train_end()
             write_history(run.path, loop.prior, loop.recorder, loop.timer, loop.guard,
-                          time.time() - t0, loop.first_epoch, loop.skipped,
+                          time.time() - loop.started, loop.first_epoch, loop.skipped,
                           partial=loop.timer.partial_seconds)
             raise
     return write_history(run.path, loop.prior, loop.recorder, loop.timer, loop.guard,
-                         time.time() - t0, loop.first_epoch, loop.skipped)
+                         time.time() - loop.started, loop.first_epoch, loop.skipped)
 
 
 def _keep_best_epoch(run: RunDirectory, stopper: Any) -> None:
