@@ -63,6 +63,9 @@ DEFAULTS = {"iterations": 20, "lr": 0.5, "lr_decay": 0.98}
 _BETA1, _BETA2, _EPS = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults
 #: the most elements one example's optimisation may hold (2 GB in float32): beyond, an error
 MAX_ELEMENTS = 2 ** 29
+# Largest number of elements the slopes and coefficients of one chunk of examples may hold
+# (:func:`chunk_limit`; 64 MB in float32).
+COEFFICIENT_BUDGET = 2 ** 24
 
 
 def _relus_behind(graph, node):
@@ -105,13 +108,13 @@ def elements_per_example(graph, example_shape, dtype, spec_rows, lower_only=Fals
 
 def chunk_limit(graph, example_shape, dtype, spec_rows, lower_only=False, budget=None):
     """The most examples per call whose :func:`elements_per_example` stay within ``budget``
-    elements (default :data:`robustgrad.bounds._engine.COEFFICIENT_BUDGET`); at least 1.
+    elements (default :data:`COEFFICIENT_BUDGET`); at least 1.
 
     Raises:
       ValueError: one example alone needs more than :data:`MAX_ELEMENTS` (the network is too
         wide for dense slopes: use ``"crown"``).
     """
-    budget = _engine.COEFFICIENT_BUDGET if budget is None else budget
+    budget = COEFFICIENT_BUDGET if budget is None else budget
     per_example = elements_per_example(graph, example_shape, dtype, spec_rows, lower_only)
     if per_example > MAX_ELEMENTS:
         raise ValueError(f"method='alpha-crown' would hold about {per_example:.3g} tensor "

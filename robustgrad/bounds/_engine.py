@@ -39,9 +39,6 @@ __all__ = ["concretize", "output_shape", "pre_activation_bounds", "propagate"]
 # (its coefficients on every node of the path, both sides, the relaxations it reads and the
 # temporaries: estimated from the shapes before any work; 512 MB in float32).
 WORK_BUDGET = 2 ** 27
-# Largest number of elements alpha-CROWN's slopes and coefficients per chunk of examples may hold
-# (:func:`robustgrad.bounds._alpha.chunk_limit`; 64 MB in float32).
-COEFFICIENT_BUDGET = 2 ** 24
 # Whether CROWN's intermediate bounds are intersected with IBP's (both sound; on by default).
 # Off, they are CROWN's alone: the definition of auto_LiRPA's "CROWN" (its comparison benchmark
 # turns it off to compare like with like). Read when a computation is traced.

@@ -120,7 +120,7 @@ def test_chunks_give_the_same_bounds_and_one_trace(monkeypatch):
     again = bm.bounds(lower, upper, "alpha-crown", spec, batch_size=None)
     assert bm._fn.experimental_get_tracing_count() == 1  # the loop is in the graph
     np.testing.assert_array_equal(whole[0], again[0])
-    monkeypatch.setattr(rb._engine, "COEFFICIENT_BUDGET", 1)  # the slopes' limit: 1 per call
+    monkeypatch.setattr(rb._alpha, "COEFFICIENT_BUDGET", 1)  # the slopes' limit: 1 per call
     assert rb._alpha.chunk_limit(bm._graph, (6,), tf.float32, 4) == 1
     chunked = bm.bounds(lower, upper, "alpha-crown", spec, batch_size=256)
     np.testing.assert_allclose(chunked[0], whole[0], atol=1e-5)
