@@ -41,6 +41,35 @@ def seed_list(seed: int | Sequence[int]) -> list[int] | None:
     return [int(s) for s in seed]
 
 
+def layer_seed(seeds: Sequence[int]) -> int | list[int]:
+    """The ``seed`` of the layers of an agent of ``seeds``: the list (stacked ``[S, ...]``
+    variables), or for one seed (the seed axis of one) that seed: plain variables, the shapes an
+    ordinary agent checkpoints; its model takes the axis of one through them (e.g.
+    :meth:`agents.algorithms.onpolicy.ActorCritic.policy_out`).
+
+    >>> layer_seed([3]), layer_seed([3, 4])
+    (3, [3, 4])
+    """
+    return int(seeds[0]) if len(seeds) == 1 else [int(s) for s in seeds]
+
+
+def running_mean_std(shape: tuple[int, ...], num_seeds: int, clip: float = 10.0,
+                     name: str | None = None) -> RunningMeanStd:
+    """Statistics of ``num_seeds`` seeds: :class:`SeedRunningMeanStd`, or for one seed the plain
+    :class:`agents.envs.RunningMeanStd` (its variables as an ordinary agent saves them; it folds
+    and scales ``[1, B, ...]`` as ``[B, ...]``, the same ops)."""
+    if num_seeds > 1:
+        return SeedRunningMeanStd(shape, num_seeds, clip=clip, name=name)
+    return RunningMeanStd(shape, clip=clip, name=name)
+
+
+def state_shape(num_seeds: int) -> tuple[int, ...]:
+    """The leading shape of a checkpointed state variable that carries the seed axis: ``(S,)``,
+    or ``()`` for one seed (an ordinary agent's shapes); read and assign it through
+    ``tf.reshape`` to the ``[S, ...]`` layout."""
+    return (num_seeds,) if num_seeds > 1 else ()
+
+
 def orthogonal(shape: tuple[int, int], gain: float, rng: np.random.Generator) -> np.ndarray:
     """An orthogonal ``(fan_in, fan_out)`` matrix scaled by ``gain`` (QR of a Gaussian).
 
