@@ -55,7 +55,7 @@ from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
 from agents.core.config import AgentConfig
 from agents.core.limits import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS
-from agents.core.networks import MLP, ObsNormalizer, layer_seed, running_mean_std, seed_list, state_shape
+from agents.core.networks import MLP, ObsNormalizer, ReturnNormalizer, layer_seed, seed_list
 from agents.core.plugin import on_seed_axis
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
@@ -273,10 +273,8 @@ class OnPolicyAgent(Agent):
         # per-seed clip, guard and Adam (agents.core._step); "optimizer" in the checkpoint
         self.gradient_step, self.optimizer = make_seed_axis_step(
             self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform, self.num_seeds)
-        self.reward_rms = running_mean_std((), self.num_seeds, name="reward_rms")
-        envs = state_shape(self.num_seeds) + (cfg.num_envs,)
-        self._ret_acc = tf.Variable(tf.zeros(envs), trainable=False, name="return_acc")
-        self._last_end = tf.Variable(tf.zeros(envs, tf.bool), trainable=False, name="last_end")
+        self.reward_norm = ReturnNormalizer(cfg.gamma, self.num_seeds, cfg.num_envs)
+        self.reward_rms = self.reward_norm.rms
         self._obs = tf.Variable(tf.zeros(self._lead + (cfg.num_envs,) + self.obs_shape),
                                 trainable=False, name="obs")
         if not self.discrete:
@@ -299,7 +297,7 @@ class OnPolicyAgent(Agent):
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,
                 "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
-                "return_acc": self._ret_acc}
+                "return_acc": self.reward_norm.returns}
 
     def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
         """``(per seed, shared)`` (:meth:`agents.Agent.seed_axis_state`): networks and
@@ -307,7 +305,8 @@ class OnPolicyAgent(Agent):
         accumulator; the learning rate and step counts."""
         opt = self.optimizer
         per_seed = list(self.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
-        per_seed += list(self.reward_rms.variables) + [self._ret_acc, self._last_end]
+        norm = self.reward_norm
+        per_seed += list(norm.rms.variables) + [norm.returns, norm.last_end]
         return per_seed, [opt.learning_rate, self.num_timesteps, self.num_updates]
 
     # -- the seed axis: layouts -------------------------------------------------------------
@@ -358,8 +357,7 @@ class OnPolicyAgent(Agent):
 
     def _on_env_reset(self, obs):
         self._obs.assign(self._split_envs(tf.convert_to_tensor(obs, tf.float32)))
-        self._ret_acc.assign(tf.zeros_like(self._ret_acc))
-        self._last_end.assign(tf.zeros_like(self._last_end))
+        self.reward_norm.reset()
 
     # -- public model access -------------------------------------------------------------
     def distribution(self, obs: tf.Tensor | np.ndarray) -> tfp.distributions.Distribution:
@@ -472,25 +470,6 @@ class OnPolicyAgent(Agent):
         return self._train_graph(self._rollout_graph())
 
     # -- targets and update --------------------------------------------------------------
-    def _scale_rewards(self, rewards, ends):
-        """Divide rewards by the running std of the discounted return (gymnasium's
-        ``NormalizeReward``), updating the statistics with this rollout's returns."""
-        gamma = self.config.gamma
-
-        def body(carry, inp):
-            ret, prev_end = carry
-            r, end = inp
-            ret = r + gamma * ret * (1.0 - tf.cast(prev_end, tf.float32))
-            return ret, end
-
-        acc, last = self._ret_acc, self._last_end  # [(S,) N]: one seed's are an ordinary agent's
-        rets, ends_seq = tf.scan(body, (rewards, ends), initializer=(
-            tf.reshape(acc, ends.shape[1:]), tf.reshape(last, ends.shape[1:])))
-        acc.assign(tf.reshape(rets[-1], acc.shape))
-        last.assign(tf.reshape(ends_seq[-1], last.shape))
-        self.reward_rms.update(self._seed_major(rets))  # [S, T * N]: per seed
-        return self.reward_rms.scale(rewards)
-
     def _train_graph(self, batch):
         self.trace_counts["train"] += 1
         cfg = self.config
@@ -502,7 +481,7 @@ class OnPolicyAgent(Agent):
         ends = tf.logical_or(term, trunc)
         rewards = batch["rewards"]
         if cfg.normalize_reward:
-            rewards = self._scale_rewards(rewards, ends)
+            rewards = self.reward_norm(rewards, ends)  # gymnasium's NormalizeReward
         values = self._time_major(self.model.value(obs))
         next_values = bootstrap_values(self._time_major(self.model.value(fin)), term)
         if self.monte_carlo:
