@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents.algorithms._iterations import IterationLoop
+from agents.algorithms._iterations import IterationLoop, check_iterations_per_call
 from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
@@ -54,16 +54,14 @@ from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
 from agents.core.config import AgentConfig
-from agents.core.limits import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS
+from agents.core.limits import MAX_ROLLOUT_TRANSITIONS, check_rollout_size
 from agents.core.networks import MLP, ObsNormalizer, ReturnNormalizer, layer_seed, seed_list
 from agents.core.plugin import on_seed_axis
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams, stateless_per_seed
-from robustgrad.checks import nonnegative, number, positive_int, probability
-from robustgrad.errors import ConfigError
-from robustgrad.memory import check_allocation
+from robustgrad.checks import finite_rows, nonnegative, number, positive_int, probability
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -162,13 +160,6 @@ class ActorCritic(tf.Module):
         return v
 
 
-MAX_ITERATIONS_PER_CALL = 4096
-"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
-(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
-larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
-more iterations per call than its budget has (the compiled loop is sized by that)."""
-
-
 @dataclass
 class OnPolicyConfig(AgentConfig):
     """Fields of the on-policy actor-critic agents (REINFORCE, A2C, PPO)."""
@@ -206,38 +197,9 @@ class OnPolicyConfig(AgentConfig):
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
-        if self.iterations_per_call > MAX_ITERATIONS_PER_CALL:
-            raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
-                              f"(Python's share of a call is already negligible at 32), got "
-                              f"{self.iterations_per_call}")
-        if self.iterations_per_call > 1 and self.backend != "graph":
-            raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
-                             f"backend='graph' (the environments inside the call); got "
-                             f"iterations_per_call={self.iterations_per_call} with backend="
-                             f"{self.backend!r}")
-        if self.iterations_per_call > 1 and self.robust is not None:
-            raise ConfigError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
-                             f"eps/kappa schedule (and ATLA its adversary) in Python between "
-                             f"iterations; use iterations_per_call=1, got "
-                             f"{self.iterations_per_call}")
         self.n_steps = positive_int(self.n_steps, "n_steps", maximum=MAX_ROLLOUT_TRANSITIONS)
-        rollout = self.n_steps * self.num_envs * self.num_seeds
-        if rollout > MAX_ROLLOUT_TRANSITIONS:
-            raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
-                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
-                              f"memory), got {self.n_steps} * {self.num_envs} * "
-                              f"{self.num_seeds} = {rollout}")
-        if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
-            try:
-                check_allocation(self.iterations_per_call,
-                                 EPISODE_SLOT_BYTES * self.n_steps * self.num_envs * self.num_seeds,
-                                 argument="iterations_per_call",
-                                 what=f"the record of the episodes one call can finish ("
-                                      f"{self.n_steps} steps x {self.num_envs * self.num_seeds} "
-                                      f"envs per iteration)")
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        check_rollout_size(self.n_steps, self.num_envs, self.num_seeds)
+        self.iterations_per_call = check_iterations_per_call(self)
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")
         nonnegative(self.vf_coef, "vf_coef")
@@ -367,12 +329,8 @@ class OnPolicyAgent(Agent):
         caller's graph is trusted: the rollout replaces them and the guard rejects the update)."""
         self._one_seed("distribution")
         obs = tf.convert_to_tensor(obs, tf.float32)
-        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(obs))):
-            rows = tf.reshape(tf.math.is_finite(obs), [tf.shape(obs)[0], -1]) \
-                if obs.shape.rank and obs.shape.rank > 1 else tf.reshape(tf.math.is_finite(obs), [1, -1])
-            bad = np.flatnonzero(~tf.reduce_all(rows, axis=1).numpy())
-            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()} of "
-                             f"{int(rows.shape[0])} hold NaN or inf")
+        if tf.executing_eagerly():
+            finite_rows(obs.numpy(), "obs", "observation")
         return self.model.distribution(obs)
 
     def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
@@ -526,20 +484,6 @@ class OnPolicyAgent(Agent):
         return linear(cfg.learning_rate, 0.0, steps_done, total) if cfg.anneal_lr \
             else cfg.learning_rate
 
-    def _start_iteration(self, steps_done, total) -> float:
-        """Set this iteration's learning rate (linear annealing); returns it."""
-        lr = self._learning_rate(steps_done, total)
-        self.optimizer.learning_rate.assign(lr)
-        return lr
-
-    def _finish_iteration(self, stats, lr) -> tuple[dict, int]:
-        """Count the iteration's steps and update; returns ``(logs, env steps)``."""
-        cfg = self.config
-        n = cfg.n_steps * cfg.num_envs
-        self.num_timesteps.assign_add(n)
-        self.num_updates.assign_add(1)
-        return self._stats_logs(stats, lr), n
-
     def _stats_logs(self, stats, lr) -> dict:
         """An iteration's logs from its statistics (tensors or NumPy values) and learning rate."""
         per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
@@ -560,15 +504,11 @@ class OnPolicyAgent(Agent):
         n = self.config.n_steps * self.config.num_envs
         k = max(1, min(self.config.iterations_per_call, -(-until // n)))
         lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
-        stats, counts = loop(lrs, failures)
+        # each iteration's statistics and finished episodes (queued for _record_update)
+        stats, self._queued_episodes = loop(lrs, failures, self.collector.drain_seed_episodes)
         steps = int(self.num_timesteps.numpy())
         self.num_timesteps.assign_add(n * len(stats))
         self.num_updates.assign_add(len(stats))
-        # each iteration's finished episodes (the count is cumulative since the last drain)
-        episodes = self.collector.drain_seed_episodes()
-        lost = int(counts[-1]) - len(episodes)  # beyond the ring buffer's capacity
-        bounds = [0] + [max(int(c) - lost, 0) for c in counts]
-        self._queued_episodes = [episodes[a:b] for a, b in zip(bounds, bounds[1:])]
         return [({**self._stats_logs(s, lr), "steps": steps + (i + 1) * n}, n)
                 for i, (s, lr) in enumerate(zip(stats, lrs))]
 
@@ -579,11 +519,15 @@ class OnPolicyAgent(Agent):
         return self.config.n_steps, (self.collector.num_envs,)
 
     def _train_iteration(self, steps_done, total):
-        lr = self._start_iteration(steps_done, total)
+        lr = self._learning_rate(steps_done, total)  # linear annealing
+        self.optimizer.learning_rate.assign(lr)
         if self.collector.fused:  # the collector's step is TensorFlow ops: one compiled call
             stats = self._iteration()
         else:
             stats = self._train(self.collect())
-        logs, n = self._finish_iteration(stats, lr)
+        n = self.config.n_steps * self.config.num_envs  # env steps of each seed
+        self.num_timesteps.assign_add(n)
+        self.num_updates.assign_add(1)
+        logs = self._stats_logs(stats, lr)
         logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
         return logs, n
