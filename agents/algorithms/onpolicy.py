@@ -124,9 +124,9 @@ class ActorCritic(tf.Module):
     def _head(self, net: MLP, obs: tf.Tensor) -> tf.Tensor:
         """``net`` at the normalised ``obs [(S,) B, *obs_shape]``; plain layers (one seed) take
         the seed axis of one ``[1, B, ...]`` as their plain op on ``obs[0]``."""
-        if self.num_seeds is None and obs.shape.rank == self.obs_rank + 2:
-            return net(self.obs_norm(obs[0]))[None]
-        return net(self.obs_norm(obs))
+        x = self.obs_norm(obs)
+        one = self.num_seeds is None and x.shape.rank == self.obs_rank + 2  # [1, B, ...]
+        return net(x[0])[None] if one else net(x)
 
     def policy_out(self, obs: tf.Tensor) -> tf.Tensor:
         """The policy network's output (logits or the Gaussian mean) at raw ``obs``."""
