@@ -46,6 +46,7 @@ __all__ = [
     "MAX_WEIGHT_DECAY",
     "NORMS",
     "choice",
+    "finite_rows",
     "leaf_names",
     "looks_like_probabilities",
     "nonnegative",
@@ -272,6 +273,24 @@ def norm_name(norm: Any, name: str = "norm") -> str:
         if f == 1:
             return "l1"
     raise ConfigError(f"{name} must be one of 'linf' (np.inf), 'l2' (2) or 'l1' (1); got {norm!r}")
+
+
+def finite_rows(value: Any, name: str, what: str = "row") -> None:
+    """Raise :class:`robustgrad.errors.ConfigError` naming ``name`` and the first rows (along the
+    first axis; a value of rank 0 or 1 is one row) of ``value`` that hold NaN or inf.
+
+    >>> finite_rows(np.ones((2, 3)), "obs")
+    >>> finite_rows([[0.0], [np.nan]], "obs", "observation")
+    Traceback (most recent call last):
+    ...
+    robustgrad.errors.ConfigError: obs: must be finite; observation(s) [1] of 2 hold NaN or inf
+    """
+    x = np.asarray(value)
+    rows = np.isfinite(x).reshape(len(x) if x.ndim > 1 else 1, -1).all(axis=1)
+    if not rows.all():
+        bad = np.flatnonzero(~rows)
+        raise ConfigError(f"{name}: must be finite; {what}(s) {bad[:5].tolist()}"
+                          f"{' ...' if len(bad) > 5 else ''} of {len(rows)} hold NaN or inf")
 
 
 def looks_like_probabilities(outputs: Any) -> bool:

@@ -27,14 +27,55 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from agents.core.compiled import own_function
+from agents.core.limits import EPISODE_SLOT_BYTES
+from robustgrad.checks import positive_int
+from robustgrad.errors import ConfigError
+from robustgrad.memory import check_allocation
+
+MAX_ITERATIONS_PER_CALL = 4096
+"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
+(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
+larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
+more iterations per call than its budget has (the compiled loop is sized by that)."""
 
 MAX_STATS = 32
 """Room for an iteration's statistics in the packed per-call record of the loop."""
+
+
+def check_iterations_per_call(config: Any) -> int:
+    """``config.iterations_per_call`` checked (a :class:`agents.algorithms.onpolicy.OnPolicyConfig`
+    whose ``n_steps``, ``num_envs`` and ``num_seeds`` are checked): at most
+    :data:`MAX_ITERATIONS_PER_CALL`; above 1 only on ``backend="graph"``, without robust
+    training, and with room for the record of the episodes one call can finish. ``ConfigError``
+    otherwise."""
+    k = positive_int(config.iterations_per_call, "iterations_per_call")
+    if k > MAX_ITERATIONS_PER_CALL:
+        raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
+                          f"(Python's share of a call is already negligible at 32), got {k}")
+    if k > 1 and config.backend != "graph":
+        raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
+                          f"backend='graph' (the environments inside the call); got "
+                          f"iterations_per_call={k} with backend={config.backend!r}")
+    if k > 1 and config.robust is not None:
+        raise ConfigError(f"iterations_per_call: robust training ({config.robust!r}) updates its "
+                          f"eps/kappa schedule (and ATLA its adversary) in Python between "
+                          f"iterations; use iterations_per_call=1, got {k}")
+    if k > 1:  # the graph env's ring buffer of finished episodes
+        envs = config.num_envs * config.num_seeds
+        try:
+            check_allocation(k, EPISODE_SLOT_BYTES * config.n_steps * envs,
+                             argument="iterations_per_call",
+                             what=f"the record of the episodes one call can finish ("
+                                  f"{config.n_steps} steps x {envs} envs per iteration)")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return k
 
 
 class IterationLoop:
@@ -97,10 +138,11 @@ class IterationLoop:
         rows = [tf.broadcast_to(tf.cast(stats[k], tf.float32), self._lead) for k in keys]
         return tf.stack(rows + [tf.zeros(self._lead)] * (MAX_STATS - len(keys)))
 
-    def __call__(self, lrs: list[float], failures: list[int]
-                 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
+    def __call__(self, lrs: list[float], failures: list[int], drain: Callable[[], list]
+                 ) -> tuple[list[dict[str, np.ndarray]], list[list]]:
         """Run ``len(lrs)`` iterations or fewer (the failure stop) with those learning rates;
-        returns each iteration's statistics and the episode count after each one."""
+        returns each iteration's statistics and its finished episodes, from ``drain()`` (the
+        collector's episodes since the last drain, in order)."""
         k = len(lrs)
         # kept across calls so that a shorter call does not trace again
         self.pad = max(self.pad, k)
@@ -109,4 +151,9 @@ class IterationLoop:
             tf.reshape(tf.constant(failures, tf.int32), self._lead))
         ran = int(ran)
         packed = packed.numpy()
-        return [dict(zip(self.stat_keys, packed[i])) for i in range(ran)], counts.numpy()[:ran]
+        counts = counts.numpy()[:ran]  # cumulative since the last drain
+        episodes = drain()
+        lost = int(counts[-1]) - len(episodes)  # beyond the ring buffer's capacity
+        bounds = [0] + [max(int(c) - lost, 0) for c in counts]
+        return ([dict(zip(self.stat_keys, packed[i])) for i in range(ran)],
+                [episodes[a:b] for a, b in zip(bounds, bounds[1:])])

@@ -444,7 +444,8 @@ class DQN(Agent):
                 term, hinge = robustness.regularizer(obs, inputs)
                 loss = loss + term
         grads = tape.gradient(loss, self.variables)  # of the sum over seeds: each seed's own
-        step = self._apply_gradients(grads)
+        # without AutoGraph conversion (the step is written with explicit tf.cond)
+        step = tf.autograph.experimental.do_not_convert(self.gradient_step.step)(grads)
         self.grad_steps.assign_add(1)
         return {"loss": loss, "q_mean": _mean(q), "sa_hinge": hinge,
                 "grad_norm": step["grad_norm"],

@@ -24,9 +24,11 @@ gradients), clipping, the non-finite guard and Adam act per seed
 (:class:`agents.core._step.SeedAxisAdamStep`), observation and reward statistics are per seed, and
 PPO's ``target_kl`` freezes the seeds that stop early (a mask, as the attack engine freezes
 examples); every random draw (actions, minibatch order) is made from each seed's own stream as
-that seed alone makes it (:mod:`agents.core.streams`). Layouts: rollouts ``[T, S, N, ...]``,
-update batches ``[S, T * N, ...]``; with ``S = 1`` the axis is absent and every op is the
-ordinary agent's.
+that seed alone makes it (:mod:`agents.core.streams`). One seed is the axis of one (PureJaxRL's
+``vmap`` of one): the same code with ``S = 1``, its variables, Adam and statistics those of an
+ordinary agent (the checkpoints of before), each axis op the plain op on ``x[0]``. Layouts: the
+collector's batch ``[T, S * N, ...]``, the rollout's state and the returns' scans ``[T, S, N]``,
+update batches ``[S, T * N, ...]``.
 
 Several iterations per call (``iterations_per_call = K > 1``, graph backend): the same
 iteration looped in one compiled call, :class:`agents.algorithms._iterations.IterationLoop`.
@@ -43,25 +45,23 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents.algorithms._iterations import IterationLoop
+from agents.algorithms._iterations import IterationLoop, check_iterations_per_call
 from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
-from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core._step import make_seed_axis_step, step_on_axis
 from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
 from agents.core.compiled import own_function
 from agents.core.config import AgentConfig
-from agents.core.limits import EPISODE_SLOT_BYTES, MAX_ROLLOUT_TRANSITIONS
-from agents.core.networks import MLP, ObsNormalizer, SeedRunningMeanStd, seed_list
+from agents.core.limits import MAX_ROLLOUT_TRANSITIONS, check_rollout_size
+from agents.core.networks import MLP, ObsNormalizer, ReturnNormalizer, layer_seed, seed_list
+from agents.core.plugin import on_seed_axis
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams, stateless_per_seed
-from agents.envs import RunningMeanStd
-from robustgrad.checks import nonnegative, number, positive_int, probability
-from robustgrad.errors import ConfigError
-from robustgrad.memory import check_allocation
+from robustgrad.checks import finite_rows, nonnegative, number, positive_int, probability
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -109,6 +109,7 @@ class ActorCritic(tf.Module):
         in_dim = int(np.prod(obs_shape))
         seeds = seed_list(seed)
         self.num_seeds = None if seeds is None else len(seeds)
+        self.obs_rank = len(obs_shape)
         self.discrete = discrete
         self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
         self.policy_net = MLP(in_dim, tuple(hidden), n_actions_or_dim, activation, 0.01,
@@ -120,11 +121,21 @@ class ActorCritic(tf.Module):
             self.log_std = tf.Variable(tf.fill(lead + (n_actions_or_dim,), float(log_std_init)),
                                        name="log_std")
 
-    def distribution(self, obs: tf.Tensor) -> tfp.distributions.Distribution:
-        """The policy at raw observations ``obs [B, *obs_shape]``: a ``Categorical`` over the
-        actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
+    def _head(self, net: MLP, obs: tf.Tensor) -> tf.Tensor:
+        """``net`` at the normalised ``obs [(S,) B, *obs_shape]``; plain layers (one seed) take
+        the seed axis of one ``[1, B, ...]`` as their plain op on ``obs[0]``."""
         x = self.obs_norm(obs)
-        out = self.policy_net(x)
+        one = self.num_seeds is None and x.shape.rank == self.obs_rank + 2  # [1, B, ...]
+        return net(x[0])[None] if one else net(x)
+
+    def policy_out(self, obs: tf.Tensor) -> tf.Tensor:
+        """The policy network's output (logits or the Gaussian mean) at raw ``obs``."""
+        return self._head(self.policy_net, obs)
+
+    def distribution(self, obs: tf.Tensor) -> tfp.distributions.Distribution:
+        """The policy at raw observations ``obs [(S,) B, *obs_shape]``: a ``Categorical`` over
+        the actions, or a diagonal ``Normal`` (event shape ``[action_dim]``)."""
+        out = self.policy_out(obs)
         if self.discrete:
             return tfd.Categorical(logits=out)
         log_std = self.log_std if self.num_seeds is None else self.log_std[:, None, :]
@@ -133,7 +144,7 @@ class ActorCritic(tf.Module):
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         """The state values ``V(obs)``, ``[B] float32`` (``[S, B]`` with the seed axis)."""
-        return tf.squeeze(self.value_net(self.obs_norm(obs)), -1)
+        return tf.squeeze(self._head(self.value_net, obs), -1)
 
     def mode(self, obs: tf.Tensor) -> tf.Tensor:
         """The most likely action at each observation (the deterministic policy)."""
@@ -147,13 +158,6 @@ class ActorCritic(tf.Module):
         if not self.discrete:
             v.append(self.log_std)
         return v
-
-
-MAX_ITERATIONS_PER_CALL = 4096
-"""The largest ``iterations_per_call``: Python's share of a call is already negligible at 32
-(one CartPole seed at 0.94x PureJaxRL's steps per CPU second, ``docs/benchmarks/agents.md``), and a
-larger ``K`` only moves callbacks, checkpoints and interrupts further apart. ``learn`` never runs
-more iterations per call than its budget has (the compiled loop is sized by that)."""
 
 
 @dataclass
@@ -193,38 +197,9 @@ class OnPolicyConfig(AgentConfig):
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")
-        self.iterations_per_call = positive_int(self.iterations_per_call, "iterations_per_call")
-        if self.iterations_per_call > MAX_ITERATIONS_PER_CALL:
-            raise ConfigError(f"iterations_per_call must be at most {MAX_ITERATIONS_PER_CALL} "
-                              f"(Python's share of a call is already negligible at 32), got "
-                              f"{self.iterations_per_call}")
-        if self.iterations_per_call > 1 and self.backend != "graph":
-            raise ConfigError(f"iterations_per_call: several iterations per compiled call need "
-                             f"backend='graph' (the environments inside the call); got "
-                             f"iterations_per_call={self.iterations_per_call} with backend="
-                             f"{self.backend!r}")
-        if self.iterations_per_call > 1 and self.robust is not None:
-            raise ConfigError(f"iterations_per_call: robust training ({self.robust!r}) updates its "
-                             f"eps/kappa schedule (and ATLA its adversary) in Python between "
-                             f"iterations; use iterations_per_call=1, got "
-                             f"{self.iterations_per_call}")
         self.n_steps = positive_int(self.n_steps, "n_steps", maximum=MAX_ROLLOUT_TRANSITIONS)
-        rollout = self.n_steps * self.num_envs * self.num_seeds
-        if rollout > MAX_ROLLOUT_TRANSITIONS:
-            raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
-                              f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
-                              f"memory), got {self.n_steps} * {self.num_envs} * "
-                              f"{self.num_seeds} = {rollout}")
-        if self.iterations_per_call > 1:  # the graph env's ring buffer of finished episodes
-            try:
-                check_allocation(self.iterations_per_call,
-                                 EPISODE_SLOT_BYTES * self.n_steps * self.num_envs * self.num_seeds,
-                                 argument="iterations_per_call",
-                                 what=f"the record of the episodes one call can finish ("
-                                      f"{self.n_steps} steps x {self.num_envs * self.num_seeds} "
-                                      f"envs per iteration)")
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        check_rollout_size(self.n_steps, self.num_envs, self.num_seeds)
+        self.iterations_per_call = check_iterations_per_call(self)
         probability(self.gae_lambda, "gae_lambda")
         nonnegative(self.ent_coef, "ent_coef")
         nonnegative(self.vf_coef, "vf_coef")
@@ -251,26 +226,19 @@ class OnPolicyAgent(Agent):
             if len(space.shape) != 1:
                 raise ValueError(f"env: Box action spaces must be 1-D, got shape {space.shape}")
             n_out = int(space.shape[0])
-        many = self.num_seeds > 1
-        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
+        self._lead = (self.num_seeds,)  # the seed axis (one seed: the axis of one)
         self.model = ActorCritic(self.obs_shape, n_out, self.discrete, cfg.hidden_sizes,
                                  cfg.activation, cfg.normalize_obs, cfg.log_std_init,
-                                 self.seeds if many else cfg.seed)
+                                 layer_seed(self.seeds))
         self.variables = self.model.trainable
-        # the random streams: the agent's rng, or each seed's own as alone (agents.core.streams)
-        self.streams = SeedStreams(None, self.seeds) if many else SeedStreams(self.rng)
-        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
-            self.gradient_step = self.optimizer = SeedAxisAdamStep(
-                self.variables, cfg.learning_rate, cfg.max_grad_norm)
-            self.reward_rms = SeedRunningMeanStd((), self.num_seeds, name="reward_rms")
-        else:
-            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
-                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
-            self.reward_rms = RunningMeanStd((), name="reward_rms")
-        envs = self._lead + (cfg.num_envs,)
-        self._ret_acc = tf.Variable(tf.zeros(envs), trainable=False, name="return_acc")
-        self._last_end = tf.Variable(tf.zeros(envs, tf.bool), trainable=False, name="last_end")
-        self._obs = tf.Variable(tf.zeros(envs + self.obs_shape), trainable=False, name="obs")
+        self.streams = SeedStreams.of(self.rng, self.seeds)  # each seed's as alone
+        # per-seed clip, guard and Adam (agents.core._step); "optimizer" in the checkpoint
+        self.gradient_step, self.optimizer = make_seed_axis_step(
+            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform, self.num_seeds)
+        self.reward_norm = ReturnNormalizer(cfg.gamma, self.num_seeds, cfg.num_envs)
+        self.reward_rms = self.reward_norm.rms
+        self._obs = tf.Variable(tf.zeros(self._lead + (cfg.num_envs,) + self.obs_shape),
+                                trainable=False, name="obs")
         if not self.discrete:
             self._low = tf.constant(self.env.action_low)
             self._high = tf.constant(self.env.action_high)
@@ -291,7 +259,7 @@ class OnPolicyAgent(Agent):
     def _checkpoint_modules(self):
         return {"model": self.model, "optimizer": self.optimizer,
                 "gradient_step": self.gradient_step, "reward_rms": self.reward_rms,
-                "return_acc": self._ret_acc}
+                "return_acc": self.reward_norm.returns}
 
     def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
         """``(per seed, shared)`` (:meth:`agents.Agent.seed_axis_state`): networks and
@@ -299,47 +267,29 @@ class OnPolicyAgent(Agent):
         accumulator; the learning rate and step counts."""
         opt = self.optimizer
         per_seed = list(self.model.variables) + list(opt.m) + list(opt.v) + [opt.iterations]
-        per_seed += list(self.reward_rms.variables) + [self._ret_acc, self._last_end]
+        norm = self.reward_norm
+        per_seed += list(norm.rms.variables) + [norm.returns, norm.last_end]
         return per_seed, [opt.learning_rate, self.num_timesteps, self.num_updates]
 
-    # -- the seed axis: layouts --------------------------------------------------------------
-    def _split_envs(self, x):
-        """``[S * N, ...]`` (the env's batch) -> ``[S, N, ...]``; unchanged without the axis."""
-        if not self._lead:
-            return x
-        return tf.reshape(x, self._lead + (self.config.num_envs,) + tuple(x.shape[1:]))
-
-    def _join_envs(self, x):
-        """``[S, N, ...]`` -> ``[S * N, ...]`` (actions for the env); unchanged without it."""
-        if not self._lead:
-            return x
-        return tf.reshape(x, (-1,) + tuple(x.shape[2:]))
+    # -- the seed axis: layouts -------------------------------------------------------------
+    def _split_envs(self, x, axis=0):
+        """The collector's envs ``S * N`` at ``axis`` of ``x`` -> ``S, N``."""
+        shape = tuple(x.shape)
+        return tf.reshape(x, shape[:axis] + self._lead + (self.config.num_envs,) + shape[axis + 1:])
 
     def _seed_major(self, x):
-        """A rollout tensor ``[T, (S,) N, ...]`` -> the update's ``[(S,) T * N, ...]``."""
-        rest = tuple(x.shape[2 + len(self._lead):])
-        if self._lead:
-            x = tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
-        return tf.reshape(x, self._lead + (-1,) + rest)
-
-    def _time_major(self, x):
-        """``[(S,) T * N]`` -> ``[T, (S,) N]`` (the layout of the returns' scans)."""
-        cfg = self.config
-        if not self._lead:
-            return tf.reshape(x, [cfg.n_steps, cfg.num_envs])
-        return tf.transpose(tf.reshape(x, self._lead + (cfg.n_steps, cfg.num_envs)), [1, 0, 2])
+        """A rollout tensor ``[T, S, N, ...]`` -> the update's ``[S, T * N, ...]``."""
+        x = tf.transpose(x, [1, 0] + list(range(2, x.shape.rank)))
+        return tf.reshape(x, self._lead + (-1,) + tuple(x.shape[3:]))
 
     def _rows(self, x, start, size):
-        """Rows ``start:start + size`` of ``x [(S,) B, ...]`` (``size`` static; ``start`` may be
-        a tensor)."""
-        k = len(self._lead)
-        return tf.slice(x, [0] * k + [start] + [0] * (x.shape.rank - k - 1),
-                        list(self._lead) + [size] + list(x.shape[k + 1:]))
+        """Rows ``start:start + size`` of ``x [S, B, ...]`` (``size`` static, so XLA sees it)."""
+        return tf.slice(x, [0, start] + [0] * (x.shape.rank - 2), [*self._lead, size, *x.shape[2:]])
 
-    def _take(self, x, idx):
-        """Rows ``idx [(S,) mb]`` of ``x [(S,) B, ...]`` (each seed its own rows)."""
-        k = len(self._lead)
-        return tf.gather(x, idx, axis=k, batch_dims=k)
+    def _time_major(self, x):
+        """``[S, T * N]`` -> ``[T, S, N]`` (the layout of the returns' scans)."""
+        cfg = self.config
+        return tf.transpose(tf.reshape(x, self._lead + (cfg.n_steps, cfg.num_envs)), [1, 0, 2])
 
     def export(self, index: int) -> OnPolicyAgent:
         """Seed ``self.seeds[index]`` as an ordinary (one-seed) agent of the same class: its
@@ -369,8 +319,7 @@ class OnPolicyAgent(Agent):
 
     def _on_env_reset(self, obs):
         self._obs.assign(self._split_envs(tf.convert_to_tensor(obs, tf.float32)))
-        self._ret_acc.assign(tf.zeros_like(self._ret_acc))
-        self._last_end.assign(tf.zeros_like(self._last_end))
+        self.reward_norm.reset()
 
     # -- public model access -------------------------------------------------------------
     def distribution(self, obs: tf.Tensor | np.ndarray) -> tfp.distributions.Distribution:
@@ -380,12 +329,8 @@ class OnPolicyAgent(Agent):
         caller's graph is trusted: the rollout replaces them and the guard rejects the update)."""
         self._one_seed("distribution")
         obs = tf.convert_to_tensor(obs, tf.float32)
-        if tf.executing_eagerly() and not bool(tf.reduce_all(tf.math.is_finite(obs))):
-            rows = tf.reshape(tf.math.is_finite(obs), [tf.shape(obs)[0], -1]) \
-                if obs.shape.rank and obs.shape.rank > 1 else tf.reshape(tf.math.is_finite(obs), [1, -1])
-            bad = np.flatnonzero(~tf.reduce_all(rows, axis=1).numpy())
-            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()} of "
-                             f"{int(rows.shape[0])} hold NaN or inf")
+        if tf.executing_eagerly():
+            finite_rows(obs.numpy(), "obs", "observation")
         return self.model.distribution(obs)
 
     def value(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
@@ -421,59 +366,55 @@ class OnPolicyAgent(Agent):
 
     # -- rollout (agents.core.collectors: the collector steps the environments) ------------------
     def _sample_actions(self, obs, seed):
-        """Actions ``[(S,) N]`` int32 (discrete) or ``[(S,) N, d]`` float32 drawn from the policy
-        at the (finite) observations ``obs`` with the stateless ``seed`` (``[(S,) 2]``: each seed
+        """Actions ``[S, N]`` int32 (discrete) or ``[S, N, d]`` float32 drawn from the policy
+        at the (finite) observations ``obs`` with the stateless ``seed`` (``[S, 2]``: each seed
         draws with its own key, as alone). Discrete: the draw
         ``Categorical(logits).sample(seed=seed)`` makes (one ``stateless_categorical``), without
         building the distribution object in the rollout's loop."""
-        axis = bool(self._lead)
         if self.discrete:
-            logits = self.model.policy_net(self.model.obs_norm(obs))
             return stateless_per_seed(
                 lambda key, x: tf.random.stateless_categorical(x, 1, seed=key, dtype=tf.int32)[:, 0],
-                seed, logits, axis=axis)
+                seed, self.model.policy_out(obs), axis=True)
         return stateless_per_seed(lambda key, dist: dist.sample(seed=key), seed,
-                                  self.model.distribution(obs), axis=axis)
+                                  self.model.distribution(obs), axis=True)
 
     def _rollout_graph(self):
         """``n_steps`` steps of the collector's environments with the policy (its traceable
         step: ``tf.numpy_function`` around a gymnasium env, or the env's TensorFlow ops); the
-        batch of :mod:`agents.core.collectors` with layouts ``[T, (S,) N, ...]``."""
+        batch of :mod:`agents.core.collectors` in the collector's layout ``[T, S * N, ...]``."""
         self.trace_counts["rollout"] += 1
-        horizon, n_envs = self.config.n_steps, self.config.num_envs
-        envs = self._lead + (n_envs,)  # [(S,) N]
-        obs_shape = envs + self.obs_shape
+        horizon, envs = self.config.n_steps, (self.collector.num_envs,)  # S * N
         a_dtype = tf.int32 if self.discrete else tf.float32
         tas = {
-            "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
+            "obs": tf.TensorArray(tf.float32, size=horizon, element_shape=envs + self.obs_shape),
             "actions": tf.TensorArray(a_dtype, size=horizon),
             "rewards": tf.TensorArray(tf.float32, size=horizon, element_shape=envs),
             "terminated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
             "truncated": tf.TensorArray(tf.bool, size=horizon, element_shape=envs),
-            "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=obs_shape),
+            "final_obs": tf.TensorArray(tf.float32, size=horizon, element_shape=envs + self.obs_shape),
         }
-        obs = self._obs.read_value()
-        collector = self.collector
+        obs = self._obs.read_value()  # [S, N, ...]
+        collector, robust = self.collector, self._robust_hooks
         carry = collector.begin(horizon)
-        seeds = self.streams.keys(horizon)  # [(S,) 2, T]: one read of each seed's stream
+        seeds = self.streams.keys(horizon)  # [S, 2, T]: one read of each seed's stream
         for t in tf.range(horizon):
-            key = seeds[..., t]  # [(S,) 2]
+            key = seeds[..., t]  # [S, 2]
             # robust="adv", ATLA: attacked (on the seed axis with seed 0's key for all seeds)
-            obs = self.robustness.perceive(obs, key[0] if self._lead else key)
+            obs = robust.perceive(obs, key[0])
             # a NaN observation must not break action selection; it is stored raw, so the
             # update that sees it is rejected by the non-finite guard
             safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
             a = self._sample_actions(safe, key)
+            a = tf.reshape(a, envs + tuple(a.shape[2:]))  # [S * N, ...]: the collector's layout
             a_env = a if self.discrete else tf.clip_by_value(a, self._low, self._high)
-            carry, out = collector.step(carry, self._join_envs(a_env), t)
-            nobs, r, term, trunc, fin = (self._split_envs(x) for x in out)
-            tas["obs"] = tas["obs"].write(t, obs)
+            carry, (nobs, r, term, trunc, fin) = collector.step(carry, a_env, t)
+            tas["obs"] = tas["obs"].write(t, tf.reshape(obs, envs + self.obs_shape))
             tas["actions"] = tas["actions"].write(t, a)
             tas["rewards"] = tas["rewards"].write(t, r)
             tas["terminated"] = tas["terminated"].write(t, term)
             tas["truncated"] = tas["truncated"].write(t, trunc)
             tas["final_obs"] = tas["final_obs"].write(t, fin)
-            obs = nobs
+            obs = self._split_envs(nobs)
         self._obs.assign(obs)
         collector.end(carry)
         batch = {k: v.stack() for k, v in tas.items()}
@@ -487,36 +428,18 @@ class OnPolicyAgent(Agent):
         return self._train_graph(self._rollout_graph())
 
     # -- targets and update --------------------------------------------------------------
-    def _scale_rewards(self, rewards, ends):
-        """Divide rewards by the running std of the discounted return (gymnasium's
-        ``NormalizeReward``), updating the statistics with this rollout's returns."""
-        gamma = self.config.gamma
-
-        def body(carry, inp):
-            ret, prev_end = carry
-            r, end = inp
-            ret = r + gamma * ret * (1.0 - tf.cast(prev_end, tf.float32))
-            return ret, end
-
-        rets, ends_seq = tf.scan(body, (rewards, ends),
-                                 initializer=(self._ret_acc.read_value(),
-                                              self._last_end.read_value()))
-        self._ret_acc.assign(rets[-1])
-        self._last_end.assign(ends_seq[-1])
-        self.reward_rms.update(self._seed_major(rets))  # [(S,) T * N]: per seed
-        return self.reward_rms.scale(rewards)
-
     def _train_graph(self, batch):
         self.trace_counts["train"] += 1
         cfg = self.config
-        obs = self._seed_major(batch["obs"])  # [(S,) T * N, ...]
+        batch = {k: self._split_envs(v, axis=1) for k, v in batch.items()}  # [T, S, N, ...]
+        obs = self._seed_major(batch["obs"])  # [S, T * N, ...]
         fin = self._seed_major(batch["final_obs"])
         actions = self._seed_major(batch["actions"])
-        term, trunc = batch["terminated"], batch["truncated"]  # [T, (S,) N]
+        term, trunc = batch["terminated"], batch["truncated"]  # [T, S, N]
         ends = tf.logical_or(term, trunc)
         rewards = batch["rewards"]
         if cfg.normalize_reward:
-            rewards = self._scale_rewards(rewards, ends)
+            rewards = self.reward_norm(rewards, ends)  # gymnasium's NormalizeReward
         values = self._time_major(self.model.value(obs))
         next_values = bootstrap_values(self._time_major(self.model.value(fin)), term)
         if self.monte_carlo:
@@ -528,7 +451,7 @@ class OnPolicyAgent(Agent):
         logp_old = tf.stop_gradient(self.model.distribution(obs).log_prob(actions))
         values = tf.stop_gradient(self._seed_major(values))
         returns = self._seed_major(returns)
-        advantages = self.robustness.shape_advantages(  # WocaR: its worst-attack critic
+        advantages = self._robust_hooks.shape_advantages(  # WocaR: its worst-attack critic
             {"obs": obs, "actions": actions, "rewards": self._seed_major(rewards),
              "next_obs": fin, "terminated": self._seed_major(term)}, self._seed_major(advantages))
         stats = self._update(obs, actions, logp_old, advantages, returns, values)
@@ -539,15 +462,21 @@ class OnPolicyAgent(Agent):
         return stats
 
     def _update(self, obs, actions, logp_old, advantages, returns, values) -> dict:
-        """The algorithm's update on a batch ``[(S,) B, ...]`` (PPO's clipped epochs, A2C's and
-        REINFORCE's one step: :mod:`agents.algorithms.pg`); returns its statistics, per seed,
+        """The algorithm's update on a batch ``[S, B, ...]`` (PPO's clipped epochs, A2C's and
+        REINFORCE's one step: :mod:`agents.algorithms.pg`); returns its statistics ``[S]``,
         with ``grad_norm``, ``updates_applied`` and ``updates_tried``."""
         raise NotImplementedError
 
-    def _gradients(self, tape, loss):
-        """Gradients of ``loss`` (a scalar, or ``[S]`` per seed: the tape differentiates the
-        sum, whose gradient is the stack of each seed's gradient)."""
-        return tape.gradient(loss, self.variables)
+    def _step(self, tape, loss, active=None):
+        """One gradient step of ``loss [S]`` (the tape differentiates the sum, whose gradient is
+        the stack of each seed's), the seeds not ``active [S]`` frozen; statistics ``[S]``
+        (:func:`agents.core._step.step_on_axis`)."""
+        return step_on_axis(self.gradient_step, tape.gradient(loss, self.variables), active)
+
+    @property
+    def _robust_hooks(self):
+        """The robustness plug-in's hooks on the seed axis (:func:`agents.core.plugin.on_seed_axis`)."""
+        return on_seed_axis(self.robustness, self.num_seeds)
 
     def _learning_rate(self, steps_done, total) -> float:
         """The learning rate of an iteration at ``steps_done`` of ``total`` (linear annealing)."""
@@ -555,29 +484,13 @@ class OnPolicyAgent(Agent):
         return linear(cfg.learning_rate, 0.0, steps_done, total) if cfg.anneal_lr \
             else cfg.learning_rate
 
-    def _start_iteration(self, steps_done, total) -> float:
-        """Set this iteration's learning rate (linear annealing); returns it."""
-        lr = self._learning_rate(steps_done, total)
-        self.optimizer.learning_rate.assign(lr)
-        return lr
-
-    def _finish_iteration(self, stats, lr) -> tuple[dict, int]:
-        """Count the iteration's steps and update; returns ``(logs, env steps)``."""
-        cfg = self.config
-        n = cfg.n_steps * cfg.num_envs
-        self.num_timesteps.assign_add(n)
-        self.num_updates.assign_add(1)
-        return self._stats_logs(stats, lr), n
-
     def _stats_logs(self, stats, lr) -> dict:
         """An iteration's logs from its statistics (tensors or NumPy values) and learning rate."""
-        if self._lead:  # the mean over seeds, and each seed's value under "per_seed"
-            per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
-            logs: dict[str, float | dict[str, list[float]]] = {
-                k: float(np.mean(v)) for k, v in per_seed.items()}
+        per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+        logs: dict[str, float | dict[str, list[float]]] = {  # the mean over seeds
+            k: float(np.mean(v)) for k, v in per_seed.items()}
+        if self.num_seeds > 1:  # and each seed's value
             logs["per_seed"] = per_seed
-        else:
-            logs = {k: float(v) for k, v in stats.items()}
         logs["learning_rate"] = lr
         return logs
 
@@ -591,15 +504,11 @@ class OnPolicyAgent(Agent):
         n = self.config.n_steps * self.config.num_envs
         k = max(1, min(self.config.iterations_per_call, -(-until // n)))
         lrs = [self._learning_rate(steps_done + i * n, total) for i in range(k)]
-        stats, counts = loop(lrs, failures)
+        # each iteration's statistics and finished episodes (queued for _record_update)
+        stats, self._queued_episodes = loop(lrs, failures, self.collector.drain_seed_episodes)
         steps = int(self.num_timesteps.numpy())
         self.num_timesteps.assign_add(n * len(stats))
         self.num_updates.assign_add(len(stats))
-        # each iteration's finished episodes (the count is cumulative since the last drain)
-        episodes = self.collector.drain_seed_episodes()
-        lost = int(counts[-1]) - len(episodes)  # beyond the ring buffer's capacity
-        bounds = [0] + [max(int(c) - lost, 0) for c in counts]
-        self._queued_episodes = [episodes[a:b] for a, b in zip(bounds, bounds[1:])]
         return [({**self._stats_logs(s, lr), "steps": steps + (i + 1) * n}, n)
                 for i, (s, lr) in enumerate(zip(stats, lrs))]
 
@@ -607,14 +516,18 @@ class OnPolicyAgent(Agent):
         return self._rollout()
 
     def _batch_shape(self, kwargs):
-        return self.config.n_steps, self._lead + (self.config.num_envs,)
+        return self.config.n_steps, (self.collector.num_envs,)
 
     def _train_iteration(self, steps_done, total):
-        lr = self._start_iteration(steps_done, total)
+        lr = self._learning_rate(steps_done, total)  # linear annealing
+        self.optimizer.learning_rate.assign(lr)
         if self.collector.fused:  # the collector's step is TensorFlow ops: one compiled call
             stats = self._iteration()
         else:
             stats = self._train(self.collect())
-        logs, n = self._finish_iteration(stats, lr)
+        n = self.config.n_steps * self.config.num_envs  # env steps of each seed
+        self.num_timesteps.assign_add(n)
+        self.num_updates.assign_add(1)
+        logs = self._stats_logs(stats, lr)
         logs.update(getattr(self.collector, "logs", {}))  # Ray: per-worker steps/s, restarts
         return logs, n

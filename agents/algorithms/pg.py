@@ -19,7 +19,7 @@ class PolicyGradient(OnPolicyAgent):
     """The base of :class:`agents.A2C` and :class:`agents.REINFORCE`: their update (module doc)."""
 
     def _losses(self, obs, actions, advantages, returns):
-        """The loss (a scalar, or ``[S]``) and its terms on a batch ``[(S,) B, ...]``."""
+        """The loss ``[S]`` and its terms on a batch ``[S, B, ...]``."""
         cfg = self.config
         dist = self.model.distribution(obs)
         logp = dist.log_prob(actions)
@@ -33,14 +33,15 @@ class PolicyGradient(OnPolicyAgent):
     def _update(self, obs, actions, logp_old, advantages, returns, values):
         """One gradient step on the whole batch, with the robustness plug-in's term when it has
         one (``sa_kl`` in the statistics: SA-A2C)."""
-        inputs = self.robustness.regularizer_inputs(obs)  # outside the tape
+        robust = self._robust_hooks
+        inputs = robust.regularizer_inputs(obs)  # outside the tape
         robust_stats = {}
         with tf.GradientTape() as tape:
             loss, stats = self._losses(obs, actions, advantages, returns)
             if inputs is not None:
-                term, robust_stats["sa_kl"] = self.robustness.regularizer(obs, inputs)
+                term, robust_stats["sa_kl"] = robust.regularizer(obs, inputs)
                 loss = loss + term
-        step = self._apply_gradients(self._gradients(tape, loss))
+        step = self._step(tape, loss)
         stats = dict(stats)
         stats["loss"] = loss
         stats.update(robust_stats)

@@ -82,8 +82,8 @@ class PPO(OnPolicyAgent):
     config: PPOConfig
 
     def _update(self, obs, actions, logp_old, advantages, returns, values):
-        cfg, robustness = self.config, self.robustness
-        lead = self._lead  # (S,) with the seed axis: every statistic below is per seed
+        cfg, robust = self.config, self._robust_hooks
+        lead = self._lead  # (S,): every statistic below is per seed
         batch = cfg.n_steps * cfg.num_envs
         mb = batch // cfg.n_minibatches
         c = cfg.clip_coef
@@ -96,12 +96,12 @@ class PPO(OnPolicyAgent):
             # each seed's shuffle from its own stream, as alone (agents.core.streams)
             perm = tf.argsort(stateless_per_seed(
                 lambda key: tf.random.stateless_uniform((batch,), seed=key),
-                self.streams.keys(), axis=bool(lead)), axis=-1)
+                self.streams.keys(), axis=True), axis=-1)
             # the epoch's shuffled batch, one gather per array (as PureJaxRL); each minibatch is
             # then a slice of static size: with perm[..., k*mb:(k+1)*mb] XLA cannot see the
             # length and pads every minibatch to the whole batch (4x the work)
-            shuffled = [self._take(x, perm) for x in (obs, actions, logp_old, advantages,
-                                                      returns, values)]
+            shuffled = [tf.gather(x, perm, axis=1, batch_dims=1) for x in (
+                obs, actions, logp_old, advantages, returns, values)]
             kl_sum = tf.zeros(lead)
             on = tf.cast(active, tf.float32)
             for k in tf.range(cfg.n_minibatches):
@@ -109,7 +109,7 @@ class PPO(OnPolicyAgent):
                     self._rows(x, k * mb, mb) for x in shuffled)
                 if cfg.normalize_advantages:
                     mb_adv = _normalize(mb_adv)
-                mb_robust = robustness.regularizer_inputs(mb_obs)  # outside the tape
+                mb_robust = robust.regularizer_inputs(mb_obs)  # outside the tape
                 with tf.GradientTape() as tape:
                     dist = self.model.distribution(mb_obs)
                     logratio = dist.log_prob(mb_act) - mb_logp_old
@@ -124,10 +124,9 @@ class PPO(OnPolicyAgent):
                             tf.square(new_v - mb_ret), tf.square(v_clipped - mb_ret)))
                     else:
                         v_loss = 0.5 * _mean(tf.square(new_v - mb_ret))
-                    sa_loss, sa_kl = robustness.regularizer(mb_obs, mb_robust)
+                    sa_loss, sa_kl = robust.regularizer(mb_obs, mb_robust)
                     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss + sa_loss
-                step = self._apply_gradients(self._gradients(tape, loss),
-                                             active if lead else None)
+                step = self._step(tape, loss, active)
                 approx_kl = _mean((ratio - 1.0) - logratio)
                 clipfrac = _mean(tf.cast(tf.abs(ratio - 1.0) > c, tf.float32))
                 kl_sum += approx_kl
@@ -135,7 +134,7 @@ class PPO(OnPolicyAgent):
                     "policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy,
                     "approx_kl": approx_kl, "clip_fraction": clipfrac, "sa_kl": sa_kl,
                     "grad_norm": step["grad_norm"],
-                    "updates_applied": tf.cast(step["applied"], tf.float32)}, on if lead else None)
+                    "updates_applied": tf.cast(step["applied"], tf.float32)}, on)
                 n += on
             epochs += on
             if cfg.target_kl is not None:  # a seed past the target is frozen (a mask)

@@ -94,6 +94,38 @@ def make_adam_step(variables: Sequence[tf.Variable], learning_rate: float,
     return step, AdamSlots(lr, step)
 
 
+def make_seed_axis_step(variables: Sequence[tf.Variable], learning_rate: float,
+                        max_grad_norm: float | None, transform: transforms.GradientTransformation | None,
+                        num_seeds: int) -> tuple[Any, Any]:
+    """``(gradient_step, optimizer)`` of an agent whose variables carry ``num_seeds`` seeds:
+    :class:`SeedAxisAdamStep` (both) for ``S > 1``; for one seed (the seed axis of one, whose
+    variables keep an ordinary agent's shapes) :func:`make_adam_step` (the fused kernel, a custom
+    ``transform``, the checkpoint of before). Step either with :func:`step_on_axis`."""
+    if num_seeds > 1:
+        step = SeedAxisAdamStep(variables, learning_rate, max_grad_norm)
+        return step, step
+    return make_adam_step(variables, learning_rate, max_grad_norm, transform)
+
+
+def step_on_axis(gradient_step: Any, grads: Sequence[tf.Tensor], active: tf.Tensor | None = None
+                 ) -> dict:
+    """One step of ``gradient_step`` (from :func:`make_seed_axis_step`) with statistics ``[S]``
+    (``grad_norm``, ``applied``, ...); ``active [S]`` bool freezes the seeds that are off. One
+    seed's plain step runs as it is and its statistics gain the axis of one; its ``active`` is
+    true whenever it steps (PPO stops its epochs once no seed is active). Called without
+    AutoGraph conversion (the steps are written with explicit ``tf.cond``).
+
+    >>> v = tf.Variable([1.0, -1.0])
+    >>> step, _ = make_seed_axis_step([v], 0.1, 0.5, None, num_seeds=1)
+    >>> step_on_axis(step, [tf.constant([3.0, 4.0])])["grad_norm"].numpy().tolist()
+    [5.0]
+    """
+    run = tf.autograph.experimental.do_not_convert(gradient_step.step)
+    if isinstance(gradient_step, transforms.SeedAxisStep):
+        return run(grads) if active is None else run(grads, active)
+    return {k: v[None] for k, v in run(grads).items()}
+
+
 class SeedAxisAdamStep(transforms.SeedAxisStep):
     """The default gradient step of :func:`make_adam_step` for ``S`` seeds at once:
     :class:`robustgrad.transforms.SeedAxisStep` (``transforms.seed_axis_adam``: seed ``s``

@@ -31,9 +31,11 @@ from agents.core.compiled import own_function
 from agents.core.config import AgentConfig, check_seeds
 from agents.core.driver import LearnDriver
 from agents.core.persistence import (
+    agent_meta,
     read_metadata,
     restore_weights,
     save_crash_checkpoint,
+    saved_node,
     write_agent,
     write_seed_axis,
 )
@@ -42,13 +44,12 @@ from agents.core.policy import PolicySurface
 from agents.core.presets import AUTO, make_config
 from agents.core.weights import assign_weights, load_policy_state, policy_state, read_weights
 from agents.envs import evaluate_episodes
+from robustgrad.checks import finite_rows
 from robustgrad.errors import ConfigError, NonFiniteError
 from robustgrad.transforms import GradientStep, GradientTransformation, SeedAxisStep
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-FORMAT_VERSION = 1
 
 _PLUGIN_NODE = "robustness"
 """The checkpoint node of the robustness plug-in's own state (:meth:`Agent._checkpoint`)."""
@@ -204,13 +205,6 @@ class Agent:
         return tf.cast((rng or self.rng).make_seeds(1)[:, 0], tf.int32)
 
     _seed = draw_seed  # the algorithms' own spelling inside their class
-
-    def _apply_gradients(self, grads, active=None):
-        """``self.gradient_step(grads)``, called without AutoGraph conversion (the step is
-        written with explicit ``tf.cond``; converting it inside our loops is unneeded).
-        ``active [S]``: the seeds that may step (the seed axis only)."""
-        step = tf.autograph.experimental.do_not_convert(self.gradient_step.step)
-        return step(grads) if active is None else step(grads, active)
 
     # -- hooks -------------------------------------------------------------------------------
     def _check_spaces(self, env):
@@ -402,24 +396,22 @@ class Agent:
         rejected updates per seed). Fills ``logs["episode_return"]`` and
         ``logs["rejected_gradient_steps"]`` (with several seeds: their mean and sum, and each
         seed's under ``"episode_return_per_seed"``); returns the new ``failures``."""
-        many = self.num_seeds > 1
+        many = self.num_seeds > 1  # one seed: the agent's own lists are its seed's
         drained = (self._queued_episodes.pop(0) if self._queued_episodes
                    else self.collector.drain_seed_episodes())
         returns = self.seed_episode_returns if many else [self.episode_returns]
         histories = self.seed_histories if many else [self.history]
         for k, ret, _length in drained:
             returns[k].append(ret)
-        per_seed = logs.get("per_seed", {})
+        per_seed = logs.get("per_seed") or {k: [logs.get(k, 0.0)] for k in ("updates_tried",
+                                                                          "updates_applied")}
         failures = list(failures)
         for k in range(self.num_seeds):
             value = float(np.mean(returns[k])) if returns[k] else float("nan")
             histories[k].append({"steps": logs["steps"], "episode_return": value})
-            tried = per_seed["updates_tried"][k] if many else logs.get("updates_tried", 0.0)
-            applied = per_seed["updates_applied"][k] if many else logs.get("updates_applied", 0.0)
-            rejected = int(round(tried - applied))
-            if many:
-                self.seed_rejected_steps[k] += rejected
-            self.rejected_steps += rejected
+            tried, applied = per_seed["updates_tried"][k], per_seed["updates_applied"][k]
+            self.seed_rejected_steps[k] += int(round(tried - applied))
+            self.rejected_steps += int(round(tried - applied))
             failures[k] = failures[k] + 1 if tried > 0 and applied == 0 else 0
             if failures[k] >= self.config.max_nonfinite_updates:
                 which = f"seed {self.seeds[k]}: " if many else ""
@@ -430,15 +422,13 @@ class Agent:
                     f"loss); {count} gradient steps were rejected in "
                     "total and none of them was applied to the weights")
         logs["rejected_gradient_steps"] = self.rejected_steps
+        values = [h[-1]["episode_return"] for h in histories]
+        finite = [v for v in values if v == v]  # the mean of the seeds that finished episodes
+        logs["episode_return"] = float(np.mean(finite)) if finite else float("nan")
         if many:
-            values = [h[-1]["episode_return"] for h in histories]
-            finite = [v for v in values if v == v]
-            logs["episode_return"] = float(np.mean(finite)) if finite else float("nan")
             logs["episode_return_per_seed"] = values
             self.history.append({"steps": logs["steps"], "episode_return": logs["episode_return"],
                                  "episode_return_per_seed": values})
-        else:
-            logs["episode_return"] = histories[0][-1]["episode_return"]
         self.robustness.record(logs)
         return failures
 
@@ -451,11 +441,7 @@ class Agent:
         if obs.shape[1:] != self.obs_shape:
             raise ValueError(f"obs: expected shape (batch, {', '.join(map(str, self.obs_shape))})"
                              f" or {self.obs_shape}, got {obs.shape}")
-        finite = np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
-        if not finite.all():  # a NaN/inf would give an action outside the space, silently
-            bad = np.flatnonzero(~finite)
-            raise ValueError(f"obs: must be finite; observation(s) {bad[:5].tolist()}"
-                             f"{' ...' if len(bad) > 5 else ''} of {len(obs)} hold NaN or inf")
+        finite_rows(obs, "obs", "observation")  # NaN/inf: an action outside the space, silently
         return obs, single
 
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -505,14 +491,10 @@ class Agent:
         if self.num_seeds > 1:
             return write_seed_axis(directory, self.algo, self.seeds, self.export,
                                    int(self.num_timesteps.numpy()), self.history)
-        meta = {"format_version": FORMAT_VERSION, "algo": self.algo,
-                "num_timesteps": int(self.num_timesteps.numpy()),
-                "env_id": self.config.env if isinstance(self.config.env, str) else None,
-                "history": self.history}
         rms = self._obs_rms()
-        write_agent(directory, self._checkpoint(), self.config.to_dict(), meta,
-                    rms.numpy_state() if rms is not None else None)
-        return directory
+        return write_agent(directory, self._checkpoint(), self.config.to_dict(), agent_meta(
+            self.algo, int(self.num_timesteps.numpy()), self.config.env, self.history),
+            rms.numpy_state() if rms is not None else None)
 
     def export(self, index: int) -> Agent:
         """Seed ``self.seeds[index]`` of an agent of several seeds as an ordinary agent (its
@@ -534,12 +516,7 @@ class Agent:
                              f"{self.algo!r}")
         # a checkpoint written before the plug-in kept its state (WocaR's worst-attack critic
         # until 2026-12-04) has no robustness/ node: it loads, and that state starts fresh
-        try:
-            saved = {name.split("/", 1)[0] for name, _ in
-                     tf.train.list_variables(os.path.join(directory, "weights", "ckpt"))}
-        except (ValueError, tf.errors.OpError):  # unreadable: restore_weights says so below
-            saved = {_PLUGIN_NODE}
-        restore_weights(self._checkpoint(robustness=_PLUGIN_NODE in saved), directory,
+        restore_weights(self._checkpoint(robustness=saved_node(directory, _PLUGIN_NODE)), directory,
                         f"this {self.algo} agent (hidden_sizes="
                         f"{getattr(self.config, 'hidden_sizes', None)})")
         self.history = list(meta.get("history", []))

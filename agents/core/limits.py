@@ -74,6 +74,16 @@ int32 length, allocated from zeros of the same size): ``iterations_per_call * n_
 * num_seeds`` slots when ``K > 1`` (:func:`agents.backends.graph_backend.episode_capacity`)."""
 
 
+def check_rollout_size(n_steps: int, num_envs: int, num_seeds: int) -> None:
+    """Refuse an on-policy rollout of more than :data:`MAX_ROLLOUT_TRANSITIONS` transitions
+    (``n_steps * num_envs * num_seeds``): a :class:`ConfigError` naming the fields and values."""
+    rollout = n_steps * num_envs * num_seeds
+    if rollout > MAX_ROLLOUT_TRANSITIONS:
+        raise ConfigError(f"n_steps * num_envs * num_seeds must be at most "
+                          f"{MAX_ROLLOUT_TRANSITIONS} (transitions one rollout keeps in "
+                          f"memory), got {n_steps} * {num_envs} * {num_seeds} = {rollout}")
+
+
 def check_update_work(config: Any, work: int, terms: str) -> None:
     """Refuse an update of more than :data:`MAX_UPDATE_WORK` passes (``work``, the product
     ``terms`` names), times ``1 + robust_steps`` when the robust regulariser searches each

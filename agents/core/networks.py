@@ -41,6 +41,28 @@ def seed_list(seed: int | Sequence[int]) -> list[int] | None:
     return [int(s) for s in seed]
 
 
+def layer_seed(seeds: Sequence[int]) -> int | list[int]:
+    """The ``seed`` of the layers of an agent of ``seeds``: the list (stacked ``[S, ...]``
+    variables), or for one seed (the seed axis of one) that seed: plain variables, the shapes an
+    ordinary agent checkpoints; its model takes the axis of one through them (e.g.
+    :meth:`agents.algorithms.onpolicy.ActorCritic.policy_out`).
+
+    >>> layer_seed([3]), layer_seed([3, 4])
+    (3, [3, 4])
+    """
+    return int(seeds[0]) if len(seeds) == 1 else [int(s) for s in seeds]
+
+
+def running_mean_std(shape: tuple[int, ...], num_seeds: int, clip: float = 10.0,
+                     name: str | None = None) -> RunningMeanStd:
+    """Statistics of ``num_seeds`` seeds: :class:`SeedRunningMeanStd`, or for one seed the plain
+    :class:`agents.envs.RunningMeanStd` (its variables as an ordinary agent saves them; it folds
+    and scales ``[1, B, ...]`` as ``[B, ...]``, the same ops)."""
+    if num_seeds > 1:
+        return SeedRunningMeanStd(shape, num_seeds, clip=clip, name=name)
+    return RunningMeanStd(shape, clip=clip, name=name)
+
+
 def orthogonal(shape: tuple[int, int], gain: float, rng: np.random.Generator) -> np.ndarray:
     """An orthogonal ``(fan_in, fan_out)`` matrix scaled by ``gain`` (QR of a Gaussian).
 
@@ -169,6 +191,52 @@ class SeedRunningMeanStd(RunningMeanStd):
     def scale(self, x: tf.Tensor) -> tf.Tensor:
         """``x [..., S, B]`` divided by each seed's standard deviation (``shape == ()``)."""
         return x / tf.cast(tf.sqrt(self.var + self.epsilon), x.dtype)[:, None]
+
+
+class ReturnNormalizer(tf.Module):
+    """Rewards divided by the running standard deviation of the discounted return (gymnasium's
+    ``NormalizeReward``, PureJaxRL's ``NormalizeVecReward``) of ``num_envs`` environments of each
+    of ``num_seeds`` seeds. ``rms``: the return's statistics (:func:`running_mean_std`);
+    ``returns`` and ``last_end``: each environment's running return and whether its last step
+    ended an episode, ``[S, N]`` (one seed: ``[N]``, an ordinary agent's checkpoint).
+
+    >>> norm = ReturnNormalizer(0.5, num_seeds=1, num_envs=2)
+    >>> scaled = norm(tf.ones([3, 1, 2]), tf.zeros([3, 1, 2], tf.bool))   # [T, S, N]
+    >>> norm.returns.numpy().tolist()                                     # 1, 1.5, 1.75
+    [1.75, 1.75]
+    """
+
+    def __init__(self, gamma: float, num_seeds: int, num_envs: int):
+        super().__init__(name="return_normalizer")
+        self.gamma = float(gamma)
+        self.rms = running_mean_std((), num_seeds, name="reward_rms")
+        envs = ((num_seeds,) if num_seeds > 1 else ()) + (num_envs,)
+        self.returns = tf.Variable(tf.zeros(envs), trainable=False, name="return_acc")
+        self.last_end = tf.Variable(tf.zeros(envs, tf.bool), trainable=False, name="last_end")
+
+    def reset(self) -> None:
+        """Start every environment's return afresh (after the environments reset)."""
+        self.returns.assign(tf.zeros_like(self.returns))
+        self.last_end.assign(tf.zeros_like(self.last_end))
+
+    def __call__(self, rewards: tf.Tensor, ends: tf.Tensor) -> tf.Tensor:
+        """``rewards [T, S, N]`` float32 scaled, after folding the discounted returns of this
+        rollout (episode ``ends [T, S, N]`` bool) into each seed's statistics."""
+        gamma = self.gamma
+
+        def body(carry, inp):
+            ret, prev_end = carry
+            r, end = inp
+            ret = r + gamma * ret * (1.0 - tf.cast(prev_end, tf.float32))
+            return ret, end
+
+        acc, last = self.returns, self.last_end
+        rets, ends_seq = tf.scan(body, (rewards, ends), initializer=(
+            tf.reshape(acc, ends.shape[1:]), tf.reshape(last, ends.shape[1:])))
+        acc.assign(tf.reshape(rets[-1], acc.shape))
+        last.assign(tf.reshape(ends_seq[-1], last.shape))
+        self.rms.update(tf.reshape(tf.transpose(rets, [1, 0, 2]), (int(ends.shape[1]), -1)))
+        return self.rms.scale(rewards)
 
 
 class ObsNormalizer(tf.Module):

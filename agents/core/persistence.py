@@ -34,11 +34,22 @@ from robustgrad import atomic, rundir
 
 __all__ = ["ENTRIES", "COMMIT", "check_config_matches", "check_saved_env", "loaded_checkpoint_dir",
            "read_metadata", "recover_checkpoint", "restore_weights", "save_crash_checkpoint",
-           "write_agent", "write_seed_axis"]
+           "write_agent", "write_seed_axis", "agent_meta", "saved_node", "FORMAT_VERSION"]
 
 ENTRIES = ("weights", "config.json", "agent.json", "normalization.npz")
 COMMIT = "agent.json"
 SEEDS_FILE = "seeds.json"  # a saved agent of several seeds: one ordinary agent per seed beside it
+
+
+FORMAT_VERSION = 1
+"""The version of a saved agent's ``agent.json``."""
+
+
+def agent_meta(algo: str, num_timesteps: int, env: Any, history: list[dict]) -> dict:
+    """The ``agent.json`` of an agent: the format's version, the algorithm, its step count, the
+    environment's id (``None`` for a factory) and its ``history``."""
+    return {"format_version": FORMAT_VERSION, "algo": algo, "num_timesteps": num_timesteps,
+            "env_id": env if isinstance(env, str) else None, "history": history}
 
 
 def write_agent(directory: str, checkpoint: tf.train.Checkpoint, config: dict, meta: dict,
@@ -247,6 +258,16 @@ def check_saved_env(config: dict, directory: str, env: Any = None) -> None:
         raise ValueError(f"{os.path.join(directory, 'config.json')}: env {saved!r} names a module "
                          f"to import ({saved.split(':', 1)[0]!r}); a saved file does not choose "
                          f"code to run: pass env={saved!r} to agents.load if you trust it")
+
+
+def saved_node(directory: str, node: str) -> bool:
+    """Whether the checkpoint in ``directory/weights`` has the top-level node ``node`` (true when
+    it cannot be read: :func:`restore_weights` then says why)."""
+    try:
+        return node in {name.split("/", 1)[0] for name, _ in
+                        tf.train.list_variables(os.path.join(directory, "weights", "ckpt"))}
+    except (ValueError, tf.errors.OpError):
+        return True
 
 
 def restore_weights(checkpoint: tf.train.Checkpoint, directory: str, described: str) -> None:

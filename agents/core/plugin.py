@@ -163,6 +163,38 @@ class RobustnessPlugin:
         return {}
 
 
+class _AxisOfOne(RobustnessPlugin):
+    """The hooks of one seed's plug-in (written for ``[B, ...]``) on the seed axis of one
+    (``[1, B, ...]``): each takes ``x[0]`` and gives its tensors back with the axis of one."""
+
+    def __init__(self, plugin: RobustnessPlugin):
+        super().__init__(plugin.agent)
+        self.plugin = plugin
+
+    def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        return self.plugin.perceive(obs[0], seed)[None]
+
+    def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
+        one = {k: v[0] for k, v in batch.items()}
+        return self.plugin.shape_advantages(one, advantages[0])[None]
+
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        return self.plugin.regularizer_inputs(obs[0])
+
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        term, value = self.plugin.regularizer(obs[0], inputs)
+        return term[None], value[None]
+
+
+def on_seed_axis(plugin: RobustnessPlugin, num_seeds: int) -> RobustnessPlugin:
+    """The on-policy hooks of ``plugin`` for an agent whose training tensors carry the seed axis
+    ``[S, ...]``, one seed included: the plug-in itself for ``S > 1`` (it works on the axis) and
+    for ``robust=None``; one seed's plug-in sees its own ``[B, ...]`` tensors."""
+    if num_seeds > 1 or type(plugin) is RobustnessPlugin:
+        return plugin
+    return _AxisOfOne(plugin)
+
+
 _TABLE: dict[str, Callable[[Any], RobustnessPlugin]] = {}
 ROBUSTNESS: Mapping[str, Callable[[Any], RobustnessPlugin]] = MappingProxyType(_TABLE)
 """``robust`` value -> the factory of its plug-in (read-only; :func:`register_robustness`)."""

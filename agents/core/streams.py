@@ -45,6 +45,23 @@ class SeedStreams:
         self.generators = ([tf.random.Generator.from_seed(int(s)) for s in seeds]
                            if seeds is not None else [rng])
 
+    @classmethod
+    def of(cls, rng: tf.random.Generator, seeds: Sequence[int]) -> SeedStreams:
+        """The streams of an agent of ``seeds`` on the seed axis, one seed included: ``S > 1``
+        seeds each draw from their own stream; one seed is the axis of one over the agent's own
+        ``rng`` (its draws are the plain draws, ``[1, ...]``: a one-seed run keeps its bits, its
+        checkpoint's ``rng`` and its Ray workers' streams).
+
+        >>> one = SeedStreams.of(tf.random.Generator.from_seed(3), [3])
+        >>> one.keys(5).shape.as_list()
+        [1, 2, 5]
+        """
+        if len(seeds) > 1:
+            return cls(None, seeds)
+        streams = cls(rng)
+        streams.axis = True
+        return streams
+
     def draw(self, fn: Callable[..., tf.Tensor], *args: Any) -> tf.Tensor:
         """``fn(rng, *args)`` of the one stream, or ``[S, ...]``: ``fn(rng_s, *(a[s] for a in
         args))`` of each seed's stream ``rng_s`` (each of ``args`` has a leading ``[S]``),

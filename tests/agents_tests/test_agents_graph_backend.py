@@ -157,7 +157,7 @@ def test_rollout_action_draw_equals_the_policy_distribution_sample():
     obs = tf.random.stateless_normal([64, 4], seed=[1, 2])
     for s in range(3):  # the rollout's one stateless_categorical is Categorical.sample
         seed = tf.constant([s, 7], tf.int32)
-        fast = agent._sample_actions(obs, seed).numpy()
+        fast = agent._sample_actions(obs[None], seed[None])[0].numpy()  # the seed axis of one
         np.testing.assert_array_equal(fast, agent.distribution(obs).sample(seed=seed).numpy())
         assert fast.dtype == np.int32 and 0 < fast.sum() < 64
 

@@ -29,8 +29,10 @@ SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=N
 
 
 def _seed_slices(many, batch, s):
-    return {k: batch[k][:, s] for k in ("obs", "actions", "rewards", "terminated", "truncated",
-                                         "final_obs")}
+    """Seed ``s``'s columns of a rollout ``[T, S * N, ...]`` (the collector's layout)."""
+    return {k: tf.reshape(batch[k], (batch[k].shape[0], many.num_seeds, -1) + tuple(
+        batch[k].shape[2:]))[:, s] for k in ("obs", "actions", "rewards", "terminated",
+                                             "truncated", "final_obs")}
 
 
 @pytest.mark.parametrize("cls,overrides", [
@@ -79,7 +81,7 @@ def test_a_nonfinite_seed_is_rejected_alone_and_the_other_steps():
     batch = dict(tf.function(many._rollout_graph)())
     before = many.get_weights()
     obs = batch["obs"].numpy()
-    obs[0, 1, 0, 0] = np.nan  # step 0, seed 1, env 0
+    obs[0, 1 * 2 + 0, 0] = np.nan  # step 0, seed 1, env 0 (envs [S * N], N = 2)
     batch["obs"] = tf.constant(obs)
     stats = many._train(batch)
     assert stats["updates_applied"].numpy().tolist() == [1.0, 0.0]

@@ -206,7 +206,8 @@ def test_the_rollout_perturbs_each_seed_by_its_own_adversary(backend):
     step_seed = tf.cast(rng.make_seeds(many.config.n_steps), tf.int32)[:, 0]
     batch = many._rollout()
     expected = _expected(many, clean, tf.random.experimental.stateless_fold_in(step_seed, 1))
-    np.testing.assert_allclose(batch["obs"][0].numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(batch["obs"][0].numpy(), np.reshape(expected, (-1,) + expected.shape[2:]),
+                               rtol=1e-5, atol=1e-6)  # envs [S * N]
 
 
 @pytest.mark.parametrize("cls,backend,robust", [

@@ -54,3 +54,10 @@ def test_every_module_of_ppos_mro_is_counted_and_no_seam_is_one(bench):
     # PPO's config is beside PPO, robust training's fields beside the plug-in protocol (aside)
     assert "agents.algorithms.dqn_config" not in read
     assert not any(m.startswith("agents.robustness") for m in read)
+
+
+def test_ppo_reads_in_at_most_five_files_and_1500_lines(bench):
+    """Issue 33's goal, measured by the script (its ``--max-files 5 --max-lines 1500``)."""
+    result = bench.count()
+    assert result["total_files"] <= 5, [row["module"] for row in result["files"]]
+    assert result["total_lines"] <= 1500, {row["module"]: row["lines"] for row in result["files"]}

@@ -57,7 +57,7 @@ def test_a_rejected_seed_keeps_its_adam_state_and_then_steps_as_alone():
     one = many.export(1)  # seed 1 before any update
     batch = dict(many._rollout())
     obs = batch["obs"].numpy()
-    obs[3, 1, 0, 2] = np.nan  # step 3, seed 1, env 0
+    obs[3, 1 * 2 + 0, 2] = np.nan  # step 3, seed 1, env 0 (envs [S * N], N = 2)
     batch["obs"] = tf.constant(obs)
     before = _state(many)
     stats = many._train(batch)
@@ -70,7 +70,8 @@ def test_a_rejected_seed_keeps_its_adam_state_and_then_steps_as_alone():
     # (the counts differ: the masked path), equal to seed 1 stepping alone on its slice
     batch = many._rollout()
     many._train(batch)
-    one._train({k: v[:, 1] for k, v in batch.items()})
+    one._train({k: tf.reshape(v, (v.shape[0], 2, -1) + tuple(v.shape[2:]))[:, 1]  # seed 1's envs
+                for k, v in batch.items()})
     assert many.optimizer.iterations.numpy().tolist() == [2, 1]
     for a, b in zip(_state(many, 1), _state(one)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
