@@ -17,7 +17,9 @@ output gain the model asks for (``0.01`` for a policy head, ``1`` for a value he
 The seed axis: built with a list of seeds (``seed=[3, 4, 5]``), a layer holds ``S`` stacked
 copies (every variable ``[S, ...]``, copy ``s`` initialised exactly as the layer built with
 ``seed=seeds[s]`` alone) and maps ``[S, B, ...]`` inputs to ``[S, B, ...]`` outputs with batched
-matmuls; built with one int it is the ordinary layer (no seed axis). One code path serves both.
+matmuls (:func:`seed_matmul`: each seed's product rounded as that seed's matmul alone, so a
+seed of a sweep re-runs alone bit for bit); built with one int it is the ordinary layer (no seed
+axis). One code path serves both.
 """
 
 from __future__ import annotations

@@ -145,25 +145,27 @@ def test_sin_and_cos_round_as_each_seeds_block_alone():
         assert not np.array_equal(fn(x).numpy(), alone.numpy())
 
 
-@pytest.mark.parametrize("rows,k,n", [(4, 4, 64), (4, 64, 64), (4, 64, 2), (32, 64, 2),
-                                      (128, 64, 2), (129, 64, 2), (128, 64, 1), (512, 4, 64)])
+@pytest.mark.parametrize("rows,k,n", [(4, 4, 64), (4, 64, 64), (8, 64, 64), (4, 64, 2),
+                                      (32, 64, 2), (128, 64, 2), (129, 64, 2), (130, 64, 3),
+                                      (128, 64, 1), (512, 4, 64)])
 def test_seed_matmul_rounds_each_seed_as_its_matmul_alone(rows, k, n):
     # forward and both gradient products, in a graph as training runs them, bit for bit
-    def products(matmul, x, w):
+    def products(matmul, x, w, dy):
         with tf.GradientTape() as tape:
             tape.watch([x, w])
             y = matmul(x, w)
-            loss = tf.reduce_sum(y * tf.sin(y))  # an upstream gradient that is not all ones
+            loss = tf.reduce_sum(y * dy)  # the upstream gradient is dy, exactly
         return [y] + tape.gradient(loss, [x, w])
 
     x = tf.random.stateless_normal([3, rows, k], [1, 2])
     w = tf.random.stateless_normal([3, k, n], [3, 4])
-    axis = tf.function(lambda x, w: products(seed_matmul, x, w))(x, w)
-    batched = tf.function(lambda x, w: products(tf.matmul, x, w))(x, w)
-    alone_fn = tf.function(lambda x, w: products(tf.matmul, x, w))
+    dy = tf.random.stateless_normal([3, rows, n], [5, 6])
+    axis = tf.function(lambda *a: products(seed_matmul, *a))(x, w, dy)
+    batched = tf.function(lambda *a: products(tf.matmul, *a))(x, w, dy)
+    alone_fn = tf.function(lambda *a: products(tf.matmul, *a))
     differs = False
     for s in range(3):
-        alone = alone_fn(x[s], w[s])
+        alone = alone_fn(x[s], w[s], dy[s])
         for got, plain, want in zip(axis, batched, alone, strict=True):
             np.testing.assert_array_equal(got[s].numpy(), want.numpy())
             differs |= not np.array_equal(plain[s].numpy(), want.numpy())
