@@ -17,9 +17,9 @@ output gain the model asks for (``0.01`` for a policy head, ``1`` for a value he
 The seed axis: built with a list of seeds (``seed=[3, 4, 5]``), a layer holds ``S`` stacked
 copies (every variable ``[S, ...]``, copy ``s`` initialised exactly as the layer built with
 ``seed=seeds[s]`` alone) and maps ``[S, B, ...]`` inputs to ``[S, B, ...]`` outputs with batched
-matmuls (:func:`seed_matmul`: each seed's product rounded as that seed's matmul alone, so a
-seed of a sweep re-runs alone bit for bit); built with one int it is the ordinary layer (no seed
-axis). One code path serves both.
+matmuls (a batch of small products may round a last bit otherwise than each seed's matmul
+alone: docs/guides/rl-agents.md says where and how much); built with one int it is the ordinary
+layer (no seed axis). One code path serves both.
 """
 
 from __future__ import annotations
@@ -83,35 +83,6 @@ def orthogonal(shape: tuple[int, int], gain: float, rng: np.random.Generator) ->
 
 _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu}
 
-MAX_SEQUENTIAL_MATMUL_COST = 128 * 128
-"""``m * k * n`` up to which TensorFlow's CPU ``BatchMatMul`` multiplies a batch of several
-``[m, k] @ [k, n]`` matrices one by one with Eigen's matrix product (``LaunchBatchMatMul`` in
-``batch_matmul_op_impl.h``, ``kMaxCostOuterParallelism``); above it, and for a batch of one
-(every ``tf.matmul`` of two matrices), it uses Eigen's tensor contraction. The two round
-differently. When a dimension is 1 both use the matrix product."""
-
-
-def seed_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-    """``x [S, B, k] @ w [S, k, n]`` -> ``[S, B, n]`` float32, each seed's product rounded as
-    ``tf.matmul(x[s], w[s])`` of that seed alone (the seed axis re-runs a seed bit for bit).
-
-    One batched ``tf.matmul`` when TensorFlow's CPU kernel multiplies the batch as it multiplies
-    one matrix (a dimension of 1, or ``B * k * n > MAX_SEQUENTIAL_MATMUL_COST``); otherwise one
-    ``tf.matmul`` per seed, stacked. The products of the gradient (``dy @ w^T``, ``x^T @ dy``)
-    have the same three dimensions, so they follow the same rule. ``B`` unknown at trace time:
-    per seed.
-
-    >>> x, w = tf.random.stateless_normal([2, 128, 64], [0, 1]), tf.ones([2, 64, 2])
-    >>> bool(tf.reduce_all(seed_matmul(x, w)[1] == tf.matmul(x[1], w[1])))
-    True
-    """
-    rows, k, n = x.shape[1], int(w.shape[1]), int(w.shape[2])
-    if rows is not None and (min(rows, k, n) == 1 or rows * k * n > MAX_SEQUENTIAL_MATMUL_COST):
-        return tf.matmul(x, w)
-    return tf.stack([tf.matmul(xs, ws) for xs, ws in zip(tf.unstack(x), tf.unstack(w),
-                                                          strict=True)])
-
-
 class MLP(tf.Module):
     """A multi-layer perceptron on flattened inputs; orthogonal init, zero biases.
 
@@ -155,8 +126,7 @@ class MLP(tf.Module):
             x = tf.reshape(x, (self.num_seeds, -1, self.in_dim))
         n = len(self.weights_)
         for i, (w, b) in enumerate(zip(self.weights_, self.biases)):
-            x = (tf.matmul(x, w) + b) if self.num_seeds is None else \
-                (seed_matmul(x, w) + b[:, None, :])
+            x = tf.matmul(x, w) + (b if self.num_seeds is None else b[:, None, :])
             if i < n - 1:
                 x = self.activation(x)
         return x

@@ -23,7 +23,6 @@ import agents
 from agents.backends.graph_backend import GraphBackendEnv
 from agents.backends.seed_axis import SeedGraphEnv, rounded_as_alone
 from agents.core.compiled import own_function
-from agents.core.networks import MAX_SEQUENTIAL_MATMUL_COST, seed_matmul
 from robustgrad.interrupts import TrainingInterrupted
 
 SMALL = dict(env="CartPole-v1", backend="graph", num_envs=2, n_steps=8, preset=None)
@@ -145,46 +144,6 @@ def test_sin_and_cos_round_as_each_seeds_block_alone():
         # blocks of 1 in one op take the packet path, each alone the scalar one
         alone = tf.stack([fn(v[None])[0] for v in tf.unstack(x)])
         assert not np.array_equal(fn(x).numpy(), alone.numpy())
-
-
-@pytest.mark.parametrize("rows,k,n", [(4, 4, 64), (4, 64, 64), (8, 64, 64), (4, 64, 2),
-                                      (32, 64, 2), (128, 64, 2), (129, 64, 2), (130, 64, 3),
-                                      (128, 64, 1), (512, 4, 64)])
-def test_seed_matmul_rounds_each_seed_as_its_matmul_alone(rows, k, n):
-    # forward and both gradient products, in a graph as training runs them, bit for bit
-    def products(matmul, x, w, dy):
-        with tf.GradientTape() as tape:
-            tape.watch([x, w])
-            y = matmul(x, w)
-            loss = tf.reduce_sum(y * dy)  # the upstream gradient is dy, exactly
-        return [y] + tape.gradient(loss, [x, w])
-
-    x = tf.random.stateless_normal([3, rows, k], [1, 2])
-    w = tf.random.stateless_normal([3, k, n], [3, 4])
-    dy = tf.random.stateless_normal([3, rows, n], [5, 6])
-    axis = tf.function(lambda *a: products(seed_matmul, *a))(x, w, dy)
-    batched = tf.function(lambda *a: products(tf.matmul, *a))(x, w, dy)
-    alone_fn = tf.function(lambda *a: products(tf.matmul, *a))
-    differs = False
-    for s in range(3):
-        alone = alone_fn(x[s], w[s], dy[s])
-        for got, plain, want in zip(axis, batched, alone, strict=True):
-            np.testing.assert_array_equal(got[s].numpy(), want.numpy())
-            differs |= not np.array_equal(plain[s].numpy(), want.numpy())
-    # the reason (TensorFlow 2.21's CPU BatchMatMul on this machine): a batch of products of at
-    # most 128 * 128 multiply-adds, none of whose dimensions is 1, rounds otherwise than alone
-    assert differs == (min(rows, k, n) > 1 and rows * k * n <= MAX_SEQUENTIAL_MATMUL_COST)
-
-
-def test_seed_matmul_of_rows_unknown_at_trace_is_per_seed():
-    x = tf.random.stateless_normal([2, 8, 64], [5, 6])
-    w = tf.random.stateless_normal([2, 64, 2], [7, 8])
-    fn = tf.function(seed_matmul, input_signature=[tf.TensorSpec([2, None, 64]),
-                                                   tf.TensorSpec([2, 64, 2])])
-    ops = {op.type for op in fn.get_concrete_function().graph.get_operations()}
-    assert "MatMul" in ops and "BatchMatMulV2" not in ops
-    for s in range(2):
-        np.testing.assert_array_equal(fn(x, w)[s].numpy(), tf.matmul(x[s], w[s]).numpy())
 
 
 def test_train_many_learns_and_returns_ordinary_agents(tmp_path):
@@ -324,19 +283,16 @@ def test_each_seed_of_a_sweep_reruns_alone_to_float_rounding(backend):
 
 
 @pytest.mark.parametrize("backend", ["gymnasium", "graph"])
-def test_each_seed_of_a_sweep_reruns_alone_bit_for_bit_at_purejaxrl_settings(backend):
+def test_each_seed_of_a_sweep_reruns_alone_to_rounding_at_purejaxrl_settings(backend):
     # PPOConfig()'s defaults (PureJaxRL's CartPole settings: 64x64 tanh, 4 epochs of 4
     # minibatches, value clipping, entropy bonus) with 4 envs, shortened to 32-step rollouts:
-    # every product of the policy is small (4 or 32 rows; agents.core.networks.seed_matmul),
-    # where a batched matmul of the seeds rounds otherwise than each seed's matmul alone
+    # the policy's products are small (4 or 32 rows), where TensorFlow's CPU BatchMatMul rounds
+    # a batch of seeds otherwise than each seed's matmul alone (1.4e-9 here after 384 steps);
+    # the random streams are each seed's own, so anything but rounding would be far larger
     for many, one in _sweep_and_alone(agents.PPO, 3 * 128, seed=0, backend=backend,
                                       env="CartPole-v1", num_envs=4, n_steps=32, preset=None):
         assert one.num_timesteps.numpy() == many.num_timesteps.numpy() == 3 * 128
-        for x, y in zip(many.get_weights(), one.get_weights(), strict=True):
-            np.testing.assert_array_equal(x, y)
-        for x, y in zip(many.optimizer.m + many.optimizer.v, one.optimizer.m + one.optimizer.v,
-                        strict=True):
-            np.testing.assert_array_equal(x.numpy(), y.numpy())
+        assert _max_weight_diff(many, one) <= 1e-7
         np.testing.assert_array_equal(many.rng.state.numpy(), one.rng.state.numpy())
 
 
