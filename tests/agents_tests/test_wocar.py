@@ -453,6 +453,23 @@ def test_a_policy_network_the_engine_cannot_bound_is_refused_naming_the_layer():
                                "must have shape [8, out], got [3, 2])")
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_train_agent_refuses_wocar_on_a_continuous_action_space_in_one_line(algo, tmp_path,
+                                                                           capsys):
+    """Issue 37: a continuous action space WocaR does not support is one line naming the
+    argument, before training (no output directory is written)."""
+    from robustgrad import cli
+
+    out = tmp_path / "run"
+    assert cli.main(["train-agent", "--algo", algo, "--env", "Pendulum-v1", "--steps", "2048",
+                     "--out", str(out), "--robust", "wocar", "--eps", "0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["robustgrad: error: --env: WocaR here bounds the actions a discrete policy "
+                   "can be pushed to; 'Pendulum-v1' has a continuous action space "
+                   "(Box(-2.0, 2.0, (1,), float32))"]
+    assert not out.exists()
+
+
 def test_train_agent_accepts_robust_wocar():
     from robustgrad.commands import train_agent
 
