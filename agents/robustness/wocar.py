@@ -504,7 +504,10 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
        paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
        :func:`worst_case_bound_loss` from the online network's bounds over the eps ball
-       (``wocar_bound``, differentiable w.r.t. the weights) and ``ω(s)`` the state's
+       (``wocar_bound``, differentiable w.r.t. the weights) measured in units of the batch's
+       Q scale (:func:`q_scale`: ``max(mean |TD target|, 1)``; the paper's term where the
+       values are of order 1, as its clipped Atari rewards make them; CartPole's are ~10-100:
+       docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
        importance, the spread ``max_a Q(s, a) − min_a Q(s, a)`` of the agent's own Q-values
        normalised to mean 1 (:func:`state_importance`; the paper's definition for value-based
        agents; its DQN code weights all states alike).
@@ -520,8 +523,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
-    last step's mean ``L_wc``). One seed per agent; the networks are in the agent's
-    checkpoint."""
+    last step's mean ``L_wc``), ``wocar_td_loss`` (its mean TD Huber loss), ``wocar_width``
+    (its mean ``ub − lb`` of the Q-values over the ball), ``wocar_scale`` (its
+    :func:`q_scale`). One seed per agent; the networks are in the agent's checkpoint."""
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
