@@ -132,8 +132,8 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
         agent = agents.DQN(env="CartPole-v1", seed=0, preset=None, hidden_sizes=(16,),
                            learning_starts=16, train_freq=8, gradient_steps=1, batch_size=8,
                            buffer_size=256, robust=agents.WocaR(eps=0.02, warmup=0.5))
-        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_weight",
-                "wocar_worst_q"]
+        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_scale",
+                "wocar_td_loss", "wocar_weight", "wocar_width", "wocar_worst_q"]
     logs = []
     agent.learn(64, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
     assert len(agent.history) == len(logs) >= 4
@@ -143,6 +143,9 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
     weights = [h["wocar_weight"] for h in agent.history]
     assert weights[0] < weights[-1] and weights == sorted(weights)  # rising over the warm-up
     assert all(1.0 <= h["wocar_admissible"] <= 2.0 for h in agent.history[1:])
+    if algo == "dqn":  # the worst-case term's unit (q_scale >= 1) and the bounds' spread
+        assert all(h["wocar_scale"] >= 1.0 and h["wocar_width"] >= 0.0
+                   and h["wocar_td_loss"] >= 0.0 for h in agent.history[1:])
 
 
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
