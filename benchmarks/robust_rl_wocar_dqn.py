@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100_000, help="training budget (the preset's)")
     p.add_argument("--eps", type=float, default=0.02, help="evaluation radius (raw units)")
     p.add_argument("--robust-eps", type=float, default=0.02, help="SA's and WocaR's radius")
-    p.add_argument("--bound", default="ibp", choices=("ibp", "crown"))
+    p.add_argument("--bound", default="ibp", choices=("ibp", "crown", "crown-ibp"))
     p.add_argument("--weight", type=float, default=None, help="wocar_weight (default 0.05)")
     p.add_argument("--kappa", type=float, default=None,
                    help="WocaR's worst-case term weight (default: the preset's robust_kappa, 0.5)")

@@ -109,7 +109,7 @@ if TYPE_CHECKING:
     from agents.core.base import Agent
     from agents.core.policy import PolicySurface
 
-__all__ = ["WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent",
+__all__ = ["WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent", "q_scale",
            "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
@@ -439,25 +439,49 @@ def _within(graph: Any) -> bool:
 
 
 def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: tf.Tensor,
-                          target: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
+                          target: tf.Tensor, delta: float = 1.0,
+                          scale: float | tf.Tensor = 1.0) -> tf.Tensor:
     """WocaR-DQN's worst-case term per row ``[B]``: ``sum_a huber(max(|ub_a − ref_a|,
     |lb_a − ref_a|))`` with ``ref`` the TD ``target`` at the taken action and the clean
     ``q(a)`` at the others, ``[lb, ub]`` the bounds ``[B, A]`` of the Q-values over the eps
     ball: how far the ball lets each Q-value stray from what it should be. ``q [B, A]``
     (differentiable), ``actions [B]`` int, ``target [B]`` (stopped by the caller);
-    ``delta``: the Huber threshold.
+    ``delta``: the Huber threshold; ``scale`` (> 0, scalar, stopped by the caller): the
+    residuals are measured in units of ``scale`` and the loss given back in the Q-values'
+    units, ``scale · huber(x / scale)``: ``scale=1`` is the paper's term; with ``scale`` the
+    Q-values' size, the term is quadratic while the ball moves each Q-value by less than
+    ``delta · scale`` (a gradient that vanishes with the relative spread) and linear beyond,
+    the same for every reward scale (:class:`WocaRDQNPlugin`).
 
     >>> lb, ub = tf.constant([[0.0, 1.0]]), tf.constant([[3.0, 2.0]])
     >>> q = tf.constant([[1.0, 1.5]])
     >>> # action 0 taken, target 2: |lb - 2| = 2 -> huber 1.5; action 1: 0.5 -> 0.125
     >>> worst_case_bound_loss(lb, ub, q, tf.constant([0]), tf.constant([2.0])).numpy().tolist()
     [1.625]
+    >>> # scale 4: x / 4 = 0.5 and 0.125, both quadratic: 4 * (0.125 + 0.0078125)
+    >>> worst_case_bound_loss(lb, ub, q, tf.constant([0]), tf.constant([2.0]), scale=4.0
+    ...                       ).numpy().tolist()
+    [0.53125]
     """
     taken = tf.one_hot(actions, tf.shape(q)[-1]) > 0.5
     ref = tf.where(taken, tf.cast(target, tf.float32)[..., None], q)
-    x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref))
+    scale = tf.cast(scale, tf.float32)
+    x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale
     per_action = tf.where(x <= delta, 0.5 * tf.square(x), delta * (x - 0.5 * delta))
-    return tf.reduce_sum(per_action, axis=-1)
+    return scale * tf.reduce_sum(per_action, axis=-1)
+
+
+def q_scale(target: tf.Tensor) -> tf.Tensor:
+    """The Q-values' size on a batch, scalar, stopped: ``max(mean |target|, 1)`` of the TD
+    ``target [B]``. The unit of WocaR-DQN's worst-case term (:func:`worst_case_bound_loss`'s
+    ``scale``): 1 where the values are of order 1 (the paper's Atari rewards, clipped to
+    [-1, 1]), their size where a return is larger (CartPole: up to ~1 / (1 - gamma) = 100).
+
+    >>> float(q_scale(tf.constant([30.0, -50.0]))), float(q_scale(tf.constant([0.2, -0.1])))
+    (40.0, 1.0)
+    """
+    return tf.stop_gradient(tf.maximum(tf.reduce_mean(tf.abs(tf.cast(target, tf.float32))),
+                                       1.0))
 
 
 class WocaRDQNPlugin(_WorstCaseWeighted):
@@ -480,7 +504,10 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
        paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
        :func:`worst_case_bound_loss` from the online network's bounds over the eps ball
-       (``wocar_bound``, differentiable w.r.t. the weights) and ``ω(s)`` the state's
+       (``wocar_bound``, differentiable w.r.t. the weights) measured in units of the batch's
+       Q scale (:func:`q_scale`: ``max(mean |TD target|, 1)``; the paper's term where the
+       values are of order 1, as its clipped Atari rewards make them; CartPole's are ~10-100:
+       docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
        importance, the spread ``max_a Q(s, a) − min_a Q(s, a)`` of the agent's own Q-values
        normalised to mean 1 (:func:`state_importance`; the paper's definition for value-based
        agents; its DQN code weights all states alike).
@@ -496,15 +523,17 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
-    last step's mean ``L_wc``). One seed per agent; the networks are in the agent's
-    checkpoint."""
+    last step's mean ``L_wc``), ``wocar_td_loss`` (its mean TD Huber loss), ``wocar_width``
+    (its mean ``ub − lb`` of the Q-values over the ball), ``wocar_scale`` (its
+    :func:`q_scale`). One seed per agent; the networks are in the agent's checkpoint."""
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
         self.huber_delta = float(cast("DQNConfig", agent.config).huber_delta)
         self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
-                                 "wocar_bound_loss")}
+                                 "wocar_bound_loss", "wocar_td_loss", "wocar_width",
+                                 "wocar_scale")}
 
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
@@ -547,10 +576,14 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
         lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
                                self.bound)
-        wc = worst_case_bound_loss(lb, ub, q, actions, tf.stop_gradient(target),
-                                   self.huber_delta)
+        target = tf.stop_gradient(target)
+        scale = q_scale(target)
+        wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
         importance = state_importance(tf.stop_gradient(q))
         self._stats["wocar_bound_loss"].assign(tf.reduce_mean(wc))
+        self._stats["wocar_td_loss"].assign(tf.reduce_mean(per_example))
+        self._stats["wocar_width"].assign(tf.reduce_mean(ub - lb))
+        self._stats["wocar_scale"].assign(scale)
         k = self.schedule.kappa
         return (1.0 - k) * per_example + k * importance * wc
 

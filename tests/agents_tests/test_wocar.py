@@ -132,8 +132,8 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
         agent = agents.DQN(env="CartPole-v1", seed=0, preset=None, hidden_sizes=(16,),
                            learning_starts=16, train_freq=8, gradient_steps=1, batch_size=8,
                            buffer_size=256, robust=agents.WocaR(eps=0.02, warmup=0.5))
-        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_weight",
-                "wocar_worst_q"]
+        keys = ["wocar_admissible", "wocar_bound_loss", "wocar_q_loss", "wocar_scale",
+                "wocar_td_loss", "wocar_weight", "wocar_width", "wocar_worst_q"]
     logs = []
     agent.learn(64, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
     assert len(agent.history) == len(logs) >= 4
@@ -143,6 +143,9 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
     weights = [h["wocar_weight"] for h in agent.history]
     assert weights[0] < weights[-1] and weights == sorted(weights)  # rising over the warm-up
     assert all(1.0 <= h["wocar_admissible"] <= 2.0 for h in agent.history[1:])
+    if algo == "dqn":  # the worst-case term's unit (q_scale >= 1) and the bounds' spread
+        assert all(h["wocar_scale"] >= 1.0 and h["wocar_width"] >= 0.0
+                   and h["wocar_td_loss"] >= 0.0 for h in agent.history[1:])
 
 
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
@@ -360,6 +363,61 @@ def test_the_worst_case_bound_loss_and_its_mix():
                                rtol=1e-5)
 
 
+def test_the_worst_case_term_is_measured_in_units_of_the_q_scale():
+    """``scale · huber(x / scale)``: scale 1 is the paper's term; scaling every Q-value, bound
+    and target by ``c`` with the scale scales the term by ``c`` (as the TD Huber's linear part),
+    so its weight against the TD loss does not depend on the reward's units; and while the
+    ball moves a Q-value by less than ``delta · scale`` its gradient is the relative spread
+    ``x / scale``, not the constant ``delta`` of the unscaled term's linear part."""
+    lb = tf.constant([[0.0, 1.0], [0.5, 0.5]])
+    ub = tf.constant([[3.0, 2.0], [0.5, 4.0]])
+    q = tf.constant([[1.0, 1.5], [0.5, 1.0]])
+    actions, target = tf.constant([0, 1]), tf.constant([2.0, 1.0])
+    plain = wocar.worst_case_bound_loss(lb, ub, q, actions, target)
+    np.testing.assert_allclose(
+        wocar.worst_case_bound_loss(lb, ub, q, actions, target, scale=1.0).numpy(), plain.numpy())
+    for c in (10.0, 100.0):
+        scaled = wocar.worst_case_bound_loss(c * lb, c * ub, c * q, actions, c * target,
+                                             scale=c)
+        np.testing.assert_allclose(scaled.numpy(), c * plain.numpy(), rtol=1e-5)
+    # row 1 by hand at scale 10: action 1 taken, |4 - 1| / 10 = 0.3 -> 10 * 0.045 = 0.45
+    np.testing.assert_allclose(
+        wocar.worst_case_bound_loss(lb, ub, q, actions, target, scale=10.0).numpy()[1], 0.45,
+        rtol=1e-5)
+    # the gradient w.r.t. an upper bound 5 above its clean Q-value, scale 50: 5 / 50 = 0.1
+    ub_var = tf.Variable([[3.0, 6.5]])
+    for scale, expected in ((50.0, 0.1), (1.0, 1.0)):
+        with tf.GradientTape() as tape:
+            loss = wocar.worst_case_bound_loss(tf.constant([[1.0, 1.5]]), ub_var,
+                                               tf.constant([[2.0, 1.5]]), tf.constant([0]),
+                                               tf.constant([2.0]), scale=scale)
+        np.testing.assert_allclose(tape.gradient(loss, ub_var).numpy()[0, 1], expected,
+                                   rtol=1e-5)
+    np.testing.assert_allclose(wocar.q_scale(tf.constant([30.0, -50.0, 10.0])).numpy(), 30.0)
+    assert float(wocar.q_scale(tf.constant([0.3, -0.1]))) == 1.0
+
+
+def test_the_dqn_plugin_measures_its_worst_case_term_in_units_of_the_td_targets():
+    """WocaR-DQN's ``q_loss`` uses the batch's :func:`wocar.q_scale` of the TD targets: the same
+    bounds and Q-values with targets of size 40 give the scaled term, and the ``wocar_scale``
+    and ``wocar_td_loss`` logs say what it used."""
+    agent = _hand_dqn(robust_kappa=0.5)
+    obs = tf.constant([[0.5, 0.3, 0.0, 0.0], [0.4, 0.4, 0.0, 0.0]])
+    q = agent.q(obs)  # spreads 0.4, 0 -> importance 2, 0
+    per_example = tf.constant([1.0, 3.0])
+    actions, target = tf.constant([0, 1]), tf.constant([40.0, 40.0])
+    mixed = agent.robustness.q_loss(per_example, obs, actions, q, target)
+    lb, ub = wocar.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
+    wc40 = wocar.worst_case_bound_loss(lb, ub, q, actions, target, scale=40.0)
+    wc1 = wocar.worst_case_bound_loss(lb, ub, q, actions, target)
+    np.testing.assert_allclose(mixed.numpy(), [0.5 * 1.0 + 0.5 * 2.0 * wc40[0], 0.5 * 3.0],
+                               rtol=1e-5)
+    assert wc40[0] < 0.6 * wc1[0]  # |40 - 1| in units of 40: quadratic, not linear
+    stats = agent.robustness._stats
+    assert float(stats["wocar_scale"]) == pytest.approx(40.0)
+    assert float(stats["wocar_td_loss"]) == pytest.approx(2.0)
+
+
 def test_continuous_actions_and_the_seed_axis_are_refused():
     with pytest.raises(ConfigError) as info:
         agents.PPO(env="Pendulum-v1", num_envs=2, n_steps=8, preset=None, robust="wocar")
@@ -396,6 +454,23 @@ def test_a_policy_network_the_engine_cannot_bound_is_refused_naming_the_layer():
                    hidden_sizes=(8,))
     assert str(info.value) == ("policy network: the bound engine cannot bound it (weights[1] "
                                "must have shape [8, out], got [3, 2])")
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_train_agent_refuses_wocar_on_a_continuous_action_space_in_one_line(algo, tmp_path,
+                                                                           capsys):
+    """Issue 37: a continuous action space WocaR does not support is one line naming the
+    argument, before training (no output directory is written)."""
+    from robustgrad import cli
+
+    out = tmp_path / "run"
+    assert cli.main(["train-agent", "--algo", algo, "--env", "Pendulum-v1", "--steps", "2048",
+                     "--out", str(out), "--robust", "wocar", "--eps", "0.2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["robustgrad: error: --env: WocaR here bounds the actions a discrete policy "
+                   "can be pushed to; 'Pendulum-v1' has a continuous action space "
+                   "(Box(-2.0, 2.0, (1,), float32))"]
+    assert not out.exists()
 
 
 def test_train_agent_accepts_robust_wocar():
