@@ -373,31 +373,35 @@ class WocaRPlugin(_WorstCaseWeighted):
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
-        worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
-                                           batch_dims=1))
+        q_obs = self.worst_q(batch["obs"])  # read once: the objective's and the importance's
+        worst = tf.stop_gradient(tf.gather(q_obs, batch["actions"], batch_dims=1))
         self._stats["wocar_q_loss"].assign(loss)
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(),
-                                    self.rollout_regularizer_inputs(batch["obs"]))
+                                    self.rollout_regularizer_inputs(batch["obs"], q_obs))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
-    def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    def rollout_regularizer_inputs(self, obs: tf.Tensor,
+                                   q: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:
         """The regulariser's inputs for the rollout's ``obs [B, d]``, all stopped: the clean
         log-probabilities ``[B, A]`` of the policy as it collected the rollout, ``s_hat [B, d]``
         (the ``robust_method`` search at the schedule's eps, ``robust_steps`` steps) and the
         importance ``ω(s) [B]``. Computed once per rollout, not once per minibatch and epoch:
         the search is most of the method's cost (``robust_steps`` forward and backward passes
         on each call) and PPO's clipped epochs move the policy little; each update step still
-        differentiates ``pi(.|s_hat)`` through the current weights."""
+        differentiates ``pi(.|s_hat)`` through the current weights. ``q``: ``Q_w^-(obs, .)``
+        ``[B, A]`` when the caller has it (else read here)."""
         cfg, surface = self.agent.config, _surface(self.agent)
         obs = tf.stop_gradient(obs)
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
                                   self.agent.draw_seed(), cfg.robust_method)
-        importance = state_importance(self.worst_q(obs)) if self.spec.importance else \
+        if q is None and self.spec.importance:
+            q = self.worst_q(obs)
+        importance = state_importance(q) if self.spec.importance else \
             tf.ones(tf.shape(obs)[:1])
         return clean, obs_adv, importance
 
