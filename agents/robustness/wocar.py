@@ -340,12 +340,14 @@ class WocaRPlugin(_WorstCaseWeighted):
         mb = max(n // minibatches, 1)
         gamma = self.gamma
         seed = self.agent.draw_seed()
+        # each epoch's shuffle, drawn once before the loop (not again at each of its minibatches)
+        perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
+            [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
+            for epoch in range(epochs)])
 
         def step(i, loss):
             epoch, k = i // minibatches, i % minibatches
-            perm = tf.argsort(tf.random.stateless_uniform(
-                [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
-            idx = perm[k * mb:(k + 1) * mb]
+            idx = perms[epoch, k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
             target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
