@@ -23,8 +23,11 @@ replay, is :class:`WocaRDQNPlugin`):
      specification rows (plus IBP for the intermediate layers' boxes): ``O(A² · Σ width_k ·
      width_{k+1})`` per state, about ``A²`` times IBP's cost for a 2-layer MLP (``A = 2`` on
      CartPole: ~4x), tighter sets.
-   * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows at the last layer
-     only, the hidden layers' boxes from IBP: between the two in cost and tightness.
+   * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows through every layer,
+     the relaxations' input bounds taken from IBP (no backward pass per hidden layer): between
+     the two in cost and tightness. On CartPole's 64-64 tanh policy, 256 states, one thread
+     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7 ms (most of it
+     the tanh relaxations' tangent-point bisection), CROWN ~41 ms.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
@@ -340,12 +343,14 @@ class WocaRPlugin(_WorstCaseWeighted):
         mb = max(n // minibatches, 1)
         gamma = self.gamma
         seed = self.agent.draw_seed()
+        # each epoch's shuffle, drawn once before the loop (not again at each of its minibatches)
+        perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
+            [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
+            for epoch in range(epochs)])
 
         def step(i, loss):
             epoch, k = i // minibatches, i % minibatches
-            perm = tf.argsort(tf.random.stateless_uniform(
-                [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
-            idx = perm[k * mb:(k + 1) * mb]
+            idx = perms[epoch, k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
             target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
@@ -373,31 +378,35 @@ class WocaRPlugin(_WorstCaseWeighted):
         admissible = admissible_actions(_surface(self.agent), batch["next_obs"], radius,
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
-        worst = tf.stop_gradient(tf.gather(self.worst_q(batch["obs"]), batch["actions"],
-                                           batch_dims=1))
+        q_obs = self.worst_q(batch["obs"])  # read once: the objective's and the importance's
+        worst = tf.stop_gradient(tf.gather(q_obs, batch["actions"], batch_dims=1))
         self._stats["wocar_q_loss"].assign(loss)
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(),
-                                    self.rollout_regularizer_inputs(batch["obs"]))
+                                    self.rollout_regularizer_inputs(batch["obs"], q_obs))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
-    def rollout_regularizer_inputs(self, obs: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    def rollout_regularizer_inputs(self, obs: tf.Tensor,
+                                   q: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:
         """The regulariser's inputs for the rollout's ``obs [B, d]``, all stopped: the clean
         log-probabilities ``[B, A]`` of the policy as it collected the rollout, ``s_hat [B, d]``
         (the ``robust_method`` search at the schedule's eps, ``robust_steps`` steps) and the
         importance ``ω(s) [B]``. Computed once per rollout, not once per minibatch and epoch:
         the search is most of the method's cost (``robust_steps`` forward and backward passes
         on each call) and PPO's clipped epochs move the policy little; each update step still
-        differentiates ``pi(.|s_hat)`` through the current weights."""
+        differentiates ``pi(.|s_hat)`` through the current weights. ``q``: ``Q_w^-(obs, .)``
+        ``[B, A]`` when the caller has it (else read here)."""
         cfg, surface = self.agent.config, _surface(self.agent)
         obs = tf.stop_gradient(obs)
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
                                   self.agent.draw_seed(), cfg.robust_method)
-        importance = state_importance(self.worst_q(obs)) if self.spec.importance else \
+        if q is None and self.spec.importance:
+            q = self.worst_q(obs)
+        importance = state_importance(q) if self.spec.importance else \
             tf.ones(tf.shape(obs)[:1])
         return clean, obs_adv, importance
 

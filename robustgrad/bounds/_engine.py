@@ -30,7 +30,7 @@ import math
 import tensorflow as tf
 
 from . import _patches
-from ._activations import Activation
+from ._activations import Activation, joint_relaxations
 from ._chunks import map_chunks
 
 __all__ = ["concretize", "output_shape", "pre_activation_bounds", "propagate"]
@@ -139,26 +139,41 @@ def propagate(graph, lower, upper, spec, ball, method, lower_only=False):
         return _backward(graph, graph.output, spec, {}, boxes, shapes, stop, ball, dtype,
                          lower_only)
     pre = pre_activation_bounds(graph, boxes, shapes, ball, dtype, method)
+    # CROWN-IBP knows every relaxation's input bounds before its backward pass: one joint
+    # relaxation of the S-shaped layers (their bisections shared)
+    joint = method == "crown-ibp"
     if spec is None:
         eye = tf.eye(n_out, dtype=dtype)
         spec_full = tf.broadcast_to(tf.reshape(eye, [1, n_out, *out_shape]),
                                     [batch, n_out, *out_shape])
-        lo, hi = _output_backward(graph, spec_full, pre, boxes, shapes, ball, dtype)
+        lo, hi = _output_backward(graph, spec_full, pre, boxes, shapes, ball, dtype, joint)
         return tf.reshape(lo, [batch, *out_shape]), tf.reshape(hi, [batch, *out_shape])
     if lower_only:  # certified training's (differentiated) pass: whole, as measured there
-        return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype, True)
-    return _output_backward(graph, spec, pre, boxes, shapes, ball, dtype)
+        return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype, True,
+                         lines=_joint_lines(graph, pre) if joint else None)
+    return _output_backward(graph, spec, pre, boxes, shapes, ball, dtype, joint)
 
 
-def _output_backward(graph, spec, pre, boxes, shapes, ball, dtype):
+def _joint_lines(graph, pre):
+    """``{activation node: its relaxation's lines}`` for the S-shaped activations, computed
+    together (:func:`robustgrad.bounds._activations.joint_relaxations`)."""
+    return joint_relaxations({i: (rule, pre[graph.inputs[i][0]])
+                              for i, rule in enumerate(graph.rules)
+                              if rule is not None and not rule.linear})
+
+
+def _output_backward(graph, spec, pre, boxes, shapes, ball, dtype, joint=False):
     """The output's backward pass (both sides), in chunks of examples, one chunk at a time,
     when its widest coefficient tensor (``B x S x`` the widest node) would exceed
     :data:`OUTPUT_CHUNK` elements: each chunk's tensors then stay in the processor's cache (28x28
-    CNNs at batch 128: 1.4-1.9x faster). The same sums per example."""
+    CNNs at batch 128: 1.4-1.9x faster). The same sums per example. ``joint``: the relaxations'
+    lines computed together beforehand (:func:`_joint_lines`) in the one-piece pass (a chunked
+    pass relaxes each chunk's own)."""
     batch, rows = spec.shape[0], spec.shape[1]
     k = max(1, OUTPUT_CHUNK // max(1, rows * max(math.prod(s) for s in shapes)))
     if batch is None or k >= batch:
-        return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype)
+        return _backward(graph, graph.output, spec, pre, boxes, shapes, 0, ball, dtype,
+                         lines=_joint_lines(graph, pre) if joint else None)
     keys = sorted(pre)
     parts = [spec, *boxes[0], *(t for j in keys for t in pre[j])]
     if ball is not None:
@@ -290,12 +305,13 @@ def _node_bounds(graph, node, pre, boxes, shapes, ball, dtype):
 
 
 def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_only=False,
-              slopes=None):
+              slopes=None, lines=None):
     """Bounds of ``spec @ value(target)`` (spec [B, S, *shape(target)]) -> ([B, S], [B, S]):
     linear bounds propagated back to node ``stop`` and concretised over its box (the input set
     when ``stop`` is 0). ``lower_only``: the upper bound's coefficients are not carried, and the
     upper bound returned is None. ``slopes``: ``{ReLU node: lower slopes [B, S, *shape]}`` for
-    its unstable elements (alpha-CROWN; with ``lower_only`` only), instead of CROWN's."""
+    its unstable elements (alpha-CROWN; with ``lower_only`` only), instead of CROWN's.
+    ``lines``: ``{activation node: (ls, li, us, ui)}`` of relaxations computed beforehand."""
     coeffs = {target: (spec, None if lower_only else spec)}
     bias_lo = tf.zeros(tf.shape(spec)[:2], dtype)
     bias_hi = None if lower_only else tf.zeros(tf.shape(spec)[:2], dtype)
@@ -306,6 +322,9 @@ def _backward(graph, target, spec, pre, boxes, shapes, stop, ball, dtype, lower_
         rule, ins = graph.rules[i], graph.inputs[i]
         if slopes is not None and i in slopes:
             a_lo, a_hi, d_lo, d_hi = rule.backward_sloped(a_lo, pre[ins[0]], slopes[i])
+            new = [(a_lo, a_hi)]
+        elif lines is not None and i in lines:
+            a_lo, a_hi, d_lo, d_hi = rule.backward_lines(a_lo, a_hi, lines[i])
             new = [(a_lo, a_hi)]
         elif not rule.linear:
             a_lo, a_hi, d_lo, d_hi = rule.backward_relaxed(a_lo, a_hi, pre[ins[0]])
