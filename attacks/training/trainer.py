@@ -40,9 +40,9 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad import checks as _checks
-from robustgrad.convolution import forward_input_gradients
 from robustgrad import memory as _memory
 from robustgrad import transforms
+from robustgrad.convolution import forward_input_gradients
 
 from .._validate import MAX_STEPS
 from .context import StepContext
