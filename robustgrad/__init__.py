@@ -39,7 +39,7 @@ _NAMES = {
     **dict.fromkeys(("GradientStep", "GradientTransformation", "NonFiniteGradientError"),
                     "robustgrad.transforms"),
 }
-_SUBMODULES = ("atomic", "bounds", "checks", "data", "errors", "hyper", "interrupts", "meta", "monitor",
+_SUBMODULES = ("atomic", "bounds", "checks", "convolution", "data", "errors", "hyper", "interrupts", "meta", "monitor",
                "progress", "regularizers", "transforms")
 
 __all__ = sorted([*_NAMES, *_SUBMODULES])

@@ -49,7 +49,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["MIN_CHANNELS", "conv2d", "forward_input_gradients", "transpose"]
+__all__ = ["MIN_CHANNELS", "conv2d", "forward_input_gradients", "forward_input_gradients_active",
+           "transpose"]
 
 # Fewest input channels (the transposed convolution's output channels) for which conv2d uses
 # the forward convolution: Eigen's forward convolution with few output channels is slower than
@@ -175,8 +176,8 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
     channels, is the forward convolution :func:`transpose` (about twice as fast as TensorFlow's
     ``Conv2DBackpropInput`` on Eigen's CPU kernels). The value is TensorFlow's, bit for bit;
     the gradients equal TensorFlow's to float rounding (the kernel gradient is TensorFlow's
-    own op). Strides, dilations, grouped kernels and small inputs fall back to ``tf.nn.conv2d``
-    and its gradients.
+    own op). Strides, dilations, grouped kernels and small inputs fall back to
+    ``tf.nn.convolution`` (as Keras calls it) and its gradients.
 
     Args:
         x: ``[N, H, W, Cin]`` float tensor.
@@ -205,6 +206,8 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
             padding = [[0, 0], *padding, [0, 0]]
     if _uses_forward(x, kernel, strides, padding, dilations):
         return _make_stride1(padding)(x, kernel)
+    if isinstance(padding, str):  # dilations by space-to-batch where the CPU kernel has none
+        return tf.nn.convolution(x, kernel, strides, padding, dilations=dilations)
     return tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)
 
 
