@@ -15,7 +15,9 @@ is about twice as slow as a forward convolution of the same size; the input grad
 whole backward pass of each attack iteration (``docs/benchmarks/training.md``).
 
 - :func:`conv2d` -- ``tf.nn.conv2d`` (NHWC) whose input gradient is :func:`transpose` where it
-  applies (stride 1, dilation 1, at least :data:`MIN_CHANNELS` input channels); the kernel
+  applies (stride 1, dilation 1, at least :data:`MIN_CHANNELS` input channels, and a padding
+  that does not make the forward convolution do more than :data:`MAX_EXTRA_WORK` times the
+  transpose's work: "same", or "valid" on a map much larger than the kernel); the kernel
   gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with TensorFlow's gradients.
   The custom gradient is made of differentiable operations, so nested tapes (second order)
   and XLA work through it.
@@ -49,14 +51,20 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["MIN_CHANNELS", "conv2d", "forward_input_gradients", "forward_input_gradients_active",
-           "transpose"]
+__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "conv2d", "forward_input_gradients",
+           "forward_input_gradients_active", "transpose"]
 
 # Fewest input channels (the transposed convolution's output channels) for which conv2d uses
 # the forward convolution: Eigen's forward convolution with few output channels is slower than
 # its Conv2DBackpropInput (one thread, float32, 3x3, 1,152 images: 16 -> 16 channels 2.4x faster
 # at 14x14 and 1.3x at 28x28; 8 -> 1 channel 2.1x slower).
 MIN_CHANNELS = 8
+# Most the forward convolution may compute over what TensorFlow's transpose does: the
+# transposed convolution visits every input position (H x W) where the native one scatters from
+# the output's (Ho x Wo); "same" is 1, "valid" (H / (H - k + 1))^2: 1.14 for a 3x3 kernel on
+# 32x32, 25 for a 5x5 kernel on a 5x5 map (CleverHans's tutorial CNN's last convolution, where
+# the forward convolution made a PGD-10 pass 7% slower).
+MAX_EXTRA_WORK = 1.25
 
 _Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
 
@@ -135,9 +143,18 @@ def _uses_forward(x: tf.Tensor, kernel: tf.Tensor, strides: Any, padding: _Paddi
         return False
     if int(kernel.shape[2]) < MIN_CHANNELS:
         return False
-    pads = _pairs(padding, int(kernel.shape[0]), int(kernel.shape[1]), None, None)
-    return pads is not None and all(0 <= p < k for pair, k in zip(pads, kernel.shape[:2])
-                                    for p in pair)
+    kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
+    pads = _pairs(padding, kh, kw, None, None)
+    if pads is None or not all(0 <= p < k for pair, k in zip(pads, (kh, kw)) for p in pair):
+        return False
+    (top, bottom), (left, right) = pads
+    if top + bottom == kh - 1 and left + right == kw - 1:  # output size = input size
+        return True
+    h, w = x.shape[1], x.shape[2]
+    if h is None or w is None:
+        return False
+    ho, wo = int(h) + top + bottom - kh + 1, int(w) + left + right - kw + 1
+    return ho > 0 and wo > 0 and int(h) * int(w) <= MAX_EXTRA_WORK * ho * wo
 
 
 def _make_stride1(padding: _Padding) -> Any:
@@ -173,7 +190,8 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
            dilations: Any = 1) -> tf.Tensor:
     """``tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)`` (NHWC) whose input
     gradient, for a stride-1 undilated convolution with at least :data:`MIN_CHANNELS` input
-    channels, is the forward convolution :func:`transpose` (about twice as fast as TensorFlow's
+    channels (and, for "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit), is
+    the forward convolution :func:`transpose` (about twice as fast as TensorFlow's
     ``Conv2DBackpropInput`` on Eigen's CPU kernels). The value is TensorFlow's, bit for bit;
     the gradients equal TensorFlow's to float rounding (the kernel gradient is TensorFlow's
     own op). Strides, dilations, grouped kernels and small inputs fall back to
@@ -191,9 +209,10 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
     Example:
         >>> x = tf.ones([1, 4, 4, 8]); k = tf.ones([3, 3, 8, 2])
         >>> with tf.GradientTape() as tape:
-        ...     tape.watch(x); y = tf.reduce_sum(conv2d(x, k, padding="VALID"))
-        >>> float(tape.gradient(y, x)[0, 0, 0, 0]), float(tape.gradient(y, x)[0, 1, 1, 0])
-        (2.0, 8.0)
+        ...     tape.watch(x); y = tf.reduce_sum(conv2d(x, k, padding="SAME"))
+        >>> g = tape.gradient(y, x)  # outputs that read a pixel x output channels
+        >>> float(g[0, 0, 0, 0]), float(g[0, 1, 1, 0])
+        (8.0, 18.0)
     """
     x, kernel = tf.convert_to_tensor(x), tf.convert_to_tensor(kernel)
     if isinstance(padding, str):
