@@ -39,8 +39,8 @@ _NAMES = {
     **dict.fromkeys(("GradientStep", "GradientTransformation", "NonFiniteGradientError"),
                     "robustgrad.transforms"),
 }
-_SUBMODULES = ("atomic", "bounds", "checks", "data", "errors", "hyper", "interrupts", "meta", "monitor",
-               "progress", "regularizers", "transforms")
+_SUBMODULES = ("atomic", "bounds", "checks", "convolution", "data", "errors", "hyper", "interrupts",
+               "meta", "monitor", "progress", "regularizers", "transforms")
 
 __all__ = sorted([*_NAMES, *_SUBMODULES])
 

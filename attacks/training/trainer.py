@@ -42,6 +42,7 @@ import tensorflow as tf
 from robustgrad import checks as _checks
 from robustgrad import memory as _memory
 from robustgrad import transforms
+from robustgrad.convolution import forward_input_gradients
 
 from .._validate import MAX_STEPS
 from .context import StepContext
@@ -498,7 +499,15 @@ class AdversarialTrainer(keras.Model):
 
     def train_step(self, data: Any) -> dict:
         """One update on a batch ``(x [B, ...], y [B])`` by the training method (craft, loss,
-        guarded gradient step); returns the logs (loss, accuracies, gradient norm, eps)."""
+        guarded gradient step); returns the logs (loss, accuracies, gradient norm, eps).
+
+        Keras ``Conv2D`` layers take their input gradient by a forward convolution here
+        (:func:`robustgrad.convolution.forward_input_gradients`: the same values, faster on
+        Eigen's CPU kernels), in the crafting passes and in the update."""
+        with forward_input_gradients():
+            return self._train_step(data)
+
+    def _train_step(self, data: Any) -> dict:
         x, y = data[0], data[1]
         x = tf.cast(tf.convert_to_tensor(x), tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)
@@ -532,7 +541,11 @@ class AdversarialTrainer(keras.Model):
 
     def test_step(self, data: Any) -> dict:
         """Clean loss and accuracy on a batch ``(x, y)``, and PGD-``eval_steps`` robust accuracy
-        when ``eval_steps > 0``; returns the logs."""
+        when ``eval_steps > 0``; returns the logs (convolutions as in :meth:`train_step`)."""
+        with forward_input_gradients():
+            return self._test_step(data)
+
+    def _test_step(self, data: Any) -> dict:
         x, y = data[0], data[1]
         x = tf.cast(tf.convert_to_tensor(x), tf.float32)
         y = tf.cast(tf.reshape(y, [-1]), tf.int32)

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from robustgrad import convolution
+
 __all__ = ["Add", "Affine", "AveragePooling2D", "Conv2D", "Dense", "Elementwise",
            "GlobalAveragePooling2D", "Identity", "Reshape", "Rule", "ZeroPadding2D"]
 
@@ -56,9 +58,8 @@ def channel_dot(a, c):
 # 128, where "forward" everywhere was slower than native). Read when a computation is traced.
 TRANSPOSE = "same"
 # Fewest input channels of a convolution whose dense transpose "same" computes by a forward
-# convolution (one thread, float32, 3x3 kernels, 1,152 images: 16 -> 16 channels 2.4x faster at
-# 14x14 and 1.3x at 28x28 than Conv2DBackpropInput; 8 -> 1 channel 2.1x slower).
-SAME_MIN_CHANNELS = 8
+# convolution (robustgrad.convolution.MIN_CHANNELS, measured there).
+SAME_MIN_CHANNELS = convolution.MIN_CHANNELS
 
 
 def conv_transpose_valid(a, kernel, strides):
@@ -178,9 +179,9 @@ class Conv2D(Affine):
         if (TRANSPOSE != "native" and self.strides == [1, 1, 1, 1] and self.padding == "SAME"
                 and kh % 2 == 1 and kw % 2 == 1 and kernel.shape[2] >= SAME_MIN_CHANNELS):
             # stride 1, "same", odd kernel: the transpose is the "same" forward convolution with
-            # the flipped kernel (in and out channels swapped): no padding, no crop
-            flipped = tf.transpose(kernel[::-1, ::-1], [0, 1, 3, 2])
-            return tf.nn.conv2d(a, flipped, 1, "SAME")
+            # the flipped kernel (in and out channels swapped): no padding, no crop (the same
+            # function gives the attacks' and the training's convolutions their input gradient)
+            return convolution.transpose(a, kernel, "SAME")
         if TRANSPOSE != "forward":
             out_shape = tf.stack([tf.shape(a)[0], *in_shape])
             return tf.nn.conv2d_transpose(a, kernel, out_shape, self.strides, self.padding)

@@ -1,0 +1,305 @@
+"""2-D convolutions whose input gradient is a forward convolution (faster on Eigen's CPU kernels).
+
+For a stride-1, undilated convolution ``y = conv(x, K)`` (NHWC, kernel ``[kh, kw, Cin, Cout]``,
+padding ``(top, bottom)`` rows and ``(left, right)`` columns), the input gradient -- the
+transposed convolution TensorFlow computes with ``Conv2DBackpropInput`` -- is itself a forward
+convolution: of the output gradient with the kernel flipped spatially and its channels swapped
+(``[kh, kw, Cout, Cin]``), padded ``(kh - 1 - top, kh - 1 - bottom)`` and ``(kw - 1 - left,
+kw - 1 - right)``. ``"SAME"`` with an odd kernel stays ``"SAME"``; ``"VALID"`` becomes the
+"full" padding ``kh - 1`` on each side. The sums are the same, in another order: the result
+equals TensorFlow's to float rounding.
+
+Why: on CPUs where TensorFlow runs its convolutions on Eigen (no oneDNN: TensorFlow 2.21
+enables oneDNN by itself only on CPUs with AVX-512 VNNI/BF16 or AMX), ``Conv2DBackpropInput``
+is about twice as slow as a forward convolution of the same size; the input gradient is the
+whole backward pass of each attack iteration (``docs/benchmarks/training.md``).
+
+- :func:`conv2d` -- ``tf.nn.conv2d`` (NHWC) whose input gradient is :func:`transpose` where it
+  applies (stride 1, dilation 1, at least :data:`MIN_CHANNELS` input channels, and a padding
+  that does not make the forward convolution do more than :data:`MAX_EXTRA_WORK` times the
+  transpose's work: "same", or "valid" on a map much larger than the kernel); the kernel
+  gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with TensorFlow's gradients.
+  The custom gradient is made of differentiable operations, so nested tapes (second order)
+  and XLA work through it.
+- :func:`transpose` -- the transpose of a stride-1 convolution as that forward convolution
+  (also the bound engine's CROWN rule, :class:`robustgrad.bounds._rules.Conv2D`).
+- :func:`forward_input_gradients` -- a context in which Keras ``Conv2D`` layers compute with
+  :func:`conv2d`: entered while a compiled attack or training step is traced, the graph keeps
+  the faster gradient; the layers and saved models stay plain Keras ``Conv2D``.
+
+>>> import numpy as np, tensorflow as tf
+>>> rng = np.random.default_rng(0)
+>>> x = tf.constant(rng.normal(size=(2, 5, 5, 8)), tf.float32)
+>>> k = tf.constant(rng.normal(size=(3, 3, 8, 4)), tf.float32)
+>>> with tf.GradientTape(persistent=True) as tape:
+...     tape.watch(x)
+...     ours, theirs = conv2d(x, k, padding="SAME"), tf.nn.conv2d(x, k, 1, "SAME")
+>>> bool(tf.reduce_all(ours == theirs))
+True
+>>> gap = tape.gradient(ours, x) - tape.gradient(theirs, x)
+>>> bool(tf.reduce_max(tf.abs(gap)) < 1e-4)
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "conv2d", "forward_input_gradients",
+           "forward_input_gradients_active", "transpose"]
+
+# Fewest input channels (the transposed convolution's output channels) for which conv2d uses
+# the forward convolution: Eigen's forward convolution with few output channels is slower than
+# its Conv2DBackpropInput (one thread, float32, 3x3, 1,152 images: 16 -> 16 channels 2.4x faster
+# at 14x14 and 1.3x at 28x28; 8 -> 1 channel 2.1x slower).
+MIN_CHANNELS = 8
+# Most the forward convolution may compute over what TensorFlow's transpose does: the
+# transposed convolution visits every input position (H x W) where the native one scatters from
+# the output's (Ho x Wo); "same" is 1, "valid" (H / (H - k + 1))^2: 1.14 for a 3x3 kernel on
+# 32x32, 25 for a 5x5 kernel on a 5x5 map (CleverHans's tutorial CNN's last convolution, where
+# the forward convolution made a PGD-10 pass 7% slower).
+MAX_EXTRA_WORK = 1.25
+
+_Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
+
+
+def _pairs(padding: _Padding, kh: int, kw: int, h: int | None, w: int | None
+           ) -> list[list[int]] | None:
+    """``padding`` as ``[[top, bottom], [left, right]]`` of a stride-1 convolution, or None for
+    a string this module does not handle. ``"SAME"`` pads ``k - 1`` in all, the smaller half on
+    top/left (TensorFlow's rule)."""
+    del h, w  # stride 1: "SAME" does not depend on the size
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode == "VALID":
+            return [[0, 0], [0, 0]]
+        if mode == "SAME":
+            return [[(kh - 1) // 2, kh - 1 - (kh - 1) // 2], [(kw - 1) // 2, kw - 1 - (kw - 1) // 2]]
+        return None
+    pads = [list(map(int, p)) for p in padding]
+    if len(pads) == 4:  # NHWC explicit: batch and channel pairs must be zero
+        if pads[0] != [0, 0] or pads[3] != [0, 0]:
+            return None
+        pads = pads[1:3]
+    return pads if len(pads) == 2 else None
+
+
+def transpose(a: tf.Tensor, kernel: tf.Tensor, padding: _Padding = "SAME") -> tf.Tensor:
+    """The transpose of the stride-1, undilated convolution ``tf.nn.conv2d(x, kernel, 1,
+    padding)`` applied to ``a``, as one forward convolution with the flipped kernel.
+
+    Args:
+        a: ``[N, Ho, Wo, Cout]`` (an output gradient, or CROWN's linear coefficients).
+        kernel: ``[kh, kw, Cin, Cout]``, the convolution's kernel, same dtype as ``a``.
+        padding: the convolution's: ``"SAME"``, ``"VALID"`` or explicit
+            ``[[top, bottom], [left, right]]`` (or the NHWC four pairs), each at most ``k - 1``.
+
+    Returns:
+        ``[N, H, W, Cin]`` with ``H = Ho - top - bottom + kh - 1`` (the convolution's input
+        size), equal to ``Conv2DBackpropInput`` to float rounding.
+
+    Example:
+        >>> a = tf.ones([1, 4, 4, 2]); k = tf.ones([3, 3, 5, 2])
+        >>> transpose(a, k, "VALID").shape  # the input of a 6x6 -> 4x4 convolution
+        TensorShape([1, 6, 6, 5])
+    """
+    kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
+    pads = _pairs(padding, kh, kw, None, None)
+    if pads is None:
+        raise ValueError(f"padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")
+    (top, bottom), (left, right) = pads
+    if not (0 <= top < kh and 0 <= bottom < kh and 0 <= left < kw and 0 <= right < kw):
+        raise ValueError(f"padding must be between 0 and the kernel size - 1 "
+                         f"({kh - 1}, {kw - 1}) on each side, got {pads}")
+    flipped = tf.transpose(kernel[::-1, ::-1], [0, 1, 3, 2])
+    if isinstance(padding, str) and padding.upper() == "SAME" and kh % 2 == 1 and kw % 2 == 1:
+        return tf.nn.conv2d(a, flipped, 1, "SAME")  # symmetric: the same padding
+    full = [[0, 0], [kh - 1 - top, kh - 1 - bottom], [kw - 1 - left, kw - 1 - right], [0, 0]]
+    if all(p == 0 for pair in full for p in pair):
+        return tf.nn.conv2d(a, flipped, 1, "VALID")
+    return tf.nn.conv2d(a, flipped, 1, full)
+
+
+def _uses_forward(x: tf.Tensor, kernel: tf.Tensor, strides: Any, padding: _Padding,
+                  dilations: Any) -> bool:
+    """Whether :func:`conv2d` gives this convolution the forward-convolution input gradient."""
+    def ones(v: Any) -> bool:
+        vals = [v] if isinstance(v, int) else list(v)
+        if len(vals) == 4:
+            vals = vals[1:3]
+        return all(int(s) == 1 for s in vals)
+
+    if x.shape.rank != 4 or kernel.shape.rank != 4 or not kernel.shape.is_fully_defined():
+        return False
+    if x.shape[-1] is None or int(x.shape[-1]) != int(kernel.shape[2]):  # groups
+        return False
+    if not (ones(strides) and ones(dilations)):
+        return False
+    if int(kernel.shape[2]) < MIN_CHANNELS:
+        return False
+    kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
+    pads = _pairs(padding, kh, kw, None, None)
+    if pads is None or not all(0 <= p < k for pair, k in zip(pads, (kh, kw)) for p in pair):
+        return False
+    (top, bottom), (left, right) = pads
+    if top + bottom == kh - 1 and left + right == kw - 1:  # output size = input size
+        return True
+    h, w = x.shape[1], x.shape[2]
+    if h is None or w is None:
+        return False
+    ho, wo = int(h) + top + bottom - kh + 1, int(w) + left + right - kw + 1
+    return ho > 0 and wo > 0 and int(h) * int(w) <= MAX_EXTRA_WORK * ho * wo
+
+
+def _after(t: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    """``t`` made to depend on ``dy`` by data (plus a zero computed from one element of ``dy``;
+    ``b and not b`` is False for any ``b``, NaN included), so that the flipped kernel is computed
+    when the gradient arrives. Without it the flip depends on the kernel alone, and inside a
+    ``tf.while_loop`` (an attack's steps, ten iterations in flight) the executor computes the
+    flips of later iterations ahead: +1.5 GiB for a PGD-10 step of WRN-28-10 (each flip is the
+    size of its kernel). A control dependency can be pruned by graph optimisations."""
+    flag = tf.cast(tf.reshape(dy, [-1])[:1], tf.bool)
+    return t + tf.cast(tf.reduce_any(tf.logical_and(flag, tf.logical_not(flag))), t.dtype)
+
+
+def _make_stride1(padding: _Padding) -> Any:
+    """The custom-gradient stride-1 convolution for one padding."""
+    tf_padding = padding.upper() if isinstance(padding, str) else padding
+
+    @tf.custom_gradient
+    def conv(x, kernel):
+        y = tf.nn.conv2d(x, kernel, 1, tf_padding)
+
+        def grad(dy):
+            dx = transpose(dy, _after(kernel, dy), tf_padding)
+            dk = tf.raw_ops.Conv2DBackpropFilter(
+                input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
+                strides=[1, 1, 1, 1], **_raw_padding(tf_padding))
+            return dx, dk
+
+        return y, grad
+
+    return conv
+
+
+def _raw_padding(padding: _Padding) -> dict:
+    if isinstance(padding, str):
+        return {"padding": padding}
+    pads = [list(map(int, p)) for p in padding]
+    if len(pads) == 2:
+        pads = [[0, 0], *pads, [0, 0]]
+    return {"padding": "EXPLICIT", "explicit_paddings": [p for pair in pads for p in pair]}
+
+
+def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
+           dilations: Any = 1) -> tf.Tensor:
+    """``tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)`` (NHWC) whose input
+    gradient, for a stride-1 undilated convolution with at least :data:`MIN_CHANNELS` input
+    channels (and, for "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit), is
+    the forward convolution :func:`transpose` (about twice as fast as TensorFlow's
+    ``Conv2DBackpropInput`` on Eigen's CPU kernels). The value is TensorFlow's, bit for bit;
+    the gradients equal TensorFlow's to float rounding (the kernel gradient is TensorFlow's
+    own op). Strides, dilations, grouped kernels and small inputs fall back to
+    ``tf.nn.convolution`` (as Keras calls it) and its gradients.
+
+    Args:
+        x: ``[N, H, W, Cin]`` float tensor.
+        kernel: ``[kh, kw, Cin, Cout]``, the same dtype.
+        strides, padding, dilations: as ``tf.nn.conv2d``'s (padding ``"SAME"``, ``"VALID"``
+            or explicit pairs).
+
+    Returns:
+        ``[N, Ho, Wo, Cout]``, ``tf.nn.conv2d``'s result.
+
+    Example:
+        >>> x = tf.ones([1, 4, 4, 8]); k = tf.ones([3, 3, 8, 2])
+        >>> with tf.GradientTape() as tape:
+        ...     tape.watch(x); y = tf.reduce_sum(conv2d(x, k, padding="SAME"))
+        >>> g = tape.gradient(y, x)  # outputs that read a pixel x output channels
+        >>> float(g[0, 0, 0, 0]), float(g[0, 1, 1, 0])
+        (8.0, 18.0)
+    """
+    x, kernel = tf.convert_to_tensor(x), tf.convert_to_tensor(kernel)
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "VALID"):
+            raise ValueError(f"padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")
+        padding = padding.upper()
+    else:
+        padding = [list(map(int, p)) for p in padding]
+        if len(padding) == 2:  # [[top, bottom], [left, right]] -> NHWC
+            padding = [[0, 0], *padding, [0, 0]]
+    if _uses_forward(x, kernel, strides, padding, dilations):
+        return _make_stride1(padding)(x, kernel)
+    if isinstance(padding, str):  # dilations by space-to-batch where the CPU kernel has none
+        return tf.nn.convolution(x, kernel, strides, padding, dilations=dilations)
+    return tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)
+
+
+# ------------------------------------------------------------------ Keras Conv2D layers
+
+_LOCK = threading.Lock()
+_DEPTH = [0]
+_ORIGINAL: list[Any] = []
+
+
+def _keras_convolution_op(layer: Any, inputs: Any, kernel: Any) -> Any:
+    """``Conv2D.convolution_op`` while :func:`forward_input_gradients` is active: :func:`conv2d`
+    for a channels-last, ungrouped 2-D convolution, Keras' own operation otherwise."""
+    if (layer.rank == 2 and layer.data_format == "channels_last"
+            and getattr(layer, "groups", 1) == 1 and layer.padding in ("same", "valid")):
+        return conv2d(inputs, kernel, list(layer.strides), layer.padding.upper(),
+                      list(layer.dilation_rate))
+    return _ORIGINAL[0](layer, inputs, kernel)
+
+
+@contextlib.contextmanager
+def forward_input_gradients() -> Iterator[None]:
+    """While active, Keras ``Conv2D`` layers (and subclasses that do not override
+    ``convolution_op``) compute with :func:`conv2d`: same outputs, the input gradient by a
+    forward convolution. Enter it around the tracing of a ``tf.function`` (the attack engine
+    and ``AdversarialTrainer`` do) and the traced graph keeps the faster gradient; nothing
+    about the layers changes (their class, weights, config and saved files stay Keras').
+
+    Re-entrant and shared by threads: the first entry installs the method on
+    ``keras.layers.Conv2D``, the last exit restores Keras' own. A Conv2D layer another thread
+    calls meanwhile computes the same values (its gradient differs from TensorFlow's in the
+    last bits). Layers that call ``tf.nn.conv2d`` themselves are not changed; use
+    :func:`conv2d` there.
+
+    Example:
+        >>> layer = keras.layers.Conv2D(8, 3, padding="same")
+        >>> x = tf.ones([1, 6, 6, 8])
+        >>> with forward_input_gradients():
+        ...     y = layer(x)
+        >>> bool(tf.reduce_all(y == layer(x)))
+        True
+    """
+    with _LOCK:
+        if _DEPTH[0] == 0:
+            _ORIGINAL[:] = [keras.layers.Conv2D.convolution_op,
+                            keras.layers.Conv2D.__dict__.get("convolution_op")]
+            keras.layers.Conv2D.convolution_op = _keras_convolution_op
+        _DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH[0] -= 1
+            if _DEPTH[0] == 0:
+                if _ORIGINAL[1] is None:  # inherited (Keras' BaseConv): inherit it again
+                    del keras.layers.Conv2D.convolution_op
+                else:
+                    keras.layers.Conv2D.convolution_op = _ORIGINAL[1]
+                _ORIGINAL[:] = []
+
+
+def forward_input_gradients_active() -> bool:
+    """Whether :func:`forward_input_gradients` is active (in any thread)."""
+    return _DEPTH[0] > 0
+

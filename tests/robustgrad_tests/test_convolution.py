@@ -1,0 +1,222 @@
+"""robustgrad.convolution: a convolution whose stride-1 input gradient is a forward convolution.
+
+The values are TensorFlow's bit for bit; the gradients equal TensorFlow's own (and central
+finite differences) to float rounding, to first and second order, under XLA too; the fast path is
+really taken where it should be (no ``Conv2DBackpropInput`` in the graph) and nowhere else; the
+Keras seam leaves Keras' class as it found it and saved models plain.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from robustgrad import convolution
+from robustgrad.convolution import conv2d, forward_input_gradients, transpose
+
+RNG = np.random.default_rng(0)
+
+
+def _data(x_shape, k_shape, dtype=tf.float64):
+    x = tf.constant(RNG.normal(size=x_shape), dtype)
+    k = tf.constant(RNG.normal(size=k_shape) / np.sqrt(np.prod(k_shape[:3])), dtype)
+    return x, k
+
+
+def _grads(fn, x, k, order=1):
+    """First order: (dL/dx, dL/dk) of L = sum(y sin y). Second order: the gradients of the
+    squared norm of dL/dx (a gradient penalty) with respect to x and k."""
+    with tf.GradientTape(persistent=True) as outer:
+        outer.watch([x, k])
+        with tf.GradientTape() as inner:
+            inner.watch([x, k])
+            y = fn(x, k)
+            loss = tf.reduce_sum(y * tf.sin(y))
+        gx, gk = inner.gradient(loss, [x, k])
+        penalty = tf.reduce_sum(gx ** 2)
+    if order == 1:
+        return y, gx, gk
+    return y, *outer.gradient(penalty, [x, k])
+
+
+def _ops(fn, *args):
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    return [op.type for op in graph.get_operations()]
+
+
+CASES = [  # (kernel [kh, kw], padding)
+    ((3, 3), "SAME"), ((3, 3), "VALID"), ((2, 2), "SAME"), ((2, 2), "VALID"),
+    ((1, 1), "SAME"), ((3, 2), "SAME"), ((2, 3), "VALID"), ((5, 5), "SAME"),
+    ((3, 3), [[0, 0], [2, 0], [1, 1], [0, 0]]), ((2, 3), [[1, 0], [0, 2]]),
+]
+
+
+@pytest.mark.parametrize("ksize,padding", CASES)
+def test_gradients_equal_tensorflows_to_rounding(ksize, padding):
+    x, k = _data((2, 20, 18, 8), (*ksize, 8, 5))  # "valid": at most 1.25x the positions
+    ref_padding = [[0, 0], *padding, [0, 0]] if isinstance(padding, list) and len(padding) == 2 \
+        else padding
+    y, gx, gk = _grads(lambda a, b: conv2d(a, b, 1, padding), x, k)
+    y0, gx0, gk0 = _grads(lambda a, b: tf.nn.conv2d(a, b, 1, ref_padding), x, k)
+    assert gx.shape == x.shape and gk.shape == k.shape
+    np.testing.assert_array_equal(y.numpy(), y0.numpy())  # the forward is TensorFlow's op
+    np.testing.assert_allclose(gx.numpy(), gx0.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(gk.numpy(), gk0.numpy())  # TensorFlow's kernel gradient
+    # and the fast path was the one taken: no Conv2DBackpropInput in the gradient's graph
+    ops = _ops(lambda a, b: _grads(lambda u, v: conv2d(u, v, 1, padding), a, b), x, k)
+    assert "Conv2DBackpropInput" not in ops and "Conv2DBackpropFilter" in ops
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_gradients_match_finite_differences(padding):
+    x, k = _data((1, 12, 12, 8), (2, 2, 8, 3))
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda a, b: conv2d(a, b, 1, padding), [x, k], delta=1e-6)
+    for t, n in zip(theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("strides,dilations,channels", [
+    (2, 1, 8), ([1, 2], 1, 8), (1, 2, 8), (1, 1, convolution.MIN_CHANNELS - 1)])
+def test_strides_dilations_and_few_channels_keep_tensorflows_gradient(strides, dilations,
+                                                                       channels):
+    x, k = _data((2, 9, 8, channels), (3, 3, channels, 4))
+    for padding in ("SAME", "VALID"):
+        ours = _grads(lambda a, b: conv2d(a, b, strides, padding, dilations), x, k)
+        ref = _grads(lambda a, b: tf.nn.convolution(a, b, strides, padding,
+                                                    dilations=dilations), x, k)
+        for a, b in zip(ours, ref):  # the same ops: bit for bit
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        ops = _ops(lambda a, b: _grads(lambda u, v: conv2d(u, v, strides, padding, dilations),
+                                       a, b), x, k)
+        assert "Conv2DBackpropInput" in ops or dilations != 1  # dilated: by space-to-batch
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_second_order_equals_tensorflows(padding):
+    """A gradient penalty (TRADES-style regularisers, robustgrad.higher) differentiates the
+    custom gradient: it must be right to second order, eagerly and compiled."""
+    x, k = _data((2, 6, 6, 8), (3, 3, 8, 8)) if padding == "SAME" else \
+        _data((2, 16, 16, 8), (2, 2, 8, 8))
+    assert convolution._uses_forward(x, k, 1, padding, 1)
+    for wrap in (lambda f: f, tf.function):
+        ours = wrap(lambda a, b: _grads(lambda u, v: conv2d(u, v, 1, padding), a, b, order=2))
+        ref = wrap(lambda a, b: _grads(lambda u, v: tf.nn.conv2d(u, v, 1, padding), a, b,
+                                       order=2))
+        for a, b in zip(ours(x, k)[1:], ref(x, k)[1:]):
+            assert float(tf.reduce_max(tf.abs(b))) > 1e-3  # a real second derivative
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_valid_on_a_map_not_much_larger_than_the_kernel_keeps_tensorflows_gradient():
+    """The transposed "valid" convolution as a forward one visits every input position where
+    TensorFlow's scatters from the output's: on a 5x5 map with a 5x5 kernel that is 25x the
+    work (CleverHans's tutorial CNN), so TensorFlow's gradient stays."""
+    x, k = _data((2, 5, 5, 8), (5, 5, 8, 4))
+    assert not convolution._uses_forward(x, k, 1, "VALID", 1)
+    ops = _ops(lambda a, b: _grads(lambda u, v: conv2d(u, v, 1, "VALID"), a, b), x, k)
+    assert "Conv2DBackpropInput" in ops
+    big, k3 = _data((2, 32, 32, 8), (3, 3, 8, 4))  # 1024 / 900 positions: the forward one
+    assert convolution._uses_forward(big, k3, 1, "VALID", 1)
+    assert not convolution._uses_forward(big[:, :12, :12], k3, 1, "VALID", 1)  # 144 / 100
+
+
+def test_second_order_by_finite_differences_of_the_first():
+    x, k = _data((1, 4, 4, 8), (3, 3, 8, 2))
+
+    def input_grad(a):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            y = conv2d(a, k, 1, "SAME")
+            loss = tf.reduce_sum(y ** 3)
+        return tape.gradient(loss, a)
+
+    theoretical, numerical = tf.test.compute_gradient(input_grad, [x], delta=1e-6)
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-5, atol=1e-5)
+
+
+def test_compiles_with_xla_on_cpu():
+    x, k = _data((2, 8, 8, 16), (3, 3, 16, 8), tf.float32)
+    fn = tf.function(lambda a, b: _grads(lambda u, v: conv2d(u, v, 1, "SAME"), a, b),
+                     jit_compile=True)
+    ref = _grads(lambda u, v: tf.nn.conv2d(u, v, 1, "SAME"), x, k)
+    for a, b in zip(fn(x, k), ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_transpose_is_the_adjoint_of_the_convolution():
+    """<conv(x), a> = <x, transpose(a)> for every padding kind (the bound engine's use)."""
+    for ksize, padding in CASES:
+        x, k = _data((2, 7, 6, 4), (*ksize, 4, 3))
+        pad4 = [[0, 0], *padding, [0, 0]] if isinstance(padding, list) and len(padding) == 2 \
+            else padding
+        y = tf.nn.conv2d(x, k, 1, pad4)
+        a = tf.constant(RNG.normal(size=y.shape), tf.float64)
+        lhs = tf.reduce_sum(y * a)
+        rhs = tf.reduce_sum(x * transpose(a, k, padding))
+        assert abs(float(lhs - rhs)) < 1e-10 * max(1.0, abs(float(lhs))), (ksize, padding)
+
+
+def test_bad_arguments_are_refused_with_the_accepted_values():
+    x, k = _data((1, 4, 4, 8), (3, 3, 8, 2))
+    with pytest.raises(ValueError, match=r"padding must be 'SAME', 'VALID' or explicit pairs, "
+                                         r"got 'full'"):
+        conv2d(x, k, 1, "full")
+    with pytest.raises(ValueError, match=r"padding must be between 0 and the kernel size - 1 "
+                                         r"\(2, 2\) on each side, got \[\[3, 0\], \[0, 0\]\]"):
+        transpose(tf.zeros([1, 4, 2, 2], tf.float64), k, [[3, 0], [0, 0]])
+
+
+def _model(seed=0):
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((12, 12, 8))
+    h = keras.layers.Conv2D(8, 3, padding="same", name="c1")(inputs)
+    h = keras.layers.ReLU()(h)
+    h = keras.layers.Conv2D(8, 2, padding="valid", name="c2")(h)
+    h = keras.layers.Conv2D(4, 3, strides=2, padding="same", name="c3")(h)
+    return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+
+
+def test_keras_layers_inside_the_scope_compute_the_same_with_the_fast_gradient(tmp_path):
+    model = _model()
+    x = tf.constant(RNG.normal(size=(4, 12, 12, 8)), tf.float32)
+
+    def grads(a):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            loss = tf.reduce_sum(tf.square(model(a)))
+        return [loss, *tape.gradient(loss, [a, *model.trainable_variables])]
+
+    ref = grads(x)
+    inherited = "convolution_op" not in keras.layers.Conv2D.__dict__
+    original = keras.layers.Conv2D.convolution_op
+    with forward_input_gradients():
+        with forward_input_gradients():  # re-entrant
+            assert convolution.forward_input_gradients_active()
+        assert keras.layers.Conv2D.convolution_op is not original
+        ours = grads(x)
+        graph_ops = _ops(grads, x)
+    assert not convolution.forward_input_gradients_active()
+    assert keras.layers.Conv2D.convolution_op is original
+    assert ("convolution_op" not in keras.layers.Conv2D.__dict__) == inherited
+    # c1 and c2 take the forward path; c3 (stride 2) keeps Conv2DBackpropInput
+    assert graph_ops.count("Conv2DBackpropInput") == 1
+    np.testing.assert_array_equal(ours[0].numpy(), ref[0].numpy())
+    for a, b in zip(ours[1:], ref[1:]):  # float32 rounding, relative to the largest entry
+        assert float(tf.reduce_max(tf.abs(a - b))) <= 1e-5 * float(tf.reduce_max(tf.abs(b)))
+    # the model saved after use is plain Keras: it loads without custom objects
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
+    np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+
+
+def test_the_scope_restores_keras_after_an_error():
+    original = keras.layers.Conv2D.convolution_op
+    with pytest.raises(RuntimeError, match="inside"):
+        with forward_input_gradients():
+            raise RuntimeError("inside")
+    assert keras.layers.Conv2D.convolution_op is original
