@@ -69,12 +69,10 @@ MAX_EXTRA_WORK = 1.25
 _Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
 
 
-def _pairs(padding: _Padding, kh: int, kw: int, h: int | None, w: int | None
-           ) -> list[list[int]] | None:
+def _pairs(padding: _Padding, kh: int, kw: int) -> list[list[int]] | None:
     """``padding`` as ``[[top, bottom], [left, right]]`` of a stride-1 convolution, or None for
     a string this module does not handle. ``"SAME"`` pads ``k - 1`` in all, the smaller half on
-    top/left (TensorFlow's rule)."""
-    del h, w  # stride 1: "SAME" does not depend on the size
+    top/left (TensorFlow's rule; at stride 1 it does not depend on the input's size)."""
     if isinstance(padding, str):
         mode = padding.upper()
         if mode == "VALID":
@@ -110,7 +108,7 @@ def transpose(a: tf.Tensor, kernel: tf.Tensor, padding: _Padding = "SAME") -> tf
         TensorShape([1, 6, 6, 5])
     """
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
-    pads = _pairs(padding, kh, kw, None, None)
+    pads = _pairs(padding, kh, kw)
     if pads is None:
         raise ValueError(f"padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")
     (top, bottom), (left, right) = pads
@@ -144,7 +142,7 @@ def _uses_forward(x: tf.Tensor, kernel: tf.Tensor, strides: Any, padding: _Paddi
     if int(kernel.shape[2]) < MIN_CHANNELS:
         return False
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
-    pads = _pairs(padding, kh, kw, None, None)
+    pads = _pairs(padding, kh, kw)
     if pads is None or not all(0 <= p < k for pair, k in zip(pads, (kh, kw)) for p in pair):
         return False
     (top, bottom), (left, right) = pads
@@ -189,12 +187,11 @@ def _make_stride1(padding: _Padding) -> Any:
 
 
 def _raw_padding(padding: _Padding) -> dict:
+    """``Conv2DBackpropFilter``'s padding arguments for :func:`conv2d`'s padding (a string, or
+    the four NHWC pairs it normalised explicit padding to)."""
     if isinstance(padding, str):
         return {"padding": padding}
-    pads = [list(map(int, p)) for p in padding]
-    if len(pads) == 2:
-        pads = [[0, 0], *pads, [0, 0]]
-    return {"padding": "EXPLICIT", "explicit_paddings": [p for pair in pads for p in pair]}
+    return {"padding": "EXPLICIT", "explicit_paddings": [int(p) for pair in padding for p in pair]}
 
 
 def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
