@@ -26,20 +26,25 @@ collection of their copy (``Agent.collect``) and the learner records their batch
   CleanRL) the target network is copied (``tau == 1``) or Polyak-averaged:
   ``target <- tau * online + (1 - tau) * target``.
 
-The seed axis (``num_seeds=S > 1``, DESIGN.md section 8): the same functions with a leading
-``[S, ...]`` on the networks (online and target, :class:`QNetwork` with a list
-of seeds), the observation statistics, Adam (:class:`agents.core._step.SeedAxisAdamStep`: per-seed
-clipping, guard and moments) and the replay buffer (:class:`agents.core.buffers.ReplayBuffer` with
-``num_seeds``: each seed samples its own minibatch from its own transitions, with its own
-priorities). The environments are ``S * num_envs`` (:mod:`agents.backends.seed_axis`), acted on
-epsilon-greedily by each seed's own network; TD losses are reduced per seed and summed (seed
-``s``'s loss depends only on slice ``s``, so the gradient of the sum is the stack of per-seed
-gradients); exploration and replay sampling draw from each seed's own stream as that seed alone
-draws (:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update
-schedule are functions of the step count, which all seeds share. With ``S = 1`` the axis is
-absent and every op is the ordinary agent's. Robust training (``robust="sa"``, ``"adv"``) works
-on the axis: each seed's minibatch is attacked against its own Q-network in its own units, one
-attack call for all seeds (:mod:`agents.robustness.robust`).
+The seed axis (``num_seeds=S``, DESIGN.md section 8; one seed is the axis of one): the same
+functions for every ``S``, every training tensor with a leading ``[S, ...]``: the networks
+(online and target, :class:`QNetwork`), the observation statistics, Adam
+(:func:`agents.core._step.make_seed_axis_step`: per-seed clipping, guard and moments) and the
+replay buffer (:class:`agents.core.buffers.ReplayBuffer` with ``num_seeds``: each seed samples
+its own minibatch from its own transitions, with its own priorities). The environments are ``S
+* num_envs`` (:mod:`agents.backends.seed_axis`), acted on epsilon-greedily by each seed's own
+network; TD losses are reduced per seed and summed (seed ``s``'s loss depends only on slice
+``s``, so the gradient of the sum is the stack of per-seed gradients); exploration and replay
+sampling draw from each seed's own stream as that seed alone draws
+(:mod:`agents.core.streams`). Epsilon, the learning rate, beta and the target-update schedule
+are functions of the step count, which all seeds share. One seed's specialisation lives in
+those axis ops, not here: its layers, statistics and buffer keep an ordinary agent's variables
+(``layer_seed``; its checkpoint and ``get_weights()`` as before) and take the axis of one
+through the plain ops, its streams are the agent's ``rng`` (``SeedStreams.of``), its step the
+fused Adam kernel (``make_seed_axis_step``) and its robustness plug-in sees its own ``[B,
+...]`` (``on_seed_axis``): a one-seed run keeps its bits. Robust training (``robust="sa"``,
+``"adv"``) works on the axis: each seed's minibatch is attacked against its own Q-network in
+its own units, one attack call for all seeds (:mod:`agents.robustness.robust`).
 """
 
 from __future__ import annotations
@@ -57,11 +62,12 @@ from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
 from agents.core import _sums
-from agents.core._step import SeedAxisAdamStep, make_adam_step
+from agents.core._step import make_seed_axis_step, step_on_axis
 from agents.core.base import Agent
 from agents.core.buffers import ReplayBuffer
 from agents.core.compiled import own_function
-from agents.core.networks import MLP, ObsNormalizer, seed_list
+from agents.core.networks import MLP, ObsNormalizer, layer_seed, seed_list
+from agents.core.plugin import on_seed_axis
 from agents.core.policy import PolicySurface
 from agents.core.schedules import linear
 from agents.core.streams import SeedStreams
@@ -92,12 +98,16 @@ def td_target(rewards: tf.Tensor, next_q: tf.Tensor, terminated: tf.Tensor, gamm
 
 class QNetwork(tf.Module):
     """Action values ``Q(s, .)`` for discrete actions. ``seed``: an int (``[B, ...]`` ->
-    ``[B, n_actions]``) or a list of ``S`` seeds (``S`` stacked networks with per-seed observation
+    ``[B, n_actions]``; the seed axis of one ``[1, B, ...]`` -> ``[1, B, n_actions]`` through the
+    same plain layers) or a list of ``S`` seeds (``S`` stacked networks with per-seed observation
     statistics: ``[S, B, ...]`` -> ``[S, B, n_actions]``).
 
     >>> q = QNetwork((4,), 2, (8,), seed=[0, 1])
     >>> q(tf.zeros([2, 3, 4])).shape.as_list()
     [2, 3, 2]
+    >>> one = QNetwork((4,), 2, (8,), seed=0)
+    >>> one(tf.zeros([3, 4])).shape.as_list(), one(tf.zeros([1, 3, 4])).shape.as_list()
+    ([3, 2], [1, 3, 2])
     """
 
     def __init__(self, obs_shape: tuple[int, ...], n_actions: int,
@@ -107,11 +117,14 @@ class QNetwork(tf.Module):
         in_dim = int(np.prod(obs_shape))
         seeds = seed_list(seed)
         self.num_seeds = None if seeds is None else len(seeds)
+        self.obs_rank = len(obs_shape)
         self.obs_norm = ObsNormalizer(tuple(obs_shape), normalize_obs, num_seeds=self.num_seeds)
         self.net = MLP(in_dim, tuple(hidden), n_actions, activation, 1.0, seed, name="mlp")
 
     def __call__(self, obs: tf.Tensor) -> tf.Tensor:
-        return self.net(self.obs_norm(obs))
+        x = self.obs_norm(obs)
+        one = self.num_seeds is None and x.shape.rank == self.obs_rank + 2  # [1, B, ...]
+        return self.net(x[0])[None] if one else self.net(x)
 
     @property
     def trainable(self) -> list[tf.Variable]:
@@ -120,8 +133,8 @@ class QNetwork(tf.Module):
 
 
 def _mean(x: tf.Tensor) -> tf.Tensor:
-    """The mean of ``x [..., B]`` over its last axis: a scalar, or ``[S]`` per seed."""
-    return tf.reduce_mean(x) if x.shape.rank == 1 else tf.reduce_mean(x, axis=-1)
+    """Each seed's mean of ``x [S, B]``: ``[S]``."""
+    return tf.reduce_mean(x, axis=-1)
 
 
 def huber(x: tf.Tensor, delta: float) -> tf.Tensor:
@@ -167,9 +180,8 @@ class DQN(Agent):
         cfg = self.config
         n_actions = int(self.env.single_action_space.n)
         self.n_actions = n_actions
-        many = self.num_seeds > 1
-        self._lead = (self.num_seeds,) if many else ()  # the seed axis, when there is one
-        seed = self.seeds if many else cfg.seed
+        self._lead = (self.num_seeds,)  # the seed axis (one seed: the axis of one)
+        seed = layer_seed(self.seeds)
         self.q = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
                           cfg.normalize_obs, seed, name="q")
         self.q_target = QNetwork(self.obs_shape, n_actions, cfg.hidden_sizes, cfg.activation,
@@ -178,17 +190,12 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s)
         self.variables = self.q.trainable
-        # the random streams: the agent's rng, or each seed's own as alone (agents.core.streams)
-        self.streams = SeedStreams(None, self.seeds) if many else SeedStreams(self.rng)
-        if many:  # per-seed clip, guard and Adam; it is also the checkpoint's "optimizer"
-            self.gradient_step = self.optimizer = SeedAxisAdamStep(
-                self.variables, cfg.learning_rate, cfg.max_grad_norm)
-        else:
-            self.gradient_step, self.optimizer = make_adam_step(  # transforms.adam, fused kernel
-                self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform)
+        self.streams = SeedStreams.of(self.rng, self.seeds)  # each seed's as alone
+        # per-seed clip, guard and Adam (agents.core._step); "optimizer" in the checkpoint
+        self.gradient_step, self.optimizer = make_seed_axis_step(
+            self.variables, cfg.learning_rate, cfg.max_grad_norm, self.transform, self.num_seeds)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, cfg.num_envs,
-                                   cfg.prioritized_replay,
-                                   num_seeds=self.num_seeds if many else None,
+                                   cfg.prioritized_replay, num_seeds=self.num_seeds,
                                    jit_compile=cfg.jit_compile)
         self.grad_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="grad_steps")
         self.epsilon = tf.Variable(cfg.exploration_initial_eps, trainable=False, name="eps")
@@ -251,14 +258,6 @@ class DQN(Agent):
         """Seed ``one`` (an ordinary agent) as slice ``index`` of this one (resume, ``load``;
         :func:`agents.backends.seed_axis.import_seed`)."""
         import_seed(self, index, one)
-
-    def _env_q(self, obs):
-        """``Q(obs, .)`` ``[E, n_actions]`` at the training envs' observations ``obs [E, ...]``
-        (``E = S * num_envs``, seed-major: each seed's block by its own network)."""
-        if not self._lead:
-            return self.q(obs)
-        q = self.q(tf.reshape(obs, self._lead + (self.config.num_envs,) + self.obs_shape))
-        return tf.reshape(q, [-1, self.n_actions])
 
     # -- public model access -------------------------------------------------------------
     def q_values(self, obs: tf.Tensor | np.ndarray) -> tf.Tensor:
@@ -352,13 +351,13 @@ class DQN(Agent):
         return tf.where(timesteps < cfg.learning_starts, 1.0, eps)
 
     def _epsilon_greedy(self, obs, eps):
-        """``[N]`` int32 epsilon-greedy actions at ``obs`` (non-finite entries read as 0)."""
+        """``[E]`` int32 epsilon-greedy actions at the training envs' observations ``obs [E,
+        ...]`` (``E = S * num_envs``, seed-major: each seed's block by its own network, explored
+        from its own stream; non-finite entries read as 0)."""
         safe = tf.where(tf.math.is_finite(obs), obs, tf.zeros_like(obs))
-        greedy = tf.argmax(self._env_q(safe), axis=-1, output_type=tf.int32)
-        if not self._lead:
-            return self._explore(greedy, eps, self.rng)
-        blocks = tf.reshape(greedy, self._lead + (-1,))  # each seed's envs from its own stream
-        return tf.reshape(self.streams.draw(lambda g, a: self._explore(a, eps, g), blocks), [-1])
+        q = self.q(tf.reshape(safe, self._lead + (self.config.num_envs,) + self.obs_shape))
+        greedy = tf.argmax(q, axis=-1, output_type=tf.int32)  # [S, N]
+        return tf.reshape(self.streams.draw(lambda g, a: self._explore(a, eps, g), greedy), [-1])
 
     def _record_graph(self, batch, update_obs_stats):
         """The learner's side of a collected batch, step by step in time order: transitions
@@ -382,13 +381,13 @@ class DQN(Agent):
     # -- update --------------------------------------------------------------------------
     def td_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor
                    ) -> tf.Tensor:
-        """Double-DQN (or plain) TD targets ``[(S,) B]``, under ``tf.stop_gradient``."""
+        """Double-DQN (or plain) TD targets ``[S, B]``, under ``tf.stop_gradient``."""
         cfg = self.config
         next_q_target = self.q_target(next_obs)
         scores = self.q(next_obs) if cfg.double_dqn else next_q_target
         # the robustness plug-in may choose the next action otherwise (WocaR-DQN); the value
         # at the argmax of the target's own scores is exactly their max
-        scores = self.robustness.target_action_scores(next_obs, scores)
+        scores = self._robust_hooks().target_action_scores(next_obs, scores)
         a_star = tf.argmax(scores, axis=-1, output_type=tf.int32)
         next_q = tf.gather(next_q_target, a_star, batch_dims=a_star.shape.rank)
         return td_target(rewards, next_q, terminated, cfg.gamma)
@@ -399,13 +398,13 @@ class DQN(Agent):
         """Mean (``weights``-weighted) Huber loss of ``Q(obs, actions)`` against the TD
         targets (as the robustness plug-in's
         :meth:`~agents.core.plugin.RobustnessPlugin.q_loss` shapes it per example; unchanged
-        without one); returns ``(loss, Q(obs, actions), TD errors)``. With the seed axis every
-        input is ``[S, B, ...]`` and the loss ``[S]``, each seed's mean over its own batch."""
+        without one); returns ``(loss, Q(obs, actions), TD errors)``. Every input is ``[S, B,
+        ...]`` (the seed axis) and the loss ``[S]``, each seed's mean over its own batch."""
         target = self.td_targets(rewards, next_obs, terminated)
         q_all = self.q(obs)
         q = tf.gather(q_all, actions, batch_dims=actions.shape.rank)
         per_example = huber(q - target, self.config.huber_delta)
-        per_example = self.robustness.q_loss(per_example, obs, actions, q_all, target)
+        per_example = self._robust_hooks().q_loss(per_example, obs, actions, q_all, target)
         if weights is not None:
             per_example = weights * per_example
         return _mean(per_example), q, q - target
@@ -413,9 +412,9 @@ class DQN(Agent):
     def _sample(self, beta):
         """Minibatch indices into the replay buffer and their loss weights: uniform, or
         proportional to the priorities (stratified inverse-CDF sampling, float64 CDF) with
-        importance-sampling weights ``(N P(i)) ** -beta / max``."""
-        rng = self.streams.generators if self._lead else self.rng  # each seed's own stream
-        return self.buffer.sample(rng, self.config.batch_size, beta)
+        importance-sampling weights ``(N P(i)) ** -beta / max``, ``[S, B]`` each (each seed's
+        from its own stream)."""
+        return self.buffer.sample(self.streams.generators, self.config.batch_size, beta)
 
     def _update_priorities(self, idx, td):
         """New priorities ``(|td| + eps) ** alpha``; a non-finite TD error (a NaN
@@ -428,11 +427,15 @@ class DQN(Agent):
         for t, s in zip(self.q_target.trainable, self.q.trainable):
             t.assign(s if tau >= 1.0 else tau * s + (1.0 - tau) * t)
 
+    def _robust_hooks(self):
+        """The robustness plug-in's hooks on the seed axis (:func:`agents.core.plugin.on_seed_axis`)."""
+        return on_seed_axis(self.robustness, self.num_seeds)
+
     def _gradient_step(self, batch, weights):
-        """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[(S,) B,
+        """One gradient step on ``batch`` (:meth:`ReplayBuffer.gather`'s fields, ``[S, B,
         ...]``) with importance ``weights`` (or ``None``); returns ``(stats, TD errors)``:
-        the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each with the seed axis)."""
-        robustness = self.robustness  # agents.core.plugin: robust="adv", SA-DQN, WocaR-DQN
+        the step's :data:`TRAIN_STATS` but ``updates_tried`` (``[S]`` each)."""
+        robustness = self._robust_hooks()  # agents.core.plugin: robust="adv", SA-DQN, WocaR-DQN
         robustness.learn_from_replay(batch)  # WocaR-DQN: its worst-attack Q-network
         obs = robustness.learner_observations(batch["obs"])  # the buffer keeps clean ones
         inputs = robustness.regularizer_inputs(obs)  # outside the tape
@@ -444,8 +447,7 @@ class DQN(Agent):
                 term, hinge = robustness.regularizer(obs, inputs)
                 loss = loss + term
         grads = tape.gradient(loss, self.variables)  # of the sum over seeds: each seed's own
-        # without AutoGraph conversion (the step is written with explicit tf.cond)
-        step = tf.autograph.experimental.do_not_convert(self.gradient_step.step)(grads)
+        step = step_on_axis(self.gradient_step, grads)
         self.grad_steps.assign_add(1)
         return {"loss": loss, "q_mean": _mean(q), "sa_hinge": hinge,
                 "grad_norm": step["grad_norm"],
@@ -453,7 +455,7 @@ class DQN(Agent):
 
     def _train_graph(self, n_steps, beta):
         """``n_steps`` gradient steps on replay minibatches (each seed its own); returns
-        :data:`TRAIN_STATS` (``[S]`` each with the seed axis)."""
+        :data:`TRAIN_STATS` (``[S]`` each)."""
         self.trace_counts["train"] += 1
         cfg = self.config
         sums = _sums.zeros(TRAIN_STATS[:-1], self._lead)
@@ -514,18 +516,13 @@ class DQN(Agent):
         return logs, cfg.train_freq * num_envs
 
     def _stats_logs(self, stats) -> dict:
-        """The logs of an iteration's :data:`TRAIN_STATS` (``None``: no gradient step yet). With
-        the seed axis: their means over seeds, and each seed's under ``"per_seed"``."""
-        if stats is None:
-            if not self._lead:
-                return {"updates_tried": 0.0}
-            zeros = [0.0] * self.num_seeds
-            return {"updates_tried": 0.0, "per_seed": {"updates_tried": zeros,
-                                                       "updates_applied": zeros}}
-        if not self._lead:
-            return {k: float(v) for k, v in stats.items()}
-        per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
-        logs: dict[str, float | dict[str, list[float]]] = {
-            k: float(np.mean(v)) for k, v in per_seed.items()}
-        logs["per_seed"] = per_seed
-        return logs
+        """The logs of an iteration's :data:`TRAIN_STATS` ``[S]`` (``None``: no gradient step
+        yet): their means over seeds, and with several seeds each seed's under ``"per_seed"``
+        (:func:`agents.core._sums.seed_logs`)."""
+        if stats is None:  # nothing tried; each seed's applied count is 0 too
+            zeros = np.zeros(self.num_seeds)
+            logs = _sums.seed_logs({"updates_tried": zeros, "updates_applied": zeros},
+                                   self.num_seeds)
+            del logs["updates_applied"]  # its mean is logged once gradient steps are tried
+            return logs
+        return _sums.seed_logs(stats, self.num_seeds)

@@ -49,6 +49,7 @@ from agents.algorithms._iterations import IterationLoop, check_iterations_per_ca
 from agents.backends.distributed import RolloutWorkers
 from agents.backends.factory import make_collector
 from agents.backends.seed_axis import export_seed, import_seed
+from agents.core import _sums
 from agents.core._step import make_seed_axis_step, step_on_axis
 from agents.core.base import Agent
 from agents.core.collectors import GraphCollector, check_batch
@@ -486,11 +487,7 @@ class OnPolicyAgent(Agent):
 
     def _stats_logs(self, stats, lr) -> dict:
         """An iteration's logs from its statistics (tensors or NumPy values) and learning rate."""
-        per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
-        logs: dict[str, float | dict[str, list[float]]] = {  # the mean over seeds
-            k: float(np.mean(v)) for k, v in per_seed.items()}
-        if self.num_seeds > 1:  # and each seed's value
-            logs["per_seed"] = per_seed
+        logs: dict = _sums.seed_logs(stats, self.num_seeds)  # means over seeds, each seed's
         logs["learning_rate"] = lr
         return logs
 

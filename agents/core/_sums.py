@@ -1,6 +1,8 @@
 """Running sums of per-step statistics inside compiled loops (one home for the bookkeeping
 PPO's minibatch loop and DQN's gradient-step loop share).
 
+:func:`seed_logs` turns an iteration's per-seed statistics into its logs (PPO's and DQN's).
+
 The sums are a ``dict`` of scalar tensors, a loop variable AutoGraph carries through
 ``for _ in tf.range(...)``; adding in loop order keeps the results bit-identical to
 hand-written ``s += x`` lines.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -36,3 +39,22 @@ def add(sums: dict, values: dict, weight=None) -> dict:
 def means(sums: dict, n) -> dict:
     """``sums[k] / n`` for every key."""
     return {k: s / n for k, s in sums.items()}
+
+
+def seed_logs(stats: dict, num_seeds: int) -> dict:
+    """An iteration's logs from its per-seed statistics ``{name: [S]}`` (tensors or arrays):
+    each one's mean over the seeds (a float), and with several seeds each seed's value under
+    ``"per_seed"`` (one seed's logs are an ordinary agent's; the mean of one float64 value is
+    that value).
+
+    >>> seed_logs({"loss": [1.0, 3.0]}, 2)
+    {'loss': 2.0, 'per_seed': {'loss': [1.0, 3.0]}}
+    >>> seed_logs({"loss": [1.5]}, 1)
+    {'loss': 1.5}
+    """
+    per_seed = {k: np.asarray(v, np.float64).tolist() for k, v in stats.items()}
+    logs: dict[str, float | dict[str, list[float]]] = {
+        k: float(np.mean(v)) for k, v in per_seed.items()}
+    if num_seeds > 1:
+        logs["per_seed"] = per_seed
+    return logs

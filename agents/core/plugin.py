@@ -185,11 +185,25 @@ class _AxisOfOne(RobustnessPlugin):
         term, value = self.plugin.regularizer(obs[0], inputs)
         return term[None], value[None]
 
+    def learner_observations(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.plugin.learner_observations(obs[0])[None]
+
+    def learn_from_replay(self, batch: dict) -> None:
+        self.plugin.learn_from_replay({k: v[0] for k, v in batch.items()})
+
+    def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+        return self.plugin.target_action_scores(next_obs[0], scores[0])[None]
+
+    def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
+               q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        return self.plugin.q_loss(per_example[0], obs[0], actions[0], q[0], target[0])[None]
+
 
 def on_seed_axis(plugin: RobustnessPlugin, num_seeds: int) -> RobustnessPlugin:
-    """The on-policy hooks of ``plugin`` for an agent whose training tensors carry the seed axis
-    ``[S, ...]``, one seed included: the plug-in itself for ``S > 1`` (it works on the axis) and
-    for ``robust=None``; one seed's plug-in sees its own ``[B, ...]`` tensors."""
+    """The training hooks of ``plugin`` (the on-policy ones and a Q-learner's) for an agent whose
+    training tensors carry the seed axis ``[S, ...]``, one seed included: the plug-in itself for
+    ``S > 1`` (it works on the axis) and for ``robust=None``; one seed's plug-in sees its own
+    ``[B, ...]`` tensors."""
     if num_seeds > 1 or type(plugin) is RobustnessPlugin:
         return plugin
     return _AxisOfOne(plugin)

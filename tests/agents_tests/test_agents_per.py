@@ -31,7 +31,8 @@ def test_sampling_frequencies_and_importance_weights(dqn):
     sample = tf.function(dqn._sample)
     for _ in range(300):
         idx, w = sample(tf.constant(beta))
-        idx, w = idx.numpy(), w.numpy()
+        assert idx.shape == w.shape == (1, dqn.config.batch_size)  # the seed axis of one
+        idx, w = idx.numpy()[0], w.numpy()[0]
         assert idx.min() >= 0 and idx.max() < size
         p = prio[idx] / prio[:size].sum()
         expected_w = (size * p) ** -beta

@@ -153,13 +153,13 @@ def test_replay_buffer_wraps_around_and_gathers():
                 tf.constant([False, True]))
     assert int(buf.size) == 5 and int(buf.pos) == 1
     np.testing.assert_array_equal(buf.obs.numpy()[:, 0], [5.0, 1.0, 2.0, 3.0, 4.0])
-    batch = buf.gather(tf.constant([0, 1], tf.int64))
-    np.testing.assert_array_equal(batch["next_obs"].numpy()[:, 0], [15.0, 11.0])
-    np.testing.assert_array_equal(batch["terminated"].numpy(), [1.0, 1.0])
-    np.testing.assert_array_equal(batch["actions"].numpy(), [2, 0])
+    batch = buf.gather(tf.constant([[0, 1]], tf.int64))  # the seed axis of one: [1, B]
+    np.testing.assert_array_equal(batch["next_obs"].numpy()[..., 0], [[15.0, 11.0]])
+    np.testing.assert_array_equal(batch["terminated"].numpy(), [[1.0, 1.0]])
+    np.testing.assert_array_equal(batch["actions"].numpy(), [[2, 0]])
     np.testing.assert_array_equal(buf.priority.numpy(), np.ones(5))  # entered at the max
-    buf.update_priorities(tf.constant([2], tf.int64), tf.constant([3.0]), alpha=1.0, eps=0.0)
-    assert float(buf.max_priority) == 3.0
+    buf.update_priorities(tf.constant([[2]], tf.int64), tf.constant([[3.0]]), alpha=1.0, eps=0.0)
+    assert buf.max_priority.shape == () and float(buf.max_priority) == 3.0  # a plain buffer's
     buf.add(tf.zeros([2, 1]), tf.constant([0, 0]), tf.zeros([2]), tf.zeros([2, 1]),
             tf.constant([False, False]))
     np.testing.assert_array_equal(buf.priority.numpy()[1:3], [3.0, 3.0])
