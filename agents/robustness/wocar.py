@@ -4,8 +4,9 @@ Liang, Sun, Zheng, Huang, "Efficient Adversarial Training without Attacking: Wor
 Robust Reinforcement Learning", NeurIPS 2022. Instead of training against an attack (SA's inner
 search on every update, ATLA's learned adversary), the agent learns what the *worst* attack
 within eps would cost it, and optimises for that too. Three pieces, all on the agent's own
-rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; DQN's variant, on the
-replay, is :class:`WocaRDQNPlugin`):
+rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; with a Gaussian policy on
+Box actions, :class:`WocaRBoxPlugin`, the admissible set a box of the mean's bounds,
+:mod:`agents.robustness.wocar_box`; DQN's variant, on the replay, is :class:`WocaRDQNPlugin`):
 
 1. **The admissible actions** ``A_adv(s)`` an attacker can induce at ``s``: the actions that can
    be greedy somewhere in the ball ``s ± eps · scale``. Action ``a`` is kept unless some
@@ -74,9 +75,8 @@ the CartPole screen's median worst case 160.5 -> 223 over 3 seeds against SA's 0
 saved before the field existed loads with the ``robust_eps_warmup`` it trained with;
 :class:`agents.robustness.robust.RobustSchedule`); the admissible sets follow the schedule's eps.
 What is not here (yet):
-continuous actions (the paper searches the worst action in the box of the Gaussian mean's
-bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
-with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
+the seed axis (``num_seeds > 1``, PPO, A2C and DQN) and Box actions without finite bounds; each
+is refused with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
 their optimiser are part of the agent's checkpoint (``robustness/``): a loaded ``robust="wocar"``
 agent that learns again goes on with its critic (one saved before 2026-12-04 loads without it and
 starts a fresh one).
@@ -105,8 +105,13 @@ from agents.robustness.certify import difference_upper_bounds, output_bounds
 from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.configs import WocaRSettings
 from agents.robustness.robust import ScheduledPlugin, sa_observations
-from agents.robustness.wocar_box import (SEARCH_STEPS, action_to_unit, admissible_box,
-                                         q_spread_in_box, worst_action_in_box)
+from agents.robustness.wocar_box import (
+    SEARCH_STEPS,
+    action_to_unit,
+    admissible_box,
+    q_spread_in_box,
+    worst_action_in_box,
+)
 from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
 
@@ -115,8 +120,8 @@ if TYPE_CHECKING:
     from agents.core.base import Agent
     from agents.core.policy import PolicySurface
 
-__all__ = ["WocaRBoxPlugin", "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent", "q_scale",
-           "state_importance", "worst_attack_target", "worst_case_bound_loss"]
+__all__ = ["WocaRBoxPlugin", "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions",
+           "check_wocar_agent", "q_scale", "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
 tfd = tfp.distributions
@@ -202,8 +207,8 @@ def _standardize(x: tf.Tensor) -> tf.Tensor:
 
 def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     """The agent's policy surface if WocaR can train it (an on-policy actor-critic with a
-    discrete policy, or a DQN; one seed; a policy network the bound engine bounds with
-    ``method``); else
+    discrete policy or a Gaussian one on Box actions with finite bounds, or a DQN; one seed; a
+    policy network the bound engine bounds with ``method``); else
     a :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
     engine cannot bound)."""
     if int(getattr(agent, "num_seeds", 1)) > 1:
@@ -234,8 +239,9 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
 
 
 def _worst_attack_critic(agent: Agent, learning_rate: float) -> tuple[MLP, MLP, Any, Any]:
-    """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
-    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights), the
+    """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (Box actions: ``Q_w(s,
+    a)``, ``[B, d + k] -> [B, 1]``; the agent's hidden sizes and activation, seeded
+    ``seed + 2``), its target copy (same initial weights), the
     critic's Adam step (``learning_rate``, the agent's gradient-norm clip) and that
     Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
     variables do not move)."""
