@@ -14,6 +14,11 @@ each row's lowest value seen, the clean mean included, so the result is never ab
 ``steps`` forward and backward passes; :func:`q_spread_in_box` runs it twice (a min and a max)
 for the state importance ``ω(s)`` over the whole action space.
 
+On a Pendulum agent at eps 0.2 (standard deviations; docs/benchmarks/robust-rl.md, "WocaR-PPO
+on Box actions") the mean's sampled range is 0.52 wide, the IBP box 2.71 (1.7 ms per 2048-state
+rollout), CROWN-IBP's 1.09 (48 ms), CROWN's 0.69 (247 ms); the box and the search together
+(IBP) 15.7 ms per rollout.
+
 >>> import tensorflow as tf
 >>> q = lambda a: tf.reduce_sum(tf.square(a - 0.3), -1)        # lowest at a = 0.3
 >>> a, v = worst_action_in_box(q, tf.constant([[-1.0]]), tf.constant([[1.0]]),
