@@ -560,10 +560,16 @@ class WocaRBoxPlugin(WocaRPlugin):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(upper - lower, axis=-1)))
-        if self.spec.search_per_rollout:
+        if self.spec.search_per_rollout and self.schedule.target_kappa > 0.0:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
         return _standardize(advantages) + self.weight * _standardize(worst)
+
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        """``None`` (no term, no search) when ``kappa`` is 0; else as the discrete plug-in."""
+        if self.schedule.target_kappa <= 0.0:
+            return None
+        return super().regularizer_inputs(obs)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor,
                                    q: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:

@@ -667,6 +667,28 @@ def test_wocar_ppo_on_box_actions_learns_pendulum_and_its_worst_case_is_below_th
     assert worst.mean() < agent.value(obs).numpy().mean()
 
 
+def test_box_wocar_with_kappa_zero_runs_no_search(monkeypatch):
+    """Box actions, kappa 0: the KL term's inputs (the ``mad`` search, the importance) are not
+    computed and the term is 0; with kappa > 0 the search runs once per rollout, on all of
+    its states."""
+    calls = []
+    search = wocar.sa_observations
+
+    def counting(agent, obs, *args, **kwargs):
+        calls.append(int(obs.shape[0]))
+        return search(agent, obs, *args, **kwargs)
+
+    monkeypatch.setattr(wocar, "sa_observations", counting)
+    for kappa, expected in ((0.0, []), (0.1, [128])):
+        calls.clear()
+        agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=64, preset=None,
+                           backend="graph", robust=agents.WocaR(eps=0.2, kappa=kappa))
+        logs = []
+        agent.learn(256, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+        assert calls == expected, (kappa, calls)
+        assert (logs[-1]["sa_kl"] == 0.0) == (kappa == 0.0)
+
+
 def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natural_one():
     """A short real run (graph backend, 8k steps, a 64-64 Q-network, 32 gradient steps per
     64 env steps): the agent learns well above random (~22), the schedule's weight and the
