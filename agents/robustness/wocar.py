@@ -4,8 +4,9 @@ Liang, Sun, Zheng, Huang, "Efficient Adversarial Training without Attacking: Wor
 Robust Reinforcement Learning", NeurIPS 2022. Instead of training against an attack (SA's inner
 search on every update, ATLA's learned adversary), the agent learns what the *worst* attack
 within eps would cost it, and optimises for that too. Three pieces, all on the agent's own
-rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; DQN's variant, on the
-replay, is :class:`WocaRDQNPlugin`):
+rollout (PPO and A2C with a discrete policy; :class:`WocaRPlugin`; with a Gaussian policy on
+Box actions, :class:`WocaRBoxPlugin`, the admissible set a box of the mean's bounds,
+:mod:`agents.robustness.wocar_box`; DQN's variant, on the replay, is :class:`WocaRDQNPlugin`):
 
 1. **The admissible actions** ``A_adv(s)`` an attacker can induce at ``s``: the actions that can
    be greedy somewhere in the ball ``s ± eps · scale``. Action ``a`` is kept unless some
@@ -74,9 +75,8 @@ the CartPole screen's median worst case 160.5 -> 223 over 3 seeds against SA's 0
 saved before the field existed loads with the ``robust_eps_warmup`` it trained with;
 :class:`agents.robustness.robust.RobustSchedule`); the admissible sets follow the schedule's eps.
 What is not here (yet):
-continuous actions (the paper searches the worst action in the box of the Gaussian mean's
-bounds by PGD on ``Q_w``), the seed axis (``num_seeds > 1``, PPO, A2C and DQN); each is refused
-with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
+the seed axis (``num_seeds > 1``, PPO, A2C and DQN) and Box actions without finite bounds; each
+is refused with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
 their optimiser are part of the agent's checkpoint (``robustness/``): a loaded ``robust="wocar"``
 agent that learns again goes on with its critic (one saved before 2026-12-04 loads without it and
 starts a fresh one).
@@ -94,6 +94,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from agents.core._step import make_adam_step
 from agents.core.networks import MLP
@@ -104,6 +105,13 @@ from agents.robustness.certify import difference_upper_bounds, output_bounds
 from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.configs import WocaRSettings
 from agents.robustness.robust import ScheduledPlugin, sa_observations
+from agents.robustness.wocar_box import (
+    SEARCH_STEPS,
+    action_to_unit,
+    admissible_box,
+    q_spread_in_box,
+    worst_action_in_box,
+)
 from robustgrad.bounds import affine_stack_bounds
 from robustgrad.errors import ConfigError
 
@@ -112,10 +120,11 @@ if TYPE_CHECKING:
     from agents.core.base import Agent
     from agents.core.policy import PolicySurface
 
-__all__ = ["WocaRDQNPlugin", "WocaRPlugin", "admissible_actions", "check_wocar_agent", "q_scale",
-           "state_importance", "worst_attack_target", "worst_case_bound_loss"]
+__all__ = ["WocaRBoxPlugin", "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions",
+           "check_wocar_agent", "q_scale", "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
+tfd = tfp.distributions
 
 def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
                        method: str = "ibp") -> tf.Tensor:
@@ -198,19 +207,23 @@ def _standardize(x: tf.Tensor) -> tf.Tensor:
 
 def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     """The agent's policy surface if WocaR can train it (an on-policy actor-critic with a
-    discrete policy, or a DQN; one seed; a policy network the bound engine bounds with
-    ``method``); else
+    discrete policy or a Gaussian one on Box actions with finite bounds, or a DQN; one seed; a
+    policy network the bound engine bounds with ``method``); else
     a :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
     engine cannot bound)."""
     if int(getattr(agent, "num_seeds", 1)) > 1:
         raise ConfigError(f"num_seeds: WocaR trains one seed per agent here (its worst-attack "
                           f"critic has no seed axis), got num_seeds={agent.num_seeds}; train "
                           f"several agents (agents.train_many)")
-    if not agent.discrete:
-        raise ConfigError(f"env: WocaR here bounds the actions a discrete policy can be pushed "
-                          f"to; {agent.config.env!r} has a continuous action space "
-                          f"({agent.env.single_action_space})")
     surface = agent.policy_surface()
+    if not agent.discrete:
+        low, high = surface.action_low, surface.action_high
+        if low is None or high is None or not (np.all(np.isfinite(low))
+                                               and np.all(np.isfinite(high))):
+            raise ConfigError(f"env: WocaR on Box actions needs finite action bounds (the "
+                              f"worst-attack critic's action input and the admissible box are "
+                              f"clipped to them); {agent.config.env!r} has "
+                              f"{agent.env.single_action_space}")
     if surface.layers is None:
         raise ConfigError("policy network: its policy surface declares no affine layers "
                           "(PolicySurface(layers=...)); the bound engine cannot bound it")
@@ -226,19 +239,21 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
 
 
 def _worst_attack_critic(agent: Agent, learning_rate: float) -> tuple[MLP, MLP, Any, Any]:
-    """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (the agent's hidden
-    sizes and activation, seeded ``seed + 2``), its target copy (same initial weights), the
+    """The worst-attack action-value network ``Q_w(s, .)`` ``[B, A]`` (Box actions: ``Q_w(s,
+    a)``, ``[B, d + k] -> [B, 1]``; the agent's hidden sizes and activation, seeded
+    ``seed + 2``), its target copy (same initial weights), the
     critic's Adam step (``learning_rate``, the agent's gradient-norm clip) and that
     Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
     variables do not move)."""
     cfg = agent.config
-    n_actions = int(agent.env.single_action_space.n)
     in_dim = int(np.prod(agent.obs_shape))
+    if agent.discrete:
+        n_out = int(agent.env.single_action_space.n)
+    else:  # Box actions: Q_w(s, a) of the observation and the action, [d + k] -> [1]
+        in_dim, n_out = in_dim + int(np.prod(agent.env.single_action_space.shape)), 1
     hidden = tuple(cfg.hidden_sizes)
-    critic = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                 name="wocar_critic")
-    target = MLP(in_dim, hidden, n_actions, cfg.activation, 1.0, cfg.seed + 2,
-                 name="wocar_target")
+    critic = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, cfg.seed + 2, name="wocar_critic")
+    target = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, cfg.seed + 2, name="wocar_target")
     step, slots = make_adam_step(critic.trainable_variables, learning_rate, cfg.max_grad_norm)
     return critic, target, step, slots
 
@@ -429,6 +444,165 @@ class WocaRPlugin(_WorstCaseWeighted):
         return self.schedule.kappa * term, term
 
 
+class WocaRBoxPlugin(WocaRPlugin):
+    """``robust="wocar"`` for a Gaussian policy on Box actions (PPO, A2C; the paper's MuJoCo
+    WocaR-PPO), the discrete plug-in's three pieces with actions in a box
+    (:mod:`agents.robustness.wocar_box`):
+
+    1. **the admissible actions** at ``s'``: the box ``[lb, ub]`` of the Gaussian mean over the
+       ball (``wocar_bound``: IBP, CROWN or CROWN-IBP) clipped to the action bounds
+       (:func:`agents.robustness.wocar_box.admissible_box`);
+    2. **the worst-attack critic** ``Q_w(s, a)``, an MLP ``[d + k] -> [1]`` of the normalised
+       observation and the action mapped to ``[-1, 1]``
+       (:func:`agents.robustness.wocar_box.action_to_unit`), trained toward ``r + gamma ·
+       (1 − terminated) · min(Q_w^-(s', a*), Q_w^-(s', mu(s')))``: ``a*`` the worst action of
+       the box for ``Q_w^-`` (``wocar_double``: for the online ``Q_w``), searched once per
+       rollout on its next states (:data:`SEARCH_STEPS` projected sign steps after the box's
+       corners, :func:`agents.robustness.wocar_box.worst_action_in_box`) and revalued by the
+       moving target network at each critic step; the clean mean ``mu(s')`` (clipped) is in
+       the min, so the target never exceeds the clean action's (:meth:`worst_next_values`);
+    3. **the objective and the regulariser**: ``n(A) + w · n(Q_w^-(s, a))`` at the rollout's
+       actions ``a``, and ``kappa · mean_s ω(s) · KL(pi(.|s) || pi(.|s_hat))`` (Gaussian KL,
+       the clean mean and ``log σ`` stopped), ``ω(s)`` the spread ``max_a Q_w^- − min_a Q_w^-``
+       over the whole action space (two searches, :func:`agents.robustness.wocar_box.
+       q_spread_in_box`) normalised to mean 1.
+
+    Logs as the discrete plug-in's; ``wocar_admissible`` is the mean width of the admissible
+    box (summed over action dimensions, in action units) at the rollout's next states. The
+    cost per rollout of ``B`` states and ``k`` action dimensions (``k <= 4``): one bound pass
+    of ``B`` boxes, three searches of ``2^k + 1`` forward and :data:`SEARCH_STEPS` forward and
+    backward passes of ``Q_w`` on ``B`` rows (the target's, and the importance's min and max),
+    and the discrete plug-in's critic epochs."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        low, high = self.surface.action_low, self.surface.action_high
+        assert low is not None and high is not None  # check_wocar_agent
+        self.action_low, self.action_high = low, high
+
+    def q_at(self, obs: tf.Tensor, actions: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, actions)`` ``[B]`` of the target network (``target=False``: the critic)
+        at raw ``obs [B, d]`` and actions ``[B, k]`` in the env's units (clipped to its
+        bounds)."""
+        net = self.target if target else self.critic
+        x = self.surface.normalize(tf.convert_to_tensor(obs, tf.float32))
+        a = action_to_unit(actions, self.action_low, self.action_high)
+        return net(tf.concat([x, a], axis=-1))[:, 0]
+
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        raise TypeError("worst_q: a Box-action worst-attack critic takes actions too; use "
+                        "q_at(obs, actions)")
+
+    def _clean_actions(self, obs: tf.Tensor) -> tf.Tensor:
+        """The policy's mean at ``obs`` clipped to the action bounds, stopped."""
+        return tf.stop_gradient(self.surface.deterministic_actions(obs))
+
+    def worst_actions(self, next_obs: tf.Tensor, eps: float | tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """``(a* [B, k], clean [B, k], lower [B, k], upper [B, k])``: the worst action of the
+        admissible box at ``next_obs`` for the target network (the critic with
+        ``wocar_double``), the clean (clipped) mean and the box; stopped."""
+        lower, upper = admissible_box(self.surface, next_obs, eps, self.bound)
+        clean = self._clean_actions(next_obs)
+        double = self.spec.double
+        a_star, _ = worst_action_in_box(lambda a: self.q_at(next_obs, a, target=not double),
+                                        lower, upper, clean, SEARCH_STEPS)
+        return a_star, clean, lower, upper
+
+    def worst_next_values(self, next_obs: tf.Tensor, a_star: tf.Tensor,
+                          clean: tf.Tensor) -> tf.Tensor:
+        """``min(Q_w^-(s', a*), Q_w^-(s', clean))`` ``[B]``, stopped: never above the target
+        network's value of the clean action."""
+        return tf.stop_gradient(tf.minimum(self.q_at(next_obs, a_star),
+                                           self.q_at(next_obs, clean)))
+
+    def _fit_box_critic(self, batch: dict, a_star: tf.Tensor, clean: tf.Tensor) -> tf.Tensor:
+        """As :meth:`WocaRPlugin._fit_critic` with :meth:`worst_next_values` in the target."""
+        obs, actions = batch["obs"], batch["actions"]
+        rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
+        n = int(obs.shape[0])
+        epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
+        mb = max(n // minibatches, 1)
+        gamma = self.gamma
+        seed = self.agent.draw_seed()
+        perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
+            [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
+            for epoch in range(epochs)])
+
+        def step(i, loss):
+            epoch, j = i // minibatches, i % minibatches
+            idx = perms[epoch, j * mb:(j + 1) * mb]
+            o, a, r, s2, t, w, c = [tf.gather(x, idx) for x in
+                                    (obs, actions, rewards, nxt, term, a_star, clean)]
+            alive = 1.0 - tf.cast(t, tf.float32)
+            target = tf.stop_gradient(tf.cast(r, tf.float32) + gamma * alive *
+                                      self.worst_next_values(s2, w, c))
+            with tf.GradientTape() as tape:
+                q = self.q_at(o, a, target=False)
+                loss = tf.reduce_mean(tf.square(q - target))
+            self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
+            self._polyak()
+            return i + 1, loss
+
+        _, loss = tf.while_loop(lambda i, _: i < epochs * minibatches, step,
+                                (tf.constant(0), tf.constant(0.0)))
+        return loss
+
+    @_plain
+    def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
+        """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; the
+        regulariser's inputs for the whole rollout kept (as the discrete plug-in)."""
+        radius = self.schedule.eps if self.spec.admissible_eps is None else \
+            self.spec.admissible_eps
+        a_star, clean, lower, upper = self.worst_actions(batch["next_obs"], radius)
+        loss = self._fit_box_critic(batch, a_star, clean)
+        worst = tf.stop_gradient(self.q_at(batch["obs"], batch["actions"]))
+        self._stats["wocar_q_loss"].assign(loss)
+        self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
+        self._stats["wocar_admissible"].assign(
+            tf.reduce_mean(tf.reduce_sum(upper - lower, axis=-1)))
+        if self.spec.search_per_rollout and self.schedule.target_kappa > 0.0:
+            self._rollout_inputs = (_current_graph(),
+                                    self.rollout_regularizer_inputs(batch["obs"]))
+        return _standardize(advantages) + self.weight * _standardize(worst)
+
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        """``None`` (no term, no search) when ``kappa`` is 0; else as the discrete plug-in."""
+        if self.schedule.target_kappa <= 0.0:
+            return None
+        return super().regularizer_inputs(obs)
+
+    def rollout_regularizer_inputs(self, obs: tf.Tensor,
+                                   q: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:
+        """``(clean mean [B, k], clean log σ [k], s_hat [B, d], ω(s) [B])``, all stopped (as
+        the discrete plug-in's; ``ω`` from :func:`agents.robustness.wocar_box.q_spread_in_box`
+        of ``Q_w^-`` over the action space; ``q`` is not read)."""
+        cfg, surface = self.agent.config, self.surface
+        obs = tf.stop_gradient(obs)
+        mean = tf.stop_gradient(surface.outputs(obs))
+        log_std = tf.stop_gradient(tf.cast(surface.log_std, tf.float32))
+        obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
+                                  self.agent.draw_seed(), cfg.robust_method)
+        if self.spec.importance:
+            ones = tf.ones_like(mean)
+            spread = q_spread_in_box(lambda a: self.q_at(obs, a), ones * self.action_low,
+                                     ones * self.action_high, self._clean_actions(obs),
+                                     SEARCH_STEPS)
+            importance = state_importance(tf.stack([spread, tf.zeros_like(spread)], -1))
+        else:
+            importance = tf.ones(tf.shape(obs)[:1])
+        return mean, log_std, obs_adv, importance
+
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        if inputs is None:
+            return ScheduledPlugin.regularizer(self, obs, inputs)
+        mean, log_std, obs_adv, importance = inputs
+        clean = tfd.Independent(tfd.Normal(mean, tf.exp(log_std) * tf.ones_like(mean)),
+                                reinterpreted_batch_ndims=1)
+        kl = tfd.kl_divergence(clean, self.surface.distribution(obs_adv))
+        term = tf.reduce_mean(importance * kl)
+        return self.schedule.kappa * term, term
+
+
 def _current_graph() -> Any:
     """The graph being built (``None`` when executing eagerly)."""
     return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
@@ -599,7 +773,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
 def _wocar(agent: Any) -> RobustnessPlugin:
     """The WocaR plug-in of ``agent``: WocaR-DQN for a Q-learner, else the actor-critic's."""
-    return WocaRDQNPlugin(agent) if getattr(agent, "value_based", False) else WocaRPlugin(agent)
+    if getattr(agent, "value_based", False):
+        return WocaRDQNPlugin(agent)
+    return WocaRPlugin(agent) if agent.discrete else WocaRBoxPlugin(agent)
 
 
 register_robustness("wocar", _wocar)
