@@ -14,15 +14,22 @@ enables oneDNN by itself only on CPUs with AVX-512 VNNI/BF16 or AMX), ``Conv2DBa
 is about twice as slow as a forward convolution of the same size; the input gradient is the
 whole backward pass of each attack iteration (``docs/benchmarks/training.md``).
 
+At a stride ``s`` the input gradient splits into ``s x s`` phases (input rows ``s j + p`` receive
+only the kernel rows ``p, p + s, ...``), each a stride-1 forward convolution with its share of the
+taps; :func:`transpose` interleaves them. Their copies cost more than Eigen's transpose gains on
+most shapes: only a large kernel over a small output map wins (:data:`MIN_KERNEL_PER_OUTPUT`).
+
 - :func:`conv2d` -- ``tf.nn.conv2d`` (NHWC) whose input gradient is :func:`transpose` where it
-  applies (stride 1, dilation 1, at least :data:`MIN_CHANNELS` input channels, and a padding
-  that does not make the forward convolution do more than :data:`MAX_EXTRA_WORK` times the
-  transpose's work: "same", or "valid" on a map much larger than the kernel); the kernel
-  gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with TensorFlow's gradients.
-  The custom gradient is made of differentiable operations, so nested tapes (second order)
-  and XLA work through it.
-- :func:`transpose` -- the transpose of a stride-1 convolution as that forward convolution
-  (also the bound engine's CROWN rule, :class:`robustgrad.bounds._rules.Conv2D`).
+  applies (dilation 1, at least :data:`MIN_CHANNELS` input channels; at stride 1 a padding that
+  does not make the forward convolution do more than :data:`MAX_EXTRA_WORK` times the
+  transpose's work: "same", or "valid" on a map much larger than the kernel; at a stride, the
+  same along both axes, at least :data:`MIN_KERNEL_PER_OUTPUT` kernel entries per output
+  position); the kernel gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with
+  TensorFlow's gradients. The custom gradient is made of differentiable operations, so nested
+  tapes (second order) and XLA work through it.
+- :func:`transpose` -- the transpose of a convolution as forward convolutions (also the bound
+  engine's CROWN rule, :class:`robustgrad.bounds._rules.Conv2D`, and its "forward" transpose of
+  strided convolutions).
 - :func:`forward_input_gradients` -- a context in which Keras ``Conv2D`` layers compute with
   :func:`conv2d`: entered while a compiled attack or training step is traced, the graph keeps
   the faster gradient; the layers and saved models stay plain Keras ``Conv2D``.
@@ -51,8 +58,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "conv2d", "forward_input_gradients",
-           "forward_input_gradients_active", "transpose"]
+__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "conv2d",
+           "forward_input_gradients", "forward_input_gradients_active", "transpose"]
 
 # Fewest input channels (the transposed convolution's output channels) for which conv2d uses
 # the forward convolution: Eigen's forward convolution with few output channels is slower than
@@ -65,21 +72,56 @@ MIN_CHANNELS = 8
 # 32x32, 25 for a 5x5 kernel on a 5x5 map (CleverHans's tutorial CNN's last convolution, where
 # the forward convolution made a PGD-10 pass 7% slower).
 MAX_EXTRA_WORK = 1.25
+# Fewest kernel entries (kh kw Cin Cout) per output position (Ho Wo) of a strided convolution
+# whose input gradient conv2d computes by stride phases. Eigen's Conv2DBackpropInput is one
+# matrix product per shard of images into a column buffer, the shards sized to a fixed working
+# set that the kernel shares: a large kernel over a small map leaves products of few rows, and
+# it falls from ~60 to 10-30 GFLOP/s, where the phases' convolutions keep ~40-50 (overhead
+# included: the interleave and crop are copies of the input gradient). Measured on this
+# project's 2-core AVX2 CPU, one thread, batch 128-256, 23 shapes
+# (docs/benchmarks/training.md, "Strided convolutions"): every shape with 11.8k entries per
+# position or more ran 0.26-0.88x TensorFlow's time, every shape at 7.2k or fewer 0.98-2.1x
+# but one (a 4x4 kernel at 2k, 0.81x; missed, the safe side).
+MIN_KERNEL_PER_OUTPUT = 8192
 
 _Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
 
 
-def _pairs(padding: _Padding, kh: int, kw: int) -> list[list[int]] | None:
-    """``padding`` as ``[[top, bottom], [left, right]]`` of a stride-1 convolution, or None for
-    a string this module does not handle. ``"SAME"`` pads ``k - 1`` in all, the smaller half on
-    top/left (TensorFlow's rule; at stride 1 it does not depend on the input's size)."""
+def _stride(strides: Any) -> int | None:
+    """The stride of ``strides`` (an int, ``[sh, sw]`` or NHWC ``[1, sh, sw, 1]``) when it is
+    the same along both spatial axes, else None."""
+    vals = [strides] if isinstance(strides, int) else [int(s) for s in strides]
+    if len(vals) == 4:
+        if vals[0] != 1 or vals[3] != 1:
+            return None
+        vals = vals[1:3]
+    if len(vals) == 1:
+        vals = vals * 2
+    if len(vals) != 2 or vals[0] != vals[1] or vals[0] < 1:
+        return None
+    return int(vals[0])
+
+
+def _pairs(padding: _Padding, kh: int, kw: int, stride: int = 1,
+           size: tuple[int, int] | None = None) -> list[list[int]] | None:
+    """``padding`` as ``[[top, bottom], [left, right]]`` of a convolution with this stride, or
+    None for a string this module does not handle (or "SAME" at a stride > 1 without the input's
+    ``size``). ``"SAME"`` pads ``max((ceil(H / s) - 1) s + k - H, 0)`` in all, the smaller half
+    on top/left (TensorFlow's rule; ``k - 1`` at stride 1, whatever the size)."""
     if isinstance(padding, str):
         mode = padding.upper()
         if mode == "VALID":
             return [[0, 0], [0, 0]]
-        if mode == "SAME":
-            return [[(kh - 1) // 2, kh - 1 - (kh - 1) // 2], [(kw - 1) // 2, kw - 1 - (kw - 1) // 2]]
-        return None
+        if mode != "SAME":
+            return None
+        if stride == 1:
+            totals = [kh - 1, kw - 1]
+        elif size is None:
+            return None
+        else:
+            totals = [max((-(-n // stride) - 1) * stride + k - n, 0)
+                      for n, k in zip(size, (kh, kw))]
+        return [[t // 2, t - t // 2] for t in totals]
     pads = [list(map(int, p)) for p in padding]
     if len(pads) == 4:  # NHWC explicit: batch and channel pairs must be zero
         if pads[0] != [0, 0] or pads[3] != [0, 0]:
@@ -88,71 +130,132 @@ def _pairs(padding: _Padding, kh: int, kw: int) -> list[list[int]] | None:
     return pads if len(pads) == 2 else None
 
 
-def transpose(a: tf.Tensor, kernel: tf.Tensor, padding: _Padding = "SAME") -> tf.Tensor:
-    """The transpose of the stride-1, undilated convolution ``tf.nn.conv2d(x, kernel, 1,
-    padding)`` applied to ``a``, as one forward convolution with the flipped kernel.
+def transpose(a: tf.Tensor, kernel: tf.Tensor, padding: _Padding = "SAME", strides: Any = 1,
+              input_size: Any = None) -> tf.Tensor:
+    """The transpose of the undilated convolution ``tf.nn.conv2d(x, kernel, strides, padding)``
+    applied to ``a``, by forward convolutions with the flipped kernel: one at stride 1; at a
+    stride ``s``, one per stride phase (the input rows ``s j + p`` receive only the kernel rows
+    ``p, p + s, ...``; likewise columns), interleaved by ``depth_to_space``. Each phase is a
+    stride-1 convolution with ``ceil((k - p) / s)`` taps a side, so the phases together do the
+    kernel's ``k x k`` multiply-adds per output position, as the transpose does; a phase without
+    taps (``k < s``) is zeros.
 
     Args:
         a: ``[N, Ho, Wo, Cout]`` (an output gradient, or CROWN's linear coefficients).
         kernel: ``[kh, kw, Cin, Cout]``, the convolution's kernel, same dtype as ``a``.
         padding: the convolution's: ``"SAME"``, ``"VALID"`` or explicit
             ``[[top, bottom], [left, right]]`` (or the NHWC four pairs), each at most ``k - 1``.
+        strides: the convolution's stride, the same along both axes: an int, ``[s, s]`` or
+            ``[1, s, s, 1]``.
+        input_size: ``(H, W)``, the convolution's input size; required at a stride > 1 (several
+            sizes give the same output size there), implied by ``a`` at stride 1.
 
     Returns:
-        ``[N, H, W, Cin]`` with ``H = Ho - top - bottom + kh - 1`` (the convolution's input
-        size), equal to ``Conv2DBackpropInput`` to float rounding.
+        ``[N, H, W, Cin]`` (at stride 1 ``H = Ho - top - bottom + kh - 1``), equal to
+        ``Conv2DBackpropInput`` to float rounding.
 
     Example:
         >>> a = tf.ones([1, 4, 4, 2]); k = tf.ones([3, 3, 5, 2])
         >>> transpose(a, k, "VALID").shape  # the input of a 6x6 -> 4x4 convolution
         TensorShape([1, 6, 6, 5])
+        >>> transpose(a, k, "SAME", strides=2, input_size=(8, 7)).shape  # 8x7 -> 4x4
+        TensorShape([1, 8, 7, 5])
     """
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
-    pads = _pairs(padding, kh, kw)
+    stride = _stride(strides)
+    if stride is None:
+        raise ValueError(f"strides must be one positive stride for both axes (an int, [s, s] or "
+                         f"[1, s, s, 1]), got {strides!r}")
+    size: tuple[int, int] | None = None
+    if input_size is not None:
+        dims = tuple(int(n) for n in input_size)
+        if len(dims) != 2 or min(dims) < 1:
+            raise ValueError(f"input_size must be two positive ints (H, W), got {input_size!r}")
+        size = (dims[0], dims[1])
+    elif stride > 1:
+        raise ValueError(f"input_size (H, W) is required at stride {stride}, got None")
+    pads = _pairs(padding, kh, kw, stride, size)
     if pads is None:
         raise ValueError(f"padding must be 'SAME', 'VALID' or explicit pairs, got {padding!r}")
     (top, bottom), (left, right) = pads
     if not (0 <= top < kh and 0 <= bottom < kh and 0 <= left < kw and 0 <= right < kw):
         raise ValueError(f"padding must be between 0 and the kernel size - 1 "
                          f"({kh - 1}, {kw - 1}) on each side, got {pads}")
-    flipped = tf.transpose(kernel[::-1, ::-1], [0, 1, 3, 2])
-    if isinstance(padding, str) and padding.upper() == "SAME" and kh % 2 == 1 and kw % 2 == 1:
-        return tf.nn.conv2d(a, flipped, 1, "SAME")  # symmetric: the same padding
-    full = [[0, 0], [kh - 1 - top, kh - 1 - bottom], [kw - 1 - left, kw - 1 - right], [0, 0]]
-    if all(p == 0 for pair in full for p in pair):
-        return tf.nn.conv2d(a, flipped, 1, "VALID")
-    return tf.nn.conv2d(a, flipped, 1, full)
+    if stride == 1:
+        flipped = tf.transpose(kernel[::-1, ::-1], [0, 1, 3, 2])
+        if isinstance(padding, str) and padding.upper() == "SAME" and kh % 2 and kw % 2:
+            return tf.nn.conv2d(a, flipped, 1, "SAME")  # symmetric: the same padding
+        full = [[0, 0], [kh - 1 - top, kh - 1 - bottom], [kw - 1 - left, kw - 1 - right], [0, 0]]
+        if all(p == 0 for pair in full for p in pair):
+            return tf.nn.conv2d(a, flipped, 1, "VALID")
+        return tf.nn.conv2d(a, flipped, 1, full)
+    assert size is not None  # required above at a stride
+    return _phases(a, kernel, stride, pads, size)
+
+
+def _phases(a: tf.Tensor, kernel: tf.Tensor, s: int, pads: list[list[int]],
+            size: tuple[int, int]) -> tf.Tensor:
+    """:func:`transpose` at stride ``s > 1``: the gradient with respect to the padded input,
+    row ``s j + p`` = ``sum_u a[j - u] kernel[p + s u]``, is for each phase ``p`` a stride-1
+    "full" convolution of ``a`` with that phase's taps reversed; ``J = ceil(padded size / s)``
+    rows per phase, interleaved, then the padding cropped."""
+    kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
+    (top, bottom), (left, right) = pads
+    h, w = int(a.shape[1]), int(a.shape[2])
+    rows, cols = -(-(size[0] + top + bottom) // s), -(-(size[1] + left + right) // s)
+    swapped = tf.transpose(kernel, [0, 1, 3, 2])  # [kh, kw, Cout, Cin]
+    n, cin = tf.shape(a)[0], int(kernel.shape[2])
+    outs = []
+    for p in range(s):
+        taps_h = len(range(p, kh, s))
+        for q in range(s):
+            taps_w = len(range(q, kw, s))
+            if taps_h == 0 or taps_w == 0:
+                outs.append(tf.zeros(tf.stack([n, rows, cols, cin]), a.dtype))
+                continue
+            phase = swapped[p::s, q::s][::-1, ::-1]
+            full = [[0, 0], [taps_h - 1, rows - h], [taps_w - 1, cols - w], [0, 0]]
+            if all(v == 0 for pair in full for v in pair):
+                outs.append(tf.nn.conv2d(a, phase, 1, "VALID"))
+            else:
+                outs.append(tf.nn.conv2d(a, phase, 1, full))
+    y = tf.nn.depth_to_space(tf.reshape(tf.stack(outs, axis=3), tf.stack([n, rows, cols,
+                                                                          s * s * cin])), s)
+    return y[:, top:top + size[0], left:left + size[1]]
 
 
 def _uses_forward(x: tf.Tensor, kernel: tf.Tensor, strides: Any, padding: _Padding,
                   dilations: Any) -> bool:
     """Whether :func:`conv2d` gives this convolution the forward-convolution input gradient."""
-    def ones(v: Any) -> bool:
-        vals = [v] if isinstance(v, int) else list(v)
-        if len(vals) == 4:
-            vals = vals[1:3]
-        return all(int(s) == 1 for s in vals)
-
     if x.shape.rank != 4 or kernel.shape.rank != 4 or not kernel.shape.is_fully_defined():
         return False
     if x.shape[-1] is None or int(x.shape[-1]) != int(kernel.shape[2]):  # groups
         return False
-    if not (ones(strides) and ones(dilations)):
+    stride = _stride(strides)
+    if stride is None or _stride(dilations) != 1:
         return False
     if int(kernel.shape[2]) < MIN_CHANNELS:
         return False
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
-    pads = _pairs(padding, kh, kw)
+    h, w = x.shape[1], x.shape[2]
+    size = None if h is None or w is None else (int(h), int(w))
+    pads = _pairs(padding, kh, kw, stride, size)
     if pads is None or not all(0 <= p < k for pair, k in zip(pads, (kh, kw)) for p in pair):
         return False
     (top, bottom), (left, right) = pads
+    if stride > 1:
+        if size is None:
+            return False
+        ho = (size[0] + top + bottom - kh) // stride + 1
+        wo = (size[1] + left + right - kw) // stride + 1
+        entries = kh * kw * int(kernel.shape[2]) * int(kernel.shape[3])
+        return ho > 0 and wo > 0 and entries >= MIN_KERNEL_PER_OUTPUT * ho * wo
     if top + bottom == kh - 1 and left + right == kw - 1:  # output size = input size
         return True
-    h, w = x.shape[1], x.shape[2]
-    if h is None or w is None:
+    if size is None:
         return False
-    ho, wo = int(h) + top + bottom - kh + 1, int(w) + left + right - kw + 1
-    return ho > 0 and wo > 0 and int(h) * int(w) <= MAX_EXTRA_WORK * ho * wo
+    ho, wo = size[0] + top + bottom - kh + 1, size[1] + left + right - kw + 1
+    return ho > 0 and wo > 0 and size[0] * size[1] <= MAX_EXTRA_WORK * ho * wo
 
 
 def _after(t: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
@@ -166,19 +269,20 @@ def _after(t: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
     return t + tf.cast(tf.reduce_any(tf.logical_and(flag, tf.logical_not(flag))), t.dtype)
 
 
-def _make_stride1(padding: _Padding) -> Any:
-    """The custom-gradient stride-1 convolution for one padding."""
+def _make(padding: _Padding, stride: int, size: tuple[int, int] | None) -> Any:
+    """The custom-gradient convolution for one padding, stride and input size (H, W)."""
     tf_padding = padding.upper() if isinstance(padding, str) else padding
+    strides = [1, stride, stride, 1]
 
     @tf.custom_gradient
     def conv(x, kernel):
-        y = tf.nn.conv2d(x, kernel, 1, tf_padding)
+        y = tf.nn.conv2d(x, kernel, strides, tf_padding)
 
         def grad(dy):
-            dx = transpose(dy, _after(kernel, dy), tf_padding)
+            dx = transpose(dy, _after(kernel, dy), tf_padding, stride, size)
             dk = tf.raw_ops.Conv2DBackpropFilter(
                 input=x, filter_sizes=tf.shape(kernel), out_backprop=dy,
-                strides=[1, 1, 1, 1], **_raw_padding(tf_padding))
+                strides=strides, **_raw_padding(tf_padding))
             return dx, dk
 
         return y, grad
@@ -197,12 +301,13 @@ def _raw_padding(padding: _Padding) -> dict:
 def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
            dilations: Any = 1) -> tf.Tensor:
     """``tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)`` (NHWC) whose input
-    gradient, for a stride-1 undilated convolution with at least :data:`MIN_CHANNELS` input
-    channels (and, for "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit), is
-    the forward convolution :func:`transpose` (about twice as fast as TensorFlow's
+    gradient, for an undilated convolution with at least :data:`MIN_CHANNELS` input channels
+    (at stride 1 and "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit; at a
+    stride, at least :data:`MIN_KERNEL_PER_OUTPUT` kernel entries per output position), is
+    :func:`transpose`'s forward convolution(s) (up to 3x as fast as TensorFlow's
     ``Conv2DBackpropInput`` on Eigen's CPU kernels). The value is TensorFlow's, bit for bit;
     the gradients equal TensorFlow's to float rounding (the kernel gradient is TensorFlow's
-    own op). Strides, dilations, grouped kernels and small inputs fall back to
+    own op). Other strides, dilations, grouped kernels and small inputs fall back to
     ``tf.nn.convolution`` (as Keras calls it) and its gradients.
 
     Args:
@@ -232,7 +337,9 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
         if len(padding) == 2:  # [[top, bottom], [left, right]] -> NHWC
             padding = [[0, 0], *padding, [0, 0]]
     if _uses_forward(x, kernel, strides, padding, dilations):
-        return _make_stride1(padding)(x, kernel)
+        size = None if x.shape[1] is None or x.shape[2] is None else \
+            (int(x.shape[1]), int(x.shape[2]))
+        return _make(padding, _stride(strides) or 1, size)(x, kernel)
     if isinstance(padding, str):  # dilations by space-to-batch where the CPU kernel has none
         return tf.nn.convolution(x, kernel, strides, padding, dilations=dilations)
     return tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)

@@ -51,7 +51,8 @@ def channel_dot(a, c):
 
 
 # How a convolution's transpose is computed: "native" (TensorFlow's Conv2DBackpropInput),
-# "forward" (a forward convolution with the flipped kernel, by phases for a stride: the same sums)
+# "forward" (forward convolutions with the flipped kernel, one per stride phase:
+# robustgrad.convolution.transpose; the same sums)
 # or "same" (the default: the forward convolution only where it is one "same" convolution, the
 # dense transpose of a stride-1 "same" convolution with an odd kernel and at least
 # SAME_MIN_CHANNELS input channels; native elsewhere: 8% off CROWN-IBP on a 28x28 CNN at batch
@@ -72,16 +73,8 @@ def conv_transpose_valid(a, kernel, strides):
     if TRANSPOSE != "forward" or sh != sw:
         return tf.nn.conv2d_transpose(a, kernel, tf.stack([tf.shape(a)[0], oh, ow, cin]),
                                       [1, sh, sw, 1], "VALID")
-    s = sh
-    mh, mw = -(-kh // s), -(-kw // s)  # taps per phase
-    k = tf.pad(kernel, [[0, mh * s - kh], [0, mw * s - kw], [0, 0], [0, 0]])
-    k = tf.reshape(k, [mh, s, mw, s, cin, cout])[::-1, :, ::-1]  # tap t, phase p: row t s + p
-    k = tf.reshape(tf.transpose(k, [0, 2, 5, 1, 3, 4]), [mh, mw, cout, s * s * cin])
-    y = tf.nn.conv2d(tf.pad(a, [[0, 0], [mh - 1, mh - 1], [mw - 1, mw - 1], [0, 0]]), k, 1,
-                     "VALID")
-    if s > 1:
-        y = tf.nn.depth_to_space(y, s)
-    return y[:, :oh, :ow]
+    # the stride phases' forward convolutions (robustgrad.convolution's input gradient)
+    return convolution.transpose(a, kernel, "VALID", sh, (oh, ow))
 
 
 def _merge_batch_spec(a):

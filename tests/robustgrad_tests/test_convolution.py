@@ -169,6 +169,92 @@ def test_bad_arguments_are_refused_with_the_accepted_values():
         transpose(tf.zeros([1, 4, 2, 2], tf.float64), k, [[3, 0], [0, 0]])
 
 
+STRIDED = [  # (input H, W, kernel [kh, kw], stride, padding): odd and even kernels, 1x1
+    (9, 9, (3, 3), 2, "VALID"), (10, 10, (3, 3), 2, "SAME"), (9, 9, (3, 3), 2, "SAME"),
+    (10, 9, (4, 4), 2, "SAME"), (11, 11, (4, 2), 2, "VALID"), (8, 8, (1, 1), 2, "VALID"),
+    (14, 14, (6, 6), 2, "VALID"), (10, 10, (5, 5), 3, "SAME"), (11, 11, (2, 2), 3, "VALID"),
+    (10, 9, (3, 3), 2, [[0, 0], [1, 0], [2, 1], [0, 0]]),
+]
+
+
+@pytest.mark.parametrize("size,ksize,stride,padding", [(c[:2], *c[2:]) for c in STRIDED])
+def test_strided_gradients_equal_tensorflows_to_rounding(monkeypatch, size, ksize, stride,
+                                                         padding):
+    """At a stride the input gradient is the stride phases' forward convolutions: TensorFlow's
+    values to float64 rounding, the value and the kernel gradient TensorFlow's own ops."""
+    monkeypatch.setattr(convolution, "MIN_KERNEL_PER_OUTPUT", 0)  # every shape takes the path
+    x, k = _data((2, *size, 8), (*ksize, 8, 5))
+    assert convolution._uses_forward(x, k, stride, padding, 1)
+    y, gx, gk = _grads(lambda a, b: conv2d(a, b, stride, padding), x, k)
+    y0, gx0, gk0 = _grads(lambda a, b: tf.nn.conv2d(a, b, stride, padding), x, k)
+    assert gx.shape == x.shape
+    np.testing.assert_array_equal(y.numpy(), y0.numpy())
+    np.testing.assert_allclose(gx.numpy(), gx0.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(gk.numpy(), gk0.numpy())
+    ops = _ops(lambda a, b: _grads(lambda u, v: conv2d(u, v, stride, padding), a, b), x, k)
+    assert "Conv2DBackpropInput" not in ops and "Conv2DBackpropFilter" in ops
+    # the bound engine's use: the adjoint of the convolution
+    a = tf.constant(RNG.normal(size=y0.shape), tf.float64)
+    lhs = float(tf.reduce_sum(y0 * a))
+    rhs = float(tf.reduce_sum(x * transpose(a, k, padding, stride, size)))
+    assert abs(lhs - rhs) < 1e-10 * max(1.0, abs(lhs))
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_strided_gradients_match_finite_differences_and_second_order(monkeypatch, padding):
+    monkeypatch.setattr(convolution, "MIN_KERNEL_PER_OUTPUT", 0)
+    x, k = _data((1, 9, 8, 8), (3, 3, 8, 3))
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda a, b: conv2d(a, b, 2, padding), [x, k], delta=1e-6)
+    for t, n in zip(theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-6)
+    for wrap in (lambda f: f, tf.function):
+        ours = wrap(lambda a, b: _grads(lambda u, v: conv2d(u, v, 2, padding), a, b, order=2))
+        ref = wrap(lambda a, b: _grads(lambda u, v: tf.nn.conv2d(u, v, 2, padding), a, b,
+                                       order=2))
+        for a, b in zip(ours(x, k)[1:], ref(x, k)[1:]):
+            assert float(tf.reduce_max(tf.abs(b))) > 1e-3  # a real second derivative
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_strided_compiles_with_xla_on_cpu(monkeypatch):
+    monkeypatch.setattr(convolution, "MIN_KERNEL_PER_OUTPUT", 0)
+    x, k = _data((2, 11, 11, 16), (3, 3, 16, 8), tf.float32)
+    fn = tf.function(lambda a, b: _grads(lambda u, v: conv2d(u, v, 2, "SAME"), a, b),
+                     jit_compile=True)
+    ref = _grads(lambda u, v: tf.nn.conv2d(u, v, 2, "SAME"), x, k)
+    for a, b in zip(fn(x, k), ref):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,k_shape,stride,padding,forward", [
+    ((1, 18, 18, 320), (3, 3, 320, 640), 2, "VALID", True),  # WRN-28-10 group 3's entry
+    ((1, 34, 34, 160), (3, 3, 160, 320), 2, "VALID", False),  # group 2's entry: 16x16 out
+    ((1, 16, 16, 320), (1, 1, 320, 640), 2, "VALID", False),  # group 3's 1x1 shortcut
+    ((1, 14, 14, 64), (6, 6, 64, 128), 2, "VALID", True),  # CleverHans's CNN, 2nd conv
+    ((1, 28, 28, 1), (8, 8, 1, 64), 2, "SAME", False),  # its first: one input channel
+    ((1, 18, 18, 320), (3, 3, 320, 640), [2, 1], "VALID", False),  # unequal strides
+    ((1, None, None, 320), (3, 3, 320, 640), 2, "VALID", False),  # size unknown
+])
+def test_strided_path_is_taken_by_the_measured_rule(x_shape, k_shape, stride, padding, forward):
+    """Stride phases where the kernel has at least MIN_KERNEL_PER_OUTPUT entries per output
+    position (there Eigen's transpose is slow: the shapes of the measurements)."""
+    x = tf.TensorSpec(x_shape, tf.float32)
+    k = tf.zeros(k_shape)
+    assert convolution._uses_forward(x, k, stride, padding, 1) is forward
+
+
+def test_strided_transpose_refuses_bad_arguments():
+    a, k = tf.zeros([1, 4, 4, 2]), tf.zeros([3, 3, 5, 2])
+    with pytest.raises(ValueError, match=r"input_size \(H, W\) is required at stride 2"):
+        transpose(a, k, "SAME", 2)
+    with pytest.raises(ValueError, match=r"strides must be one positive stride for both axes"):
+        transpose(a, k, "SAME", [2, 1], (8, 8))
+    with pytest.raises(ValueError, match=r"input_size must be two positive ints \(H, W\), "
+                                         r"got \(8, 0\)"):
+        transpose(a, k, "SAME", 2, (8, 0))
+
+
 def _model(seed=0):
     keras.utils.set_random_seed(seed)
     inputs = keras.Input((12, 12, 8))
@@ -212,6 +298,26 @@ def test_keras_layers_inside_the_scope_compute_the_same_with_the_fast_gradient(t
     loaded = keras.models.load_model(path)
     assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
     np.testing.assert_array_equal(loaded(x).numpy(), model(x).numpy())
+
+
+def test_keras_strided_layer_takes_the_phases_where_the_rule_says(monkeypatch):
+    model = _model()
+    x = tf.constant(RNG.normal(size=(4, 12, 12, 8)), tf.float32)
+
+    def grads(a):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            loss = tf.reduce_sum(tf.square(model(a)))
+        return [loss, *tape.gradient(loss, [a, *model.trainable_variables])]
+
+    ref = grads(x)
+    monkeypatch.setattr(convolution, "MIN_KERNEL_PER_OUTPUT", 1)  # c3: 288 entries, 36 outputs
+    with forward_input_gradients():
+        ours = grads(x)
+        graph_ops = _ops(grads, x)
+    assert graph_ops.count("Conv2DBackpropInput") == 0
+    for a, b in zip(ours[1:], ref[1:]):
+        assert float(tf.reduce_max(tf.abs(a - b))) <= 1e-5 * float(tf.reduce_max(tf.abs(b)))
 
 
 def test_the_scope_restores_keras_after_an_error():
