@@ -543,6 +543,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
                                  "wocar_bound_loss", "wocar_td_loss", "wocar_width",
                                  "wocar_scale")}
+        self._replay_calls = tf.Variable(0, trainable=False, dtype=tf.int64,
+                                         name="wocar_replay_calls")
 
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
@@ -558,7 +560,19 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
     @_plain
     def learn_from_replay(self, batch: dict) -> None:
-        """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1)."""
+        """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1) on
+        every ``spec.q_every``-th call (the first included), nothing on the others."""
+        every = self.spec.q_every
+        if every <= 1:
+            self._worst_step(batch)
+            return
+        due = tf.equal(self._replay_calls % every, 0)
+        self._replay_calls.assign_add(1)
+        tf.cond(due, lambda: self._worst_step(batch), lambda: tf.constant(0.0))
+
+    def _worst_step(self, batch: dict) -> tf.Tensor:
+        """One Adam step of the worst-attack Q-network toward its targets on ``batch``, the
+        target copy's Polyak step and the logs; returns the loss."""
         obs, actions = batch["obs"], batch["actions"]
         target, admissible = self.worst_attack_targets(batch)
         delta = self.huber_delta
@@ -573,6 +587,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(q))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+        return loss
 
     def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
         """``(1 − w) · scores + w · Q_w^-(next_obs)`` (class doc, 2), stopped."""
@@ -583,8 +598,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
                q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
-        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
-                               self.bound)
+        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps, "ibp")
         target = tf.stop_gradient(target)
         scale = q_scale(target)
         wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
