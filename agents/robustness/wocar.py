@@ -496,9 +496,10 @@ def q_scale(target: tf.Tensor) -> tf.Tensor:
 class WocaRDQNPlugin(_WorstCaseWeighted):
     """``robust="wocar"`` for DQN (WocaR-DQN; the paper's DQN code, its RADIAL-based version):
 
-    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (``q_lr``, Huber) per
-       gradient step of the agent on the same replayed minibatch
-       (:meth:`learn_from_replay`) toward :func:`worst_attack_target`: ``r + gamma · (1 −
+    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (``q_lr``, Huber) on the
+       replayed minibatch of every ``q_every``-th gradient step of the agent (default 10, the
+       paper's ``worst_rate``; :meth:`learn_from_replay`) toward
+       :func:`worst_attack_target`: ``r + gamma · (1 −
        terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``, ``A_adv(s')`` the actions the
        attacker can make greedy for the agent's *own* Q-network within the schedule's eps
        (:func:`admissible_actions` at ``wocar_bound``), ``Q_w^-`` a Polyak-averaged target
@@ -512,8 +513,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     3. **the importance-weighted worst-case term**: the per-example loss is ``(1 − k) · TD +
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
        paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
-       :func:`worst_case_bound_loss` from the online network's bounds over the eps ball
-       (``wocar_bound``, differentiable w.r.t. the weights) measured in units of the batch's
+       :func:`worst_case_bound_loss` from the online network's IBP bounds over the eps ball
+       (the paper's; differentiable w.r.t. the weights; ``wocar_bound`` chooses the
+       admissible sets' method only) measured in units of the batch's
        Q scale (:func:`q_scale`: ``max(mean |TD target|, 1)``; the paper's term where the
        values are of order 1, as its clipped Atari rewards make them; CartPole's are ~10-100:
        docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
@@ -528,8 +530,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
     No inner search: the smoothness term comes from the bound engine alone (``robust_method``
     and ``robust_steps`` are not read), so one gradient step costs a few forward passes more
-    than vanilla DQN's (two bound passes, the worst-attack network's step), against SA-DQN's
-    ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
+    than vanilla DQN's (an IBP pass and its gradient; on every ``q_every``-th step the
+    admissible sets and the worst-attack network's step), against SA-DQN's ``robust_steps``
+    PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
     last step's mean ``L_wc``), ``wocar_td_loss`` (its mean TD Huber loss), ``wocar_width``
