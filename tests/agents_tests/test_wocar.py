@@ -101,7 +101,8 @@ def test_unset_wocar_settings_take_wocars_defaults():
             spec.q_minibatches, spec.q_lr, spec.tau) == \
         (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
-    assert (dqn.weight, dqn.warmup, dqn.q_lr) == (0.05, 0.75, 1e-3)
+    assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
+        (0.05, 0.75, 1e-3, 10, "crown-ibp")
     assert spec.gamma is None  # the agent's own
 
 
