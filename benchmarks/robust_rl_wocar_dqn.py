@@ -3,8 +3,9 @@
 Per seed, three agents are trained with the ``dqn-CartPole-v1`` preset at the same budget
 (``--steps``; the learning rate and exploration schedules stretch over it) and the same seed:
 vanilla DQN, SA-DQN (``robust="sa"``, PGD inner search, the preset's kappa 0.5) and WocaR-DQN
-(``robust="wocar"``: :class:`agents.robustness.wocar.WocaRDQNPlugin`, ``wocar_bound``
-``--bound``), both robust kinds at ``--robust-eps``. Each is evaluated by
+(``robust="wocar"``: :class:`agents.robustness.wocar.WocaRDQNPlugin`, its admissible sets'
+``wocar_bound`` ``--bound``, its worst-attack network's step rate ``--q-every``), both robust
+kinds at ``--robust-eps``. Each is evaluated by
 ``agents.evaluate_under_attack`` at ``--eps`` under every attack of ``--attacks``; printed per
 agent: the natural (clean) median return, the worst case (the lowest median over the attacks)
 and the training CPU seconds (tracing included); then the medians over seeds and the goal
@@ -84,8 +85,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100_000, help="training budget (the preset's)")
     p.add_argument("--eps", type=float, default=0.02, help="evaluation radius (raw units)")
     p.add_argument("--robust-eps", type=float, default=0.02, help="SA's and WocaR's radius")
-    p.add_argument("--bound", default="ibp", choices=("ibp", "crown", "crown-ibp"),
-                   help="WocaR's admissible sets' bound method (its worst-case term is IBP's)")
+    p.add_argument("--bound", default=None, choices=("ibp", "crown", "crown-ibp"),
+                   help="WocaR's admissible sets' bound method (default: WocaR-DQN's, "
+                        "crown-ibp; its worst-case term is IBP's)")
     p.add_argument("--q-every", type=int, default=None,
                    help="gradient steps per step of WocaR's worst-attack network (default 10)")
     p.add_argument("--weight", type=float, default=None, help="wocar_weight (default 0.05)")
