@@ -508,7 +508,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     2. **the worst-case-aware TD target**: the next action is ``argmax_a (1 − w) · S(s', a) +
        w · Q_w^-(s', a)`` (``S``: the algorithm's own scores, the online Q-values under Double
        DQN), valued by the target network (:meth:`target_action_scores`; ``w``:
-       ``wocar_weight``, default 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`, rising over
+       ``wocar_weight``, default 0.3, :attr:`agents.WocaR.DQN_DEFAULTS`, rising over
        ``warmup``, default 0.75);
     3. **the importance-weighted worst-case term**: the per-example loss is ``(1 − k) · TD +
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the

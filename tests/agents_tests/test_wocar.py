@@ -102,7 +102,7 @@ def test_unset_wocar_settings_take_wocars_defaults():
         (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
-        (0.05, 0.75, 1e-3, 10, "crown-ibp")
+        (0.3, 0.75, 1e-3, 10, "crown-ibp")
     assert spec.gamma is None  # the agent's own
 
 
@@ -114,7 +114,7 @@ def test_the_plugins_read_typed_settings():
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, q_epochs=3,
         q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
-    assert agents.WocaR().settings(value_based=True).weight == 0.05
+    assert agents.WocaR().settings(value_based=True).weight == 0.3
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
     assert agent.robustness.spec == configs.WocaR(eps=0.05).settings()
@@ -326,9 +326,9 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     lb, ub = wocar.output_bounds(plugin.surface, nxt, 0.02, "ibp")
     paper = (ub.numpy() >= lb.numpy().max(-1, keepdims=True))
     assert paper.tolist() == admissible.numpy().tolist()
-    # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.05 here)
+    # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.3 here)
     scores = plugin.target_action_scores(nxt, agent.q(nxt)).numpy()
-    np.testing.assert_allclose(scores[0], [0.95 * 1.0 + 0.05 * 0.6, 0.95 * 0.96 + 0.05 * 0.1],
+    np.testing.assert_allclose(scores[0], [0.7 * 1.0 + 0.3 * 0.6, 0.7 * 0.96 + 0.3 * 0.1],
                                rtol=1e-5)
 
 
@@ -608,7 +608,7 @@ def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natur
     assert np.mean(agent.episode_returns) > 45.0, agent.episode_returns  # random play: ~22
     assert agent.evaluate(5, seed=3)["mean_return"] > 45.0
     last = logs[-1]
-    assert last["wocar_weight"] == pytest.approx(0.05 * min(1.0, last["steps"] / (0.75 * 8192)),
+    assert last["wocar_weight"] == pytest.approx(0.3 * min(1.0, last["steps"] / (0.75 * 8192)),
                                                  rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
     assert np.isfinite(last["wocar_q_loss"]) and last["wocar_bound_loss"] > 0.0
