@@ -3,8 +3,9 @@
 Per seed, three agents are trained with the ``dqn-CartPole-v1`` preset at the same budget
 (``--steps``; the learning rate and exploration schedules stretch over it) and the same seed:
 vanilla DQN, SA-DQN (``robust="sa"``, PGD inner search, the preset's kappa 0.5) and WocaR-DQN
-(``robust="wocar"``: :class:`agents.robustness.wocar.WocaRDQNPlugin`, ``wocar_bound``
-``--bound``), both robust kinds at ``--robust-eps``. Each is evaluated by
+(``robust="wocar"``: :class:`agents.robustness.wocar.WocaRDQNPlugin`, its admissible sets'
+``wocar_bound`` ``--bound``, its worst-attack network's step rate ``--q-every``), both robust
+kinds at ``--robust-eps``. Each is evaluated by
 ``agents.evaluate_under_attack`` at ``--eps`` under every attack of ``--attacks``; printed per
 agent: the natural (clean) median return, the worst case (the lowest median over the attacks)
 and the training CPU seconds (tracing included); then the medians over seeds and the goal
@@ -51,7 +52,8 @@ def run_one(kind: str, seed: int, args) -> dict:
     robust = {"vanilla": {},
               "sa": {"robust": agents.SA(eps=args.robust_eps)},
               "wocar": {"robust": agents.WocaR(eps=args.robust_eps, bound=args.bound,
-                                               weight=args.weight, kappa=args.kappa)}}[kind]
+                                               weight=args.weight, kappa=args.kappa,
+                                               q_every=args.q_every)}}[kind]
     agent = agents.DQN(env="CartPole-v1", seed=seed, backend="graph", **robust)
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, progress_bar=False)
@@ -83,7 +85,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100_000, help="training budget (the preset's)")
     p.add_argument("--eps", type=float, default=0.02, help="evaluation radius (raw units)")
     p.add_argument("--robust-eps", type=float, default=0.02, help="SA's and WocaR's radius")
-    p.add_argument("--bound", default="ibp", choices=("ibp", "crown", "crown-ibp"))
+    p.add_argument("--bound", default=None, choices=("ibp", "crown", "crown-ibp"),
+                   help="WocaR's admissible sets' bound method (default: WocaR-DQN's, "
+                        "crown-ibp; its worst-case term is IBP's)")
+    p.add_argument("--q-every", type=int, default=None,
+                   help="gradient steps per step of WocaR's worst-attack network (default 10)")
     p.add_argument("--weight", type=float, default=None, help="wocar_weight (default 0.05)")
     p.add_argument("--kappa", type=float, default=None,
                    help="WocaR's worst-case term weight (default: the preset's robust_kappa, 0.5)")

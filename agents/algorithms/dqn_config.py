@@ -91,7 +91,9 @@ class DQNConfig(AgentConfig):
         "wocar_admissible_eps", "wocar_importance", "wocar_search_per_rollout", "wocar_q_epochs",
         "wocar_q_minibatches")
     """WocaR-PPO/A2C's rollout critic and smoothness-term settings: WocaR-DQN trains its
-    worst-attack network one step per replayed minibatch and has no search."""
+    worst-attack network on the replayed minibatches and has no search."""
+
+    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         super().__post_init__()

@@ -309,6 +309,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_double": _flag,
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
+    "wocar_q_every": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_gamma": lambda v, n: number(v, n, minimum=0, maximum=1, max_inclusive=False),
@@ -415,6 +416,9 @@ class RobustFields:
     """PPO/A2C: epochs of the worst-attack critic over each rollout, in [1, 100000]. ``None``: 4."""
     wocar_q_minibatches: int | None = None
     """PPO/A2C: minibatches per critic epoch, in [1, 65536]. ``None``: 4."""
+    wocar_q_every: int | None = None
+    """DQN: gradient steps of the agent per step of the worst-attack network, in [1, 100000]
+    (the paper's DQN code's ``worst_rate``). ``None``: 10."""
     wocar_q_lr: float | None = None
     """Adam learning rate of the worst-attack network, in (0, 1]. ``None``: 1e-3."""
     wocar_tau: float | None = None
@@ -477,6 +481,10 @@ class RobustFields:
     """WocaR fields this algorithm does not read (refused by name; DQN's:
     :class:`agents.algorithms.dqn_config.DQNConfig`)."""
 
+    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ("wocar_q_every",)
+    """WocaR-DQN's fields, which WocaR-PPO/A2C do not read (refused by name; DQN's config
+    clears it)."""
+
     def _check_wocar(self) -> None:
         """WocaR's settings (each ``wocar_*`` field in its range, :data:`WOCAR_FIELDS`): only with
         ``robust="wocar"``, eps > 0, a search inner maximiser, ``robust_eps_warmup`` left at its
@@ -501,6 +509,10 @@ class RobustFields:
                 raise ConfigError(f"{name}: a setting of WocaR-PPO/A2C (its rollout critic "
                                   f"and smoothness term), which WocaR-DQN does not read, got "
                                   f"{name}={value!r}")
+            if name in self._WOCAR_ONLY_DQN:
+                raise ConfigError(f"{name}: a setting of WocaR-DQN (its worst-attack network's "
+                                  f"step rate on the replay), which WocaR-PPO/A2C do not read, "
+                                  f"got {name}={value!r}")
             setattr(self, name, check(value, name))
         if self.robust_method not in self._WOCAR_SEARCHES:
             raise ConfigError(f"robust_method: WocaR weights the KL at a searched s_hat by the "

@@ -670,9 +670,10 @@ def q_scale(target: tf.Tensor) -> tf.Tensor:
 class WocaRDQNPlugin(_WorstCaseWeighted):
     """``robust="wocar"`` for DQN (WocaR-DQN; the paper's DQN code, its RADIAL-based version):
 
-    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (``q_lr``, Huber) per
-       gradient step of the agent on the same replayed minibatch
-       (:meth:`learn_from_replay`) toward :func:`worst_attack_target`: ``r + gamma · (1 −
+    1. **the worst-attack Q-network** ``Q_w(s, a)``, one Adam step (``q_lr``, Huber) on the
+       replayed minibatch of every ``q_every``-th gradient step of the agent (default 10, the
+       paper's ``worst_rate``; :meth:`learn_from_replay`) toward
+       :func:`worst_attack_target`: ``r + gamma · (1 −
        terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``, ``A_adv(s')`` the actions the
        attacker can make greedy for the agent's *own* Q-network within the schedule's eps
        (:func:`admissible_actions` at ``wocar_bound``), ``Q_w^-`` a Polyak-averaged target
@@ -681,13 +682,14 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     2. **the worst-case-aware TD target**: the next action is ``argmax_a (1 − w) · S(s', a) +
        w · Q_w^-(s', a)`` (``S``: the algorithm's own scores, the online Q-values under Double
        DQN), valued by the target network (:meth:`target_action_scores`; ``w``:
-       ``wocar_weight``, default 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`, rising over
+       ``wocar_weight``, default 0.3, :attr:`agents.WocaR.DQN_DEFAULTS`, rising over
        ``warmup``, default 0.75);
     3. **the importance-weighted worst-case term**: the per-example loss is ``(1 − k) · TD +
        k · ω(s) · L_wc(s)`` (:meth:`q_loss`; ``k``: the schedule's ``robust_kappa``, the
        paper's ``1 − kappa_end``, 0.5 in its DQN code), ``L_wc``
-       :func:`worst_case_bound_loss` from the online network's bounds over the eps ball
-       (``wocar_bound``, differentiable w.r.t. the weights) measured in units of the batch's
+       :func:`worst_case_bound_loss` from the online network's IBP bounds over the eps ball
+       (the paper's; differentiable w.r.t. the weights; ``wocar_bound`` chooses the
+       admissible sets' method only) measured in units of the batch's
        Q scale (:func:`q_scale`: ``max(mean |TD target|, 1)``; the paper's term where the
        values are of order 1, as its clipped Atari rewards make them; CartPole's are ~10-100:
        docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
@@ -702,8 +704,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
     No inner search: the smoothness term comes from the bound engine alone (``robust_method``
     and ``robust_steps`` are not read), so one gradient step costs a few forward passes more
-    than vanilla DQN's (two bound passes, the worst-attack network's step), against SA-DQN's
-    ``robust_steps`` PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
+    than vanilla DQN's (an IBP pass and its gradient; on every ``q_every``-th step the
+    admissible sets and the worst-attack network's step), against SA-DQN's ``robust_steps``
+    PGD steps. Logs: ``wocar_weight``, ``wocar_q_loss`` (the worst-attack
     network's last step), ``wocar_worst_q`` (its mean ``Q_w(s, a)`` there),
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
     last step's mean ``L_wc``), ``wocar_td_loss`` (its mean TD Huber loss), ``wocar_width``
@@ -717,6 +720,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                        for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
                                  "wocar_bound_loss", "wocar_td_loss", "wocar_width",
                                  "wocar_scale")}
+        self._replay_calls = tf.Variable(0, trainable=False, dtype=tf.int64,
+                                         name="wocar_replay_calls")
 
     # -- the Q-learner's hooks -----------------------------------------------------------------
     def worst_attack_targets(self, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
@@ -732,7 +737,19 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
 
     @_plain
     def learn_from_replay(self, batch: dict) -> None:
-        """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1)."""
+        """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1) on
+        every ``spec.q_every``-th call (the first included), nothing on the others."""
+        every = self.spec.q_every
+        if every <= 1:
+            self._worst_step(batch)
+            return
+        due = tf.equal(self._replay_calls % every, 0)
+        self._replay_calls.assign_add(1)
+        tf.cond(due, lambda: self._worst_step(batch), lambda: tf.constant(0.0))
+
+    def _worst_step(self, batch: dict) -> tf.Tensor:
+        """One Adam step of the worst-attack Q-network toward its targets on ``batch``, the
+        target copy's Polyak step and the logs; returns the loss."""
         obs, actions = batch["obs"], batch["actions"]
         target, admissible = self.worst_attack_targets(batch)
         delta = self.huber_delta
@@ -747,6 +764,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         self._stats["wocar_worst_q"].assign(tf.reduce_mean(q))
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+        return loss
 
     def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
         """``(1 − w) · scores + w · Q_w^-(next_obs)`` (class doc, 2), stopped."""
@@ -757,8 +775,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
                q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
-        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
-                               self.bound)
+        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps, "ibp")
         target = tf.stop_gradient(target)
         scale = q_scale(target)
         wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)

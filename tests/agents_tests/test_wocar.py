@@ -179,7 +179,8 @@ def test_unset_wocar_settings_take_wocars_defaults():
             spec.q_minibatches, spec.q_lr, spec.tau) == \
         (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
-    assert (dqn.weight, dqn.warmup, dqn.q_lr) == (0.05, 0.75, 1e-3)
+    assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
+        (0.3, 0.75, 1e-3, 10, "crown-ibp")
     assert spec.gamma is None  # the agent's own
 
 
@@ -191,7 +192,7 @@ def test_the_plugins_read_typed_settings():
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, q_epochs=3,
         q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
-    assert agents.WocaR().settings(value_based=True).weight == 0.05
+    assert agents.WocaR().settings(value_based=True).weight == 0.3
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
     assert agent.robustness.spec == configs.WocaR(eps=0.05).settings()
@@ -294,6 +295,33 @@ def test_config_refusals(kwargs, message):
     assert str(info.value) == message
 
 
+def test_q_every_is_wocar_dqns_setting_saved_flat_and_refused_by_ppo():
+    cfg = DQNConfig(robust=agents.WocaR(eps=0.02, q_every=5))
+    assert cfg.wocar_q_every == 5
+    assert DQNConfig.from_dict(cfg.to_dict()).robust_spec.settings(value_based=True).q_every == 5
+    assert agents.WocaR().settings(value_based=True).q_every == 10  # the paper's worst_rate
+    with pytest.raises(ConfigError) as info:
+        PPOConfig(robust="wocar", robust_eps=0.05, wocar_q_every=5)
+    assert str(info.value) == ("wocar_q_every: a setting of WocaR-DQN (its worst-attack "
+                               "network's step rate on the replay), which WocaR-PPO/A2C do not "
+                               "read, got wocar_q_every=5")
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(every):
+    """``q_every``: the worst-attack network takes one Adam step on the first replayed
+    minibatch and on every ``q_every``-th after it (the paper's ``worst_rate``), in the
+    compiled update; the agent's own gradient steps are unchanged."""
+    agent = agents.DQN(env="CartPole-v1", seed=1, hidden_sizes=(16,), learning_starts=32,
+                       train_freq=16, gradient_steps=5, batch_size=16, buffer_size=256,
+                       backend="graph", robust=agents.WocaR(eps=0.02, q_every=every),
+                       preset=None)
+    agent.learn(96, progress_bar=False)
+    steps = int(agent.grad_steps.numpy())
+    assert steps >= 20
+    assert int(agent.robustness.critic_optimizer.iterations.numpy()) == -(-steps // every)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(robust="wocar", robust_eps=0.0), "robust_eps must be a number > 0, got 0.0"),
     (dict(robust="wocar", robust_eps=float("nan")), "robust_eps must be a number >= 0, got nan"),
@@ -314,6 +342,7 @@ def test_config_refusals(kwargs, message):
     (dict(robust="wocar", wocar_importance=False),
      "wocar_importance: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_importance=False"),
+    (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
 ])
 def test_dqn_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
@@ -375,9 +404,9 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     lb, ub = wocar.output_bounds(plugin.surface, nxt, 0.02, "ibp")
     paper = (ub.numpy() >= lb.numpy().max(-1, keepdims=True))
     assert paper.tolist() == admissible.numpy().tolist()
-    # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.05 here)
+    # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.3 here)
     scores = plugin.target_action_scores(nxt, agent.q(nxt)).numpy()
-    np.testing.assert_allclose(scores[0], [0.95 * 1.0 + 0.05 * 0.6, 0.95 * 0.96 + 0.05 * 0.1],
+    np.testing.assert_allclose(scores[0], [0.7 * 1.0 + 0.3 * 0.6, 0.7 * 0.96 + 0.3 * 0.1],
                                rtol=1e-5)
 
 
@@ -632,7 +661,6 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     assert worst.mean() < natural.mean(), (worst, natural)
 
 
-
 def test_wocar_ppo_on_box_actions_learns_pendulum_and_its_worst_case_is_below_the_natural_one():
     """A short real run of WocaR-PPO on Box actions (the Pendulum preset, graph backend, 30k
     steps, the paper's critic budget of 10 epochs of 32 minibatches per 2048-step rollout):
@@ -689,6 +717,30 @@ def test_box_wocar_with_kappa_zero_runs_no_search(monkeypatch):
         assert (logs[-1]["sa_kl"] == 0.0) == (kappa == 0.0)
 
 
+def test_the_dqn_worst_case_term_takes_ibp_bounds_whatever_bound_chooses_the_sets():
+    """``wocar_bound`` chooses the admissible sets' bound method only; the worst-case term is
+    the paper's, on IBP bounds (a CROWN term would cost a backward pass per step): on a random
+    ReLU net, where CROWN's bounds are tighter than IBP's, the loss with ``bound="crown"`` is
+    the IBP one."""
+    agent = agents.DQN(env="CartPole-v1", seed=3, preset=None, hidden_sizes=(16, 16),
+                       activation="relu", normalize_obs=False, buffer_size=64, batch_size=8,
+                       robust=agents.WocaR(eps=0.05, warmup=0.0, bound="crown", kappa=0.5))
+    obs = tf.random.stateless_normal([6, 4], seed=[4, 5])
+    q = agent.q(obs)
+    actions, target = tf.constant([0, 1, 0, 1, 0, 1]), tf.reduce_max(q, -1) + 0.3
+    per_example = tf.ones([6])
+    mixed = agent.robustness.q_loss(per_example, obs, actions, q, target).numpy()
+    surface = agent.robustness.surface
+
+    def mix(method):
+        lb, ub = wocar.output_bounds(surface, obs, 0.05, method)
+        wc = wocar.worst_case_bound_loss(lb, ub, q, actions, target, 1.0, wocar.q_scale(target))
+        return (0.5 * per_example + 0.5 * wocar.state_importance(q) * wc).numpy()
+
+    np.testing.assert_allclose(mixed, mix("ibp"), rtol=1e-5)
+    assert np.abs(mixed - mix("crown")).max() > 1e-4  # the two differ on this net
+
+
 def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natural_one():
     """A short real run (graph backend, 8k steps, a 64-64 Q-network, 32 gradient steps per
     64 env steps): the agent learns well above random (~22), the schedule's weight and the
@@ -701,7 +753,7 @@ def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natur
     assert np.mean(agent.episode_returns) > 45.0, agent.episode_returns  # random play: ~22
     assert agent.evaluate(5, seed=3)["mean_return"] > 45.0
     last = logs[-1]
-    assert last["wocar_weight"] == pytest.approx(0.05 * min(1.0, last["steps"] / (0.75 * 8192)),
+    assert last["wocar_weight"] == pytest.approx(0.3 * min(1.0, last["steps"] / (0.75 * 8192)),
                                                  rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
     assert np.isfinite(last["wocar_q_loss"]) and last["wocar_bound_loss"] > 0.0
