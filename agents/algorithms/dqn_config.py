@@ -95,6 +95,34 @@ class DQNConfig(AgentConfig):
 
     _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ()
 
+    _WOCAR_DQN_SAVED_BEFORE_Q_EVERY: ClassVar[tuple[tuple[str, object], ...]] = (
+        ("wocar_q_every", 1), ("wocar_bound", "ibp"), ("wocar_weight", 0.05))
+    """WocaR-DQN's defaults before ``wocar_q_every`` existed (the worst-attack network stepped
+    on every replayed minibatch, IBP admissible sets, weight 0.05): an agent saved then, with
+    these fields unset, resumes with the settings it trained with (:meth:`saved_fields`)."""
+
+    @staticmethod
+    def saved_fields(saved: dict) -> dict:
+        """A saved DQN config dict as this version reads it
+        (:meth:`agents.core.plugin.RobustFields.saved_fields`, and: a ``robust="wocar"`` agent
+        saved before ``wocar_q_every`` existed keeps the defaults it trained with wherever it
+        left a field unset).
+
+        >>> DQNConfig.saved_fields({"robust": "wocar", "wocar_bound": None})["wocar_bound"]
+        'ibp'
+        >>> new = {"robust": "wocar", "wocar_bound": None, "wocar_q_every": None}
+        >>> DQNConfig.saved_fields(new)["wocar_bound"] is None   # saved by this version
+        True
+        """
+        out = AgentConfig.saved_fields(saved)
+        if out.get("robust") != "wocar" or "wocar_q_every" in out:
+            return out
+        out = dict(out)
+        for name, before in DQNConfig._WOCAR_DQN_SAVED_BEFORE_Q_EVERY:
+            if out.get(name) is None:
+                out[name] = before
+        return out
+
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")

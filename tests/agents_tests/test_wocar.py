@@ -307,6 +307,28 @@ def test_q_every_is_wocar_dqns_setting_saved_flat_and_refused_by_ppo():
                                "read, got wocar_q_every=5")
 
 
+def test_a_wocar_dqn_saved_before_q_every_existed_resumes_with_the_settings_it_trained_with(
+        tmp_path):
+    """A WocaR-DQN agent saved before ``wocar_q_every`` existed, its WocaR fields unset, trained
+    with that version's defaults (the worst-attack network on every minibatch, IBP sets,
+    weight 0.05): it loads with those, not with today's defaults (10, CROWN-IBP, 0.3); a
+    field it set keeps its value; an agent saved now keeps today's defaults."""
+    agent = agents.DQN(env="CartPole-v1", seed=0, hidden_sizes=(8,), buffer_size=64,
+                       batch_size=8, preset=None, robust=agents.WocaR(eps=0.02))
+    agent.save(tmp_path / "a")
+    path = tmp_path / "a" / "config.json"
+    saved = json.loads(path.read_text())
+    assert (saved["wocar_q_every"], saved["wocar_bound"], saved["wocar_weight"]) == (
+        None, None, None)
+    now = agents.load(tmp_path / "a").config.robust_spec.settings(value_based=True)
+    assert (now.q_every, now.bound, now.weight) == (10, "crown-ibp", 0.3)
+    del saved["wocar_q_every"]  # as the previous version wrote it
+    saved["wocar_weight"] = 0.2  # set by its user: kept
+    path.write_text(json.dumps(saved))
+    before = agents.load(tmp_path / "a").config.robust_spec.settings(value_based=True)
+    assert (before.q_every, before.bound, before.weight) == (1, "ibp", 0.2)
+
+
 @pytest.mark.parametrize("every", [1, 3])
 def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(every):
     """``q_every``: the worst-attack network takes one Adam step on the first replayed
