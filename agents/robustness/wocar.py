@@ -336,8 +336,11 @@ class WocaRPlugin(_WorstCaseWeighted):
         """``spec.q_epochs`` epochs of ``spec.q_minibatches`` critic steps on the rollout's
         transitions (targets from the target network, Polyak-updated after each step);
         returns the last minibatch loss."""
-        obs, actions = batch["obs"], batch["actions"]
-        rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
+        # the networks' inputs normalised once for the whole rollout (element-wise: the rows
+        # each step gathers are those it would normalise; the normaliser moves after the update)
+        obs = self.surface.normalize(batch["obs"])
+        nxt = self.surface.normalize(batch["next_obs"])
+        actions, rewards, term = batch["actions"], batch["rewards"], batch["terminated"]
         n = int(obs.shape[0])
         epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
         mb = max(n // minibatches, 1)
@@ -353,10 +356,10 @@ class WocaRPlugin(_WorstCaseWeighted):
             idx = perms[epoch, k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
-            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
-                                         self._selector(s2))
+            target = worst_attack_target(self.target(s2), adm, r, t, gamma,
+                                         self.critic(s2) if self.spec.double else None)
             with tf.GradientTape() as tape:
-                q = tf.gather(self.worst_q(o, target=False), a, batch_dims=1)
+                q = tf.gather(self.critic(o), a, batch_dims=1)
                 loss = tf.reduce_mean(tf.square(q - target))
             grads = tape.gradient(loss, self.critic.trainable_variables)
             self.critic_step.step(grads)
