@@ -61,15 +61,15 @@ _BISECTION_STEPS = {tf.float16: 12, tf.bfloat16: 10, tf.float32: 10, tf.float64:
 _TABLE_RANGE, _TABLE_STEP = 16.0, 1.0 / 512
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tangent_table() -> np.ndarray:
     """``D[k] >= d(-k · step)`` float32 ``[K + 1]``: the point ``d >= 0`` whose tangent of tanh
     passes through ``(p, tanh(p))``, at the far ends ``p = -k · step`` (:data:`_TABLE_STEP`,
     down to ``-``:data:`_TABLE_RANGE`); ``d(p)`` decreases in ``p`` (``D[0] = 0``). Computed by a
     float64 bisection (its upper ends) and rounded up to float32, so ``d(p) <= D[k]`` for
     ``-k · step <= p`` (an upper end of its bracket: a sound tangent point) and ``D[k - 1]``
-    exceeds ``d(p)`` by at most that rounding for ``p <= -(k - 1) · step``. Sigmoid's is ``2 D`` at ``2 p`` (``sigmoid(z) =
-    (1 + tanh(z / 2)) / 2``).
+    exceeds ``d(p)`` by at most that rounding for ``p <= -(k - 1) · step``. Sigmoid's is ``2 D``
+    at ``2 p`` (``sigmoid(z) = (1 + tanh(z / 2)) / 2``).
 
     >>> t = tangent_table()
     >>> float(t[0]), bool(np.all(np.diff(t) >= 0)), round(float(t[512]), 4)   # d(-1)
