@@ -388,8 +388,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         if self.spec.search_per_rollout:
-            self._rollout_inputs = (_current_graph(),
-                                    self.rollout_regularizer_inputs(batch["obs"], q_obs))
+            self._rollout_inputs = (_current_graph(), self._network_inputs(
+                self.rollout_regularizer_inputs(batch["obs"], q_obs)))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor,
@@ -413,20 +413,27 @@ class WocaRPlugin(_WorstCaseWeighted):
             tf.ones(tf.shape(obs)[:1])
         return clean, obs_adv, importance
 
+    def _network_inputs(self, inputs: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, ...]:
+        """:meth:`rollout_regularizer_inputs` with ``s_hat`` normalised (the network's input
+        ``x_hat``): once per rollout, not at each update step (the normaliser moves after the
+        update; element-wise, so the same numbers)."""
+        clean, obs_adv, importance = inputs
+        return clean, _surface(self.agent).normalize(obs_adv), importance
+
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
         compiled update (the term is then the rollout's mean, whatever the minibatch); else
-        those of ``obs`` itself."""
+        those of ``obs`` itself; ``s_hat`` as the network's input (:meth:`_network_inputs`)."""
         kept = getattr(self, "_rollout_inputs", None)
         if kept is not None and _within(kept[0]):
             return kept[1]
-        return self.rollout_regularizer_inputs(obs)
+        return self._network_inputs(self.rollout_regularizer_inputs(obs))
 
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return super().regularizer(obs, inputs)
-        clean, obs_adv, importance = inputs
-        adv = tf.nn.log_softmax(_surface(self.agent).outputs(obs_adv))
+        clean, x_adv, importance = inputs
+        adv = tf.nn.log_softmax(_surface(self.agent).network(x_adv))
         kl = tf.reduce_sum(tf.exp(clean) * (clean - adv), axis=-1)
         term = tf.reduce_mean(importance * kl)
         return self.schedule.kappa * term, term
