@@ -26,8 +26,9 @@ replay, is :class:`WocaRDQNPlugin`):
    * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows through every layer,
      the relaxations' input bounds taken from IBP (no backward pass per hidden layer): between
      the two in cost and tightness. On CartPole's 64-64 tanh policy, 256 states, one thread
-     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7 ms (most of it
-     the tanh relaxations' tangent-point bisection), CROWN ~41 ms.
+     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7-10 ms (most of
+     it the tanh relaxations, their tangent points bisected from a table's bracket), CROWN
+     ~36-41 ms.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
