@@ -118,16 +118,19 @@ def _per_seed(x: tf.Tensor, num_seeds: int) -> tf.Tensor:
 
 
 def _bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float, method: str,
-            spec: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+            spec: tf.Tensor | None = None, lower_only: bool = False
+            ) -> tuple[tf.Tensor, tf.Tensor]:
     """Bounds ``(lb, ub)`` of the outputs (or of ``spec @ outputs``; ``spec [N, m, k]``, one per
     row of ``obs`` in row-major order) over the ball: ``[B, m]`` for ``obs [B, d]``; on a
     seed-axis surface ``[S, B, m]`` for ``obs [S, B, d]``, each seed's through its own network,
     by one bound call on the block-diagonal network of the ``S`` stacked ones (no weight couples
-    two blocks, so each block's bounds are its seed's own)."""
+    two blocks, so each block's bounds are its seed's own). ``lower_only`` (with ``spec``):
+    ``ub`` is None, its backward pass skipped."""
     lower, upper = _network_box(surface, obs, eps)
     if surface.num_seeds is None:
         weights, biases, act = _stack(surface)
-        return affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec)
+        return affine_stack_bounds(weights, biases, act, lower, upper, method=method, C=spec,
+                                   lower_only=lower_only)
     n = surface.num_seeds
     seed_layers, seed_act = surface.seed_layers, surface.activation
     assert seed_layers is not None and seed_act is not None  # a seed-axis surface that is bounded
@@ -139,8 +142,9 @@ def _bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float, meth
         spec = tf.reshape(tf.einsum("sbij,st->bsitj", spec, tf.eye(n, dtype=spec.dtype)),
                           [-1, n * m, n * k])
     lb, ub = affine_stack_bounds(weights, biases, seed_act, _side_by_side(lower),
-                                 _side_by_side(upper), method=method, C=spec)
-    return _per_seed(lb, n), _per_seed(ub, n)
+                                 _side_by_side(upper), method=method, C=spec,
+                                 lower_only=lower_only)
+    return _per_seed(lb, n), None if ub is None else _per_seed(ub, n)
 
 
 def output_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tensor | float,
@@ -170,14 +174,26 @@ def difference_upper_bounds(surface: PolicySurface, obs: tf.Tensor, eps: tf.Tens
                             method: str = "crown-ibp") -> tf.Tensor:
     """Upper bounds ``[B, A, A]`` of every output difference ``out(j) − out(a)`` (at ``[a, j]``;
     the diagonal is 0) over the ball ``obs ± eps · scale``, each difference merged into the last
-    layer (``[S, B, A, A]`` on a seed-axis surface). Unchecked; gradients reach the weights."""
+    layer (``[S, B, A, A]`` on a seed-axis surface). Unchecked; gradients reach the weights.
+
+    One backward pass of lower bounds for the ``A (A − 1)`` differences ``j ≠ a``:
+    ``ub(z_j − z_a) = −lb(z_a − z_j)``, the same numbers as the upper side's pass (each
+    relaxation line and product negated exactly), a quarter of the work of both sides of all
+    ``A²`` rows."""
     n = _n_outputs(surface)
-    eye = tf.eye(n)
-    spec = tf.reshape(eye[None, :, :] - eye[:, None, :], [1, n * n, n])  # row (a, j): e_j - e_a
+    pairs = [(a, j) for a in range(n) for j in range(n) if a != j]
+    eye = np.eye(n, dtype=np.float32)
+    spec = tf.constant(np.stack([eye[a] - eye[j] for a, j in pairs])[None]
+                       if pairs else np.zeros([1, 0, n], np.float32))  # row (a, j): e_a - e_j
     rows = tf.reduce_prod(tf.shape(obs)[:-1])
-    _, ub = _bounds(surface, obs, eps, method, tf.tile(spec, [rows, 1, 1]))
+    lb, _ = _bounds(surface, obs, eps, method, tf.tile(spec, [rows, 1, 1]), lower_only=True)
     lead = [surface.num_seeds, -1] if surface.num_seeds is not None else [-1]
-    return tf.reshape(ub, lead + [n, n]) * (1.0 - eye)
+    # [a, j] <- -lb of pair (a, j); the diagonal <- the appended zero column
+    index = np.full([n, n], len(pairs), np.int32)
+    for k, (a, j) in enumerate(pairs):
+        index[a, j] = k
+    neg = tf.concat([-lb, tf.zeros_like(lb[..., :1])], axis=-1)
+    return tf.reshape(tf.gather(neg, index.reshape(-1), axis=-1), lead + [n, n])
 
 
 @tf.function(reduce_retracing=True)

@@ -27,8 +27,9 @@ Box actions, :class:`WocaRBoxPlugin`, the admissible set a box of the mean's bou
    * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows through every layer,
      the relaxations' input bounds taken from IBP (no backward pass per hidden layer): between
      the two in cost and tightness. On CartPole's 64-64 tanh policy, 256 states, one thread
-     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7 ms (most of it
-     the tanh relaxations' tangent-point bisection), CROWN ~41 ms.
+     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7-10 ms (most of
+     it the tanh relaxations, their tangent points bisected from a table's bracket), CROWN
+     ~36-41 ms.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``
@@ -351,8 +352,11 @@ class WocaRPlugin(_WorstCaseWeighted):
         """``spec.q_epochs`` epochs of ``spec.q_minibatches`` critic steps on the rollout's
         transitions (targets from the target network, Polyak-updated after each step);
         returns the last minibatch loss."""
-        obs, actions = batch["obs"], batch["actions"]
-        rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
+        # the networks' inputs normalised once for the whole rollout (element-wise: the rows
+        # each step gathers are those it would normalise; the normaliser moves after the update)
+        obs = self.surface.normalize(batch["obs"])
+        nxt = self.surface.normalize(batch["next_obs"])
+        actions, rewards, term = batch["actions"], batch["rewards"], batch["terminated"]
         n = int(obs.shape[0])
         epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
         mb = max(n // minibatches, 1)
@@ -368,10 +372,10 @@ class WocaRPlugin(_WorstCaseWeighted):
             idx = perms[epoch, k * mb:(k + 1) * mb]
             rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
             o, a, r, s2, t, adm = rows
-            target = worst_attack_target(self.worst_q(s2), adm, r, t, gamma,
-                                         self._selector(s2))
+            target = worst_attack_target(self.target(s2), adm, r, t, gamma,
+                                         self.critic(s2) if self.spec.double else None)
             with tf.GradientTape() as tape:
-                q = tf.gather(self.worst_q(o, target=False), a, batch_dims=1)
+                q = tf.gather(self.critic(o), a, batch_dims=1)
                 loss = tf.reduce_mean(tf.square(q - target))
             grads = tape.gradient(loss, self.critic.trainable_variables)
             self.critic_step.step(grads)
@@ -400,8 +404,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats["wocar_admissible"].assign(
             tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         if self.spec.search_per_rollout:
-            self._rollout_inputs = (_current_graph(),
-                                    self.rollout_regularizer_inputs(batch["obs"], q_obs))
+            self._rollout_inputs = (_current_graph(), self._network_inputs(
+                self.rollout_regularizer_inputs(batch["obs"], q_obs)))
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor,
@@ -425,20 +429,27 @@ class WocaRPlugin(_WorstCaseWeighted):
             tf.ones(tf.shape(obs)[:1])
         return clean, obs_adv, importance
 
+    def _network_inputs(self, inputs: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, ...]:
+        """:meth:`rollout_regularizer_inputs` with ``s_hat`` normalised (the network's input
+        ``x_hat``): once per rollout, not at each update step (the normaliser moves after the
+        update; element-wise, so the same numbers)."""
+        clean, obs_adv, importance = inputs
+        return clean, _surface(self.agent).normalize(obs_adv), importance
+
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
         compiled update (the term is then the rollout's mean, whatever the minibatch); else
-        those of ``obs`` itself."""
+        those of ``obs`` itself; ``s_hat`` as the network's input (:meth:`_network_inputs`)."""
         kept = getattr(self, "_rollout_inputs", None)
         if kept is not None and _within(kept[0]):
             return kept[1]
-        return self.rollout_regularizer_inputs(obs)
+        return self._network_inputs(self.rollout_regularizer_inputs(obs))
 
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return super().regularizer(obs, inputs)
-        clean, obs_adv, importance = inputs
-        adv = tf.nn.log_softmax(_surface(self.agent).outputs(obs_adv))
+        clean, x_adv, importance = inputs
+        adv = tf.nn.log_softmax(_surface(self.agent).network(x_adv))
         kl = tf.reduce_sum(tf.exp(clean) * (clean - adv), axis=-1)
         term = tf.reduce_mean(importance * kl)
         return self.schedule.kappa * term, term

@@ -21,7 +21,10 @@ Network Robustness Certification with General Activation Functions", section 3.2
   ``(l, sigma(l))``: sound; every tangent point beyond ``d`` gives a bound too, and the midpoint's
   is tighter on average: auto_LiRPA's choice); the lower line is the mirror image (chord if its
   slope is ``<= sigma'(l)``, else the tangent at ``min(d, (l + u) / 2)``, ``d`` in ``[l, 0]`` with
-  its tangent through ``(u, sigma(u))``).
+  its tangent through ``(u, sigma(u))``). ``d`` depends on the far end alone and is monotone in
+  it, so the bisection starts from the bracket of a table (:func:`tangent_table`: ``d`` at a
+  grid of far ends, computed once in float64 and rounded outward) and needs a few halvings
+  (:data:`_BISECTION_STEPS`), not the ~26 of the bracket ``[0, u]`` in float32.
 
 An interval narrower than :data:`NARROW` uses the constant lines ``sigma(l)`` and ``sigma(u)``
 (sound by monotonicity). The tangent point ``d`` is differentiated implicitly (``h(d, l) = 0``
@@ -37,16 +40,52 @@ True
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import tensorflow as tf
 
 from ._rules import Rule, sum_trailing
 
-__all__ = ["ACTIVATIONS", "NARROW", "Activation", "ReLU", "Sigmoid", "Tanh", "joint_relaxations"]
+__all__ = ["ACTIVATIONS", "NARROW", "Activation", "ReLU", "Sigmoid", "Tanh", "joint_relaxations",
+           "tangent_table"]
 
 #: intervals narrower than this get constant lines (tanh, sigmoid)
 NARROW = 1e-6
-#: bisection steps for the tangent points of a crossing interval, per dtype (tanh, sigmoid)
-_BISECTION_STEPS = {tf.float16: 12, tf.bfloat16: 10, tf.float32: 26, tf.float64: 54}
+#: bisection steps for the tangent points of a crossing interval, per dtype (tanh, sigmoid),
+#: from the table's bracket (at most ~1e-3 wide): ~1e-6 in float32, ~1e-15 in float64; the
+#: half dtypes bisect the whole side ``[0, u]``
+_BISECTION_STEPS = {tf.float16: 12, tf.bfloat16: 10, tf.float32: 10, tf.float64: 40}
+#: the tangent-point table: far ends ``-q`` for ``q`` in ``[0, _TABLE_RANGE]`` every
+#: ``_TABLE_STEP`` (tanh's units; sigmoid's are twice these)
+_TABLE_RANGE, _TABLE_STEP = 16.0, 1.0 / 512
+
+
+@functools.cache
+def tangent_table() -> np.ndarray:
+    """``D[k] >= d(-k · step)`` float32 ``[K + 1]``: the point ``d >= 0`` whose tangent of tanh
+    passes through ``(p, tanh(p))``, at the far ends ``p = -k · step`` (:data:`_TABLE_STEP`,
+    down to ``-``:data:`_TABLE_RANGE`); ``d(p)`` decreases in ``p`` (``D[0] = 0``). Computed by a
+    float64 bisection (its upper ends) and rounded up to float32, so ``d(p) <= D[k]`` for
+    ``-k · step <= p`` (an upper end of its bracket: a sound tangent point) and ``D[k - 1]``
+    exceeds ``d(p)`` by at most that rounding for ``p <= -(k - 1) · step``. Sigmoid's is ``2 D``
+    at ``2 p`` (``sigmoid(z) = (1 + tanh(z / 2)) / 2``).
+
+    >>> t = tangent_table()
+    >>> float(t[0]), bool(np.all(np.diff(t) >= 0)), round(float(t[512]), 4)   # d(-1)
+    (0.0, True, 0.4583)
+    """
+    p = -np.arange(int(round(_TABLE_RANGE / _TABLE_STEP)) + 1, dtype=np.float64) * _TABLE_STEP
+    a, b = np.zeros_like(p), np.full_like(p, 2.0 * _TABLE_RANGE)  # d(-16) < 2, far below 32
+    for _ in range(80):  # h(d) = tanh(d) + tanh'(d) (p - d) - tanh(p), increasing in d >= 0
+        m = (a + b) / 2
+        t = np.tanh(m)
+        right = t + (1.0 - t * t) * (p - m) - np.tanh(p) >= 0
+        a, b = np.where(right, a, m), np.where(right, m, b)
+    up = b.astype(np.float32)
+    up = np.where(up.astype(np.float64) < b, np.nextafter(up, np.float32(np.inf)), up)
+    up[0] = 0.0  # p = 0: the tangent at 0 passes through (0, 0)
+    return up
 
 
 class Activation(Rule):
@@ -151,7 +190,7 @@ def _bisect_bracket(h, a, b):
     change of the increasing ``h`` -> the last bracket ``(a, b)``, ``h(a) <= 0 <= h(b)``
     where it held at the start. Not differentiated."""
     a, b = tf.stop_gradient(a), tf.stop_gradient(b)
-    for _ in range(_BISECTION_STEPS.get(a.dtype, 26)):
+    for _ in range(_BISECTION_STEPS.get(a.dtype, 9)):
         m = (a + b) / 2
         right = tf.stop_gradient(h(m)) >= 0
         a, b = tf.where(right, a, m), tf.where(right, m, b)
@@ -168,7 +207,11 @@ def _implicit(d, h, h_d):
 
 
 class SShaped(Activation):
-    """An activation convex on ``(-inf, 0]`` and concave on ``[0, inf)`` (tanh, sigmoid)."""
+    """An activation convex on ``(-inf, 0]`` and concave on ``[0, inf)`` (tanh, sigmoid).
+    ``table_scale``: its tangent points are ``table_scale`` times tanh's at ``far end /
+    table_scale`` (:func:`tangent_table`)."""
+
+    table_scale = 1.0
 
     @staticmethod
     def grad(z):
@@ -212,7 +255,7 @@ class SShaped(Activation):
         (upper) or ``p = u`` (lower), increasing on both brackets. The same element-wise
         operations as on the whole tensor, in a fraction of the work (a network's crossing
         elements are few; the bisection's 2 x 26 steps were most of CROWN-IBP's cost on a
-        small MLP)."""
+        small MLP); the bracket from :func:`tangent_table` (10 float32 steps, not 26)."""
         fn, grad = self.fn, self.grad
         shape, size = tf.shape(lo), tf.size(lo)
         up = tf.where(tf.reshape(need_up, [-1]))
@@ -224,14 +267,32 @@ class SShaped(Activation):
                               tf.gather_nd(tf.reshape(low_src, [-1]), low)], 0)
 
         p, f_p = pick(lo, hi), pick(f_lo, f_hi)
-        zero = tf.zeros_like(p)
         is_up = tf.range(tf.shape(p)[0]) < n_up
-        # upper: [0, u] keeping the bracket's upper end; lower: [l, 0] keeping its lower end
-        a = tf.where(is_up, zero, pick(hi, lo))
-        b = tf.where(is_up, pick(hi, lo), zero)
+        # |d| bracketed by the table at the far end |p| (d's side: [0, u] upper, [l, 0] lower;
+        # |d| <= the near end |u| or |l|, whose tangent passes beyond the far end: the chord is
+        # no bound); beyond the table (a saturated far end), the near end itself
+        near = pick(hi, -lo)
+        if p.dtype in (tf.float32, tf.float64):  # the table's float32 upper ends are exact there
+            table = tf.constant(tangent_table(), p.dtype)
+            last = int(table.shape[0]) - 1
+            scale = tf.constant(self.table_scale, p.dtype)
+            k = tf.cast(tf.minimum(tf.math.ceil(tf.abs(p) / (scale * _TABLE_STEP)), last + 1.0),
+                        tf.int32)
+            beyond = k > last
+            k = tf.minimum(k, last)
+            far_hi = tf.minimum(tf.where(beyond, near, scale * tf.gather(table, k)), near)
+            far_lo = tf.where(beyond, near,  # beyond: the tangent at the near end (d <= it)
+                              tf.minimum(scale * tf.gather(table, tf.maximum(k - 1, 0)), far_hi))
+        else:  # a half dtype would round the table inward: the whole side [0, near]
+            far_lo, far_hi = tf.zeros_like(near), near
+            beyond = tf.zeros_like(is_up)
+        # upper: [lo, hi] keeping the bracket's upper end; lower: [-hi, -lo] keeping its lower
+        a = tf.where(is_up, far_lo, -far_hi)
+        b = tf.where(is_up, far_hi, -far_lo)
         h = lambda d: fn(d) + grad(d) * (p - d) - f_p  # noqa: E731
         a, b = _bisect_bracket(h, a, b)
         d = _implicit(tf.where(is_up, b, a), h, lambda d: self.grad2(d) * (p - d))
+        d = tf.where(beyond, pick(hi, lo), d)  # the near end, not a root: its own gradient
         mid = pick((lo + hi) / 2, (lo + hi) / 2)  # a tangent beyond the limit point is a bound
         d = tf.where(is_up, tf.where(mid > d, mid, d), tf.where(mid < d, mid, d))  # too
         slope, intercept = _tangent(fn, grad, d)
@@ -258,6 +319,7 @@ class Tanh(SShaped):
 
 class Sigmoid(SShaped):
     fn = staticmethod(tf.sigmoid)
+    table_scale = 2.0
 
     @staticmethod
     def grad(z):

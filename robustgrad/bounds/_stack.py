@@ -96,7 +96,8 @@ def _check_stack(weights, biases, activations, lower, method, spec):
 
 def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
                         activations: str | Sequence[str | None], lower: Any, upper: Any,
-                        method: str = "crown", C: Any = None) -> tuple[tf.Tensor, tf.Tensor]:  # noqa: N803
+                        method: str = "crown", C: Any = None,  # noqa: N803
+                        lower_only: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
     """Bounds of a stack of dense layers over the box ``lower <= x <= upper``.
 
     The network is ``h_k = act_k(h_{k-1} @ weights[k] + biases[k])`` from ``h_0 = x``; the
@@ -118,12 +119,16 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
       method: ``"crown"``, ``"ibp"``, ``"crown-ibp"`` or ``"alpha-crown"`` (default options;
         not differentiable).
       C: optional specification ``[B, S, out_n]``.
+      lower_only: with ``C``, the lower bounds only (``ub`` is None): the backward pass
+        carries one side's coefficients, about half the work of both (an upper bound is the
+        negated lower bound of ``-C``, the same numbers).
 
     Returns:
       ``(lb, ub)``: ``[B, out_n]``, or ``[B, S]`` with ``C``; the dtype of ``lower``.
 
     Raises:
-      ValueError: mismatched lengths or shapes, an unknown activation or method.
+      ValueError: mismatched lengths or shapes, an unknown activation or method,
+        ``lower_only`` without ``C``.
 
     Example (``relu(x) - relu(x)`` on ``[1, 2]``: IBP is loose, CROWN exact):
 
@@ -147,5 +152,8 @@ def affine_stack_bounds(weights: Sequence[Any], biases: Sequence[Any],
     spec = None if C is None else tf.cast(tf.convert_to_tensor(C), lower.dtype)
     weights, biases = list(weights), list(biases)
     layer_activations = _check_stack(weights, biases, activations, lower, method, spec)
+    if lower_only and spec is None:
+        raise ValueError("lower_only needs a specification C ([B, S, out]); without one both "
+                         "sides are computed together")
     graph = StackGraph(weights, biases, layer_activations)
-    return _methods.propagate_any_batch(graph, lower, upper, spec, None, method)
+    return _methods.propagate_any_batch(graph, lower, upper, spec, None, method, lower_only)

@@ -159,6 +159,27 @@ def test_convex_categorical_kl_upper_bounds_the_mad_kl(ppo):
     assert float(robust.convex_categorical_kl(ppo, OBS, 0.0)) == pytest.approx(0.0, abs=1e-5)
 
 
+@pytest.mark.parametrize("method", ["ibp", "crown-ibp", "crown"])
+def test_difference_bounds_from_the_lower_pass_equal_the_upper_side_of_both(ppo, method):
+    # ub(z_j - z_a) as -lb(z_a - z_j) from one lower-only pass of the off-diagonal rows: the
+    # upper side of the full pass over every row (e_j - e_a), diagonal 0; gradients too
+    from agents.robustness.certify import _bounds, difference_upper_bounds
+    surface = ppo.policy_surface()
+    n, rows = 2, len(OBS)
+    eye = tf.eye(n)
+    spec = tf.tile(tf.reshape(eye[None, :, :] - eye[:, None, :], [1, n * n, n]), [rows, 1, 1])
+    with tf.GradientTape(persistent=True) as tape:
+        _, full = _bounds(surface, OBS, 0.3, method, spec)
+        full = tf.reshape(full, [rows, n, n]) * (1.0 - eye)
+        got = difference_upper_bounds(surface, OBS, 0.3, method)
+        loss_full, loss_got = tf.reduce_sum(tf.sin(full)), tf.reduce_sum(tf.sin(got))
+    np.testing.assert_allclose(got.numpy(), full.numpy(), rtol=1e-5, atol=1e-5)
+    assert np.all(np.diag(got.numpy()[0]) == 0) and np.abs(got.numpy()).max() > 0.1
+    for a, b in zip(tape.gradient(loss_got, ppo.variables, unconnected_gradients="zero"),
+                    tape.gradient(loss_full, ppo.variables, unconnected_gradients="zero")):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_convex_gaussian_kl_upper_bounds_the_mad_kl(pendulum):
     surface = pendulum.policy_surface()
     obs = np.random.default_rng(2).normal(0, 0.5, size=(16, 3)).astype(np.float32)

@@ -662,9 +662,9 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     assert calls == [256], calls
     assert all(np.isfinite(e["sa_kl"]) and e["sa_kl"] >= 0.0 for e in logs)
     assert logs[-1]["sa_kl"] > 0.0
-    clean, obs_adv, importance = agent.robustness.regularizer_inputs(tf.zeros([5, 4]))
+    clean, x_adv, importance = agent.robustness.regularizer_inputs(tf.zeros([5, 4]))
     assert calls == [256, 5]
-    assert clean.shape == (5, 2) and obs_adv.shape == (5, 4) and importance.shape == (5,)
+    assert clean.shape == (5, 2) and x_adv.shape == (5, 4) and importance.shape == (5,)
     np.testing.assert_allclose(tf.reduce_sum(tf.exp(clean), -1).numpy(), 1.0, rtol=1e-5)
     np.testing.assert_allclose(float(tf.reduce_mean(importance)), 1.0, rtol=1e-5)
     env = gymnasium.make("CartPole-v1")

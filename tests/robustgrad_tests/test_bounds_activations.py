@@ -212,10 +212,11 @@ def test_stack_entry_rejects_bad_structure_before_any_work():
         (dict(biases=[np.ones(2, "float32"), None]), r"biases\[0\] must have shape \[3\]"),
         (dict(method="alpha"), "method must be one of"),
         (dict(C=np.ones((1, 1, 2), "float32")), r"C must have shape \[B, S, 1\]"),
+        (dict(lower_only=True), r"lower_only needs a specification C"),
     ]
     for change, message in cases:
         kwargs = dict(weights=w, biases=[None, None], activations="relu", lower=lo, upper=hi,
-                      method="crown", C=None)
+                      method="crown", C=None, lower_only=False)
         kwargs.update(change)
         with pytest.raises(ValueError, match=message):
             rb.affine_stack_bounds(**kwargs)
@@ -247,3 +248,26 @@ def test_lower_only_bounds_equal_the_lower_half_of_the_full_ones(method):
                                          spec, bound_upper=False)
     assert ub is None
     np.testing.assert_allclose(lb, full[0], rtol=1e-6, atol=1e-6)
+
+
+def test_the_tangent_table_brackets_the_tangent_point_of_every_far_end():
+    # h(d) = tanh(d) + tanh'(d) (p - d) - tanh(p), increasing in d >= 0, is 0 at the point d(p)
+    # whose tangent passes through (p, tanh(p)): the upper end D[k] (p >= -k step) must have
+    # h >= 0 (a sound tangent point), the lower end D[k - 1] (p <= -(k - 1) step) h <= 0 up to
+    # its float32 rounding; checked in float64 at far ends off the grid, the ends included
+    table = ra.tangent_table().astype(np.float64)
+    step = ra._TABLE_STEP
+    assert table[0] == 0.0 and np.all(np.diff(table) > 0)
+    rng = np.random.default_rng(0)
+    p = -np.concatenate([rng.uniform(0, ra._TABLE_RANGE, 20000), [step, ra._TABLE_RANGE]])
+    k = np.ceil(-p / step).astype(int)
+
+    def h(d):
+        t = np.tanh(d)
+        return t + (1 - t * t) * (p - d) - np.tanh(p)
+
+    assert np.all(h(table[k]) >= 0)
+    lower = table[k - 1]
+    assert np.all(h(np.nextafter(lower.astype(np.float32), np.float32(-np.inf))
+                    .astype(np.float64)) <= 0)
+    assert np.max(table[k] - lower) < 1e-3  # the bracket the bisection starts from
