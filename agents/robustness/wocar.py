@@ -91,6 +91,7 @@ starts a fresh one).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -349,20 +350,36 @@ class WocaRPlugin(_WorstCaseWeighted):
 
     # -- the worst-attack critic ----------------------------------------------------------------
     def _fit_critic(self, batch: dict, admissible: tf.Tensor) -> tf.Tensor:
-        """``spec.q_epochs`` epochs of ``spec.q_minibatches`` critic steps on the rollout's
-        transitions (targets from the target network, Polyak-updated after each step);
-        returns the last minibatch loss."""
+        """:meth:`_critic_epochs` on the rollout's transitions, the target
+        :func:`worst_attack_target` over each next state's admissible actions."""
         # the networks' inputs normalised once for the whole rollout (element-wise: the rows
         # each step gathers are those it would normalise; the normaliser moves after the update)
         obs = self.surface.normalize(batch["obs"])
         nxt = self.surface.normalize(batch["next_obs"])
-        actions, rewards, term = batch["actions"], batch["rewards"], batch["terminated"]
-        n = int(obs.shape[0])
+        gamma = self.gamma
+
+        def target(o, a, r, s2, t, adm):
+            return worst_attack_target(self.target(s2), adm, r, t, gamma,
+                                       self.critic(s2) if self.spec.double else None)
+
+        def value(o, a, *_):
+            return tf.gather(self.critic(o), a, batch_dims=1)
+
+        return self._critic_epochs((obs, batch["actions"], batch["rewards"], nxt,
+                                    batch["terminated"], admissible), target, value)
+
+    def _critic_epochs(self, rollout: tuple, target: Callable[..., tf.Tensor],
+                       value: Callable[..., tf.Tensor]) -> tf.Tensor:
+        """``spec.q_epochs`` epochs of ``spec.q_minibatches`` steps of the worst-attack critic
+        on the rollout's tensors ``rollout`` (each ``[n, ...]``, in the same row order): each
+        step gathers a minibatch of rows, takes ``target(*rows)`` (from the target network,
+        outside the tape) and one Adam step on ``mean((value(*rows) - target)^2)``, then the
+        target network's Polyak update; each epoch's shuffle is drawn once, before the loop.
+        Returns the last minibatch loss."""
+        n = int(rollout[0].shape[0])
         epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
         mb = max(n // minibatches, 1)
-        gamma = self.gamma
         seed = self.agent.draw_seed()
-        # each epoch's shuffle, drawn once before the loop (not again at each of its minibatches)
         perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
             [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
             for epoch in range(epochs)])
@@ -370,15 +387,11 @@ class WocaRPlugin(_WorstCaseWeighted):
         def step(i, loss):
             epoch, k = i // minibatches, i % minibatches
             idx = perms[epoch, k * mb:(k + 1) * mb]
-            rows = [tf.gather(x, idx) for x in (obs, actions, rewards, nxt, term, admissible)]
-            o, a, r, s2, t, adm = rows
-            target = worst_attack_target(self.target(s2), adm, r, t, gamma,
-                                         self.critic(s2) if self.spec.double else None)
+            rows = [tf.gather(x, idx) for x in rollout]
+            goal = target(*rows)
             with tf.GradientTape() as tape:
-                q = tf.gather(self.critic(o), a, batch_dims=1)
-                loss = tf.reduce_mean(tf.square(q - target))
-            grads = tape.gradient(loss, self.critic.trainable_variables)
-            self.critic_step.step(grads)
+                loss = tf.reduce_mean(tf.square(value(*rows) - goal))
+            self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
             self._polyak()
             return i + 1, loss
 
@@ -527,36 +540,20 @@ class WocaRBoxPlugin(WocaRPlugin):
                                            self.q_at(next_obs, clean)))
 
     def _fit_box_critic(self, batch: dict, a_star: tf.Tensor, clean: tf.Tensor) -> tf.Tensor:
-        """As :meth:`WocaRPlugin._fit_critic` with :meth:`worst_next_values` in the target."""
-        obs, actions = batch["obs"], batch["actions"]
-        rewards, nxt, term = batch["rewards"], batch["next_obs"], batch["terminated"]
-        n = int(obs.shape[0])
-        epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
-        mb = max(n // minibatches, 1)
+        """:meth:`WocaRPlugin._critic_epochs` with :meth:`worst_next_values` in the target."""
         gamma = self.gamma
-        seed = self.agent.draw_seed()
-        perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
-            [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
-            for epoch in range(epochs)])
 
-        def step(i, loss):
-            epoch, j = i // minibatches, i % minibatches
-            idx = perms[epoch, j * mb:(j + 1) * mb]
-            o, a, r, s2, t, w, c = [tf.gather(x, idx) for x in
-                                    (obs, actions, rewards, nxt, term, a_star, clean)]
+        def target(o, a, r, s2, t, w, c):
             alive = 1.0 - tf.cast(t, tf.float32)
-            target = tf.stop_gradient(tf.cast(r, tf.float32) + gamma * alive *
-                                      self.worst_next_values(s2, w, c))
-            with tf.GradientTape() as tape:
-                q = self.q_at(o, a, target=False)
-                loss = tf.reduce_mean(tf.square(q - target))
-            self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
-            self._polyak()
-            return i + 1, loss
+            return tf.stop_gradient(tf.cast(r, tf.float32) + gamma * alive *
+                                    self.worst_next_values(s2, w, c))
 
-        _, loss = tf.while_loop(lambda i, _: i < epochs * minibatches, step,
-                                (tf.constant(0), tf.constant(0.0)))
-        return loss
+        def value(o, a, *_):
+            return self.q_at(o, a, target=False)
+
+        return self._critic_epochs((batch["obs"], batch["actions"], batch["rewards"],
+                                    batch["next_obs"], batch["terminated"], a_star, clean),
+                                   target, value)
 
     @_plain
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
