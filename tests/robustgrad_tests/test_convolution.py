@@ -265,15 +265,20 @@ def _model(seed=0):
     return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
 
 
+def _loss_and_grads(model, a):
+    """``[loss, d loss / d a, d loss / d weights...]`` of ``sum(model(a)^2)``."""
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        loss = tf.reduce_sum(tf.square(model(a)))
+    return [loss, *tape.gradient(loss, [a, *model.trainable_variables])]
+
+
 def test_keras_layers_inside_the_scope_compute_the_same_with_the_fast_gradient(tmp_path):
     model = _model()
     x = tf.constant(RNG.normal(size=(4, 12, 12, 8)), tf.float32)
 
     def grads(a):
-        with tf.GradientTape() as tape:
-            tape.watch(a)
-            loss = tf.reduce_sum(tf.square(model(a)))
-        return [loss, *tape.gradient(loss, [a, *model.trainable_variables])]
+        return _loss_and_grads(model, a)
 
     ref = grads(x)
     inherited = "convolution_op" not in keras.layers.Conv2D.__dict__
@@ -305,10 +310,7 @@ def test_keras_strided_layer_takes_the_phases_where_the_rule_says(monkeypatch):
     x = tf.constant(RNG.normal(size=(4, 12, 12, 8)), tf.float32)
 
     def grads(a):
-        with tf.GradientTape() as tape:
-            tape.watch(a)
-            loss = tf.reduce_sum(tf.square(model(a)))
-        return [loss, *tape.gradient(loss, [a, *model.trainable_variables])]
+        return _loss_and_grads(model, a)
 
     ref = grads(x)
     monkeypatch.setattr(convolution, "MIN_KERNEL_PER_OUTPUT", 1)  # c3: 288 entries, 36 outputs
