@@ -87,10 +87,11 @@ stacked copies (copy ``s`` the network seed ``s`` builds alone; one seed keeps a
 agent's shapes, so saved agents load), stepped by the per-seed Adam; the admissible sets of all
 seeds are one bound call on the block-diagonal network of the ``S`` policies
 (:mod:`agents.robustness.certify`; the block-diagonal matrices are dense, so one call does
-``S²`` times one seed's multiply-adds where ``S`` calls would do ``S`` times); the critic's losses, the objective's standardisation, the
-importance and the regulariser are each seed's over its own rows; each seed's random draws come
-from its own stream as alone, except the smoothness term's search, one engine call for all
-seeds whose random start is seed 0's draw (as SA's on the axis). ``agent.export(s)`` carries
+``S²`` times one seed's multiply-adds where ``S`` calls would do ``S`` times); the critic's
+losses, the objective's standardisation, the importance and the regulariser are each seed's
+over its own rows; each seed's random draws come from its own stream as alone, except the
+smoothness term's search, one engine call for all seeds whose random start is seed 0's draw
+(as SA's on the axis). ``agent.export(s)`` carries
 seed ``s``'s worst-attack networks and Adam state
 (:meth:`_WorstCaseWeighted.seed_axis_state`); ``train-agent --robust wocar --seeds 0-4`` trains
 the seeds in one program and saves each as an ordinary agent.
@@ -340,7 +341,7 @@ class _WorstCaseWeighted(ScheduledPlugin):
         draws its key at the same point."""
         if self.num_seeds == 1:
             return self.agent.draw_seed()
-        return self.agent.streams.keys()
+        return cast(Any, self.agent).streams.keys()  # PPO, A2C and DQN hold each seed's
 
     def _step_critic(self, grads: list[tf.Tensor]) -> None:
         """One Adam step of the worst-attack critic (each seed's own on the seed axis)."""
@@ -774,9 +775,10 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
 
 def q_scale(target: tf.Tensor) -> tf.Tensor:
     """The Q-values' size on a batch, scalar, stopped: ``max(mean |target|, 1)`` of the TD
-    ``target [B]`` (``[S]`` for ``[S, B]``: each seed's). The unit of WocaR-DQN's worst-case term (:func:`worst_case_bound_loss`'s
-    ``scale``): 1 where the values are of order 1 (the paper's Atari rewards, clipped to
-    [-1, 1]), their size where a return is larger (CartPole: up to ~1 / (1 - gamma) = 100).
+    ``target [B]`` (``[S]`` for ``[S, B]``: each seed's). The unit of WocaR-DQN's worst-case
+    term (:func:`worst_case_bound_loss`'s ``scale``): 1 where the values are of order 1 (the
+    paper's Atari rewards, clipped to [-1, 1]), their size where a return is larger (CartPole:
+    up to ~1 / (1 - gamma) = 100).
 
     >>> float(q_scale(tf.constant([30.0, -50.0]))), float(q_scale(tf.constant([0.2, -0.1])))
     (40.0, 1.0)
