@@ -48,6 +48,13 @@ iterations (the adversaries first learn, and trace, in the second: at the first 
 is 0). Steps are the agent's env steps; its adversaries take as many again (not counted)::
 
     python benchmarks/seeds_speed.py --algo atla-ppo --steps 20000 --seeds 4
+
+``--algo wocar-ppo`` (WocaR on the seed axis): the same with ``robust="wocar"`` (each seed's
+worst-attack critic, admissible sets and smoothness term; :mod:`agents.robustness.wocar`, its
+default warm-up 0.3); the short run is one iteration. ``--threads N`` pins each child's
+TensorFlow pools (intra-op ``N``, inter-op ``max(N, 2)``, as ``robust_rl_wocar.py``)::
+
+    python benchmarks/seeds_speed.py --algo wocar-ppo --steps 20000 --seeds 3 --threads 1
 """
 
 from __future__ import annotations
@@ -122,7 +129,7 @@ def _dqn_child(kind: str, n_seeds: int, steps: int, backend: str) -> dict:
     return _axis_against_sequential(agents.DQN, cfg, kind, n_seeds, short, steps, episodes=5)
 
 
-ROBUST = {"sa-ppo": ("sa", 1), "atla-ppo": ("atla", 2)}
+ROBUST = {"sa-ppo": ("sa", 1), "atla-ppo": ("atla", 2), "wocar-ppo": ("wocar", 1)}
 """``--algo`` -> (``robust``, iterations of the short run)."""
 
 
@@ -182,7 +189,7 @@ def _axis_against_sequential(cls, cfg, kind: str, n_seeds: int, short: int, step
             "steps_per_seed": done, "eval_returns": returns, "seeds": n_seeds}
 
 
-def _run(kind, n, steps, settings, tree=None, eps=None) -> dict:
+def _run(kind, n, steps, settings, tree=None, eps=None, threads=None) -> dict:
     script = os.path.abspath(__file__)
     env = dict(os.environ)
     cwd = None
@@ -193,6 +200,8 @@ def _run(kind, n, steps, settings, tree=None, eps=None) -> dict:
            "--settings", settings]
     if eps is not None:
         cmd += ["--eps", str(eps)]
+    if threads:
+        cmd += ["--threads", str(threads)]
     if tree is not None:  # the child must import that tree's packages, not this one's
         cmd += ["--root", os.path.abspath(tree)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
@@ -245,6 +254,8 @@ def main(argv=None) -> None:
                         "runs (module doc)")
     p.add_argument("--eps", type=float, default=0.05,
                    help="sa-ppo, atla-ppo: the training radius")
+    p.add_argument("--threads", type=int, default=None,
+                   help="TensorFlow threads of each child (intra-op; inter-op at least 2)")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -252,10 +263,16 @@ def main(argv=None) -> None:
     if args.part is not None:
         if args.root:
             sys.path[0:1] = [args.root]
-        if args.part.startswith(("sappo-", "atlappo-")):
+        if args.threads:
+            import tensorflow as tf
+
+            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+            tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
+        if args.part.startswith(("sappo-", "atlappo-", "wocarppo-")):
             algo, kind = args.part.split("-")
             row = _sa_ppo_child(kind, args.n, args.steps, args.eps,
-                                {"sappo": "sa-ppo", "atlappo": "atla-ppo"}[algo])
+                                {"sappo": "sa-ppo", "atlappo": "atla-ppo",
+                                 "wocarppo": "wocar-ppo"}[algo])
         elif args.part.startswith("dqn-"):
             _, kind, backend = args.part.split("-")
             row = _dqn_child(kind, args.n, args.steps, backend)
@@ -321,13 +338,13 @@ def _sa_ppo_main(args) -> None:
     for kind in ("sequential", "axis"):
         name = f"{algo} {kind} x{args.seeds}"
         row = rows[name] = _run(f"{algo.replace('-', '')}-{kind}", args.seeds, args.steps,
-                                args.settings, eps=args.eps)
+                                args.settings, eps=args.eps, threads=args.threads)
         _show_axis_row(name.rjust(24), row,
                        f"{row['steps_per_seed']} steps per seed; clean returns "
                        f"{[round(r, 1) for r in row['eval_returns']]}")
     _show_axis_ratio(f"{algo.upper()} eps {args.eps}",
                      *(rows[f"{algo} {k} x{args.seeds}"] for k in ("axis", "sequential")))
-    _finish(load, rows, steps=args.steps, algo=algo, eps=args.eps)
+    _finish(load, rows, steps=args.steps, algo=algo, eps=args.eps, threads=args.threads)
 
 
 if __name__ == "__main__":

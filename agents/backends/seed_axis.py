@@ -354,8 +354,13 @@ def _paired_variables(many, one) -> tuple[list[tuple[tf.Variable, tf.Variable]],
                                           list[tuple[tf.Variable, tf.Variable]]]:
     """``(variable [S, ...], variable [...])`` of everything that is per seed, and ``(variable,
     variable)`` of what the seeds share (as each algorithm declares them:
-    :meth:`agents.Agent.seed_axis_state`)."""
+    :meth:`agents.Agent.seed_axis_state`, then its robustness plug-in's own:
+    :meth:`agents.core.plugin.RobustnessPlugin.seed_axis_state`)."""
     (per_many, shared_many), (per_one, shared_one) = many.seed_axis_state(), one.seed_axis_state()
+    (plug_many, plug_shared_many), (plug_one, plug_shared_one) = (
+        many.robustness.seed_axis_state(), one.robustness.seed_axis_state())
+    per_many, per_one = per_many + plug_many, per_one + plug_one
+    shared_many, shared_one = shared_many + plug_shared_many, shared_one + plug_shared_one
     pairs = list(zip(per_many, per_one))
     for a, b in pairs:
         if tuple(a.shape[1:]) != tuple(b.shape):

@@ -20,7 +20,9 @@ learn driver (:class:`agents.Agent`) calls the phase between iterations:
 * **an extra loss term**: :meth:`RobustnessPlugin.regularizer_inputs` outside the gradient tape
   (the inner search; ``None``: no term), then :meth:`RobustnessPlugin.regularizer` inside it;
 * **state of its own in the agent's checkpoint**: :meth:`RobustnessPlugin.checkpoint_modules`
-  (WocaR's worst-attack networks and their optimiser), saved and restored with the agent's;
+  (WocaR's worst-attack networks and their optimiser), saved and restored with the agent's,
+  and each seed's slice of it on the seed axis (:meth:`RobustnessPlugin.seed_axis_state`,
+  moved by ``export`` and ``import_seed``);
 * **a phase between iterations**: :meth:`RobustnessPlugin.before_iteration` (a schedule, a learned
   adversary's training) and :meth:`RobustnessPlugin.after_iteration` (what the iteration's logs
   carry), and :meth:`RobustnessPlugin.record` after the driver's bookkeeping of an update.
@@ -161,6 +163,15 @@ class RobustnessPlugin:
         checkpoint saved before the method kept its state loads without it (the state starts
         fresh)."""
         return {}
+
+    def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)``: the variables of :meth:`checkpoint_modules` that carry the
+        seed axis (``[S, ...]`` on an agent of ``S > 1`` seeds, an ordinary agent's shapes for
+        one) and those all seeds share, in the same order for any ``S``: what
+        :meth:`agents.Agent.export` and ``import_seed`` move with the algorithm's own
+        (:func:`agents.backends.seed_axis.export_seed`; WocaR's worst-attack networks). ``([],
+        [])``: nothing of its own."""
+        return [], []
 
 
 class _AxisOfOne(RobustnessPlugin):

@@ -75,12 +75,26 @@ eps, kappa and the weight rise from 0 over WocaR's own ``warmup`` (``wocar_warmu
 the CartPole screen's median worst case 160.5 -> 223 over 3 seeds against SA's 0.75; an agent
 saved before the field existed loads with the ``robust_eps_warmup`` it trained with;
 :class:`agents.robustness.robust.RobustSchedule`); the admissible sets follow the schedule's eps.
-What is not here (yet):
-the seed axis (``num_seeds > 1``, PPO, A2C and DQN) and Box actions without finite bounds; each
-is refused with a :class:`robustgrad.errors.ConfigError` naming the argument. The worst-attack networks and
+Box actions without finite bounds are refused with a :class:`robustgrad.errors.ConfigError`
+naming the argument. The worst-attack networks and
 their optimiser are part of the agent's checkpoint (``robustness/``): a loaded ``robust="wocar"``
 agent that learns again goes on with its critic (one saved before 2026-12-04 loads without it and
 starts a fresh one).
+
+The seed axis (``num_seeds = S > 1``; PPO, A2C on both action kinds, and DQN; DESIGN.md sections
+7-8): one code path, each tensor with a leading ``[S]``. The worst-attack networks hold ``S``
+stacked copies (copy ``s`` the network seed ``s`` builds alone; one seed keeps an ordinary
+agent's shapes, so saved agents load), stepped by the per-seed Adam; the admissible sets of all
+seeds are one bound call on the block-diagonal network of the ``S`` policies
+(:mod:`agents.robustness.certify`; the block-diagonal matrices are dense, so one call does
+``S²`` times one seed's multiply-adds where ``S`` calls would do ``S`` times); the critic's
+losses, the objective's standardisation, the importance and the regulariser are each seed's
+over its own rows; each seed's random draws come from its own stream as alone, except the
+smoothness term's search, one engine call for all seeds whose random start is seed 0's draw
+(as SA's on the axis). ``agent.export(s)`` carries
+seed ``s``'s worst-attack networks and Adam state
+(:meth:`_WorstCaseWeighted.seed_axis_state`); ``train-agent --robust wocar --seeds 0-4`` trains
+the seeds in one program and saves each as an ordinary agent.
 
 >>> import tensorflow as tf
 >>> q_next = tf.constant([[1.0, 3.0, 2.0]])
@@ -98,10 +112,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from agents.core._step import make_adam_step
-from agents.core.networks import MLP
+from agents.core._step import make_seed_axis_step, step_on_axis
+from agents.core.networks import MLP, layer_seed
 from agents.core.plugin import RobustnessPlugin, register_robustness
 from agents.core.schedules import linear
+from agents.core.streams import stateless_per_seed
 from agents.robustness._victim import _surface
 from agents.robustness.certify import difference_upper_bounds, output_bounds
 from agents.robustness.configs import WocaR as WocaRConfig
@@ -183,7 +198,7 @@ def worst_attack_target(q_next: tf.Tensor, admissible: tf.Tensor, rewards: tf.Te
         worst = tf.reduce_min(tf.where(admissible, q_next, inf), axis=-1)
     else:
         choice = tf.argmin(tf.where(admissible, tf.cast(q_select, tf.float32), inf), axis=-1)
-        worst = tf.gather(q_next, choice, batch_dims=1)
+        worst = tf.gather(q_next, choice, batch_dims=choice.shape.rank)
     alive = 1.0 - tf.cast(terminated, tf.float32)
     return tf.stop_gradient(tf.cast(rewards, tf.float32) + gamma * alive * worst)
 
@@ -191,13 +206,16 @@ def worst_attack_target(q_next: tf.Tensor, admissible: tf.Tensor, rewards: tf.Te
 def state_importance(q: tf.Tensor) -> tf.Tensor:
     """The importance ``ω(s)`` of each state ``[B]``: the spread ``max_a q(a) − min_a q(a)`` of
     ``q [B, A]`` normalised to mean 1 over the batch (all ones when every spread is 0);
-    stopped.
+    stopped. On the seed axis ``q [S, B, A]`` -> ``[S, B]``, each seed's normalised over its
+    own rows.
 
     >>> state_importance(tf.constant([[1.0, 4.0], [2.0, 1.0]])).numpy().tolist()
     [1.5, 0.5]
     """
     spread = tf.reduce_max(q, axis=-1) - tf.reduce_min(q, axis=-1)
-    mean = tf.reduce_mean(spread)
+    # one seed: the batch's mean; the seed axis ([S, B, A]): each seed's over its own rows
+    mean = tf.reduce_mean(spread) if spread.shape.rank == 1 else \
+        tf.reduce_mean(spread, axis=-1, keepdims=True)
     return tf.stop_gradient(tf.where(mean > 0.0, spread / tf.maximum(mean, 1e-12),
                                      tf.ones_like(spread)))
 
@@ -209,15 +227,12 @@ def _standardize(x: tf.Tensor) -> tf.Tensor:
 
 def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
     """The agent's policy surface if WocaR can train it (an on-policy actor-critic with a
-    discrete policy or a Gaussian one on Box actions with finite bounds, or a DQN; one seed; a
-    policy network the bound engine bounds with ``method``); else
-    a :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
-    engine cannot bound)."""
-    if int(getattr(agent, "num_seeds", 1)) > 1:
-        raise ConfigError(f"num_seeds: WocaR trains one seed per agent here (its worst-attack "
-                          f"critic has no seed axis), got num_seeds={agent.num_seeds}; train "
-                          f"several agents (agents.train_many)")
-    surface = agent.policy_surface()
+    discrete policy or a Gaussian one on Box actions with finite bounds, or a DQN; a policy
+    network the bound engine bounds with ``method``); else a
+    :class:`robustgrad.errors.ConfigError` naming the argument (the layer, for a network the
+    engine cannot bound). An agent of ``S > 1`` seeds gives its seed-axis surface
+    (observations ``[S, B, d]``, each seed's own network; the probe bounds seed 0's)."""
+    surface = _surface(agent)
     if not agent.discrete:
         low, high = surface.action_low, surface.action_high
         if low is None or high is None or not (np.all(np.isfinite(low))
@@ -226,11 +241,13 @@ def check_wocar_agent(agent: Agent, method: str) -> PolicySurface:
                               f"worst-attack critic's action input and the admissible box are "
                               f"clipped to them); {agent.config.env!r} has "
                               f"{agent.env.single_action_space}")
-    if surface.layers is None:
+    layers = surface.layers if surface.num_seeds is None else \
+        None if surface.seed_layers is None else [(w[0], b[0]) for w, b in surface.seed_layers]
+    if layers is None:
         raise ConfigError("policy network: its policy surface declares no affine layers "
                           "(PolicySurface(layers=...)); the bound engine cannot bound it")
-    weights = [w for w, _ in surface.layers]
-    biases = [b for _, b in surface.layers]
+    weights = [w for w, _ in layers]
+    biases = [b for _, b in layers]
     box = tf.zeros([1, int(weights[0].shape[0])])
     try:  # a static probe: the engine names the layer it cannot take
         affine_stack_bounds(weights, biases, surface.activation or "linear", box, box,
@@ -246,7 +263,11 @@ def _worst_attack_critic(agent: Agent, learning_rate: float) -> tuple[MLP, MLP, 
     ``seed + 2``), its target copy (same initial weights), the
     critic's Adam step (``learning_rate``, the agent's gradient-norm clip) and that
     Adam's state (:class:`agents.core._step.AdamSlots`), built in that order (a seeded run's
-    variables do not move)."""
+    variables do not move). On the seed axis (``S > 1`` seeds): each network holds ``S``
+    stacked copies (``[S, ...]``, copy ``s`` seeded ``seeds[s] + 2``: the network of seed ``s``
+    alone) and the step is the per-seed Adam
+    (:func:`agents.core._step.make_seed_axis_step`: each seed clipped, guarded and stepped on
+    its own; one object, both step and state)."""
     cfg = agent.config
     in_dim = int(np.prod(agent.obs_shape))
     if agent.discrete:
@@ -254,9 +275,12 @@ def _worst_attack_critic(agent: Agent, learning_rate: float) -> tuple[MLP, MLP, 
     else:  # Box actions: Q_w(s, a) of the observation and the action, [d + k] -> [1]
         in_dim, n_out = in_dim + int(np.prod(agent.env.single_action_space.shape)), 1
     hidden = tuple(cfg.hidden_sizes)
-    critic = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, cfg.seed + 2, name="wocar_critic")
-    target = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, cfg.seed + 2, name="wocar_target")
-    step, slots = make_adam_step(critic.trainable_variables, learning_rate, cfg.max_grad_norm)
+    seeds = list(getattr(agent, "seeds", [cfg.seed]))
+    seed = layer_seed([s + 2 for s in seeds])  # one seed: cfg.seed + 2, plain variables
+    critic = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, seed, name="wocar_critic")
+    target = MLP(in_dim, hidden, n_out, cfg.activation, 1.0, seed, name="wocar_target")
+    step, slots = make_seed_axis_step(critic.trainable_variables, learning_rate,
+                                      cfg.max_grad_norm, None, len(seeds))
     return critic, target, step, slots
 
 
@@ -267,7 +291,18 @@ class _WorstCaseWeighted(ScheduledPlugin):
     ``self.target_weight`` as eps (or over the whole run with ``spec.weight_over_run``), the
     policy surface (checked), the worst-attack networks of :func:`_worst_attack_critic` (in the
     agent's checkpoint, :meth:`checkpoint_modules`), and the weight and the ``_stats``
-    variables logged after each iteration. A subclass sets ``_stats`` in its ``__init__``."""
+    variables logged after each iteration. A subclass sets ``_stats`` in its ``__init__``
+    (:meth:`_stat_variables`).
+
+    The seed axis (``num_seeds = S > 1``, DESIGN.md sections 7-8): the hooks take the agent's
+    ``[S, B, ...]`` tensors (one seed's plug-in sees its own ``[B, ...]``,
+    :func:`agents.core.plugin.on_seed_axis`); the worst-attack networks and their Adam carry the
+    axis (:func:`_worst_attack_critic`), every loss is ``[S]`` (each seed's mean over its own
+    rows, the tape differentiating their sum: each seed's gradient its own), the admissible sets
+    are one bound call on the block-diagonal network of the ``S`` policies
+    (:mod:`agents.robustness.certify`), each ``_stats`` entry is ``[S]`` (logged as the mean,
+    and each seed's under ``"per_seed"`` and in its ``history``), and the random draws are each
+    seed's own (``agent.streams``, as PPO's minibatch order: :meth:`_keys`)."""
 
     _stats: dict[str, tf.Variable]
 
@@ -281,10 +316,49 @@ class _WorstCaseWeighted(ScheduledPlugin):
         self.target_weight = self.spec.weight
         self.gamma = float(agent.config.gamma) if self.spec.gamma is None else self.spec.gamma
         self.surface = check_wocar_agent(agent, self.bound)
+        self.num_seeds = int(getattr(agent, "num_seeds", 1))
         self.critic, self.target, self.critic_step, self.critic_optimizer = \
             _worst_attack_critic(agent, self.spec.q_lr)
         self.weight = tf.Variable(0.0 if self.spec.warmup > 0 else self.target_weight,
                                   trainable=False, name="wocar_weight")
+
+    # -- the seed axis ---------------------------------------------------------------------------
+    def _stat_variables(self, names: tuple[str, ...]) -> dict[str, tf.Variable]:
+        """The logged statistics: a scalar variable per name, ``[S]`` on the seed axis."""
+        lead = () if self.num_seeds == 1 else (self.num_seeds,)
+        return {k: tf.Variable(tf.zeros(lead), trainable=False, name=k) for k in names}
+
+    def _seed_mean(self, x: tf.Tensor) -> tf.Tensor:
+        """The mean of ``x`` over everything (one seed: a scalar) or over all but the seed axis
+        (``[S]``)."""
+        if self.num_seeds == 1:
+            return tf.reduce_mean(x)
+        return tf.reduce_mean(x, axis=list(range(1, x.shape.rank)))
+
+    def _keys(self) -> tf.Tensor:
+        """A fresh stateless key: ``[2]`` from the agent's stream (one seed, as before), or
+        ``[S, 2]``, one from each seed's own stream (``agent.streams``), as each seed alone
+        draws its key at the same point."""
+        if self.num_seeds == 1:
+            return self.agent.draw_seed()
+        return cast(Any, self.agent).streams.keys()  # PPO, A2C and DQN hold each seed's
+
+    def _step_critic(self, grads: list[tf.Tensor]) -> None:
+        """One Adam step of the worst-attack critic (each seed's own on the seed axis)."""
+        if self.num_seeds == 1:
+            self.critic_step.step(grads)
+        else:
+            step_on_axis(self.critic_step, grads)
+
+    def seed_axis_state(self) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """``(per seed, shared)`` variables of the worst-attack networks for
+        :func:`agents.backends.seed_axis.export_seed` and ``import_seed``: both networks,
+        Adam's moments and count (``[S, ...]`` on the seed axis; one seed's shapes those of an
+        ordinary agent); the learning rate."""
+        opt = self.critic_optimizer
+        per_seed = list(self.critic.trainable_variables) + \
+            list(self.target.trainable_variables) + list(opt.m) + list(opt.v) + [opt.iterations]
+        return per_seed, [opt.learning_rate]
 
     def _selector(self, next_obs: tf.Tensor) -> tf.Tensor | None:
         """The values that choose the worst admissible next action of the critic's target:
@@ -314,15 +388,28 @@ class _WorstCaseWeighted(ScheduledPlugin):
     def after_iteration(self, logs: dict, extra: dict) -> None:
         super().after_iteration(logs, extra)
         logs["wocar_weight"] = float(self.weight.numpy())
-        logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+        if self.num_seeds == 1:
+            logs.update({k: float(v.numpy()) for k, v in self._stats.items()})
+            return
+        per_seed = {k: v.numpy().astype(np.float64).tolist() for k, v in self._stats.items()}
+        logs.update({k: float(np.mean(v)) for k, v in per_seed.items()})
+        logs.setdefault("per_seed", {}).update(per_seed)
 
     def record(self, logs: dict) -> None:
         """The iteration's ``wocar_*`` numbers (:meth:`after_iteration`) also in its
-        ``agent.history`` entry."""
+        ``agent.history`` entry (their means over the seeds) and, on the seed axis, each seed's
+        own in its ``seed_histories`` entry."""
         super().record(logs)
         entry = self.agent.history[-1] if self.agent.history else None
         if entry is not None and entry.get("steps") == logs.get("steps"):
             entry.update({k: v for k, v in logs.items() if k.startswith("wocar_")})
+        if self.num_seeds > 1:
+            per_seed = logs.get("per_seed", {})
+            for k, history in enumerate(self.agent.seed_histories):
+                if history and history[-1].get("steps") == logs.get("steps"):
+                    history[-1]["wocar_weight"] = logs["wocar_weight"]
+                    history[-1].update({name: per_seed[name][k] for name in self._stats
+                                        if name in per_seed})
 
     def checkpoint_modules(self) -> dict[str, Any]:
         """The worst-attack network, its target copy, its Adam state and gradient step: in the
@@ -344,8 +431,8 @@ class WocaRPlugin(_WorstCaseWeighted):
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
-        self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
-                       for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible")}
+        self._stats = self._stat_variables(("wocar_q_loss", "wocar_worst_q",
+                                            "wocar_admissible"))
         self._rollout_inputs: tuple[Any, tuple[tf.Tensor, ...]] | None = None
 
     # -- the worst-attack critic ----------------------------------------------------------------
@@ -363,7 +450,7 @@ class WocaRPlugin(_WorstCaseWeighted):
                                        self.critic(s2) if self.spec.double else None)
 
         def value(o, a, *_):
-            return tf.gather(self.critic(o), a, batch_dims=1)
+            return tf.gather(self.critic(o), a, batch_dims=a.shape.rank)
 
         return self._critic_epochs((obs, batch["actions"], batch["rewards"], nxt,
                                     batch["terminated"], admissible), target, value)
@@ -375,28 +462,39 @@ class WocaRPlugin(_WorstCaseWeighted):
         step gathers a minibatch of rows, takes ``target(*rows)`` (from the target network,
         outside the tape) and one Adam step on ``mean((value(*rows) - target)^2)``, then the
         target network's Polyak update; each epoch's shuffle is drawn once, before the loop.
-        Returns the last minibatch loss."""
-        n = int(rollout[0].shape[0])
+        Returns the last minibatch loss.
+
+        On the seed axis each tensor is ``[S, n, ...]``: each seed's shuffles from its own key
+        (:meth:`_keys`, drawn as alone), its rows gathered from its own slice, the loss ``[S]``
+        (each seed's mean; one Adam step of each seed's own gradient)."""
+        axis = 0 if self.num_seeds == 1 else 1  # the rows' axis
+        n = int(rollout[0].shape[axis])
         epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
         mb = max(n // minibatches, 1)
-        seed = self.agent.draw_seed()
-        perms = tf.stack([tf.argsort(tf.random.stateless_uniform(
-            [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
-            for epoch in range(epochs)])
+
+        def shuffles(seed):  # [epochs, n]
+            return tf.stack([tf.argsort(tf.random.stateless_uniform(
+                [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
+                for epoch in range(epochs)])
+
+        if self.num_seeds == 1:
+            perms = shuffles(self._keys())
+        else:  # [epochs, S, n]: each seed's shuffles as alone
+            perms = tf.transpose(stateless_per_seed(shuffles, self._keys(), axis=True), [1, 0, 2])
 
         def step(i, loss):
             epoch, k = i // minibatches, i % minibatches
-            idx = perms[epoch, k * mb:(k + 1) * mb]
-            rows = [tf.gather(x, idx) for x in rollout]
+            idx = perms[epoch, ..., k * mb:(k + 1) * mb]  # [mb], or [S, mb]
+            rows = [tf.gather(x, idx, axis=axis, batch_dims=axis) for x in rollout]
             goal = target(*rows)
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(value(*rows) - goal))
-            self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
+                loss = self._seed_mean(tf.square(value(*rows) - goal))
+            self._step_critic(tape.gradient(loss, self.critic.trainable_variables))
             self._polyak()
             return i + 1, loss
 
         _, loss = tf.while_loop(lambda i, _: i < epochs * minibatches, step,
-                                (tf.constant(0), tf.constant(0.0)))
+                                (tf.constant(0), tf.zeros([self.num_seeds] if axis else [])))
         return loss
 
     # -- the plug-in hooks ---------------------------------------------------------------------
@@ -411,11 +509,12 @@ class WocaRPlugin(_WorstCaseWeighted):
                                         self.bound)
         loss = self._fit_critic(batch, admissible)
         q_obs = self.worst_q(batch["obs"])  # read once: the objective's and the importance's
-        worst = tf.stop_gradient(tf.gather(q_obs, batch["actions"], batch_dims=1))
+        actions = batch["actions"]
+        worst = tf.stop_gradient(tf.gather(q_obs, actions, batch_dims=actions.shape.rank))
         self._stats["wocar_q_loss"].assign(loss)
-        self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
+        self._stats["wocar_worst_q"].assign(self._seed_mean(worst))
         self._stats["wocar_admissible"].assign(
-            tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+            self._seed_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(), self._network_inputs(
                 self.rollout_regularizer_inputs(batch["obs"], q_obs)))
@@ -435,12 +534,20 @@ class WocaRPlugin(_WorstCaseWeighted):
         obs = tf.stop_gradient(obs)
         clean = tf.stop_gradient(tf.nn.log_softmax(surface.outputs(obs)))
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
-                                  self.agent.draw_seed(), cfg.robust_method)
+                                  self._search_key(), cfg.robust_method)
         if q is None and self.spec.importance:
             q = self.worst_q(obs)
         importance = state_importance(q) if self.spec.importance else \
-            tf.ones(tf.shape(obs)[:1])
+            tf.ones(tf.shape(obs)[:-1])
         return clean, obs_adv, importance
+
+    def _search_key(self) -> tf.Tensor:
+        """The key ``[2]`` of the smoothness term's search: one draw (one seed), or on the seed
+        axis each seed's own draw (:meth:`_keys`: each stream moves as alone) of which seed
+        0's keys the one engine call for all seeds (as SA's search on the axis: the random
+        start of seed ``s > 0`` is not the one it draws alone)."""
+        keys = self._keys()
+        return keys if self.num_seeds == 1 else keys[0]
 
     def _network_inputs(self, inputs: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, ...]:
         """:meth:`rollout_regularizer_inputs` with ``s_hat`` normalised (the network's input
@@ -464,7 +571,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean, x_adv, importance = inputs
         adv = tf.nn.log_softmax(_surface(self.agent).network(x_adv))
         kl = tf.reduce_sum(tf.exp(clean) * (clean - adv), axis=-1)
-        term = tf.reduce_mean(importance * kl)
+        term = self._seed_mean(importance * kl)  # [S] on the seed axis: each seed's own
         return self.schedule.kappa * term, term
 
 
@@ -511,7 +618,7 @@ class WocaRBoxPlugin(WocaRPlugin):
         net = self.target if target else self.critic
         x = self.surface.normalize(tf.convert_to_tensor(obs, tf.float32))
         a = action_to_unit(actions, self.action_low, self.action_high)
-        return net(tf.concat([x, a], axis=-1))[:, 0]
+        return net(tf.concat([x, a], axis=-1))[..., 0]
 
     def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
         raise TypeError("worst_q: a Box-action worst-attack critic takes actions too; use "
@@ -565,9 +672,9 @@ class WocaRBoxPlugin(WocaRPlugin):
         loss = self._fit_box_critic(batch, a_star, clean)
         worst = tf.stop_gradient(self.q_at(batch["obs"], batch["actions"]))
         self._stats["wocar_q_loss"].assign(loss)
-        self._stats["wocar_worst_q"].assign(tf.reduce_mean(worst))
+        self._stats["wocar_worst_q"].assign(self._seed_mean(worst))
         self._stats["wocar_admissible"].assign(
-            tf.reduce_mean(tf.reduce_sum(upper - lower, axis=-1)))
+            self._seed_mean(tf.reduce_sum(upper - lower, axis=-1)))
         if self.spec.search_per_rollout and self.schedule.target_kappa > 0.0:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
@@ -587,9 +694,9 @@ class WocaRBoxPlugin(WocaRPlugin):
         cfg, surface = self.agent.config, self.surface
         obs = tf.stop_gradient(obs)
         mean = tf.stop_gradient(surface.outputs(obs))
-        log_std = tf.stop_gradient(tf.cast(surface.log_std, tf.float32))
+        log_std = tf.stop_gradient(tf.cast(surface.log_std, tf.float32))  # [k], or [S, k]
         obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
-                                  self.agent.draw_seed(), cfg.robust_method)
+                                  self._search_key(), cfg.robust_method)
         if self.spec.importance:
             ones = tf.ones_like(mean)
             spread = q_spread_in_box(lambda a: self.q_at(obs, a), ones * self.action_low,
@@ -597,17 +704,17 @@ class WocaRBoxPlugin(WocaRPlugin):
                                      SEARCH_STEPS)
             importance = state_importance(tf.stack([spread, tf.zeros_like(spread)], -1))
         else:
-            importance = tf.ones(tf.shape(obs)[:1])
+            importance = tf.ones(tf.shape(obs)[:-1])
         return mean, log_std, obs_adv, importance
 
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return ScheduledPlugin.regularizer(self, obs, inputs)
         mean, log_std, obs_adv, importance = inputs
-        clean = tfd.Independent(tfd.Normal(mean, tf.exp(log_std) * tf.ones_like(mean)),
-                                reinterpreted_batch_ndims=1)
+        std = tf.exp(self.surface.per_row(log_std)) * tf.ones_like(mean)
+        clean = tfd.Independent(tfd.Normal(mean, std), reinterpreted_batch_ndims=1)
         kl = tfd.kl_divergence(clean, self.surface.distribution(obs_adv))
-        term = tf.reduce_mean(importance * kl)
+        term = self._seed_mean(importance * kl)  # [S] on the seed axis: each seed's own
         return self.schedule.kappa * term, term
 
 
@@ -639,7 +746,8 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
     (differentiable), ``actions [B]`` int, ``target [B]`` (stopped by the caller);
     ``delta``: the Huber threshold; ``scale`` (> 0, scalar, stopped by the caller): the
     residuals are measured in units of ``scale`` and the loss given back in the Q-values'
-    units, ``scale · huber(x / scale)``: ``scale=1`` is the paper's term; with ``scale`` the
+    units, ``scale · huber(x / scale)`` (on the seed axis, ``[S, B, A]`` inputs, ``scale``
+    may be ``[S]``: each seed's own -> ``[S, B]``): ``scale=1`` is the paper's term; with ``scale`` the
     Q-values' size, the term is quadratic while the ball moves each Q-value by less than
     ``delta · scale`` (a gradient that vanishes with the relative spread) and linear beyond,
     the same for every reward scale (:class:`WocaRDQNPlugin`).
@@ -657,22 +765,28 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
     taken = tf.one_hot(actions, tf.shape(q)[-1]) > 0.5
     ref = tf.where(taken, tf.cast(target, tf.float32)[..., None], q)
     scale = tf.cast(scale, tf.float32)
-    x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale
+    if scale.shape.rank:  # [S]: each seed's scale over its rows [S, B, A]
+        x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale[:, None, None]
+    else:
+        x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale
     per_action = tf.where(x <= delta, 0.5 * tf.square(x), delta * (x - 0.5 * delta))
-    return scale * tf.reduce_sum(per_action, axis=-1)
+    return (scale[:, None] if scale.shape.rank else scale) * tf.reduce_sum(per_action, axis=-1)
 
 
 def q_scale(target: tf.Tensor) -> tf.Tensor:
     """The Q-values' size on a batch, scalar, stopped: ``max(mean |target|, 1)`` of the TD
-    ``target [B]``. The unit of WocaR-DQN's worst-case term (:func:`worst_case_bound_loss`'s
-    ``scale``): 1 where the values are of order 1 (the paper's Atari rewards, clipped to
-    [-1, 1]), their size where a return is larger (CartPole: up to ~1 / (1 - gamma) = 100).
+    ``target [B]`` (``[S]`` for ``[S, B]``: each seed's). The unit of WocaR-DQN's worst-case
+    term (:func:`worst_case_bound_loss`'s ``scale``): 1 where the values are of order 1 (the
+    paper's Atari rewards, clipped to [-1, 1]), their size where a return is larger (CartPole:
+    up to ~1 / (1 - gamma) = 100).
 
     >>> float(q_scale(tf.constant([30.0, -50.0]))), float(q_scale(tf.constant([0.2, -0.1])))
     (40.0, 1.0)
     """
-    return tf.stop_gradient(tf.maximum(tf.reduce_mean(tf.abs(tf.cast(target, tf.float32))),
-                                       1.0))
+    size = tf.abs(tf.cast(target, tf.float32))
+    # the seed axis (target [S, B]): each seed's own, [S]
+    mean = tf.reduce_mean(size) if size.shape.rank == 1 else tf.reduce_mean(size, axis=-1)
+    return tf.stop_gradient(tf.maximum(mean, 1.0))
 
 
 class WocaRDQNPlugin(_WorstCaseWeighted):
@@ -719,15 +833,15 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     ``wocar_admissible`` (mean admissible actions per next state), ``wocar_bound_loss`` (the
     last step's mean ``L_wc``), ``wocar_td_loss`` (its mean TD Huber loss), ``wocar_width``
     (its mean ``ub − lb`` of the Q-values over the ball), ``wocar_scale`` (its
-    :func:`q_scale`). One seed per agent; the networks are in the agent's checkpoint."""
+    :func:`q_scale`). The networks are in the agent's checkpoint; on the seed axis every term is
+    each seed's own (:class:`_WorstCaseWeighted`)."""
 
     def __init__(self, agent: Agent):
         super().__init__(agent)
         self.huber_delta = float(cast("DQNConfig", agent.config).huber_delta)
-        self._stats = {k: tf.Variable(0.0, trainable=False, name=k)
-                       for k in ("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
-                                 "wocar_bound_loss", "wocar_td_loss", "wocar_width",
-                                 "wocar_scale")}
+        self._stats = self._stat_variables(("wocar_q_loss", "wocar_worst_q", "wocar_admissible",
+                                            "wocar_bound_loss", "wocar_td_loss", "wocar_width",
+                                            "wocar_scale"))
         self._replay_calls = tf.Variable(0, trainable=False, dtype=tf.int64,
                                          name="wocar_replay_calls")
 
@@ -753,7 +867,8 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
             return
         due = tf.equal(self._replay_calls % every, 0)
         self._replay_calls.assign_add(1)
-        tf.cond(due, lambda: self._worst_step(batch), lambda: tf.constant(0.0))
+        idle = tf.zeros([] if self.num_seeds == 1 else [self.num_seeds])
+        tf.cond(due, lambda: self._worst_step(batch), lambda: idle)
 
     def _worst_step(self, batch: dict) -> tf.Tensor:
         """One Adam step of the worst-attack Q-network toward its targets on ``batch``, the
@@ -762,16 +877,17 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         target, admissible = self.worst_attack_targets(batch)
         delta = self.huber_delta
         with tf.GradientTape() as tape:
-            q = tf.gather(self.worst_q(obs, target=False), actions, batch_dims=1)
+            q = tf.gather(self.worst_q(obs, target=False), actions,
+                          batch_dims=actions.shape.rank)
             err = tf.abs(q - target)
-            loss = tf.reduce_mean(tf.where(err <= delta, 0.5 * tf.square(err),
-                                           delta * (err - 0.5 * delta)))
-        self.critic_step.step(tape.gradient(loss, self.critic.trainable_variables))
+            loss = self._seed_mean(tf.where(err <= delta, 0.5 * tf.square(err),
+                                            delta * (err - 0.5 * delta)))  # [S]: each seed's
+        self._step_critic(tape.gradient(loss, self.critic.trainable_variables))
         self._polyak()
         self._stats["wocar_q_loss"].assign(loss)
-        self._stats["wocar_worst_q"].assign(tf.reduce_mean(q))
+        self._stats["wocar_worst_q"].assign(self._seed_mean(q))
         self._stats["wocar_admissible"].assign(
-            tf.reduce_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
+            self._seed_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         return loss
 
     def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
@@ -788,9 +904,9 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         scale = q_scale(target)
         wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
         importance = state_importance(tf.stop_gradient(q))
-        self._stats["wocar_bound_loss"].assign(tf.reduce_mean(wc))
-        self._stats["wocar_td_loss"].assign(tf.reduce_mean(per_example))
-        self._stats["wocar_width"].assign(tf.reduce_mean(ub - lb))
+        self._stats["wocar_bound_loss"].assign(self._seed_mean(wc))
+        self._stats["wocar_td_loss"].assign(self._seed_mean(per_example))
+        self._stats["wocar_width"].assign(self._seed_mean(ub - lb))
         self._stats["wocar_scale"].assign(scale)
         k = self.schedule.kappa
         return (1.0 - k) * per_example + k * importance * wc

@@ -19,6 +19,11 @@ on Box actions") the mean's sampled range is 0.52 wide, the IBP box 2.71 (1.7 ms
 rollout), CROWN-IBP's 1.09 (48 ms), CROWN's 0.69 (247 ms); the box and the search together
 (IBP) 15.7 ms per rollout.
 
+The seed axis (``num_seeds = S > 1``): every function here also takes each ``[B, ...]`` as
+``[S, B, ...]`` (a seed-axis surface's observations, each seed's rows bounded through its own
+network by one bound call; the search's rows are independent, so seed ``s``'s are what it finds
+alone).
+
 >>> import tensorflow as tf
 >>> q = lambda a: tf.reduce_sum(tf.square(a - 0.3), -1)        # lowest at a = 0.3
 >>> a, v = worst_action_in_box(q, tf.constant([[-1.0]]), tf.constant([[1.0]]),
@@ -105,7 +110,8 @@ def box_corners(lower: tf.Tensor, upper: tf.Tensor) -> tf.Tensor:
     k = int(lower.shape[-1])
     bits = np.array([[(i >> (k - 1 - j)) & 1 for j in range(k)] for i in range(2 ** k)],
                     np.float32)  # [2^k, k]
-    pick = tf.constant(bits > 0.5)[:, None, :]  # exact bounds (no lower + (upper - lower))
+    # [2^k, 1, ..., 1, k] against [2^k, (S,) B, k]; exact bounds (no lower + (upper - lower))
+    pick = tf.reshape(tf.constant(bits > 0.5), [2 ** k] + [1] * (lower.shape.rank - 1) + [k])
     shape = tf.concat([[2 ** k], tf.shape(lower)], 0)
     return tf.where(pick, tf.broadcast_to(upper[None], shape),
                     tf.broadcast_to(lower[None], shape))
@@ -136,7 +142,7 @@ def worst_action_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor,
         for c in range(int(corners.shape[0])):
             v = score(corners[c])
             better = v < best_v
-            best_a = tf.where(better[:, None], corners[c], best_a)
+            best_a = tf.where(better[..., None], corners[c], best_a)
             best_v = tf.minimum(v, best_v)
     if steps > 0:
         size = (upper - lower) / float(steps)
@@ -147,7 +153,7 @@ def worst_action_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor,
                 v = score(a)
             g = tape.gradient(v, a)
             better = v < bv
-            ba = tf.where(better[:, None], a, ba)
+            ba = tf.where(better[..., None], a, ba)
             bv = tf.minimum(v, bv)
             a = tf.clip_by_value(a - size * tf.sign(g), lower, upper)
             return i + 1, tf.stop_gradient(a), ba, bv
@@ -156,7 +162,7 @@ def worst_action_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor,
                                              (tf.constant(0), best_a, best_a, best_v))
         v = score(a)  # the last step's point
         better = v < best_v
-        best_a = tf.where(better[:, None], a, best_a)
+        best_a = tf.where(better[..., None], a, best_a)
         best_v = tf.minimum(v, best_v)
     return tf.stop_gradient(best_a), tf.stop_gradient(sign * best_v)
 

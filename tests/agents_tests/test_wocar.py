@@ -372,19 +372,14 @@ def test_dqn_config_refusals(kwargs, message):
     assert str(info.value) == message
 
 
-def test_dqn_takes_wocar_and_the_seed_axis_is_refused_by_name():
+def test_dqn_takes_wocar():
     cfg = DQNConfig(robust=agents.WocaR(eps=0.02, weight=0.1, bound="crown", kappa=0.5))
     assert (cfg.robust, cfg.robust_eps, cfg.wocar_weight, cfg.wocar_bound, cfg.robust_kappa) == \
         ("wocar", 0.02, 0.1, "crown", 0.5)
     agent = agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(8,), buffer_size=64,
                        batch_size=8, robust="wocar", robust_eps=0.02)
     assert type(agent.robustness) is wocar.WocaRDQNPlugin
-    with pytest.raises(ConfigError) as info:
-        agents.DQN(env="CartPole-v1", preset=None, hidden_sizes=(8,), buffer_size=64,
-                   batch_size=8, robust="wocar", robust_eps=0.02, num_seeds=2)
-    assert str(info.value) == ("num_seeds: WocaR trains one seed per agent here (its "
-                               "worst-attack critic has no seed axis), got num_seeds=2; train "
-                               "several agents (agents.train_many)")
+    # the seed axis: tests/agents_tests/test_wocar_seed_axis.py
 
 
 def _hand_dqn(**kwargs):
@@ -554,21 +549,13 @@ class _Unbounded(agents.PPO):
         return surface
 
 
-def test_unbounded_action_dims_and_the_seed_axis_are_refused():
+def test_unbounded_action_dims_are_refused():
     with pytest.raises(ConfigError) as info:
         _Unbounded(env="Pendulum-v1", num_envs=2, n_steps=8, preset=None, robust="wocar")
     assert str(info.value) == ("env: WocaR on Box actions needs finite action bounds (the "
                                "worst-attack critic's action input and the admissible box are "
                                "clipped to them); 'Pendulum-v1' has Box(-2.0, 2.0, (1,), "
                                "float32)")
-    with pytest.raises(ConfigError) as info:
-        agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None, robust="wocar",
-                   num_seeds=2)
-    assert str(info.value).startswith("num_seeds: WocaR trains one seed per agent here")
-    with pytest.raises(ConfigError) as info:
-        agents.PPO(env="Pendulum-v1", num_envs=2, n_steps=8, preset=None, robust="wocar",
-                   num_seeds=2)
-    assert str(info.value).startswith("num_seeds: WocaR trains one seed per agent here")
 
 
 class _Opaque(agents.PPO):
