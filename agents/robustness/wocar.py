@@ -556,6 +556,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean, obs_adv, importance = inputs
         return clean, _surface(self.agent).normalize(obs_adv), importance
 
+    @_plain
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
         compiled update (the term is then the rollout's mean, whatever the minibatch); else
@@ -565,6 +566,7 @@ class WocaRPlugin(_WorstCaseWeighted):
             return kept[1]
         return self._network_inputs(self.rollout_regularizer_inputs(obs))
 
+    @_plain
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return super().regularizer(obs, inputs)
