@@ -91,9 +91,11 @@ MIN_KERNEL_PER_OUTPUT = 8192
 # projection shortcut) whose input gradient conv2d computes as one 1x1 convolution and a zero
 # interleave (transpose's pointwise form), when the input's size is a multiple of the stride (no
 # crop: with one the copies cost 1.8-2.1x TensorFlow's time). Measured like
-# MIN_KERNEL_PER_OUTPUT (one thread, float32, batch 128, 10 shapes, docs/benchmarks/training.md):
-# 3.2k entries per position (WRN-28-10's group 3 shortcut) ran 0.67x TensorFlow's time and 8.2k
-# 0.15x; 2-512 ran 0.80-1.05x, no clear gain (WRN's group 2 shortcut, at 200, 1.05x).
+# MIN_KERNEL_PER_OUTPUT (one thread, float32, batch 128, 13 shapes in two runs,
+# docs/benchmarks/training.md, "Strided 1x1 convolutions"): every shape at 2048 entries per
+# position or more ran 0.15-0.69x TensorFlow's time (WRN-28-10's group 3 shortcut, 3.2k:
+# 0.67-0.69x); below, 0.80-1.05x but one (800 at an 8x8 output, 0.63x; missed, the safe side;
+# 800 at 16x16 ran 1.00x, and WRN's group 2 shortcut, 200, 0.95-1.05x).
 MIN_POINTWISE_PER_OUTPUT = 2048
 
 _Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
