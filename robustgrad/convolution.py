@@ -18,13 +18,16 @@ At a stride ``s`` the input gradient splits into ``s x s`` phases (input rows ``
 only the kernel rows ``p, p + s, ...``), each a stride-1 forward convolution with its share of the
 taps; :func:`transpose` interleaves them. Their copies cost more than Eigen's transpose gains on
 most shapes: only a large kernel over a small output map wins (:data:`MIN_KERNEL_PER_OUTPUT`).
+A strided 1x1 convolution's transpose is one 1x1 convolution and a zero interleave (its other
+phases are zeros), which wins from fewer entries per position (:data:`MIN_POINTWISE_PER_OUTPUT`).
 
 - :func:`conv2d` -- ``tf.nn.conv2d`` (NHWC) whose input gradient is :func:`transpose` where it
   applies (dilation 1, at least :data:`MIN_CHANNELS` input channels; at stride 1 a padding that
   does not make the forward convolution do more than :data:`MAX_EXTRA_WORK` times the
   transpose's work: "same", or "valid" on a map much larger than the kernel; at a stride, the
   same along both axes, at least :data:`MIN_KERNEL_PER_OUTPUT` kernel entries per output
-  position); the kernel gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with
+  position, or :data:`MIN_POINTWISE_PER_OUTPUT` for a 1x1 kernel on an input whose size is a
+  multiple of the stride); the kernel gradient is TensorFlow's own; anything else is ``tf.nn.conv2d`` with
   TensorFlow's gradients. The custom gradient is made of differentiable operations, so nested
   tapes (second order) and XLA work through it.
 - :func:`transpose` -- the transpose of a convolution as forward convolutions (also the bound
@@ -58,7 +61,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "conv2d",
+__all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "MIN_POINTWISE_PER_OUTPUT",
+           "conv2d",
            "forward_input_gradients", "forward_input_gradients_active", "transpose"]
 
 # Fewest input channels (the transposed convolution's output channels) for which conv2d uses
@@ -83,6 +87,16 @@ MAX_EXTRA_WORK = 1.25
 # position or more ran 0.26-0.88x TensorFlow's time, every shape at 7.2k or fewer 0.98-2.1x
 # but one (a 4x4 kernel at 2k, 0.81x; missed, the safe side).
 MIN_KERNEL_PER_OUTPUT = 8192
+# Fewest kernel entries (Cin Cout) per output position of a strided 1x1 convolution (a ResNet's
+# projection shortcut) whose input gradient conv2d computes as one 1x1 convolution and a zero
+# interleave (transpose's pointwise form), when the input's size is a multiple of the stride (no
+# crop: with one the copies cost 1.8-2.1x TensorFlow's time). Measured like
+# MIN_KERNEL_PER_OUTPUT (one thread, float32, batch 128, 13 shapes in two runs,
+# docs/benchmarks/training.md, "Strided 1x1 convolutions"): every shape at 2048 entries per
+# position or more ran 0.15-0.69x TensorFlow's time (WRN-28-10's group 3 shortcut, 3.2k:
+# 0.67-0.69x); below, 0.80-1.05x but one (800 at an 8x8 output, 0.63x; missed, the safe side;
+# 800 at 16x16 ran 1.00x, and WRN's group 2 shortcut, 200, 0.95-1.05x).
+MIN_POINTWISE_PER_OUTPUT = 2048
 
 _Padding = Any  # "SAME", "VALID" or [[top, bottom], [left, right]]
 
@@ -190,7 +204,28 @@ def transpose(a: tf.Tensor, kernel: tf.Tensor, padding: _Padding = "SAME", strid
             return tf.nn.conv2d(a, flipped, 1, "VALID")
         return tf.nn.conv2d(a, flipped, 1, full)
     assert size is not None  # required above at a stride
+    if kh == 1 and kw == 1:
+        return _pointwise(a, kernel, stride, size)
     return _phases(a, kernel, stride, pads, size)
+
+
+def _pointwise(a: tf.Tensor, kernel: tf.Tensor, s: int, size: tuple[int, int]) -> tf.Tensor:
+    """:func:`transpose` of a 1x1 convolution at stride ``s > 1`` (its padding is zero: "SAME"
+    pads ``(ceil(H / s) - 1) s + 1 - H <= 0``): the convolution reads the input rows and
+    columns ``s j``, so the gradient is ``a`` times the transposed kernel there and zero
+    elsewhere -- one 1x1 convolution over the output's positions, then a zero interleave (one
+    ``tf.pad`` of a ``[N, Ho, 1, Wo, 1, Cin]`` view to ``[N, Ho, s, Wo, s, Cin]``) cropped to
+    ``size``. The phases' form computes the same with ``s^2 - 1`` zero phases, a stack and a
+    ``depth_to_space``: three copies of the input gradient where this makes one."""
+    n, ho, wo = tf.shape(a)[0], int(a.shape[1]), int(a.shape[2])
+    cin = int(kernel.shape[2])
+    g = tf.nn.conv2d(a, tf.transpose(kernel, [0, 1, 3, 2]), 1, "VALID")  # [N, Ho, Wo, Cin]
+    g = tf.pad(tf.reshape(g, tf.stack([n, ho, 1, wo, 1, cin])),
+               [[0, 0], [0, 0], [0, s - 1], [0, 0], [0, s - 1], [0, 0]])
+    g = tf.reshape(g, tf.stack([n, ho * s, wo * s, cin]))
+    if ho * s == size[0] and wo * s == size[1]:
+        return g
+    return g[:, :size[0], :size[1]]
 
 
 def _phases(a: tf.Tensor, kernel: tf.Tensor, s: int, pads: list[list[int]],
@@ -249,7 +284,12 @@ def _uses_forward(x: tf.Tensor, kernel: tf.Tensor, strides: Any, padding: _Paddi
         ho = (size[0] + top + bottom - kh) // stride + 1
         wo = (size[1] + left + right - kw) // stride + 1
         entries = kh * kw * int(kernel.shape[2]) * int(kernel.shape[3])
-        return ho > 0 and wo > 0 and entries >= MIN_KERNEL_PER_OUTPUT * ho * wo
+        if ho < 1 or wo < 1:
+            return False
+        if (kh == 1 and kw == 1 and size[0] % stride == 0 and size[1] % stride == 0
+                and entries >= MIN_POINTWISE_PER_OUTPUT * ho * wo):
+            return True
+        return entries >= MIN_KERNEL_PER_OUTPUT * ho * wo
     if top + bottom == kh - 1 and left + right == kw - 1:  # output size = input size
         return True
     if size is None:
@@ -303,7 +343,8 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
     """``tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)`` (NHWC) whose input
     gradient, for an undilated convolution with at least :data:`MIN_CHANNELS` input channels
     (at stride 1 and "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit; at a
-    stride, at least :data:`MIN_KERNEL_PER_OUTPUT` kernel entries per output position), is
+    stride, at least :data:`MIN_KERNEL_PER_OUTPUT` kernel entries per output position, or
+    :data:`MIN_POINTWISE_PER_OUTPUT` for 1x1 on a size that is a multiple of the stride), is
     :func:`transpose`'s forward convolution(s) (up to 3x as fast as TensorFlow's
     ``Conv2DBackpropInput`` on Eigen's CPU kernels). The value is TensorFlow's, bit for bit;
     the gradients equal TensorFlow's to float rounding (the kernel gradient is TensorFlow's

@@ -174,6 +174,7 @@ STRIDED = [  # (input H, W, kernel [kh, kw], stride, padding): odd and even kern
     (10, 9, (4, 4), 2, "SAME"), (11, 11, (4, 2), 2, "VALID"), (8, 8, (1, 1), 2, "VALID"),
     (14, 14, (6, 6), 2, "VALID"), (10, 10, (5, 5), 3, "SAME"), (11, 11, (2, 2), 3, "VALID"),
     (10, 9, (3, 3), 2, [[0, 0], [1, 0], [2, 1], [0, 0]]),
+    (9, 7, (1, 1), 2, "SAME"), (10, 11, (1, 1), 3, "VALID"), (12, 12, (1, 1), 3, "SAME"),
 ]
 
 
@@ -230,7 +231,10 @@ def test_strided_compiles_with_xla_on_cpu(monkeypatch):
 @pytest.mark.parametrize("x_shape,k_shape,stride,padding,forward", [
     ((1, 18, 18, 320), (3, 3, 320, 640), 2, "VALID", True),  # WRN-28-10 group 3's entry
     ((1, 34, 34, 160), (3, 3, 160, 320), 2, "VALID", False),  # group 2's entry: 16x16 out
-    ((1, 16, 16, 320), (1, 1, 320, 640), 2, "VALID", False),  # group 3's 1x1 shortcut
+    ((1, 16, 16, 320), (1, 1, 320, 640), 2, "VALID", True),  # group 3's 1x1 shortcut
+    ((1, 32, 32, 160), (1, 1, 160, 320), 2, "SAME", False),  # group 2's: 200 per position
+    ((1, 17, 17, 320), (1, 1, 320, 640), 2, "SAME", False),  # 1x1, a crop: not the pointwise
+    ((1, 8, 8, 256), (1, 1, 256, 512), 2, "SAME", True),  # PreActResNet-18's last shortcut
     ((1, 14, 14, 64), (6, 6, 64, 128), 2, "VALID", True),  # CleverHans's CNN, 2nd conv
     ((1, 28, 28, 1), (8, 8, 1, 64), 2, "SAME", False),  # its first: one input channel
     ((1, 18, 18, 320), (3, 3, 320, 640), [2, 1], "VALID", False),  # unequal strides
@@ -238,10 +242,32 @@ def test_strided_compiles_with_xla_on_cpu(monkeypatch):
 ])
 def test_strided_path_is_taken_by_the_measured_rule(x_shape, k_shape, stride, padding, forward):
     """Stride phases where the kernel has at least MIN_KERNEL_PER_OUTPUT entries per output
-    position (there Eigen's transpose is slow: the shapes of the measurements)."""
+    position (there Eigen's transpose is slow: the shapes of the measurements); a 1x1 kernel
+    from MIN_POINTWISE_PER_OUTPUT when no crop is needed."""
     x = tf.TensorSpec(x_shape, tf.float32)
     k = tf.zeros(k_shape)
     assert convolution._uses_forward(x, k, stride, padding, 1) is forward
+
+
+@pytest.mark.parametrize("size,stride,padding", [
+    ((8, 8), 2, "SAME"), ((9, 7), 2, "SAME"), ((9, 7), 2, "VALID"), ((10, 11), 3, "SAME")])
+def test_strided_1x1_transpose_is_one_convolution_and_a_zero_interleave(size, stride, padding):
+    """A 1x1 convolution at a stride reads the input positions (s i, s j) alone: its transpose
+    is the output gradient times the transposed kernel there, exact zeros elsewhere -- one
+    forward convolution and one pad, no stride phases of zeros (no depth_to_space)."""
+    a = tf.constant(RNG.normal(size=(2, -(-size[0] // stride), -(-size[1] // stride), 5)),
+                    tf.float64)
+    k = tf.constant(RNG.normal(size=(1, 1, 8, 5)), tf.float64)
+    ours = transpose(a, k, padding, stride, size)
+    ref = tf.raw_ops.Conv2DBackpropInput(input_sizes=[2, *size, 8], filter=k, out_backprop=a,
+                                         strides=[1, stride, stride, 1], padding=padding)
+    np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-13, atol=1e-13)
+    rows = np.arange(size[0]) % stride == 0
+    cols = np.arange(size[1]) % stride == 0
+    off = ours.numpy()[:, ~rows].ravel().tolist() + ours.numpy()[:, :, ~cols].ravel().tolist()
+    assert off and set(off) == {0.0}
+    ops = _ops(lambda u, v: transpose(u, v, padding, stride, size), a, k)
+    assert ops.count("Conv2D") == 1 and "DepthToSpace" not in ops
 
 
 def test_strided_transpose_refuses_bad_arguments():
