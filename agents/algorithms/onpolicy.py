@@ -195,6 +195,29 @@ class OnPolicyConfig(AgentConfig):
     boundaries (:meth:`agents.Agent.learn`; :mod:`agents.algorithms.onpolicy`). 1 (the default) keeps a
     callback per iteration; the gymnasium backend and robust training need 1."""
 
+    @staticmethod
+    def saved_fields(saved: dict) -> dict:
+        """A saved on-policy config dict as this version reads it
+        (:meth:`agents.core.plugin.RobustFields.saved_fields`, and: a ``robust="wocar"`` agent
+        saved before ``wocar_search_steps`` existed keeps the worst-attack critic's budget it
+        trained with, 4 epochs of 4 minibatches, where it left the field unset; on Box actions
+        today's defaults are 10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`).
+
+        >>> OnPolicyConfig.saved_fields({"robust": "wocar", "wocar_q_epochs": None})
+        {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4}
+        >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None}
+        >>> OnPolicyConfig.saved_fields(new)["wocar_q_epochs"] is None   # saved by this version
+        True
+        """
+        out = AgentConfig.saved_fields(saved)
+        if out.get("robust") != "wocar" or "wocar_search_steps" in out:
+            return out
+        out = dict(out)
+        for name in ("wocar_q_epochs", "wocar_q_minibatches"):
+            if out.get(name) is None:
+                out[name] = 4
+        return out
+
     def __post_init__(self):
         super().__post_init__()
         self.num_seeds = positive_int(self.num_seeds, "num_seeds")

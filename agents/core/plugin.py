@@ -318,6 +318,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_weight_over_run": _flag,
     "wocar_search_per_rollout": _flag,
     "wocar_double": _flag,
+    "wocar_search_steps": lambda v, n: positive_int(v, n, minimum=0, maximum=1000),
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_every": lambda v, n: positive_int(v, n, maximum=100_000),
@@ -423,10 +424,18 @@ class RobustFields:
     critic ``Q_w`` and valued by its target copy (the paper's code; Double DQN's decoupling: a
     min over one noisy estimate is biased low) instead of the target copy's own min.
     ``None``: ``False``."""
+    wocar_search_steps: int | None = None
+    """PPO/A2C on Box actions: projected sign steps of the worst-action search in the admissible
+    box after its corners, in [0, 1000] (:func:`agents.robustness.wocar_box.worst_action_in_box`;
+    the discrete variant enumerates its actions). ``None``: 10."""
     wocar_q_epochs: int | None = None
-    """PPO/A2C: epochs of the worst-attack critic over each rollout, in [1, 100000]. ``None``: 4."""
+    """PPO/A2C: epochs of the worst-attack critic over each rollout, in [1, 100000]. ``None``: 4;
+    on Box actions 10 (:attr:`agents.WocaR.BOX_DEFAULTS`; an agent saved before
+    ``wocar_search_steps`` existed: 4)."""
     wocar_q_minibatches: int | None = None
-    """PPO/A2C: minibatches per critic epoch, in [1, 65536]. ``None``: 4."""
+    """PPO/A2C: minibatches per critic epoch, in [1, 65536]. ``None``: 4; on Box actions 32
+    (:attr:`agents.WocaR.BOX_DEFAULTS`; an agent saved before ``wocar_search_steps`` existed:
+    4)."""
     wocar_q_every: int | None = None
     """DQN: gradient steps of the agent per step of the worst-attack network, in [1, 100000]
     (the paper's DQN code's ``worst_rate``). ``None``: 10."""

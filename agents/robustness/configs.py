@@ -128,6 +128,8 @@ class WocaR(RobustMethod):
     * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,
       ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (PPO/A2C);
       ``search_per_rollout``: search once per rollout, not per minibatch (PPO/A2C);
+      ``search_steps``: the projected sign steps of the worst-action search in a Box-action
+      admissible box, after its corners (PPO/A2C on Box actions);
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
       epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
       ``q_every`` (DQN): the agent's gradient steps per step of the worst-attack network;
@@ -156,6 +158,7 @@ class WocaR(RobustMethod):
     weight_over_run: bool | None = None
     search_per_rollout: bool | None = None
     double: bool | None = None
+    search_steps: int | None = None
     q_epochs: int | None = None
     q_minibatches: int | None = None
     q_every: int | None = None
@@ -169,15 +172,14 @@ class WocaR(RobustMethod):
         "warmup": "wocar_warmup", "admissible_eps": "wocar_admissible_eps",
         "importance": "wocar_importance", "weight_over_run": "wocar_weight_over_run",
         "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
-        "q_epochs": "wocar_q_epochs",
+        "search_steps": "wocar_search_steps", "q_epochs": "wocar_q_epochs",
         "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau",
         "q_every": "wocar_q_every",
         "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
-        "weight_over_run": False, "search_per_rollout": True, "double": False, "q_epochs": 4,
-        "q_minibatches": 4,
-        "q_lr": 1e-3, "tau": 0.01})
+        "weight_over_run": False, "search_per_rollout": True, "double": False,
+        "search_steps": 10, "q_epochs": 4, "q_minibatches": 4, "q_lr": 1e-3, "tau": 0.01})
     """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
     paper's code differs (docs/benchmarks/robust-rl.md, "WocaR-PPO"): ``weight`` 0.8 (its MuJoCo
     ``q_weight``); ``bound`` ``"ibp"`` (the cheaper bound, as its code); ``warmup`` 0.3 (the
@@ -185,8 +187,20 @@ class WocaR(RobustMethod):
     kept); ``importance`` (the paper's text; its code weights all states alike); the search
     once per rollout (its code: per minibatch; ~1.7x the training CPU, no better); the critic's 4
     epochs of 4 minibatches per 256-step rollout, lr 1e-3, tau 0.01 (its code: 10 x 32 per
-    2048 steps, 4e-4, 0.001). ``admissible_eps`` ``None`` is the schedule's eps (its code: a
-    fixed 0.01)."""
+    2048 steps, 4e-4, 0.001; Box actions: :attr:`BOX_DEFAULTS`); ``search_steps`` 10 after
+    the box's corners (its code: 100 steps from the mean, no corners). ``admissible_eps``
+    ``None`` is the schedule's eps (its code: a fixed 0.01)."""
+    BOX_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
+        "q_epochs": 10, "q_minibatches": 32})
+    """WocaR-PPO/A2C's defaults on Box actions where they differ from :attr:`DEFAULTS`: the
+    worst-attack critic's 10 epochs of 32 minibatches per rollout (the paper's MuJoCo code).
+    The discrete defaults (4 x 4, set on CartPole's 256-step rollouts) give ``Q_w`` 16 steps
+    per rollout; on Pendulum's 2048-step rollouts a 30k-step run left its mean value at -0.47
+    where the natural critic's was -2.65 (normalised rewards: still climbing down from its
+    zero start), and with 10 x 32 it reached -2.8, below ``V`` as a worst-attack value must
+    be (docs/benchmarks/robust-rl.md, "WocaR-PPO on Box actions"). A Box agent saved before
+    ``search_steps`` existed trained with 4 x 4 and keeps it on load
+    (:meth:`agents.algorithms.onpolicy.OnPolicyConfig.saved_fields`)."""
     DQN_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.3, "warmup": 0.75, "q_every": 10, "bound": "crown-ibp"})
     """WocaR-DQN's defaults where they differ from :attr:`DEFAULTS`: ``weight`` 0.3 (the
@@ -203,15 +217,23 @@ class WocaR(RobustMethod):
     tighter sets cost less than IBP's did on every step: docs/benchmarks/robust-rl.md,
     "WocaR-DQN")."""
 
-    def resolved(self, value_based: bool = False) -> WocaR:
+    def resolved(self, value_based: bool = False, box: bool = False) -> WocaR:
         """This config with each ``None`` setting at WocaR's default (:attr:`DEFAULTS`;
-        ``value_based``: a DQN's, :attr:`DQN_DEFAULTS` first); ``admissible_eps`` stays
-        ``None`` (the schedule's eps)."""
-        defaults = {**self.DEFAULTS, **(self.DQN_DEFAULTS if value_based else {})}
+        ``value_based``: a DQN's, :attr:`DQN_DEFAULTS` first; ``box``: an actor-critic's on
+        Box actions, :attr:`BOX_DEFAULTS` first); ``admissible_eps`` stays ``None`` (the
+        schedule's eps).
+
+        >>> WocaR().resolved().q_epochs, WocaR().resolved(box=True).q_minibatches
+        (4, 32)
+        """
+        if value_based and box:
+            raise ValueError("resolved: value_based (WocaR-DQN) has no Box-action variant")
+        defaults = {**self.DEFAULTS, **(self.DQN_DEFAULTS if value_based else {}),
+                    **(self.BOX_DEFAULTS if box else {})}
         return dataclasses.replace(self, **{k: v for k, v in defaults.items()
                                             if getattr(self, k) is None})
 
-    def settings(self, value_based: bool = False) -> WocaRSettings:
+    def settings(self, value_based: bool = False, box: bool = False) -> WocaRSettings:
         """The method's settings as the plug-ins read them (:meth:`resolved`, typed:
         :class:`WocaRSettings`; ``eps``, ``kappa``, ``steps``, ``method`` are the config's
         schedule's, not here).
@@ -219,13 +241,14 @@ class WocaR(RobustMethod):
         >>> WocaR(weight=0.5).settings().weight, WocaR().settings(value_based=True).warmup
         (0.5, 0.75)
         """
-        r = self.resolved(value_based)
+        r = self.resolved(value_based, box)
         return WocaRSettings(
             weight=float(_set(r.weight)), bound=str(_set(r.bound)), warmup=float(_set(r.warmup)),
             admissible_eps=None if r.admissible_eps is None else float(r.admissible_eps),
             importance=bool(_set(r.importance)), weight_over_run=bool(_set(r.weight_over_run)),
             search_per_rollout=bool(_set(r.search_per_rollout)), double=bool(_set(r.double)),
-            q_epochs=int(_set(r.q_epochs)), q_minibatches=int(_set(r.q_minibatches)),
+            search_steps=int(_set(r.search_steps)), q_epochs=int(_set(r.q_epochs)),
+            q_minibatches=int(_set(r.q_minibatches)),
             q_lr=float(_set(r.q_lr)), tau=float(_set(r.tau)),
             gamma=None if r.gamma is None else float(r.gamma),
             q_every=1 if r.q_every is None else int(r.q_every))
@@ -252,6 +275,7 @@ class WocaRSettings:
     weight_over_run: bool
     search_per_rollout: bool
     double: bool
+    search_steps: int
     q_epochs: int
     q_minibatches: int
     q_lr: float

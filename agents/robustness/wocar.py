@@ -123,7 +123,6 @@ from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.configs import WocaRSettings
 from agents.robustness.robust import ScheduledPlugin, sa_observations
 from agents.robustness.wocar_box import (
-    SEARCH_STEPS,
     action_to_unit,
     admissible_box,
     q_spread_in_box,
@@ -309,8 +308,9 @@ class _WorstCaseWeighted(ScheduledPlugin):
     def __init__(self, agent: Agent):
         spec = WocaRConfig.from_config(agent.config)
         assert isinstance(spec, WocaRConfig)
+        value_based = bool(getattr(agent, "value_based", False))
         self.spec: WocaRSettings = spec.settings(
-            value_based=bool(getattr(agent, "value_based", False)))
+            value_based=value_based, box=not value_based and not agent.discrete)
         super().__init__(agent, warmup=self.spec.warmup)
         self.bound = self.spec.bound
         self.target_weight = self.spec.weight
@@ -461,16 +461,17 @@ class WocaRPlugin(_WorstCaseWeighted):
         on the rollout's tensors ``rollout`` (each ``[n, ...]``, in the same row order): each
         step gathers a minibatch of rows, takes ``target(*rows)`` (from the target network,
         outside the tape) and one Adam step on ``mean((value(*rows) - target)^2)``, then the
-        target network's Polyak update; each epoch's shuffle is drawn once, before the loop.
-        Returns the last minibatch loss.
+        target network's Polyak update; each epoch's shuffle is drawn once, before the loop. A
+        rollout of fewer rows than ``spec.q_minibatches`` gives one minibatch per row (never an
+        empty one). Returns the last minibatch loss.
 
         On the seed axis each tensor is ``[S, n, ...]``: each seed's shuffles from its own key
         (:meth:`_keys`, drawn as alone), its rows gathered from its own slice, the loss ``[S]``
         (each seed's mean; one Adam step of each seed's own gradient)."""
         axis = 0 if self.num_seeds == 1 else 1  # the rows' axis
         n = int(rollout[0].shape[axis])
-        epochs, minibatches = self.spec.q_epochs, self.spec.q_minibatches
-        mb = max(n // minibatches, 1)
+        epochs, minibatches = self.spec.q_epochs, min(self.spec.q_minibatches, n)
+        mb = n // minibatches
 
         def shuffles(seed):  # [epochs, n]
             return tf.stack([tf.argsort(tf.random.stateless_uniform(
@@ -590,8 +591,8 @@ class WocaRBoxPlugin(WocaRPlugin):
        (:func:`agents.robustness.wocar_box.action_to_unit`), trained toward ``r + gamma ·
        (1 − terminated) · min(Q_w^-(s', a*), Q_w^-(s', mu(s')))``: ``a*`` the worst action of
        the box for ``Q_w^-`` (``wocar_double``: for the online ``Q_w``), searched once per
-       rollout on its next states (:data:`SEARCH_STEPS` projected sign steps after the box's
-       corners, :func:`agents.robustness.wocar_box.worst_action_in_box`) and revalued by the
+       rollout on its next states (``wocar_search_steps`` projected sign steps after the box's
+       corners, default 10, :func:`agents.robustness.wocar_box.worst_action_in_box`) and revalued by the
        moving target network at each critic step; the clean mean ``mu(s')`` (clipped) is in
        the min, so the target never exceeds the clean action's (:meth:`worst_next_values`);
     3. **the objective and the regulariser**: ``n(A) + w · n(Q_w^-(s, a))`` at the rollout's
@@ -603,7 +604,7 @@ class WocaRBoxPlugin(WocaRPlugin):
     Logs as the discrete plug-in's; ``wocar_admissible`` is the mean width of the admissible
     box (summed over action dimensions, in action units) at the rollout's next states. The
     cost per rollout of ``B`` states and ``k`` action dimensions (``k <= 4``): one bound pass
-    of ``B`` boxes, three searches of ``2^k + 1`` forward and :data:`SEARCH_STEPS` forward and
+    of ``B`` boxes, three searches of ``2^k + 1`` forward and ``wocar_search_steps`` forward and
     backward passes of ``Q_w`` on ``B`` rows (the target's, and the importance's min and max),
     and the discrete plug-in's critic epochs."""
 
@@ -638,7 +639,7 @@ class WocaRBoxPlugin(WocaRPlugin):
         clean = self._clean_actions(next_obs)
         double = self.spec.double
         a_star, _ = worst_action_in_box(lambda a: self.q_at(next_obs, a, target=not double),
-                                        lower, upper, clean, SEARCH_STEPS)
+                                        lower, upper, clean, self.spec.search_steps)
         return a_star, clean, lower, upper
 
     def worst_next_values(self, next_obs: tf.Tensor, a_star: tf.Tensor,
@@ -703,7 +704,7 @@ class WocaRBoxPlugin(WocaRPlugin):
             ones = tf.ones_like(mean)
             spread = q_spread_in_box(lambda a: self.q_at(obs, a), ones * self.action_low,
                                      ones * self.action_high, self._clean_actions(obs),
-                                     SEARCH_STEPS)
+                                     self.spec.search_steps)
             importance = state_importance(tf.stack([spread, tf.zeros_like(spread)], -1))
         else:
             importance = tf.ones(tf.shape(obs)[:-1])

@@ -55,8 +55,9 @@ MAX_CORNER_DIMS = 4
 
 SEARCH_STEPS = 10
 """The projected sign steps of WocaR-PPO's worst-action search (:func:`worst_action_in_box`;
-the paper's code: 100 steps of ``(ub − lb) / 100``; with the corners first, 10 steps of
-``(ub − lb) / 10`` reach every point of the box)."""
+the default of ``wocar_search_steps``, :attr:`agents.WocaR.DEFAULTS`; the paper's code: 100
+steps of ``(ub − lb) / 100``; with the corners first, 10 steps of ``(ub − lb) / 10`` reach
+every point of the box)."""
 
 
 def admissible_box(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,

@@ -153,14 +153,14 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
     typed = agents.WocaR(eps=0.05, weight=0.4, bound="crown", kappa=0.2, steps=3, method="sgld",
                          warmup=0.5, admissible_eps=0.01, importance=False,
                          weight_over_run=True, search_per_rollout=False, double=True,
-                         q_epochs=2,
+                         search_steps=3, q_epochs=2,
                          q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
-            cfg.wocar_double, cfg.wocar_q_epochs, cfg.wocar_q_minibatches, cfg.wocar_q_lr,
-            cfg.wocar_tau, cfg.wocar_gamma) == \
-        (0.5, 0.75, 0.01, False, True, False, True, 2, 8, 4e-4, 0.001, 0.995)
+            cfg.wocar_double, cfg.wocar_search_steps, cfg.wocar_q_epochs,
+            cfg.wocar_q_minibatches, cfg.wocar_q_lr, cfg.wocar_tau, cfg.wocar_gamma) == \
+        (0.5, 0.75, 0.01, False, True, False, True, 3, 2, 8, 4e-4, 0.001, 0.995)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
@@ -175,9 +175,11 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
 def test_unset_wocar_settings_take_wocars_defaults():
     spec = PPOConfig(robust="wocar", robust_eps=0.05).robust_spec.resolved()
     assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
-            spec.weight_over_run, spec.search_per_rollout, spec.double, spec.q_epochs,
-            spec.q_minibatches, spec.q_lr, spec.tau) == \
-        (0.8, "ibp", 0.3, None, True, False, True, False, 4, 4, 1e-3, 0.01)
+            spec.weight_over_run, spec.search_per_rollout, spec.double, spec.search_steps,
+            spec.q_epochs, spec.q_minibatches, spec.q_lr, spec.tau) == \
+        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01)
+    box = PPOConfig(robust="wocar", robust_eps=0.2).robust_spec.resolved(box=True)
+    assert (box.q_epochs, box.q_minibatches, box.weight) == (10, 32, 0.8)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
         (0.3, 0.75, 1e-3, 10, "crown-ibp")
@@ -190,8 +192,8 @@ def test_the_plugins_read_typed_settings():
     settings = agents.WocaR(eps=0.05, q_epochs=3, gamma=0.9).settings()
     assert settings == configs.WocaRSettings(
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
-        weight_over_run=False, search_per_rollout=True, double=False, q_epochs=3,
-        q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
+        weight_over_run=False, search_per_rollout=True, double=False, search_steps=10,
+        q_epochs=3, q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
     assert agents.WocaR().settings(value_based=True).weight == 0.3
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
@@ -225,6 +227,42 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
     if algo == "dqn":  # the worst-case term's unit (q_scale >= 1) and the bounds' spread
         assert all(h["wocar_scale"] >= 1.0 and h["wocar_width"] >= 0.0
                    and h["wocar_td_loss"] >= 0.0 for h in agent.history[1:])
+
+
+def test_box_wocar_fits_its_critic_10_x_32_per_rollout_and_a_box_agent_saved_before_keeps_4_x_4(
+        tmp_path):
+    """On Box actions the worst-attack critic takes 10 epochs of 32 minibatches per rollout
+    (:attr:`agents.WocaR.BOX_DEFAULTS`; discrete agents keep 4 x 4); a Box agent saved before
+    ``wocar_search_steps`` existed, its budget unset, trained with 4 x 4 and loads with it
+    (a budget it set is kept); one saved now keeps today's defaults."""
+    kw = dict(env="Pendulum-v1", num_envs=2, n_steps=32, n_epochs=1, n_minibatches=2,
+              preset=None, seed=0)
+    agent = agents.PPO(robust=agents.WocaR(eps=0.2, kappa=0.0), **kw)
+    assert (agent.robustness.spec.q_epochs, agent.robustness.spec.q_minibatches) == (10, 32)
+    agent.learn(64, progress_bar=False)  # one rollout of 64 transitions
+    assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 10 * 32
+    small = agents.PPO(robust=agents.WocaR(eps=0.2, kappa=0.0), **{**kw, "n_steps": 8})
+    small.learn(16, progress_bar=False)  # 16 rows, fewer than 32: one minibatch per row
+    assert int(small.robustness.critic_optimizer.iterations.numpy()) == 10 * 16
+    assert all(np.isfinite(v.numpy()).all() for v in small.robustness.critic.variables)
+    discrete = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
+                          robust=agents.WocaR(eps=0.05))
+    assert (discrete.robustness.spec.q_epochs, discrete.robustness.spec.q_minibatches) == (4, 4)
+    agent.save(tmp_path / "a")
+    path = tmp_path / "a" / "config.json"
+    saved = json.loads(path.read_text())
+    assert (saved["wocar_q_epochs"], saved["wocar_q_minibatches"],
+            saved["wocar_search_steps"]) == (None, None, None)
+    now = agents.load(tmp_path / "a").robustness.spec
+    assert (now.q_epochs, now.q_minibatches, now.search_steps) == (10, 32, 10)
+    del saved["wocar_search_steps"]  # as the previous version wrote it
+    path.write_text(json.dumps(saved))
+    before = agents.load(tmp_path / "a")
+    assert (before.config.wocar_q_epochs, before.config.wocar_q_minibatches) == (4, 4)
+    assert (before.robustness.spec.q_epochs, before.robustness.spec.q_minibatches) == (4, 4)
+    saved["wocar_q_minibatches"] = 8  # set by its user: kept
+    path.write_text(json.dumps(saved))
+    assert agents.load(tmp_path / "a").robustness.spec.q_minibatches == 8
 
 
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
@@ -279,6 +317,8 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
      "wocar_q_epochs must be an int in [1, 100000], got 0"),
     (dict(robust="wocar", wocar_q_minibatches=10**6),
      "wocar_q_minibatches must be an int in [1, 65536], got 1000000"),
+    (dict(robust="wocar", wocar_search_steps=-1),
+     "wocar_search_steps must be an int in [0, 1000], got -1"),
     (dict(robust="wocar", wocar_q_lr=2.0), "wocar_q_lr must be a number in (0, 1], got 2.0"),
     (dict(robust="wocar", wocar_tau=float("nan")), "wocar_tau must be a number in (0, 1], got nan"),
     (dict(robust="wocar", wocar_weight=1e4), "wocar_weight must be a number in [0, 1000], got "
@@ -364,6 +404,9 @@ def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(e
     (dict(robust="wocar", wocar_importance=False),
      "wocar_importance: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_importance=False"),
+    (dict(robust="wocar", wocar_search_steps=5),
+     "wocar_search_steps: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
+     "which WocaR-DQN does not read, got wocar_search_steps=5"),
     (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
 ])
 def test_dqn_config_refusals(kwargs, message):
