@@ -60,8 +60,8 @@ from robustgrad.checks import choice, nonnegative, number, positive_int, probabi
 from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
-           "WOCAR_FIELDS", "RobustFields", "RobustMethod", "RobustnessPlugin", "register_robust_config",
-           "register_robustness", "robustness_for"]
+           "WOCAR_FIELDS", "WOCAR_TERMS", "RobustFields", "RobustMethod", "RobustnessPlugin",
+           "register_robust_config", "register_robustness", "robustness_for"]
 
 
 MAX_ROBUST_EPS = 1e3
@@ -287,6 +287,7 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
 
 
 WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
+WOCAR_TERMS = ("spread", "margin")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
 
@@ -310,6 +311,8 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_every": lambda v, n: positive_int(v, n, maximum=100_000),
+    "wocar_term": lambda v, n: choice(v, n, WOCAR_TERMS),
+    "wocar_term_start": probability,
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_gamma": lambda v, n: number(v, n, minimum=0, maximum=1, max_inclusive=False),
@@ -419,6 +422,16 @@ class RobustFields:
     wocar_q_every: int | None = None
     """DQN: gradient steps of the agent per step of the worst-attack network, in [1, 100000]
     (the paper's DQN code's ``worst_rate``). ``None``: 10."""
+    wocar_term: str | None = None
+    """DQN: the worst-case term of the loss, ``"spread"`` (the paper's: every Q-value's IBP
+    bounds over the ball kept near its target) or ``"margin"`` (SA-DQN's hinge on the greedy
+    action's certified margin, its lower bound over the ball by ``wocar_bound``). ``None``:
+    ``"spread"``."""
+    wocar_term_start: float | None = None
+    """DQN: the fraction of the budget, in [0, 1], before which the worst-case term is off
+    (its weight ``robust_kappa`` then rises from 0 to full at ``wocar_warmup``, or at once
+    when that has passed): TD learning first, as the paper starts from a trained agent.
+    ``None``: 0 (the term rises with eps from the start)."""
     wocar_q_lr: float | None = None
     """Adam learning rate of the worst-attack network, in (0, 1]. ``None``: 1e-3."""
     wocar_tau: float | None = None
@@ -481,7 +494,8 @@ class RobustFields:
     """WocaR fields this algorithm does not read (refused by name; DQN's:
     :class:`agents.algorithms.dqn_config.DQNConfig`)."""
 
-    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ("wocar_q_every",)
+    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ("wocar_q_every", "wocar_term",
+                                                  "wocar_term_start")
     """WocaR-DQN's fields, which WocaR-PPO/A2C do not read (refused by name; DQN's config
     clears it)."""
 
