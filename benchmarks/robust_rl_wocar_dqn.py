@@ -55,7 +55,8 @@ def run_one(kind: str, seed: int, args) -> dict:
               "wocar": {"robust": agents.WocaR(eps=args.robust_eps, bound=args.bound,
                                                weight=args.weight, kappa=args.kappa,
                                                q_every=args.q_every, term=args.term,
-                                               term_start=args.term_start)}}[kind]
+                                               term_start=args.term_start,
+                                               importance=args.importance)}}[kind]
     agent = agents.DQN(env="CartPole-v1", seed=seed, backend="graph", **robust)
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, progress_bar=False)
@@ -100,6 +101,9 @@ def main(argv=None) -> int:
                         "(default 0)")
     p.add_argument("--kappa", type=float, default=None,
                    help="WocaR's worst-case term weight (default: the preset's robust_kappa, 0.5)")
+    p.add_argument("--no-importance", dest="importance", action="store_const", const=False,
+                   default=None, help="WocaR's worst-case term unweighted by the state "
+                                      "importance (the paper's DQN code)")
     p.add_argument("--attacks", default="random,action,mad,critic,rs")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--rs-steps", type=int, default=10_000)

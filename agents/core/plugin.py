@@ -402,8 +402,9 @@ class RobustFields:
     (0, 1000] (``None``: the schedule's eps, the attack's own budget; the paper's PPO code: a
     fixed 0.01)."""
     wocar_importance: bool | None = None
-    """PPO/A2C: whether the smoothness term is weighted by the state importance ``ω(s)`` (the
-    paper's text; its PPO code weights all states alike). ``None``: ``True``."""
+    """Whether the smoothness term (DQN: the worst-case term) is weighted by the state
+    importance ``ω(s)`` (the paper's text; its PPO and DQN code weight all states alike).
+    ``None``: ``True``."""
     wocar_weight_over_run: bool | None = None
     """Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
     ``w * t / T``) instead of over ``wocar_warmup``. ``None``: ``False``."""

@@ -126,7 +126,8 @@ class WocaR(RobustMethod):
       ``admissible_eps``: their radius in the critic's target (PPO/A2C; ``None``: the
       schedule's eps);
     * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,
-      ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (PPO/A2C);
+      ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (DQN: its
+      worst-case term);
       ``search_per_rollout``: search once per rollout, not per minibatch (PPO/A2C);
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
       epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;

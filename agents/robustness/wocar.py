@@ -721,7 +721,11 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
        docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
        importance, the spread ``max_a Q(s, a) − min_a Q(s, a)`` of the agent's own Q-values
        normalised to mean 1 (:func:`state_importance`; the paper's definition for value-based
-       agents; its DQN code weights all states alike).
+       agents; its DQN code weights all states alike, as ``wocar_importance=False`` does).
+       ``wocar_term="margin"`` puts SA-DQN's hinge on the greedy action's certified margin
+       (:func:`certified_margin_hinge`, the bounds by ``wocar_bound``) in place of ``L_wc``;
+       ``wocar_term_start`` keeps the term off for that fraction of the budget
+       (:meth:`before_iteration`).
 
     The admissible set here is the tighter of the two sound rules: ``a`` is dropped when some
     ``j`` provably beats it (``ub(Q_a − Q_j) < 0``, the differences bounded as one network);
@@ -827,7 +831,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                                    "ibp")
             wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
             self._stats["wocar_width"].assign(tf.reduce_mean(ub - lb))
-        importance = state_importance(tf.stop_gradient(q))
+        importance = state_importance(tf.stop_gradient(q)) if self.spec.importance else 1.0
         self._stats["wocar_bound_loss"].assign(tf.reduce_mean(wc))
         self._stats["wocar_td_loss"].assign(tf.reduce_mean(per_example))
         self._stats["wocar_scale"].assign(scale)

@@ -361,9 +361,9 @@ def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(e
     (dict(robust="wocar", wocar_q_epochs=3),
      "wocar_q_epochs: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_q_epochs=3"),
-    (dict(robust="wocar", wocar_importance=False),
-     "wocar_importance: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
-     "which WocaR-DQN does not read, got wocar_importance=False"),
+    (dict(robust="wocar", wocar_search_per_rollout=False),
+     "wocar_search_per_rollout: a setting of WocaR-PPO/A2C (its rollout critic and smoothness "
+     "term), which WocaR-DQN does not read, got wocar_search_per_rollout=False"),
     (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
     (dict(robust="wocar", wocar_term="hinge"),
      "wocar_term must be one of ('spread', 'margin'), got 'hinge'"),
@@ -776,6 +776,12 @@ def test_the_margin_term_is_the_hinge_on_the_greedy_actions_certified_margin(bou
                                rtol=1e-5)
     np.testing.assert_allclose(wocar.certified_margin_hinge(tf.constant([[0.32], [-0.08]])),
                                [-0.32, 0.08], rtol=1e-6)
+    unweighted = _hand_dqn(robust_kappa=0.5, wocar_term="margin", wocar_bound=bound,
+                           wocar_importance=False)  # the paper's DQN code: every state alike
+    loss = unweighted.robustness.q_loss(per_example, obs, tf.constant([0, 1, 0]), q,
+                                        tf.constant([1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(loss.numpy(), [0.5 - 0.5 * 0.32, 1.5 + 0.5 * 0.08, 2.5 - 0.5],
+                               rtol=1e-5)
 
 
 def test_the_margin_term_bounds_sa_dqns_hinge_anywhere_in_the_ball():
