@@ -4,7 +4,8 @@ Per seed, three agents are trained with the ``dqn-CartPole-v1`` preset at the sa
 (``--steps``; the learning rate and exploration schedules stretch over it) and the same seed:
 vanilla DQN, SA-DQN (``robust="sa"``, PGD inner search, the preset's kappa 0.5) and WocaR-DQN
 (``robust="wocar"``: :class:`agents.robustness.wocar.WocaRDQNPlugin`, its admissible sets'
-``wocar_bound`` ``--bound``, its worst-attack network's step rate ``--q-every``), both robust
+``wocar_bound`` ``--bound``, its worst-attack network's step rate ``--q-every``, its
+worst-case term ``--term`` and that term's start ``--term-start``), both robust
 kinds at ``--robust-eps``. Each is evaluated by
 ``agents.evaluate_under_attack`` at ``--eps`` under every attack of ``--attacks``; printed per
 agent: the natural (clean) median return, the worst case (the lowest median over the attacks)
@@ -53,7 +54,9 @@ def run_one(kind: str, seed: int, args) -> dict:
               "sa": {"robust": agents.SA(eps=args.robust_eps)},
               "wocar": {"robust": agents.WocaR(eps=args.robust_eps, bound=args.bound,
                                                weight=args.weight, kappa=args.kappa,
-                                               q_every=args.q_every)}}[kind]
+                                               q_every=args.q_every, term=args.term,
+                                               term_start=args.term_start,
+                                               importance=args.importance)}}[kind]
     agent = agents.DQN(env="CartPole-v1", seed=seed, backend="graph", **robust)
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, progress_bar=False)
@@ -90,9 +93,17 @@ def main(argv=None) -> int:
                         "crown-ibp; its worst-case term is IBP's)")
     p.add_argument("--q-every", type=int, default=None,
                    help="gradient steps per step of WocaR's worst-attack network (default 10)")
-    p.add_argument("--weight", type=float, default=None, help="wocar_weight (default 0.05)")
+    p.add_argument("--weight", type=float, default=None, help="wocar_weight (default 0.3)")
+    p.add_argument("--term", default=None, choices=("spread", "margin"),
+                   help="WocaR-DQN's worst-case term (default: spread, the paper's)")
+    p.add_argument("--term-start", type=float, default=None,
+                   help="fraction of the budget before which WocaR's worst-case term is off "
+                        "(default 0)")
     p.add_argument("--kappa", type=float, default=None,
                    help="WocaR's worst-case term weight (default: the preset's robust_kappa, 0.5)")
+    p.add_argument("--no-importance", dest="importance", action="store_const", const=False,
+                   default=None, help="WocaR's worst-case term unweighted by the state "
+                                      "importance (the paper's DQN code)")
     p.add_argument("--attacks", default="random,action,mad,critic,rs")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--rs-steps", type=int, default=10_000)

@@ -62,8 +62,8 @@ from robustgrad.checks import choice, nonnegative, number, positive_int, probabi
 from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
-           "WOCAR_FIELDS", "RobustFields", "RobustMethod", "RobustnessPlugin", "register_robust_config",
-           "register_robustness", "robustness_for"]
+           "WOCAR_FIELDS", "WOCAR_TERMS", "RobustFields", "RobustMethod", "RobustnessPlugin",
+           "register_robust_config", "register_robustness", "robustness_for"]
 
 
 MAX_ROBUST_EPS = 1e3
@@ -298,6 +298,7 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
 
 
 WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
+WOCAR_TERMS = ("spread", "margin")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
 
@@ -322,6 +323,8 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_every": lambda v, n: positive_int(v, n, maximum=100_000),
+    "wocar_term": lambda v, n: choice(v, n, WOCAR_TERMS),
+    "wocar_term_start": probability,
     "wocar_q_lr": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_tau": lambda v, n: number(v, n, minimum=0, min_inclusive=False, maximum=1),
     "wocar_gamma": lambda v, n: number(v, n, minimum=0, maximum=1, max_inclusive=False),
@@ -411,8 +414,9 @@ class RobustFields:
     (0, 1000] (``None``: the schedule's eps, the attack's own budget; the paper's PPO code: a
     fixed 0.01)."""
     wocar_importance: bool | None = None
-    """PPO/A2C: whether the smoothness term is weighted by the state importance ``ω(s)`` (the
-    paper's text; its PPO code weights all states alike). ``None``: ``True``."""
+    """Whether the smoothness term (DQN: the worst-case term) is weighted by the state
+    importance ``ω(s)`` (the paper's text; its PPO and DQN code weight all states alike).
+    ``None``: ``True``."""
     wocar_weight_over_run: bool | None = None
     """Whether the worst-case weight rises over the whole run (the paper's ``linear`` schedule,
     ``w * t / T``) instead of over ``wocar_warmup``. ``None``: ``False``."""
@@ -439,6 +443,16 @@ class RobustFields:
     wocar_q_every: int | None = None
     """DQN: gradient steps of the agent per step of the worst-attack network, in [1, 100000]
     (the paper's DQN code's ``worst_rate``). ``None``: 10."""
+    wocar_term: str | None = None
+    """DQN: the worst-case term of the loss, ``"spread"`` (the paper's: every Q-value's IBP
+    bounds over the ball kept near its target) or ``"margin"`` (SA-DQN's hinge on the greedy
+    action's certified margin, its lower bound over the ball by ``wocar_bound``). ``None``:
+    ``"spread"``."""
+    wocar_term_start: float | None = None
+    """DQN: the fraction of the budget, in [0, 1], before which the worst-case term is off
+    (its weight ``robust_kappa`` then rises from 0 to full at ``wocar_warmup``, or at once
+    when that has passed): TD learning first, as the paper starts from a trained agent.
+    ``None``: 0 (the term rises with eps from the start)."""
     wocar_q_lr: float | None = None
     """Adam learning rate of the worst-attack network, in (0, 1]. ``None``: 1e-3."""
     wocar_tau: float | None = None
@@ -501,7 +515,8 @@ class RobustFields:
     """WocaR fields this algorithm does not read (refused by name; DQN's:
     :class:`agents.algorithms.dqn_config.DQNConfig`)."""
 
-    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ("wocar_q_every",)
+    _WOCAR_ONLY_DQN: ClassVar[tuple[str, ...]] = ("wocar_q_every", "wocar_term",
+                                                  "wocar_term_start")
     """WocaR-DQN's fields, which WocaR-PPO/A2C do not read (refused by name; DQN's config
     clears it)."""
 

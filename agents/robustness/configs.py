@@ -126,13 +126,18 @@ class WocaR(RobustMethod):
       ``admissible_eps``: their radius in the critic's target (PPO/A2C; ``None``: the
       schedule's eps);
     * ``kappa``, ``steps``, ``method``: the smoothness term and its inner maximiser (``"pgd"``,
-      ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (PPO/A2C);
+      ``"sgld"``); ``importance``: weight it by the state importance ``ω(s)`` (DQN: its
+      worst-case term);
       ``search_per_rollout``: search once per rollout, not per minibatch (PPO/A2C);
       ``search_steps``: the projected sign steps of the worst-action search in a Box-action
       admissible box, after its corners (PPO/A2C on Box actions);
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
       epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
       ``q_every`` (DQN): the agent's gradient steps per step of the worst-attack network;
+      ``term`` (DQN): the worst-case term, ``"spread"`` (the paper's: every Q-value's IBP
+      bounds over the ball near its target) or ``"margin"`` (SA-DQN's hinge on the greedy
+      action's certified margin, its lower bound by ``bound``); ``term_start`` (DQN): the
+      fraction of the budget before which that term is off;
       ``double``: its target's worst next action chosen by the critic and valued by the target
       copy (the paper's code) instead of the target copy's own min; ``gamma``: the critic's own
       discount, in [0, 1) (``None``: the agent's ``gamma``; closer to 1, a longer horizon for
@@ -162,6 +167,8 @@ class WocaR(RobustMethod):
     q_epochs: int | None = None
     q_minibatches: int | None = None
     q_every: int | None = None
+    term: str | None = None
+    term_start: float | None = None
     q_lr: float | None = None
     tau: float | None = None
     gamma: float | None = None
@@ -174,7 +181,7 @@ class WocaR(RobustMethod):
         "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
         "search_steps": "wocar_search_steps", "q_epochs": "wocar_q_epochs",
         "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau",
-        "q_every": "wocar_q_every",
+        "q_every": "wocar_q_every", "term": "wocar_term", "term_start": "wocar_term_start",
         "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
@@ -251,7 +258,9 @@ class WocaR(RobustMethod):
             q_minibatches=int(_set(r.q_minibatches)),
             q_lr=float(_set(r.q_lr)), tau=float(_set(r.tau)),
             gamma=None if r.gamma is None else float(r.gamma),
-            q_every=1 if r.q_every is None else int(r.q_every))
+            q_every=1 if r.q_every is None else int(r.q_every),
+            term="spread" if r.term is None else str(r.term),
+            term_start=0.0 if r.term_start is None else float(r.term_start))
 
 
 def _set(value: Any) -> Any:
@@ -265,7 +274,8 @@ class WocaRSettings:
     """WocaR's settings with every default filled in (:meth:`WocaR.settings`): what its
     plug-ins (:mod:`agents.robustness.wocar`) read. Each is the :class:`WocaR` field of the
     same name; ``admissible_eps`` ``None``: the schedule's eps; ``gamma`` ``None``: the
-    agent's; ``q_every``: 1 where WocaR-PPO/A2C (which do not read it) leave it unset."""
+    agent's; ``q_every``, ``term``, ``term_start``: 1, ``"spread"``, 0 where WocaR-PPO/A2C
+    (which do not read them) leave them unset."""
 
     weight: float
     bound: str
@@ -282,6 +292,8 @@ class WocaRSettings:
     tau: float
     gamma: float | None
     q_every: int = 1
+    term: str = "spread"
+    term_start: float = 0.0
 
 
 register_robust_config(SA, "sa")

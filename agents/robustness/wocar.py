@@ -118,10 +118,14 @@ from agents.core.plugin import RobustnessPlugin, register_robustness
 from agents.core.schedules import linear
 from agents.core.streams import stateless_per_seed
 from agents.robustness._victim import _surface
-from agents.robustness.certify import difference_upper_bounds, output_bounds
+from agents.robustness.certify import (
+    difference_upper_bounds,
+    greedy_margin_lower_bounds,
+    output_bounds,
+)
 from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.configs import WocaRSettings
-from agents.robustness.robust import ScheduledPlugin, sa_observations
+from agents.robustness.robust import HINGE_MARGIN, ScheduledPlugin, sa_observations
 from agents.robustness.wocar_box import (
     action_to_unit,
     admissible_box,
@@ -137,6 +141,7 @@ if TYPE_CHECKING:
     from agents.core.policy import PolicySurface
 
 __all__ = ["WocaRBoxPlugin", "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions",
+           "certified_margin_hinge",
            "check_wocar_agent", "q_scale", "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
@@ -776,6 +781,19 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
     return (scale[:, None] if scale.shape.rank else scale) * tf.reduce_sum(per_action, axis=-1)
 
 
+def certified_margin_hinge(margins: tf.Tensor, margin: float = HINGE_MARGIN) -> tf.Tensor:
+    """WocaR-DQN's ``"margin"`` term per row ``[B]``: ``max(−min_j lb_j, −margin)`` of the
+    lower bounds ``margins [B, A − 1]`` of ``Q(a*) − Q(j)`` over the ball
+    (:func:`agents.robustness.certify.greedy_margin_lower_bounds`): SA-DQN's hinge on the
+    greedy action's certified margin (its convex form), which stops pulling once the
+    greedy action is certified by ``margin`` (Q units).
+
+    >>> certified_margin_hinge(tf.constant([[-0.5], [2.0], [0.25]])).numpy().tolist()
+    [0.5, -1.0, -0.25]
+    """
+    return tf.maximum(-tf.reduce_min(tf.cast(margins, tf.float32), axis=-1), -float(margin))
+
+
 def q_scale(target: tf.Tensor) -> tf.Tensor:
     """The Q-values' size on a batch, scalar, stopped: ``max(mean |target|, 1)`` of the TD
     ``target [B]`` (``[S]`` for ``[S, B]``: each seed's). The unit of WocaR-DQN's worst-case
@@ -820,7 +838,11 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
        docs/benchmarks/robust-rl.md, "WocaR-DQN") and ``ω(s)`` the state's
        importance, the spread ``max_a Q(s, a) − min_a Q(s, a)`` of the agent's own Q-values
        normalised to mean 1 (:func:`state_importance`; the paper's definition for value-based
-       agents; its DQN code weights all states alike).
+       agents; its DQN code weights all states alike, as ``wocar_importance=False`` does).
+       ``wocar_term="margin"`` puts SA-DQN's hinge on the greedy action's certified margin
+       (:func:`certified_margin_hinge`, the bounds by ``wocar_bound``) in place of ``L_wc``;
+       ``wocar_term_start`` keeps the term off for that fraction of the budget
+       (:meth:`before_iteration`).
 
     The admissible set here is the tighter of the two sound rules: ``a`` is dropped when some
     ``j`` provably beats it (``ub(Q_a − Q_j) < 0``, the differences bounded as one network);
@@ -893,6 +915,19 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
             self._seed_mean(tf.reduce_sum(tf.cast(admissible, tf.float32), axis=-1)))
         return loss
 
+    def before_iteration(self, steps_done: int, total: int) -> dict:
+        """The schedule's eps, kappa and weight (:class:`_WorstCaseWeighted`); with
+        ``spec.term_start`` the term's kappa is 0 before that fraction of ``total``, then rises
+        to full at ``spec.warmup`` (at once when that has passed)."""
+        out = super().before_iteration(steps_done, total)
+        start = self.spec.term_start
+        if start > 0:
+            begin, end = start * float(total), max(self.spec.warmup, start) * float(total)
+            frac = 0.0 if steps_done < begin else \
+                1.0 if end <= begin else min((steps_done - begin) / (end - begin), 1.0)
+            self.schedule.kappa.assign(self.schedule.target_kappa * frac)
+        return out
+
     def target_action_scores(self, next_obs: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
         """``(1 − w) · scores + w · Q_w^-(next_obs)`` (class doc, 2), stopped."""
         worst = self.worst_q(next_obs)
@@ -902,14 +937,22 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
     def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
                q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
-        lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps, "ibp")
         target = tf.stop_gradient(target)
         scale = q_scale(target)
-        wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
-        importance = state_importance(tf.stop_gradient(q))
+        if self.spec.term == "margin":
+            greedy = tf.argmax(tf.stop_gradient(q), axis=-1, output_type=tf.int32)
+            _, margins = greedy_margin_lower_bounds(self.surface, tf.stop_gradient(obs),
+                                                    self.schedule.eps, self.bound, greedy)
+            wc = certified_margin_hinge(margins)
+            self._stats["wocar_width"].assign(-self._seed_mean(tf.reduce_min(margins, -1)))
+        else:
+            lb, ub = output_bounds(self.surface, tf.stop_gradient(obs), self.schedule.eps,
+                                   "ibp")
+            wc = worst_case_bound_loss(lb, ub, q, actions, target, self.huber_delta, scale)
+            self._stats["wocar_width"].assign(self._seed_mean(ub - lb))
+        importance = state_importance(tf.stop_gradient(q)) if self.spec.importance else 1.0
         self._stats["wocar_bound_loss"].assign(self._seed_mean(wc))
         self._stats["wocar_td_loss"].assign(self._seed_mean(per_example))
-        self._stats["wocar_width"].assign(self._seed_mean(ub - lb))
         self._stats["wocar_scale"].assign(scale)
         k = self.schedule.kappa
         return (1.0 - k) * per_example + k * importance * wc

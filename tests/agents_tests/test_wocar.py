@@ -401,13 +401,20 @@ def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(e
     (dict(robust="wocar", wocar_q_epochs=3),
      "wocar_q_epochs: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_q_epochs=3"),
-    (dict(robust="wocar", wocar_importance=False),
-     "wocar_importance: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
-     "which WocaR-DQN does not read, got wocar_importance=False"),
+    (dict(robust="wocar", wocar_search_per_rollout=False),
+     "wocar_search_per_rollout: a setting of WocaR-PPO/A2C (its rollout critic and smoothness "
+     "term), which WocaR-DQN does not read, got wocar_search_per_rollout=False"),
     (dict(robust="wocar", wocar_search_steps=5),
      "wocar_search_steps: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_search_steps=5"),
     (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
+    (dict(robust="wocar", wocar_term="hinge"),
+     "wocar_term must be one of ('spread', 'margin'), got 'hinge'"),
+    (dict(robust="wocar", wocar_term_start=1.5),
+     "wocar_term_start must be a number in [0, 1], got 1.5"),
+    (dict(robust="sa", wocar_term="margin"),
+     "wocar_term: a WocaR setting, only with robust='wocar' (WocaR combines with no other "
+     "robust method), got robust='sa'"),
 ])
 def test_dqn_config_refusals(kwargs, message):
     with pytest.raises(ConfigError) as info:
@@ -767,6 +774,83 @@ def test_box_wocar_with_kappa_zero_runs_no_search(monkeypatch):
         agent.learn(256, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
         assert calls == expected, (kappa, calls)
         assert (logs[-1]["sa_kl"] == 0.0) == (kappa == 0.0)
+
+
+def test_term_and_term_start_are_wocar_dqns_settings_saved_flat_and_refused_by_ppo():
+    cfg = DQNConfig(robust=agents.WocaR(eps=0.02, term="margin", term_start=0.4))
+    assert (cfg.wocar_term, cfg.wocar_term_start) == ("margin", 0.4)
+    back = DQNConfig.from_dict(cfg.to_dict()).robust_spec.settings(value_based=True)
+    assert (back.term, back.term_start) == ("margin", 0.4)
+    for name, value in (("wocar_term", "margin"), ("wocar_term_start", 0.4)):
+        with pytest.raises(ConfigError) as info:
+            PPOConfig(robust="wocar", robust_eps=0.05, **{name: value})
+        assert str(info.value) == (f"{name}: a setting of WocaR-DQN (its worst-attack "
+                                   f"network's step rate on the replay), which WocaR-PPO/A2C "
+                                   f"do not read, got {name}={value!r}")
+
+
+@pytest.mark.parametrize("bound", ["ibp", "crown", "crown-ibp"])
+def test_the_margin_term_is_the_hinge_on_the_greedy_actions_certified_margin(bound):
+    """``term="margin"``: ``(1 − k) · TD + k · ω(s) · max(−lb(Q_a* − Q_j), −1)``; on the hand
+    net the margin ``2 (s_0 − s_1)`` is linear on the ball, so every method's lower bound is
+    exact: the margin less ``4 eps`` = 0.08."""
+    agent = _hand_dqn(robust_kappa=0.5, wocar_term="margin", wocar_bound=bound)
+    obs = tf.constant([[0.5, 0.3, 0.0, 0.0],    # Q 1.0 / 0.6: lb 0.32 -> hinge -0.32
+                       [0.4, 0.4, 0.0, 0.0],    # a tie, greedy 0: lb -0.08 -> hinge 0.08
+                       [0.2, 1.0, 0.0, 0.0]])   # greedy 1, lb 1.52 -> hinge -1 (clipped)
+    q = agent.q(obs)  # spreads 0.4, 0, 1.6 -> importance 0.6, 0, 2.4
+    per_example = tf.constant([1.0, 3.0, 5.0])
+    loss = agent.robustness.q_loss(per_example, obs, tf.constant([0, 1, 0]), q,
+                                   tf.constant([1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(loss.numpy(), [0.5 - 0.5 * 0.6 * 0.32, 1.5, 2.5 - 0.5 * 2.4],
+                               rtol=1e-5)
+    np.testing.assert_allclose(wocar.certified_margin_hinge(tf.constant([[0.32], [-0.08]])),
+                               [-0.32, 0.08], rtol=1e-6)
+    unweighted = _hand_dqn(robust_kappa=0.5, wocar_term="margin", wocar_bound=bound,
+                           wocar_importance=False)  # the paper's DQN code: every state alike
+    loss = unweighted.robustness.q_loss(per_example, obs, tf.constant([0, 1, 0]), q,
+                                        tf.constant([1.0, 1.0, 1.0]))
+    np.testing.assert_allclose(loss.numpy(), [0.5 - 0.5 * 0.32, 1.5 + 0.5 * 0.08, 2.5 - 0.5],
+                               rtol=1e-5)
+
+
+def test_the_margin_term_bounds_sa_dqns_hinge_anywhere_in_the_ball():
+    """Soundness by sampling: on a random ReLU Q-network the margin term's hinge is at least
+    SA-DQN's hinge ``max(Q_j − Q_a*, −1)`` at 300 points of the ball around each state."""
+    agent = agents.DQN(env="CartPole-v1", seed=3, preset=None, hidden_sizes=(16, 16),
+                       activation="relu", normalize_obs=False, buffer_size=64, batch_size=8,
+                       robust=agents.WocaR(eps=0.1, warmup=0.0, term="margin"))
+    obs = tf.random.stateless_normal([5, 4], seed=[1, 2])
+    greedy, margins = wocar.greedy_margin_lower_bounds(agent.robustness.surface, obs, 0.1,
+                                                       "crown-ibp")
+    hinge = wocar.certified_margin_hinge(margins).numpy()
+    noise = tf.random.stateless_uniform([300, 5, 4], seed=[3, 4], minval=-0.1, maxval=0.1)
+    q_in_ball = agent.q(tf.reshape(obs[None] + noise, [-1, 4])).numpy().reshape(300, 5, 2)
+    g = greedy.numpy()
+    sa = np.maximum(q_in_ball[:, np.arange(5), 1 - g] - q_in_ball[:, np.arange(5), g], -1.0)
+    assert np.all(hinge[None] >= sa - 1e-5)
+    assert np.any(hinge > -1.0)  # not all clipped: the bound is exercised
+
+
+def test_term_start_keeps_the_term_off_then_ramps_it_to_full_at_the_warmup():
+    """``term_start``: kappa is 0 before that fraction of the budget, rises linearly to full at
+    ``warmup`` (at once when ``term_start`` is past it); eps and the weight keep their ramp
+    over ``warmup``."""
+    def kappas(start, warmup=0.75):
+        plugin = _hand_dqn(robust_kappa=0.5, wocar_warmup=warmup,
+                           wocar_term_start=start).robustness
+        out = []
+        for done in (400, 499, 625, 750, 899, 900):
+            plugin.before_iteration(done, 1000)
+            out.append(round(float(plugin.schedule.kappa), 6))
+        plugin.before_iteration(400, 1000)
+        assert float(plugin.schedule.eps) == pytest.approx(0.02 * 400 / (warmup * 1000))
+        assert float(plugin.weight) == pytest.approx(0.3 * 400 / (warmup * 1000))
+        return out
+
+    assert kappas(0.5) == [0.0, 0.0, 0.25, 0.5, 0.5, 0.5]
+    assert kappas(0.9) == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5]
+    assert kappas(0.0)[:2] == [round(0.5 * 400 / 750, 6), round(0.5 * 499 / 750, 6)]
 
 
 def test_the_dqn_worst_case_term_takes_ibp_bounds_whatever_bound_chooses_the_sets():
