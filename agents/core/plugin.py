@@ -298,8 +298,10 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
 
 
 WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
-WOCAR_TERMS = ("spread", "margin")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
+
+WOCAR_TERMS = ("spread", "margin")
+"""WocaR-DQN's worst-case terms (``wocar_term``; :class:`agents.robustness.wocar.WocaRDQNPlugin`)."""
 
 
 def _flag(value: Any, name: str) -> bool:
