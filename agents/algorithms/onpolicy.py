@@ -57,7 +57,7 @@ from agents.core.compiled import own_function
 from agents.core.config import AgentConfig
 from agents.core.limits import MAX_ROLLOUT_TRANSITIONS, check_rollout_size
 from agents.core.networks import MLP, ObsNormalizer, ReturnNormalizer, layer_seed, seed_list
-from agents.core.plugin import on_seed_axis
+from agents.core.plugin import on_policy_saved_fields, on_seed_axis
 from agents.core.policy import PolicySurface, actor_critic_surface
 from agents.core.returns import bootstrap_values, discounted_returns, gae
 from agents.core.schedules import linear
@@ -195,28 +195,9 @@ class OnPolicyConfig(AgentConfig):
     boundaries (:meth:`agents.Agent.learn`; :mod:`agents.algorithms.onpolicy`). 1 (the default) keeps a
     callback per iteration; the gymnasium backend and robust training need 1."""
 
-    @staticmethod
-    def saved_fields(saved: dict) -> dict:
-        """A saved on-policy config dict as this version reads it
-        (:meth:`agents.core.plugin.RobustFields.saved_fields`, and: a ``robust="wocar"`` agent
-        saved before ``wocar_search_steps`` existed keeps the worst-attack critic's budget it
-        trained with, 4 epochs of 4 minibatches, where it left the field unset; on Box actions
-        today's defaults are 10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`).
-
-        >>> OnPolicyConfig.saved_fields({"robust": "wocar", "wocar_q_epochs": None})
-        {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4}
-        >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None}
-        >>> OnPolicyConfig.saved_fields(new)["wocar_q_epochs"] is None   # saved by this version
-        True
-        """
-        out = AgentConfig.saved_fields(saved)
-        if out.get("robust") != "wocar" or "wocar_search_steps" in out:
-            return out
-        out = dict(out)
-        for name in ("wocar_q_epochs", "wocar_q_minibatches"):
-            if out.get(name) is None:
-                out[name] = 4
-        return out
+    saved_fields = staticmethod(on_policy_saved_fields)
+    """A saved config dict as this version reads it
+    (:func:`agents.core.plugin.on_policy_saved_fields`)."""
 
     def __post_init__(self):
         super().__post_init__()

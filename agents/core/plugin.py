@@ -63,7 +63,8 @@ from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
            "WOCAR_FIELDS", "WOCAR_TERMS", "RobustFields", "RobustMethod", "RobustnessPlugin",
-           "register_robust_config", "register_robustness", "robustness_for"]
+           "on_policy_saved_fields", "register_robust_config", "register_robustness",
+           "robustness_for"]
 
 
 MAX_ROBUST_EPS = 1e3
@@ -584,3 +585,26 @@ class RobustFields:
         if cls is None:  # robust=None, or a method registered without a typed config
             return None
         return cls.from_config(self)
+
+
+def on_policy_saved_fields(saved: dict) -> dict:
+    """A saved on-policy (PPO, A2C) config dict as this version reads it: those of
+    :meth:`RobustFields.saved_fields`, and a ``robust="wocar"`` agent saved before
+    ``wocar_search_steps`` existed keeps the worst-attack critic's budget it trained with, 4
+    epochs of 4 minibatches, where it left the field unset (on Box actions today's defaults are
+    10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`). ``OnPolicyConfig.saved_fields``.
+
+    >>> on_policy_saved_fields({"robust": "wocar", "wocar_q_epochs": None})
+    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4}
+    >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None}
+    >>> on_policy_saved_fields(new)["wocar_q_epochs"] is None   # saved by this version
+    True
+    """
+    out = RobustFields.saved_fields(saved)
+    if out.get("robust") != "wocar" or "wocar_search_steps" in out:
+        return out
+    out = dict(out)
+    for name in ("wocar_q_epochs", "wocar_q_minibatches"):
+        if out.get(name) is None:
+            out[name] = 4
+    return out

@@ -207,7 +207,7 @@ class WocaR(RobustMethod):
     zero start), and with 10 x 32 it reached -2.8, below ``V`` as a worst-attack value must
     be (docs/benchmarks/robust-rl.md, "WocaR-PPO on Box actions"). A Box agent saved before
     ``search_steps`` existed trained with 4 x 4 and keeps it on load
-    (:meth:`agents.algorithms.onpolicy.OnPolicyConfig.saved_fields`)."""
+    (:func:`agents.core.plugin.on_policy_saved_fields`)."""
     DQN_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.3, "warmup": 0.75, "q_every": 10, "bound": "crown-ibp"})
     """WocaR-DQN's defaults where they differ from :attr:`DEFAULTS`: ``weight`` 0.3 (the
