@@ -70,6 +70,7 @@ tfd = tfp.distributions
 
 __all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "AdversarialPlugin", "RobustSchedule",
            "SAPlugin", "ScheduledPlugin", "adversarial_observations", "attacked_q_margin",
+           "certified_margin_hinge",
            "clean_distribution", "convex_categorical_kl", "convex_gaussian_kl",
            "convex_margin_hinge", "convex_policy_regularizer", "policy_kl", "q_margin_hinge",
            "sa_dqn_observations", "sa_observations", "sa_policy_regularizer"]
@@ -203,6 +204,20 @@ def attacked_q_margin(agent: Agent, obs_adv: tf.Tensor, greedy: tf.Tensor,
     return _batch_mean(q_margin_hinge(_surface(agent).outputs(obs_adv), greedy, margin))
 
 
+def certified_margin_hinge(margins: tf.Tensor, margin: float = HINGE_MARGIN) -> tf.Tensor:
+    """SA-DQN's hinge on the greedy action's certified margin per row ``[B]`` (its convex form:
+    :func:`convex_margin_hinge`'s rows; WocaR-DQN's ``"margin"`` term): ``max(−min_j lb_j,
+    −margin)`` of the lower bounds ``margins [B, A − 1]`` of ``Q(a*) − Q(j)`` over the ball
+    (:func:`agents.robustness.certify.greedy_margin_lower_bounds`; ``[S, B, A − 1]`` ->
+    ``[S, B]`` on the seed axis), which stops pulling once the greedy action is certified by
+    ``margin`` (Q units).
+
+    >>> certified_margin_hinge(tf.constant([[-0.5], [2.0], [0.25]])).numpy().tolist()
+    [0.5, -1.0, -0.25]
+    """
+    return tf.maximum(-tf.reduce_min(tf.cast(margins, tf.float32), axis=-1), -float(margin))
+
+
 def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
                         greedy: tf.Tensor | None = None, margin: float = HINGE_MARGIN,
                         method: str = CONVEX_BOUND) -> tf.Tensor:
@@ -213,7 +228,7 @@ def convex_margin_hinge(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,
     SA-DQN's hinge at any ``s_hat`` in the ball; differentiable w.r.t. the weights."""
     _, lb = greedy_margin_lower_bounds(_surface(agent), tf.stop_gradient(obs), eps, method,
                                        greedy)
-    return _batch_mean(tf.maximum(-tf.reduce_min(lb, axis=-1), -float(margin)))
+    return _batch_mean(certified_margin_hinge(lb, margin))
 
 
 def convex_gaussian_kl(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor,

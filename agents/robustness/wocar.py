@@ -125,7 +125,7 @@ from agents.robustness.certify import (
 )
 from agents.robustness.configs import WocaR as WocaRConfig
 from agents.robustness.configs import WocaRSettings
-from agents.robustness.robust import HINGE_MARGIN, ScheduledPlugin, sa_observations
+from agents.robustness.robust import ScheduledPlugin, certified_margin_hinge, sa_observations
 from agents.robustness.wocar_box import (
     action_to_unit,
     admissible_box,
@@ -141,7 +141,6 @@ if TYPE_CHECKING:
     from agents.core.policy import PolicySurface
 
 __all__ = ["WocaRBoxPlugin", "WocaRDQNPlugin", "WocaRPlugin", "admissible_actions",
-           "certified_margin_hinge",
            "check_wocar_agent", "q_scale", "state_importance", "worst_attack_target", "worst_case_bound_loss"]
 
 _plain = tf.autograph.experimental.do_not_convert
@@ -779,19 +778,6 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
         x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale
     per_action = tf.where(x <= delta, 0.5 * tf.square(x), delta * (x - 0.5 * delta))
     return (scale[:, None] if scale.shape.rank else scale) * tf.reduce_sum(per_action, axis=-1)
-
-
-def certified_margin_hinge(margins: tf.Tensor, margin: float = HINGE_MARGIN) -> tf.Tensor:
-    """WocaR-DQN's ``"margin"`` term per row ``[B]``: ``max(−min_j lb_j, −margin)`` of the
-    lower bounds ``margins [B, A − 1]`` of ``Q(a*) − Q(j)`` over the ball
-    (:func:`agents.robustness.certify.greedy_margin_lower_bounds`): SA-DQN's hinge on the
-    greedy action's certified margin (its convex form), which stops pulling once the
-    greedy action is certified by ``margin`` (Q units).
-
-    >>> certified_margin_hinge(tf.constant([[-0.5], [2.0], [0.25]])).numpy().tolist()
-    [0.5, -1.0, -0.25]
-    """
-    return tf.maximum(-tf.reduce_min(tf.cast(margins, tf.float32), axis=-1), -float(margin))
 
 
 def q_scale(target: tf.Tensor) -> tf.Tensor:

@@ -12,6 +12,7 @@ import tensorflow as tf
 import agents
 from agents.config import DQNConfig, PPOConfig
 from agents.robustness import configs, wocar, wocar_box
+from agents.robustness.robust import certified_margin_hinge
 from robustgrad.errors import ConfigError
 
 
@@ -804,7 +805,7 @@ def test_the_margin_term_is_the_hinge_on_the_greedy_actions_certified_margin(bou
                                    tf.constant([1.0, 1.0, 1.0]))
     np.testing.assert_allclose(loss.numpy(), [0.5 - 0.5 * 0.6 * 0.32, 1.5, 2.5 - 0.5 * 2.4],
                                rtol=1e-5)
-    np.testing.assert_allclose(wocar.certified_margin_hinge(tf.constant([[0.32], [-0.08]])),
+    np.testing.assert_allclose(certified_margin_hinge(tf.constant([[0.32], [-0.08]])),
                                [-0.32, 0.08], rtol=1e-6)
     unweighted = _hand_dqn(robust_kappa=0.5, wocar_term="margin", wocar_bound=bound,
                            wocar_importance=False)  # the paper's DQN code: every state alike
@@ -823,7 +824,7 @@ def test_the_margin_term_bounds_sa_dqns_hinge_anywhere_in_the_ball():
     obs = tf.random.stateless_normal([5, 4], seed=[1, 2])
     greedy, margins = wocar.greedy_margin_lower_bounds(agent.robustness.surface, obs, 0.1,
                                                        "crown-ibp")
-    hinge = wocar.certified_margin_hinge(margins).numpy()
+    hinge = certified_margin_hinge(margins).numpy()
     noise = tf.random.stateless_uniform([300, 5, 4], seed=[3, 4], minval=-0.1, maxval=0.1)
     q_in_ball = agent.q(tf.reshape(obs[None] + noise, [-1, 4])).numpy().reshape(300, 5, 2)
     g = greedy.numpy()
