@@ -772,12 +772,11 @@ def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: t
     taken = tf.one_hot(actions, tf.shape(q)[-1]) > 0.5
     ref = tf.where(taken, tf.cast(target, tf.float32)[..., None], q)
     scale = tf.cast(scale, tf.float32)
-    if scale.shape.rank:  # [S]: each seed's scale over its rows [S, B, A]
-        x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale[:, None, None]
-    else:
-        x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / scale
+    # the seed axis ([S] scales): each seed's scale, [S, 1] against its rows [S, B]
+    row_scale = scale[:, None] if scale.shape.rank else scale
+    x = tf.maximum(tf.abs(ub - ref), tf.abs(lb - ref)) / row_scale[..., None]
     per_action = tf.where(x <= delta, 0.5 * tf.square(x), delta * (x - 0.5 * delta))
-    return (scale[:, None] if scale.shape.rank else scale) * tf.reduce_sum(per_action, axis=-1)
+    return row_scale * tf.reduce_sum(per_action, axis=-1)
 
 
 def q_scale(target: tf.Tensor) -> tf.Tensor:
