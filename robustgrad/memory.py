@@ -13,9 +13,12 @@ come from the C library's ``malloc``; glibc keeps freed blocks below its (self-r
 and frees activation maps for minutes holds far more resident memory than it has tensors alive.
 With a fixed threshold every block at least that large is its own mapping, returned to the
 system when freed (issue 38: a WRN-28-10 PGD step at batch 128 held ~400 MiB less).
-:func:`reuse_freed_memory` is the opposite trade, for speed: every freed block stays in one
-heap for the next allocation, so a training step that allocates the same large maps every step
-stops paying the kernel for fresh zeroed pages (page faults, system time) once its heap has grown.
+:func:`reuse_freed_memory` is the opposite trade: every freed block stays in one heap for the
+next allocation, so a step that allocates the same large maps every time stops paying the kernel
+for fresh zeroed pages (page faults, system time) once its heap has grown. Opt-in and not called
+by the library: on a WRN-28-10 PGD-1 step at batch 128 it removed 96% of the faults and 7.8 s of
+system time but the step took 11.5% more CPU and peaked 26% higher (one pair,
+docs/benchmarks/training.md, "Freed memory kept for reuse").
 
 >>> check_allocation(1_000, 8 * 1024, argument="buffer_size", what="a replay buffer",
 ...                  total=2**30)  # 8 MiB of 1 GiB: fine
@@ -156,7 +159,9 @@ def reuse_freed_memory() -> bool:
     every step. With this, once the heap has grown to the step's need, later steps reuse it.
 
     The cost: the resident set stays at the largest heap the process ever needed (the peak is
-    not lowered by returning memory between steps), and threads share one heap's lock.
+    not lowered by returning memory between steps; the heap fragments), and threads share one
+    heap's lock. Measure before use: in the one probe so far the step's CPU time rose (see the
+    module's docstring).
 
     Call it **before TensorFlow is imported**: a thread keeps the heap it first allocated from,
     so threads already running (TensorFlow's thread pools) are not moved. For the rest of the
