@@ -359,10 +359,11 @@ def _timed_steps(step, repeats: int) -> dict:
 def worker_memory_ours(args) -> None:
     sys.stdout = sys.stderr
     sys.path.insert(0, _ROOT)
+    from robustgrad.memory import return_large_blocks, reuse_freed_memory
+
+    reused = reuse_freed_memory() if args.reuse_freed_memory else False  # before TensorFlow
     _tf_threads(args.threads, args.inter_threads)
     import tensorflow as tf
-
-    from robustgrad.memory import return_large_blocks
 
     if args.malloc_threshold:
         return_large_blocks(args.malloc_threshold)
@@ -381,7 +382,8 @@ def worker_memory_ours(args) -> None:
 
     _emit({"side": "ours", "baseline_mib": base, **_timed_steps(step, args.mem_repeats),
            "params": params, "tensorflow": tf.__version__, "recompute": tr.recompute,
-           "malloc_threshold": args.malloc_threshold, "onednn": _onednn_enabled()})
+           "malloc_threshold": args.malloc_threshold, "reuse_freed_memory": reused,
+           "onednn": _onednn_enabled()})
 
 
 def worker_memory_torch(args) -> None:
@@ -558,6 +560,7 @@ def memory(args) -> dict:
         if name == "ours":
             cmd += ["--recompute", args.recompute, "--malloc-threshold",
                     str(args.malloc_threshold)]
+            cmd += ["--reuse-freed-memory"] if args.reuse_freed_memory else []
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_TAG)]
         if proc.returncode != 0 or not lines:
@@ -640,6 +643,9 @@ def parse(argv=None):
     p.add_argument("--malloc-threshold", type=int, default=0,
                    help="memory: ours calls robustgrad.memory.return_large_blocks(BYTES) "
                         "first (0: not; recompute='blocks' sets 1 MiB itself)")
+    p.add_argument("--reuse-freed-memory", action="store_true",
+                   help="memory: ours calls robustgrad.memory.reuse_freed_memory() before "
+                        "TensorFlow loads (freed blocks kept in one heap for reuse)")
     p.add_argument("--onednn", choices=("on", "off", "tf"), default="tf",
                    help="ours: TensorFlow's own choice of kernels (default; oneDNN only on CPUs "
                         "with AVX-512 VNNI/BF16 or AMX), or oneDNN forced on "

@@ -1,4 +1,5 @@
-"""robustgrad.memory.return_large_blocks: freed large blocks leave the process (issue 38)."""
+"""robustgrad.memory: freed large blocks leave the process (return_large_blocks) or stay for reuse
+(reuse_freed_memory) (issue 38)."""
 
 import ctypes
 import os
@@ -68,3 +69,40 @@ def test_threshold_out_of_range_is_refused(threshold):
     with pytest.raises(ValueError, match=r"^threshold must be an int in \[4096, 33554432\] "
                                          r"bytes; got "):
         return_large_blocks(threshold)
+
+
+# A child process: a thread (as TensorFlow's kernels run in pool threads) allocates, touches and
+# frees a 96 MiB block five times; print the page faults of the last four. glibc maps a block
+# that large on its own and unmaps it when freed, so each round faults its 24,576 pages in again
+# -- unless reuse_freed_memory() was called before the thread started.
+_REUSE_CHILD = """
+import ctypes, resource, sys, threading
+from robustgrad.memory import reuse_freed_memory
+if sys.argv[1] == "on":
+    assert reuse_freed_memory()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+faults = []
+def work():
+    for _ in range(5):
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        b = libc.malloc(96 * 2**20); libc.memset(b, 1, 96 * 2**20); libc.free(b)
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0)
+t = threading.Thread(target=work); t.start(); t.join()
+print(sum(faults[1:]))
+"""
+
+
+@pytest.mark.skipif(not _glibc(), reason="the setting is glibc's")
+def test_freed_blocks_are_reused_only_with_the_setting():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
+    faults = {}
+    for mode in ("off", "on"):
+        out = subprocess.run([sys.executable, "-c", _REUSE_CHILD, mode], capture_output=True,
+                             text=True, check=True, env=env)
+        faults[mode] = int(out.stdout.strip())
+    pages = 4 * 96 * 2**20 // os.sysconf("SC_PAGE_SIZE")  # four rounds of 96 MiB
+    assert faults["off"] >= 0.9 * pages, faults  # mapped and unmapped each round
+    assert faults["on"] <= 0.05 * pages, faults  # the same heap memory, faulted in once
