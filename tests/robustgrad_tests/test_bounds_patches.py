@@ -79,7 +79,12 @@ def test_patches_give_the_dense_intermediate_bounds(name, dtype, tol, pure_crown
     assert refined > 0  # CROWN changed intermediate bounds: the relaxations were exercised
 
 
-@pytest.mark.parametrize("name", sorted(PATCH_MODELS))
+# the models on which the default (PATCHES None) takes patches wherever they have a plan (checked
+# in test_default_takes_every_patch_plan): test_bounds.py samples their CROWN bounds by patches
+DEFAULT_PATCHED = ("classifier", "conv-residual", "pool-bn")
+
+
+@pytest.mark.parametrize("name", sorted(set(PATCH_MODELS) - set(DEFAULT_PATCHED)))
 def test_patch_bounds_are_sound_by_sampling(name, monkeypatch):
     # the logits' bounds (float32); a margin spec's bounds by patches are sampled in
     # test_transpose_by_forward_convolution_gives_the_same_bounds (float64, the same boxes)
@@ -124,6 +129,19 @@ def test_plan_windows_and_refusals():
     after_pool = kinds.index("Conv2D", kinds.index("MaxPooling2D"))
     assert _patches.plan(pooled, after_pool, pshapes) is None
     assert _patches.plan(pooled, 1, pshapes) is not None
+
+
+def test_default_takes_every_patch_plan():
+    """On DEFAULT_PATCHED, every node with a plan is worth patches: the default computes what
+    PATCHES=True does, and test_bounds_are_sound_by_sampling_for_every_method samples it."""
+    for name in DEFAULT_PATCHED:
+        graph, _, shapes = _graph_and_boxes(PATCH_MODELS[name](), "float32")
+        plans = {n: _patches.plan(graph, n, shapes) for n in range(1, len(graph.rules))}
+        plans = {n: g for n, g in plans.items() if g is not None}
+        assert plans and all(_patches.worth_it(g, shapes, n) for n, g in plans.items()), name
+    graph, _, shapes = _graph_and_boxes(PATCH_MODELS["conv"](), "float32")
+    assert not all(_patches.worth_it(g, shapes, n) for n in range(1, len(graph.rules))
+                   if (g := _patches.plan(graph, n, shapes)) is not None)  # sampled here
 
 
 @pytest.mark.parametrize("name", ["patch", "classifier"])
