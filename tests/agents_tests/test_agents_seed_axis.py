@@ -269,6 +269,7 @@ def _sweep_and_alone(cls, steps, seed=3, **kw):
     return pairs
 
 
+@pytest.mark.slow  # the default suite's: ..._at_purejaxrl_settings (the same checks, tighter)
 @pytest.mark.parametrize("backend", ["gymnasium", "graph"])
 def test_each_seed_of_a_sweep_reruns_alone_to_float_rounding(backend):
     # 2 iterations of 2 epochs x 2 minibatches: actions, env resets (episodes end within 32

@@ -79,18 +79,21 @@ def test_patches_give_the_dense_intermediate_bounds(name, dtype, tol, pure_crown
     assert refined > 0  # CROWN changed intermediate bounds: the relaxations were exercised
 
 
-@pytest.mark.parametrize("name", sorted(PATCH_MODELS))
+# the models on which the default (PATCHES None) takes patches wherever they have a plan (checked
+# in test_default_takes_every_patch_plan): test_bounds.py samples their CROWN bounds by patches
+DEFAULT_PATCHED = ("classifier", "conv-residual", "pool-bn")
+
+
+@pytest.mark.parametrize("name", sorted(set(PATCH_MODELS) - set(DEFAULT_PATCHED)))
 def test_patch_bounds_are_sound_by_sampling(name, monkeypatch):
+    # the logits' bounds (float32); a margin spec's bounds by patches are sampled in
+    # test_transpose_by_forward_convolution_gives_the_same_bounds (float64, the same boxes)
     monkeypatch.setattr(_engine, "PATCHES", True)
     model = PATCH_MODELS[name]()
     lower, upper = _box(model.input_shape[1:], eps=0.15)
     values = _outputs(model, _samples(lower, upper, n=1000))
-    spec = margin_spec([0, 1, 2], model.output_shape[-1])
-    cvalues = np.einsum("bsk,bmk->bms", spec.numpy(), values)
     lb, ub = BoundedModel(model).bounds(lower, upper, "crown")
     _assert_contains(lb.numpy(), ub.numpy(), values)
-    clb, cub = BoundedModel(model).bounds(lower, upper, "crown", spec)
-    _assert_contains(clb.numpy(), cub.numpy(), cvalues)
 
 
 def test_patches_over_an_l2_ball_give_the_dense_bounds(pure_crown, monkeypatch):
@@ -128,6 +131,19 @@ def test_plan_windows_and_refusals():
     assert _patches.plan(pooled, 1, pshapes) is not None
 
 
+def test_default_takes_every_patch_plan():
+    """On DEFAULT_PATCHED, every node with a plan is worth patches: the default computes what
+    PATCHES=True does, and test_bounds_are_sound_by_sampling_for_every_method samples it."""
+    for name in DEFAULT_PATCHED:
+        graph, _, shapes = _graph_and_boxes(PATCH_MODELS[name](), "float32")
+        plans = {n: _patches.plan(graph, n, shapes) for n in range(1, len(graph.rules))}
+        plans = {n: g for n, g in plans.items() if g is not None}
+        assert plans and all(_patches.worth_it(g, shapes, n) for n, g in plans.items()), name
+    graph, _, shapes = _graph_and_boxes(PATCH_MODELS["conv"](), "float32")
+    assert not all(_patches.worth_it(g, shapes, n) for n in range(1, len(graph.rules))
+                   if (g := _patches.plan(graph, n, shapes)) is not None)  # sampled here
+
+
 @pytest.mark.parametrize("name", ["patch", "classifier"])
 def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
     # only the unstable ReLUs (and the elements a max pooling may pick) get intermediate CROWN
@@ -149,6 +165,15 @@ def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
     assert any(0 < k < n for k, n in counts), counts  # some elements skipped, some refined
 
 
+def _same_forward_convolutions(model):
+    """The names of the convolutions whose transpose ``TRANSPOSE="same"`` computes forward
+    (stride 1, "same", odd kernel, at least ``SAME_MIN_CHANNELS`` input channels)."""
+    return [layer.name for layer in model.layers if isinstance(layer, L.Conv2D)
+            and tuple(layer.strides) == (1, 1) and layer.padding == "same"
+            and all(k % 2 == 1 for k in layer.kernel_size)
+            and layer.kernel.shape[2] >= _rules.SAME_MIN_CHANNELS]
+
+
 @pytest.mark.parametrize("name", sorted(PATCH_MODELS))
 def test_transpose_by_forward_convolution_gives_the_same_bounds(name, monkeypatch):
     """A convolution's transpose computed as a forward convolution with the flipped kernel (by
@@ -159,13 +184,17 @@ def test_transpose_by_forward_convolution_gives_the_same_bounds(name, monkeypatc
     lower, upper = _box(model.input_shape[1:], eps=0.15)
     lower, upper = lower.astype(np.float64), upper.astype(np.float64)
     spec = margin_spec([0, 1, 2], model.output_shape[-1], dtype=tf.float64)
+    # "same" differs from "native" only on a convolution it computes forward (the classifier's
+    # third): elsewhere it is "native" again. CROWN-IBP's pre-activation bounds are IBP's, so
+    # PATCHES (read by CROWN's intermediate passes alone) does not change its computation
+    same = _same_forward_convolutions(model)
+    assert bool(same) == (name == "classifier"), same
     out = {}
-    for how in ("native", "forward", "same"):
+    for how in ("native", "forward") + (("same",) if same else ()):
         monkeypatch.setattr(_rules, "TRANSPOSE", how)
-        for patches in (False, True):
+        for patches, method in ((False, "crown"), (True, "crown"), (False, "crown-ibp")):
             monkeypatch.setattr(_engine, "PATCHES", patches)
-            for method in ("crown", "crown-ibp"):
-                out[how, patches, method] = BoundedModel(model).bounds(lower, upper, method, spec)
+            out[how, patches, method] = BoundedModel(model).bounds(lower, upper, method, spec)
     for key, (lb, ub) in out.items():
         if key[0] != "native":
             ref = out[("native", *key[1:])]
