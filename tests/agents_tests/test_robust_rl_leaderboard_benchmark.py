@@ -114,3 +114,11 @@ def test_files_of_another_protocol_are_refused(bench, tmp_path, no_agents, capsy
     assert exc.value.code == 2
     assert f"--rows-from {a}: episodes is 3 there, 8 in this run: one protocol only" in \
         capsys.readouterr().err
+
+
+def test_atla_sa_takes_the_cartpole_kappa_unless_given(bench):
+    # kappa 3 (SA-PPO's) on top of ATLA's adversary left CartPole near-uniform (issue 25)
+    assert bench.robust_spec("atla-sa", 0.05, None).kappa == 0.1
+    assert bench.robust_spec("atla-sa", 0.05, 1.0).kappa == 1.0
+    assert bench.robust_spec("atla", 0.05, None).kappa is None
+    assert bench.robust_spec("atla-sa", 0.05, None).name == "atla-sa"
