@@ -2,7 +2,8 @@
 
 Per method (``--methods``: ``vanilla``, ``sa``, ``adv``, ``atla``, ``atla-sa``, ``wocar``) and
 seed, a PPO agent is trained on ``--env`` (the preset, ``--steps``) with the method at
-``--robust-eps``, its training CPU seconds recorded, then evaluated by
+``--robust-eps`` (SA and WocaR: ``--kappa`` or the preset's; ATLA+SA: ``--kappa`` or
+:data:`ATLA_SA_KAPPA`), its training CPU seconds recorded, then evaluated by
 ``agents.evaluate_under_attack`` under every attack of ``--attacks`` at every eps of ``--eps``.
 Per agent, the *worst case* at an eps is the lowest median return over the attacks there. Per
 method, over seeds: natural and worst-case return (at ``--main-eps``) as median and IQM, each
@@ -10,10 +11,16 @@ with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_run
 rliable-style), the median return under each attack, and the median training CPU seconds.
 
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
-``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
-(the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
-``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar agents
-(e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night). ``--figure PATH``
+``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents.
+An agent is its method, seed and WocaR settings: rows of one agent from several files are
+merged into one row with the union of their (attack, eps) cells (:func:`merge_agent_rows`), so
+attacks can be added to agents evaluated earlier by a run of only the new attacks (the agents
+are deterministic given the seed and the tree: the retrained agent is the same one). Refused
+with a ``ValueError``: files whose protocol (:data:`PROTOCOL`) differs from this run's, and rows
+of one agent whose natural return or a shared cell differ (not the same agent: the tree
+changed). ``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar
+agents (e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night); the
+leaderboard names such agents ``wocar bound="crown-ibp"``, apart from default ``wocar``. ``--figure PATH``
 draws worst-case return against eps per method (median over seeds, the band from the lowest to
 the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
@@ -27,6 +34,11 @@ Examples::
         --figure docs/benchmarks/robust_rl_leaderboard.png
     python benchmarks/robust_rl_leaderboard.py --methods wocar,vanilla --seeds 0 1 2 3 4 \
         --attacks random,action,mad,critic,rs --eps 0.02,0.05 --wocar-set 'bound="crown-ibp"'
+    # add the learned attacks at eps 0.05 to those agents, then merge (nothing retrained)
+    python benchmarks/robust_rl_leaderboard.py --methods wocar --attacks rs,optimal,paad \
+        --eps 0.05 --wocar-set 'bound="crown-ibp"' --json learned.json
+    python benchmarks/robust_rl_leaderboard.py --methods wocar --eps 0.02,0.05 \
+        --wocar-set 'bound="crown-ibp"' --rows-from cheap.json learned.json --json merged.json
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
 eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
@@ -50,6 +62,12 @@ import numpy as np  # noqa: E402
 
 METHODS = ("vanilla", "sa", "adv", "atla", "atla-sa", "wocar")
 ATTACKS = "random,action,mad,critic,rs,optimal,paad"
+# the arguments that fix an agent and its cells: files of --rows-from must match this run's
+PROTOCOL = ("env", "steps", "robust_eps", "kappa", "episodes", "rs_steps", "adversary_steps")
+# ATLA+SA's SA weight when --kappa is not given: 0.1, the CartPole value of the learned-adversary
+# runs (docs/benchmarks/robust-rl.md, issue 25: with SA-PPO's kappa 3 on top of the adversary
+# the policy stayed near-uniform, clean return 34.5; with 1, 107.6)
+ATLA_SA_KAPPA = 0.1
 QUICK = {"seeds": [0, 1], "steps": 20_000, "episodes": 3, "attacks": "random,action,mad,critic",
          "eps": "0.05", "rs_steps": 2_000, "adversary_steps": 10_000}
 
@@ -65,7 +83,8 @@ def robust_spec(method: str, eps: float, kappa: float | None, wocar: dict | None
             "sa": lambda: agents.SA(eps=eps, kappa=kappa),
             "adv": lambda: agents.Adversarial(eps=eps, attack="action"),
             "atla": lambda: agents.ATLA(eps=eps),
-            "atla-sa": lambda: agents.ATLA(eps=eps, kappa=3.0 if kappa is None else kappa),
+            "atla-sa": lambda: agents.ATLA(eps=eps, kappa=ATLA_SA_KAPPA if kappa is None
+                                           else kappa),
             "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa, **(wocar or {}))}[method]()
 
 
@@ -82,6 +101,84 @@ def wocar_settings(items: list[str]) -> dict:
             raise ValueError(f"--wocar-set: KEY=VALUE, got {item!r}")
         out[key.strip()] = json.loads(value)
     return out
+
+
+def canonical_settings(items: list[str]) -> list[str]:
+    """``--wocar-set`` items in one spelling (sorted ``key=JSON``): an agent's WocaR settings.
+
+    >>> canonical_settings(['bound = "crown-ibp"', "gamma=0.995"])
+    ['bound="crown-ibp"', 'gamma=0.995']
+    """
+    return [f"{k}={json.dumps(v)}" for k, v in sorted(wocar_settings(items).items())]
+
+
+def agent_key(row: dict) -> tuple:
+    """An agent's identity: method, seed, WocaR settings (the same key, the same agent)."""
+    return row["method"], int(row["seed"]), tuple(row.get("wocar_set", ()))
+
+
+def label(row: dict) -> str:
+    """The leaderboard's name of the row's method: ``wocar`` with its settings, if any."""
+    return " ".join([row["method"], *row.get("wocar_set", ())])
+
+
+def merge_agent_rows(a: dict, b: dict) -> dict:
+    """One agent's row from two runs: the union of their (attack, eps) cells, the worst cases
+    recomputed, the training figures of ``a`` (the first run). Raises ``ValueError`` when the
+    natural returns or a cell both runs measured differ: then they are not the same agent.
+
+    >>> a = {"method": "sa", "seed": 0, "natural": 500.0, "sources": ["a.json"],
+    ...      "attacks": [{"attack": "rs", "eps": 0.05, "median": 187.0}]}
+    >>> b = dict(a, sources=["b.json"], attacks=[{"attack": "rs", "eps": 0.05, "median": 187.0},
+    ...                                           {"attack": "paad", "eps": 0.05, "median": 90.0}])
+    >>> m = merge_agent_rows(a, b)
+    >>> [c["attack"] for c in m["attacks"]], m["worst"], m["sources"]
+    (['rs', 'paad'], {'0.05': 90.0}, ['a.json', 'b.json'])
+    """
+    where = f"--rows-from: {label(a)} seed {a['seed']}"
+    if float(a["natural"]) != float(b["natural"]):
+        raise ValueError(f"{where}: natural return {a['natural']} in {a.get('sources')} but "
+                         f"{b['natural']} in {b.get('sources')}: not the same agent (did the "
+                         f"tree change?); evaluate its cells in one run")
+    cells = {(c["attack"], float(c["eps"])): c for c in a["attacks"]}
+    for c in b["attacks"]:
+        k = (c["attack"], float(c["eps"]))
+        if k not in cells:
+            cells[k] = c
+        elif float(cells[k]["median"]) != float(c["median"]):
+            raise ValueError(f"{where}: {k[0]} at eps {k[1]:g} is {cells[k]['median']} in "
+                             f"{a.get('sources')} but {c['median']} in {b.get('sources')}: "
+                             f"not the same agent (did the tree change?); evaluate its cells "
+                             f"in one run")
+    attacks = list(cells.values())
+    return dict(a, attacks=attacks,
+                worst={str(e): v for e, v in worst_cases(attacks).items()},
+                sources=list(a.get("sources", [])) + list(b.get("sources", [])))
+
+
+def load_rows(paths: list[str], args, methods: list[str]) -> list[dict]:
+    """The rows of ``methods`` in the JSON files ``paths`` (``--json`` of earlier runs), one per
+    agent (:func:`merge_agent_rows`); a file whose protocol differs from ``args``' is refused
+    (``ValueError`` naming the file and the field)."""
+    merged: dict[tuple, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        theirs = data.get("args", {})
+        for k in PROTOCOL:
+            if k in theirs and theirs[k] != getattr(args, k):
+                raise ValueError(f"--rows-from {path}: {k} is {theirs[k]!r} there, "
+                                 f"{getattr(args, k)!r} in this run: one protocol only")
+        for r in data["rows"]:
+            if r["method"] not in methods:
+                continue
+            # rows written before rows named their settings: the file's --wocar-set
+            settings = r.get("wocar_set", theirs.get("wocar_set", []) if r["method"] == "wocar"
+                             else [])
+            r = dict(r, wocar_set=canonical_settings(settings), sources=[path])
+            k = agent_key(r)
+            merged[k] = merge_agent_rows(merged[k], r) if k in merged else r
+    return list(merged.values())
 
 
 def worst_cases(rows: list[dict]) -> dict[float, float]:
@@ -110,22 +207,25 @@ def run_agent(method: str, seed: int, args) -> dict:
         adversary_steps=args.adversary_steps)
     rows = [{"attack": str(r["attack"]), "eps": float(r["eps"]), "median": float(r["median"])}
             for r in report.rows]
-    row = {"method": method, "seed": seed, "natural": float(np.median(clean["returns"])),
+    row = {"method": method, "seed": seed,
+           "wocar_set": canonical_settings(args.wocar_set) if method == "wocar" else [],
+           "natural": float(np.median(clean["returns"])),
            "worst": {str(e): v for e, v in worst_cases(rows).items()}, "attacks": rows,
            "train_cpu_seconds": cpu, "train_wall_seconds": wall, "load": os.getloadavg()[0]}
-    print(json.dumps({k: row[k] for k in ("method", "seed", "natural", "worst",
+    print(json.dumps({k: row[k] for k in ("method", "wocar_set", "seed", "natural", "worst",
                                           "train_cpu_seconds")}), flush=True)
     return row
 
 
 def leaderboard(rows: list[dict], main_eps: float) -> dict:
     """Per method: natural and worst case (at ``main_eps``) summaries over seeds (median, IQM,
-    bootstrap intervals), each attack's median over seeds, the median training CPU seconds."""
+    bootstrap intervals), each attack's median over seeds and how many seeds it has, the median
+    training CPU seconds. Methods are :func:`label`'s names (WocaR's settings apart)."""
     from agents.algorithms.many import summarize_runs
 
     out = {}
-    for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r for r in rows if r["method"] == method]
+    for method in dict.fromkeys(label(r) for r in rows):
+        mine = [r for r in rows if label(r) == method]
         per_attack: dict[str, list[float]] = {}
         for r in mine:
             for a in r["attacks"]:
@@ -135,6 +235,7 @@ def leaderboard(rows: list[dict], main_eps: float) -> dict:
             "natural": summarize_runs([r["natural"] for r in mine]),
             "worst": summarize_runs([r["worst"][str(float(main_eps))] for r in mine]),
             "attacks": {k: float(np.median(v)) for k, v in per_attack.items()},
+            "attack_seeds": {k: len(v) for k, v in per_attack.items()},
             "train_cpu_seconds": float(np.median([r["train_cpu_seconds"] for r in mine]))}
     return out
 
@@ -149,7 +250,11 @@ def print_table(board: dict, main_eps: float) -> None:
     for m, b in board.items():
         print(f"{m:9s} {cell(b['natural'], 'median')}   {cell(b['worst'], 'median')}   "
               f"{cell(b['worst'], 'iqm')}   {b['train_cpu_seconds']:8.1f}")
-        print("          " + ", ".join(f"{a} {v:.1f}" for a, v in b["attacks"].items()))
+        n = b["natural"]["n"]
+        print("          " + ", ".join(
+            f"{a} {v:.1f}" + ("" if b["attack_seeds"][a] == n else
+                              f" ({b['attack_seeds'][a]} seeds)")
+            for a, v in b["attacks"].items()))
 
 
 def plot(rows: list[dict], path: str, env: str) -> None:
@@ -160,8 +265,8 @@ def plot(rows: list[dict], path: str, env: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r["worst"] for r in rows if r["method"] == method]
+    for method in dict.fromkeys(label(r) for r in rows):
+        mine = [r["worst"] for r in rows if label(r) == method]
         eps = sorted(float(e) for e in mine[0])
         vals = np.array([[w[str(e)] for e in eps] for w in mine])
         ax.plot(eps, np.median(vals, 0), marker="o", label=method)
@@ -190,7 +295,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--robust-eps", type=float, default=0.05, help="every method's training eps")
     p.add_argument("--kappa", type=float, default=None,
-                   help="SA/WocaR regulariser weight (default: the preset's)")
+                   help="SA/WocaR/ATLA+SA regulariser weight (default: the preset's; "
+                        f"ATLA+SA {ATLA_SA_KAPPA})")
     p.add_argument("--wocar-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an agents.WocaR field of the wocar agents (JSON value), e.g. "
                         "gamma=0.995; repeatable")
@@ -206,7 +312,8 @@ def main(argv=None) -> int:
     p.add_argument("--figure", default=None, help="PNG of worst case against eps")
     p.add_argument("--rows-from", nargs="*", default=[],
                    help="JSON files of earlier runs (--json): their agents of --methods are "
-                        "taken as they are (same protocol assumed), the others trained")
+                        "taken as they are (one agent's rows merged, the protocol checked), "
+                        "the others trained")
     args = p.parse_args(argv)
     if args.quick:
         for k, v in QUICK.items():
@@ -223,14 +330,16 @@ def main(argv=None) -> int:
 
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
-    rows: list[dict] = []
-    for path in args.rows_from:  # agents already trained and evaluated by an earlier run
-        with open(path) as f:
-            rows += [r for r in json.load(f)["rows"] if r["method"] in methods]
-    done = {(r["method"], r["seed"]) for r in rows}
+    try:
+        wocar_set = canonical_settings(args.wocar_set)
+        # agents already trained and evaluated by earlier runs, one row per agent
+        rows = load_rows(args.rows_from, args, methods)
+    except (ValueError, OSError) as e:
+        p.error(str(e))
+    done = {agent_key(r) for r in rows}
     for m in methods:
         for s in args.seeds:
-            if (m, s) in done:
+            if (m, s, tuple(wocar_set if m == "wocar" else ())) in done:
                 continue
             rows.append(run_agent(m, s, args))
             if args.json:  # after every agent: a run stopped midway keeps what it measured

@@ -1,0 +1,124 @@
+"""Checks of ``benchmarks/robust_rl_leaderboard.py``'s ``--rows-from`` (no training): rows of one
+agent from several runs merge into one row (the union of the attack cells, the worst case
+recomputed), WocaR's settings keep agents apart, and runs that are not of the same agent or
+protocol are refused before any agent is built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import load_benchmark
+
+ARGS = {"env": "CartPole-v1", "steps": 100_000, "robust_eps": 0.05, "kappa": None,
+        "episodes": 8, "rs_steps": 10_000, "adversary_steps": 100_000}
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("robust_rl_leaderboard")
+
+
+@pytest.fixture
+def no_agents(monkeypatch):
+    def refuse(*args, **kwargs):  # every agent is in the files: training one is a defect
+        raise AssertionError("an agent was built")
+
+    import agents
+
+    monkeypatch.setattr(agents, "PPO", refuse)
+
+
+def _row(method, seed, natural, cells, cpu=20.0):
+    attacks = [{"attack": a, "eps": e, "median": m} for (a, e), m in cells.items()]
+    worst: dict[str, float] = {}
+    for (_, e), m in cells.items():
+        worst[str(e)] = min(worst.get(str(e), float("inf")), m)
+    return {"method": method, "seed": seed, "natural": natural, "worst": worst,
+            "attacks": attacks, "train_cpu_seconds": cpu}
+
+
+def _file(tmp_path, name, rows, **args):
+    path = tmp_path / name
+    path.write_text(json.dumps({"args": {**ARGS, **args}, "rows": rows}))
+    return str(path)
+
+
+def test_new_attack_cells_merge_into_the_agents_rows(bench, tmp_path, no_agents, capsys):
+    cheap = _file(tmp_path, "cheap.json", [
+        _row("sa", s, 500.0, {("rs", 0.02): 400.0 + s, ("rs", 0.05): 200.0 + s,
+                              ("mad", 0.05): 500.0}, cpu=40.0 + s) for s in (0, 1, 2)],
+        attacks="mad,rs", eps="0.02,0.05")
+    # the second run: rs again (the reproduction check) and paad, at 0.05 only, other CPU
+    learned = _file(tmp_path, "learned.json", [
+        _row("sa", s, 500.0, {("rs", 0.05): 200.0 + s, ("paad", 0.05): 150.0 - 10 * s},
+             cpu=99.0) for s in (0, 1, 2)], attacks="rs,paad", eps="0.05")
+    out = tmp_path / "merged.json"
+    assert bench.main(["--methods", "sa", "--seeds", "0", "1", "2", "--eps", "0.02,0.05",
+                       "--rows-from", cheap, learned, "--json", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    rows = merged["rows"]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    for s, r in enumerate(rows):
+        cells = {(c["attack"], c["eps"]): c["median"] for c in r["attacks"]}
+        assert cells == {("rs", 0.02): 400.0 + s, ("rs", 0.05): 200.0 + s, ("mad", 0.05): 500.0,
+                         ("paad", 0.05): 150.0 - 10 * s}
+        # the worst case at 0.05 is paad's now; at 0.02 still rs's; the first run's CPU kept
+        assert r["worst"] == {"0.02": 400.0 + s, "0.05": 150.0 - 10 * s}
+        assert r["train_cpu_seconds"] == 40.0 + s
+        assert r["sources"] == [cheap, learned]
+    board = merged["leaderboard"]["sa"]
+    assert board["worst"]["median"] == 140.0
+    assert board["attacks"] == {"rs": 201.0, "mad": 500.0, "paad": 140.0}
+    assert board["attack_seeds"] == {"rs": 3, "mad": 3, "paad": 3}
+    assert board["train_cpu_seconds"] == 41.0
+
+
+def test_wocar_settings_keep_agents_apart(bench, tmp_path, no_agents, capsys):
+    ibp = _file(tmp_path, "ibp.json", [_row("wocar", 0, 500.0, {("rs", 0.05): 184.0})],
+                attacks="rs", eps="0.05", wocar_set=[])
+    crown = _file(tmp_path, "crown.json", [_row("wocar", 0, 500.0, {("rs", 0.05): 223.0})],
+                  attacks="rs", eps="0.05", wocar_set=['bound = "crown-ibp"'])
+    out = tmp_path / "merged.json"
+    assert bench.main(["--methods", "wocar", "--seeds", "0", "--eps", "0.05", "--wocar-set",
+                       'bound="crown-ibp"', "--rows-from", ibp, crown, "--json", str(out)]) == 0
+    board = json.loads(out.read_text())["leaderboard"]
+    assert {k: v["worst"]["median"] for k, v in board.items()} == {
+        "wocar": 184.0, 'wocar bound="crown-ibp"': 223.0}
+
+
+@pytest.mark.parametrize("second,message", [
+    (_row("sa", 0, 475.0, {("paad", 0.05): 90.0}),
+     "--rows-from: sa seed 0: natural return 500.0 in ['A'] but 475.0 in ['B']: not the same "
+     "agent"),
+    (_row("sa", 0, 500.0, {("rs", 0.05): 188.0}),
+     "--rows-from: sa seed 0: rs at eps 0.05 is 187.0 in ['A'] but 188.0 in ['B']: not the "
+     "same agent"),
+])
+def test_rows_of_different_agents_are_refused(bench, tmp_path, no_agents, capsys, second,
+                                              message):
+    a = _file(tmp_path, "a.json", [_row("sa", 0, 500.0, {("rs", 0.05): 187.0})])
+    b = _file(tmp_path, "b.json", [second])
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--methods", "sa", "--seeds", "0", "--eps", "0.05", "--rows-from", a, b])
+    assert exc.value.code == 2
+    assert message.replace("'A'", repr(a)).replace("'B'", repr(b)) in capsys.readouterr().err
+
+
+def test_files_of_another_protocol_are_refused(bench, tmp_path, no_agents, capsys):
+    a = _file(tmp_path, "a.json", [_row("sa", 0, 500.0, {("rs", 0.05): 187.0})],
+              episodes=3)
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--methods", "sa", "--seeds", "0", "--eps", "0.05", "--rows-from", a])
+    assert exc.value.code == 2
+    assert f"--rows-from {a}: episodes is 3 there, 8 in this run: one protocol only" in \
+        capsys.readouterr().err
+
+
+def test_atla_sa_takes_the_cartpole_kappa_unless_given(bench):
+    # kappa 3 (SA-PPO's) on top of ATLA's adversary left CartPole near-uniform (issue 25)
+    assert bench.robust_spec("atla-sa", 0.05, None).kappa == 0.1
+    assert bench.robust_spec("atla-sa", 0.05, 1.0).kappa == 1.0
+    assert bench.robust_spec("atla", 0.05, None).kappa is None
+    assert bench.robust_spec("atla-sa", 0.05, None).name == "atla-sa"
