@@ -456,10 +456,13 @@ class WocaRPlugin(_WorstCaseWeighted):
             return worst_attack_target(self.target(s2), adm, r, t, gamma,
                                        self.critic(s2) if self.spec.double else None)
 
-        def value(o, a, *_):
-            return tf.gather(self.critic(o), a, batch_dims=a.shape.rank)
+        def value(o, a, *_):  # the taken action's value by a one-hot product (exact: q·1 + 0)
+            return tf.reduce_sum(self.critic(o) * a, axis=-1)
 
-        return self._critic_epochs((obs, batch["actions"], batch["rewards"], nxt,
+        # one-hot once per rollout: each step's read is a product, not a gather and its
+        # gradient's scatter (same numbers, ~100 fewer ops in the loop)
+        taken = tf.one_hot(batch["actions"], int(self.agent.env.single_action_space.n))
+        return self._critic_epochs((obs, taken, batch["rewards"], nxt,
                                     batch["terminated"], admissible), target, value)
 
     def _critic_epochs(self, rollout: tuple, target: Callable[..., tf.Tensor],
@@ -468,7 +471,8 @@ class WocaRPlugin(_WorstCaseWeighted):
         on the rollout's tensors ``rollout`` (each ``[n, ...]``, in the same row order): each
         step gathers a minibatch of rows, takes ``target(*rows)`` (from the target network,
         outside the tape) and one Adam step on ``mean((value(*rows) - target)^2)``, then the
-        target network's Polyak update; each epoch's shuffle is drawn once, before the loop. A
+        target network's Polyak update; each epoch's shuffle is drawn once, before the loop, and
+        the rows of every step are one row of an index matrix (one read per step). A
         rollout of fewer rows than ``spec.q_minibatches`` gives one minibatch per row (never an
         empty one). Returns the last minibatch loss.
 
@@ -485,14 +489,16 @@ class WocaRPlugin(_WorstCaseWeighted):
                 [n], seed=tf.random.experimental.stateless_fold_in(seed, epoch)))
                 for epoch in range(epochs)])
 
-        if self.num_seeds == 1:
-            perms = shuffles(self._keys())
-        else:  # [epochs, S, n]: each seed's shuffles as alone
-            perms = tf.transpose(stateless_per_seed(shuffles, self._keys(), axis=True), [1, 0, 2])
+        steps = epochs * minibatches
+        if self.num_seeds == 1:  # step i's rows: index[i], [mb] (epoch i // M, slice i % M)
+            index = tf.reshape(shuffles(self._keys())[:, :minibatches * mb], [steps, mb])
+        else:  # [steps, S, mb]: each seed's shuffles as alone
+            perms = stateless_per_seed(shuffles, self._keys(), axis=True)  # [S, epochs, n]
+            index = tf.transpose(tf.reshape(perms[..., :minibatches * mb],
+                                            [self.num_seeds, steps, mb]), [1, 0, 2])
 
         def step(i, loss):
-            epoch, k = i // minibatches, i % minibatches
-            idx = perms[epoch, ..., k * mb:(k + 1) * mb]  # [mb], or [S, mb]
+            idx = tf.gather(index, i)  # [mb], or [S, mb]
             rows = [tf.gather(x, idx, axis=axis, batch_dims=axis) for x in rollout]
             goal = target(*rows)
             with tf.GradientTape() as tape:
@@ -501,7 +507,7 @@ class WocaRPlugin(_WorstCaseWeighted):
             self._polyak()
             return i + 1, loss
 
-        _, loss = tf.while_loop(lambda i, _: i < epochs * minibatches, step,
+        _, loss = tf.while_loop(lambda i, _: i < steps, step,
                                 (tf.constant(0), tf.zeros([self.num_seeds] if axis else [])))
         return loss
 
