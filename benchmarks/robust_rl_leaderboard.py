@@ -13,7 +13,8 @@ rliable-style), the median return under each attack, and the median training CPU
 ``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
 (the protocol is not checked: give the same ``--eps``, ``--attacks``, ``--episodes``).
 ``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar agents
-(e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night). ``--figure PATH``
+(e.g. ``bound="ibp"``: the sets of the rows before 2026-12-05, when CROWN-IBP's became the
+default; docs/benchmarks/robust-rl.md). ``--figure PATH``
 draws worst-case return against eps per method (median over seeds, the band from the lowest to
 the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
@@ -26,7 +27,7 @@ Examples::
         --eps 0.02,0.05,0.1 --json leaderboard.json \
         --figure docs/benchmarks/robust_rl_leaderboard.png
     python benchmarks/robust_rl_leaderboard.py --methods wocar,vanilla --seeds 0 1 2 3 4 \
-        --attacks random,action,mad,critic,rs --eps 0.02,0.05 --wocar-set 'bound="crown-ibp"'
+        --attacks random,action,mad,critic,rs --eps 0.02,0.05 --wocar-set 'bound="ibp"'
 
 Cost: a full run (6 methods x 5 seeds x 7 attacks, learned adversaries of 100k steps each per
 eps) is hours of CPU; the first run at size (2026-12-04: vanilla/sa/wocar x 3 seeds x 5 cheap
