@@ -176,24 +176,34 @@ class RobustnessPlugin:
         return [], []
 
 
+_plain = tf.autograph.experimental.do_not_convert
+
+
 class _AxisOfOne(RobustnessPlugin):
     """The hooks of one seed's plug-in (written for ``[B, ...]``) on the seed axis of one
-    (``[1, B, ...]``): each takes ``x[0]`` and gives its tensors back with the axis of one."""
+    (``[1, B, ...]``): each takes ``x[0]`` and gives its tensors back with the axis of one.
+    The on-policy hooks run without AutoGraph (no tensor control flow in them, nor in the
+    methods' hooks they call: those branch on the config's Python values only), which the
+    update's converted loop bodies would otherwise apply to them and all they call."""
 
     def __init__(self, plugin: RobustnessPlugin):
         super().__init__(plugin.agent)
         self.plugin = plugin
 
+    @_plain
     def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         return self.plugin.perceive(obs[0], seed)[None]
 
+    @_plain
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
         one = {k: v[0] for k, v in batch.items()}
         return self.plugin.shape_advantages(one, advantages[0])[None]
 
+    @_plain
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         return self.plugin.regularizer_inputs(obs[0])
 
+    @_plain
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         term, value = self.plugin.regularizer(obs[0], inputs)
         return term[None], value[None]
