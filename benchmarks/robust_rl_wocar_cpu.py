@@ -31,6 +31,11 @@ import time
 
 import numpy as np
 
+# this directory holds a benchmarks/agents.py: without it on the path, ``import agents`` is the
+# package of PYTHONPATH (each --tree's own), not the script's tree
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
 
 def _digest(arrays) -> str:
     """SHA-256 over each array's dtype, shape and bytes, in order (``seeded_identity.py``'s)."""
