@@ -62,8 +62,7 @@ from robustgrad.checks import choice, nonnegative, number, positive_int, probabi
 from robustgrad.errors import ConfigError
 
 __all__ = ["MAX_ROBUST_EPS", "MAX_ROBUST_KAPPA", "ROBUSTNESS", "ROBUST_CONFIGS", "WOCAR_BOUNDS",
-           "WOCAR_DEFAULTS", "WOCAR_FIELDS", "WOCAR_TERMS", "RobustFields", "RobustMethod",
-           "RobustnessPlugin",
+           "WOCAR_FIELDS", "WOCAR_TERMS", "RobustFields", "RobustMethod", "RobustnessPlugin",
            "on_policy_saved_fields", "register_robust_config", "register_robustness",
            "robustness_for"]
 
@@ -312,10 +311,6 @@ def register_robust_config(cls: type[RobustMethod], *names: str) -> type[RobustM
 WOCAR_BOUNDS = ("ibp", "crown", "crown-ibp")
 """Bound methods of WocaR's admissible actions (``wocar_bound``; :mod:`agents.robustness.wocar`)."""
 
-WOCAR_DEFAULTS = 2
-"""The version of WocaR's defaults (``wocar_defaults``): 2 since 2026-12-05, CROWN-IBP admissible
-sets for discrete-action PPO/A2C (``wocar_bound`` unset; 1: IBP's)."""
-
 WOCAR_TERMS = ("spread", "margin")
 """WocaR-DQN's worst-case terms (``wocar_term``; :class:`agents.robustness.wocar.WocaRDQNPlugin`)."""
 
@@ -421,9 +416,7 @@ class RobustFields:
     (``None``: 0.05, :attr:`agents.WocaR.DQN_DEFAULTS`)."""
     wocar_bound: str | None = None
     """The bound method of WocaR's admissible actions (``"ibp"``, ``"crown"`` or ``"crown-ibp"``;
-    costs in :mod:`agents.robustness.wocar`). ``None``: ``"crown-ibp"``; on Box actions
-    ``"ibp"`` (:attr:`agents.WocaR.BOX_DEFAULTS`; an on-policy agent saved before 2026-12-05
-    with it unset: ``"ibp"``, :func:`on_policy_saved_fields`)."""
+    costs in :mod:`agents.robustness.wocar`). ``None``: ``"ibp"``."""
     wocar_warmup: float | None = None
     """WocaR's warm-up, in [0, 1]: the fraction of the ``learn`` budget over which its eps, kappa
     and worst-case weight rise from 0 (``robust="wocar"`` reads this, not
@@ -483,10 +476,6 @@ class RobustFields:
     value closer to 1 than the agent's gives the critic a longer horizon than the policy's
     advantages: an attack whose cost lands later than ``1 / (1 - gamma)`` steps (Robust Sarsa's
     drift on CartPole: 150-240 steps, against the ~50 of gamma 0.98) is visible to ``Q_w``."""
-    wocar_defaults: int = WOCAR_DEFAULTS
-    """The version of WocaR's defaults a config was written under (:data:`WOCAR_DEFAULTS`; in
-    ``config.json``, so a saved agent's unset ``wocar_*`` fields are read as it trained them:
-    :func:`on_policy_saved_fields`). Not a setting: leave it."""
 
     def check_robust(self, max_steps: int) -> None:
         """Check the fields (``ConfigError`` naming one; ``max_steps``: the most
@@ -530,8 +519,6 @@ class RobustFields:
                                   f"first radius, in the units of robust_eps (standard "
                                   f"deviations with normalize_obs, else raw units)")
         choice(self.robust_attack, "robust_attack", ("random", "action", "mad", "critic"))
-        self.wocar_defaults = positive_int(self.wocar_defaults, "wocar_defaults",
-                                           maximum=WOCAR_DEFAULTS)
         self._check_wocar()
 
     _WOCAR_SEARCHES: ClassVar[tuple[str, ...]] = ("pgd", "sgld")
@@ -612,27 +599,22 @@ class RobustFields:
 
 def on_policy_saved_fields(saved: dict) -> dict:
     """A saved on-policy (PPO, A2C) config dict as this version reads it: those of
-    :meth:`RobustFields.saved_fields`, and for a ``robust="wocar"`` agent what it trained with
-    where it left a field unset: saved before ``wocar_search_steps`` existed, the worst-attack
-    critic's 4 epochs of 4 minibatches (on Box actions today's defaults are 10 x 32,
-    :attr:`agents.WocaR.BOX_DEFAULTS`); saved before ``wocar_defaults`` existed (version 1), IBP
-    admissible sets (today's discrete default is CROWN-IBP's). ``OnPolicyConfig.saved_fields``.
+    :meth:`RobustFields.saved_fields`, and a ``robust="wocar"`` agent saved before
+    ``wocar_search_steps`` existed keeps the worst-attack critic's budget it trained with, 4
+    epochs of 4 minibatches, where it left the field unset (on Box actions today's defaults are
+    10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`). ``OnPolicyConfig.saved_fields``.
 
     >>> on_policy_saved_fields({"robust": "wocar", "wocar_q_epochs": None})
-    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4, 'wocar_bound': 'ibp'}
-    >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None,
-    ...        "wocar_bound": None, "wocar_defaults": 2}
-    >>> on_policy_saved_fields(new) == new   # saved by this version: read as it is
+    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4}
+    >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None}
+    >>> on_policy_saved_fields(new)["wocar_q_epochs"] is None   # saved by this version
     True
     """
     out = RobustFields.saved_fields(saved)
-    if out.get("robust") != "wocar":
+    if out.get("robust") != "wocar" or "wocar_search_steps" in out:
         return out
     out = dict(out)
-    if "wocar_search_steps" not in out:
-        for name in ("wocar_q_epochs", "wocar_q_minibatches"):
-            if out.get(name) is None:
-                out[name] = 4
-    if "wocar_defaults" not in out and out.get("wocar_bound") is None:
-        out["wocar_bound"] = "ibp"
+    for name in ("wocar_q_epochs", "wocar_q_minibatches"):
+        if out.get(name) is None:
+            out[name] = 4
     return out

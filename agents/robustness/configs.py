@@ -184,15 +184,12 @@ class WocaR(RobustMethod):
         "q_every": "wocar_q_every", "term": "wocar_term", "term_start": "wocar_term_start",
         "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "weight": 0.8, "bound": "crown-ibp", "warmup": 0.3, "importance": True,
+        "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
         "weight_over_run": False, "search_per_rollout": True, "double": False,
         "search_steps": 10, "q_epochs": 4, "q_minibatches": 4, "q_lr": 1e-3, "tau": 0.01})
     """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
     paper's code differs (docs/benchmarks/robust-rl.md, "WocaR-PPO"): ``weight`` 0.8 (its MuJoCo
-    ``q_weight``); ``bound`` ``"crown-ibp"`` (its code: IBP; on CartPole at eps 0.05 over 5
-    seeds the median worst case 223.0 against IBP's 184.0, above SA-PPO's 205.5; an on-policy
-    agent saved before 2026-12-05 with ``bound`` unset trained with IBP and loads with it,
-    :func:`agents.core.plugin.on_policy_saved_fields`); ``warmup`` 0.3 (the
+    ``q_weight``); ``bound`` ``"ibp"`` (the cheaper bound, as its code); ``warmup`` 0.3 (the
     CartPole screen: median worst case 160.5 -> 223 over 3 seeds against 0.75, natural 500
     kept); ``importance`` (the paper's text; its code weights all states alike); the search
     once per rollout (its code: per minibatch; ~1.7x the training CPU, no better); the critic's 4
@@ -201,12 +198,9 @@ class WocaR(RobustMethod):
     the box's corners (its code: 100 steps from the mean, no corners). ``admissible_eps``
     ``None`` is the schedule's eps (its code: a fixed 0.01)."""
     BOX_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "q_epochs": 10, "q_minibatches": 32, "bound": "ibp"})
+        "q_epochs": 10, "q_minibatches": 32})
     """WocaR-PPO/A2C's defaults on Box actions where they differ from :attr:`DEFAULTS`: the
-    worst-attack critic's 10 epochs of 32 minibatches per rollout (the paper's MuJoCo code);
-    ``bound`` ``"ibp"`` (the admissible box of the Gaussian mean: on Pendulum at eps 0.2
-    CROWN-IBP's boxes did not help, -772.5 against IBP's -758.5, nor CROWN's,
-    docs/benchmarks/robust-rl.md, "WocaR-PPO on Box actions").
+    worst-attack critic's 10 epochs of 32 minibatches per rollout (the paper's MuJoCo code).
     The discrete defaults (4 x 4, set on CartPole's 256-step rollouts) give ``Q_w`` 16 steps
     per rollout; on Pendulum's 2048-step rollouts a 30k-step run left its mean value at -0.47
     where the natural critic's was -2.65 (normalised rewards: still climbing down from its
@@ -238,8 +232,6 @@ class WocaR(RobustMethod):
 
         >>> WocaR().resolved().q_epochs, WocaR().resolved(box=True).q_minibatches
         (4, 32)
-        >>> WocaR().resolved().bound, WocaR().resolved(box=True).bound
-        ('crown-ibp', 'ibp')
         """
         if value_based and box:
             raise ValueError("resolved: value_based (WocaR-DQN) has no Box-action variant")

@@ -17,22 +17,19 @@ Box actions, :class:`WocaRBoxPlugin`, the admissible set a box of the mean's bou
    some ``s_hat`` in the ball is in the set (the tests sample the ball), so the minimum below
    can only be lower than the true worst attack's. The bound method is ``wocar_bound``:
 
-   * ``"ibp"`` (the default on Box actions): interval propagation, one forward pass of a box
-     per layer, about two forward passes of the network per state; the ``A²`` difference rows
-     cost one extra ``[A², width]`` product at the last layer only. Looser: more actions are
-     admitted.
+   * ``"ibp"`` (the default): interval propagation, one forward pass of a box per layer, about
+     two forward passes of the network per state; the ``A²`` difference rows cost one extra
+     ``[A², width]`` product at the last layer only. Looser: more actions are admitted.
    * ``"crown"``: a backward pass of linear bounds through every layer for each of the ``A²``
      specification rows (plus IBP for the intermediate layers' boxes): ``O(A² · Σ width_k ·
      width_{k+1})`` per state, about ``A²`` times IBP's cost for a 2-layer MLP (``A = 2`` on
      CartPole: ~4x), tighter sets.
-   * ``"crown-ibp"`` (the default on discrete actions, PPO, A2C and DQN: the CartPole
-     leaderboard's 5-seed median worst case 223.0 against IBP's 184.0; an agent saved before
-     2026-12-05 with the field unset loads with IBP's sets, as it trained): CROWN's backward
-     pass for the ``A²`` difference rows through every layer, the relaxations' input bounds
-     taken from IBP (no backward pass per hidden layer): between the two in cost and
-     tightness. On CartPole's 64-64 tanh policy, 256 states, one thread (2026-12-05,
-     docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7-10 ms (most of it the tanh
-     relaxations, their tangent points bisected from a table's bracket), CROWN ~36-41 ms.
+   * ``"crown-ibp"``: CROWN's backward pass for the ``A²`` difference rows through every layer,
+     the relaxations' input bounds taken from IBP (no backward pass per hidden layer): between
+     the two in cost and tightness. On CartPole's 64-64 tanh policy, 256 states, one thread
+     (2026-12-05, docs/benchmarks/robust-rl.md): IBP ~0.75 ms, CROWN-IBP ~7-10 ms (most of
+     it the tanh relaxations, their tangent points bisected from a table's bracket), CROWN
+     ~36-41 ms.
 
 2. **The worst-attack critic** ``Q_w(s, a)``, trained by the worst-attack Bellman operator
    ``Q_w(s, a) <- r + gamma · (1 − terminated) · min_{a' in A_adv(s')} Q_w^-(s', a')``

@@ -178,9 +178,9 @@ def test_unset_wocar_settings_take_wocars_defaults():
     assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
             spec.weight_over_run, spec.search_per_rollout, spec.double, spec.search_steps,
             spec.q_epochs, spec.q_minibatches, spec.q_lr, spec.tau) == \
-        (0.8, "crown-ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01)
+        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01)
     box = PPOConfig(robust="wocar", robust_eps=0.2).robust_spec.resolved(box=True)
-    assert (box.q_epochs, box.q_minibatches, box.weight, box.bound) == (10, 32, 0.8, "ibp")
+    assert (box.q_epochs, box.q_minibatches, box.weight) == (10, 32, 0.8)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
         (0.3, 0.75, 1e-3, 10, "crown-ibp")
@@ -192,7 +192,7 @@ def test_the_plugins_read_typed_settings():
     plug-ins read; ``None`` only where it means "the schedule's eps" / "the agent's gamma")."""
     settings = agents.WocaR(eps=0.05, q_epochs=3, gamma=0.9).settings()
     assert settings == configs.WocaRSettings(
-        weight=0.8, bound="crown-ibp", warmup=0.3, admissible_eps=None, importance=True,
+        weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, search_steps=10,
         q_epochs=3, q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
     assert agents.WocaR().settings(value_based=True).weight == 0.3
@@ -285,39 +285,6 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
     saved["robust_eps_warmup"] = 0.75
     path.write_text(json.dumps(saved))
     assert agents.load(tmp_path / "a").robustness.schedule.warmup == 0.75
-
-
-def test_discrete_wocar_takes_crown_ibp_sets_and_an_agent_saved_before_loads_with_ibps(
-        tmp_path):
-    """Discrete PPO/A2C's admissible sets are CROWN-IBP's by default (Box actions keep IBP's);
-    an agent saved before ``wocar_defaults`` existed, ``wocar_bound`` unset, trained with IBP's
-    sets and loads with them (a bound it set is kept); one saved now keeps CROWN-IBP's."""
-    kw = dict(num_envs=2, n_steps=8, preset=None, seed=0)
-    for algo in (agents.PPO, agents.A2C):
-        assert algo(env="CartPole-v1", robust=agents.WocaR(eps=0.05), **kw).robustness.bound \
-            == "crown-ibp"
-    assert agents.PPO(env="Pendulum-v1", robust=agents.WocaR(eps=0.2),
-                      **kw).robustness.bound == "ibp"
-    agent = agents.PPO(env="CartPole-v1", robust=agents.WocaR(eps=0.05), **kw)
-    agent.learn(16, progress_bar=False)
-    agent.save(tmp_path / "a")
-    path = tmp_path / "a" / "config.json"
-    saved = json.loads(path.read_text())
-    assert (saved["wocar_bound"], saved["wocar_defaults"]) == (None, 2)
-    now = agents.load(tmp_path / "a")
-    assert (now.config.wocar_bound, now.robustness.bound) == (None, "crown-ibp")
-    del saved["wocar_defaults"]  # as the previous version wrote it
-    path.write_text(json.dumps(saved))
-    before = agents.load(tmp_path / "a")
-    assert (before.config.wocar_bound, before.robustness.bound) == ("ibp", "ibp")
-    before.save(tmp_path / "b")  # saved again by this version: the bound it trains with, set
-    again = json.loads((tmp_path / "b" / "config.json").read_text())
-    assert (again["wocar_bound"], again["wocar_defaults"]) == ("ibp", 2)
-    saved["wocar_bound"] = "crown"  # set by its user: kept
-    path.write_text(json.dumps(saved))
-    assert agents.load(tmp_path / "a").robustness.bound == "crown"
-    with pytest.raises(ConfigError, match=r"wocar_defaults must be an int in \[1, 2\], got 3"):
-        PPOConfig(robust="wocar", robust_eps=0.05, wocar_defaults=3)
 
 
 @pytest.mark.parametrize("kwargs, message", [
