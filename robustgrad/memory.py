@@ -125,15 +125,8 @@ def return_large_blocks(threshold: int = 2**20) -> bool:
             not 4096 <= threshold <= _MAX_MMAP_THRESHOLD:
         raise ValueError(f"threshold must be an int in [4096, {_MAX_MMAP_THRESHOLD}] bytes; "
                          f"got {threshold!r}")
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt(_M_MMAP_THRESHOLD, threshold) == 1
+    mallopt = _mallopt()
+    return mallopt is not None and mallopt(_M_MMAP_THRESHOLD, threshold) == 1
 
 
 def _mallopt() -> Any:
