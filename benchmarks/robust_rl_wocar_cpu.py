@@ -22,7 +22,6 @@ docs/benchmarks/robust-rl.md with the command, the date, the load and the commit
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -38,13 +37,15 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 
 def _digest(arrays) -> str:
-    """SHA-256 over each array's dtype, shape and bytes, in order (``seeded_identity.py``'s)."""
-    h = hashlib.sha256()
-    for w in arrays:
-        w = np.ascontiguousarray(w)
-        h.update(f"{w.dtype.str}{w.shape}".encode())
-        h.update(w.tobytes())
-    return h.hexdigest()
+    """SHA-256 over each array's dtype, shape and bytes, in order: ``seeded_identity.py``'s
+    ``weights_digest`` (loaded from its file: this directory is off ``sys.path``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_seeded_identity",
+                                                  os.path.join(_HERE, "seeded_identity.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.weights_digest(arrays)
 
 
 def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None) -> dict:

@@ -45,14 +45,17 @@ def _glibc() -> bool:
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
+def _child_outputs(code: str) -> dict:
+    """``{mode: stdout}`` of ``code`` run in a fresh interpreter with ``mode`` off and on."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
+    return {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True,
+                                 text=True, check=True, env=env).stdout.strip()
+            for mode in ("off", "on")}
+
+
 @pytest.mark.skipif(not _glibc(), reason="the setting is glibc's")
 def test_freed_blocks_are_returned_only_with_the_setting():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
-    fell = {}
-    for mode in ("off", "on"):
-        out = subprocess.run([sys.executable, "-c", _CHILD, mode], capture_output=True,
-                             text=True, check=True, env=env)
-        fell[mode] = float(out.stdout.strip())
+    fell = {mode: float(out) for mode, out in _child_outputs(_CHILD).items()}
     assert fell["off"] < 8.0, fell   # glibc keeps them in its heap
     assert fell["on"] >= 60.0, fell  # 64 MiB back to the system
 
@@ -97,12 +100,7 @@ print(sum(faults[1:]))
 
 @pytest.mark.skipif(not _glibc(), reason="the setting is glibc's")
 def test_freed_blocks_are_reused_only_with_the_setting():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])}
-    faults = {}
-    for mode in ("off", "on"):
-        out = subprocess.run([sys.executable, "-c", _REUSE_CHILD, mode], capture_output=True,
-                             text=True, check=True, env=env)
-        faults[mode] = int(out.stdout.strip())
+    faults = {mode: int(out) for mode, out in _child_outputs(_REUSE_CHILD).items()}
     pages = 4 * 96 * 2**20 // os.sysconf("SC_PAGE_SIZE")  # four rounds of 96 MiB
     assert faults["off"] >= 0.9 * pages, faults  # mapped and unmapped each round
     assert faults["on"] <= 0.05 * pages, faults  # the same heap memory, faulted in once
