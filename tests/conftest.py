@@ -30,6 +30,13 @@ import tensorflow as tf  # noqa: E402
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("RG_TEST_INTRA_THREADS", "1") != "0":
     tf.config.threading.set_intra_op_parallelism_threads(1)
 
+# A suite started in the background (`nohup make test &`, a script's `&`) inherits SIGINT
+# *ignored*, and so do the CLIs its tests start: the interrupt tests (Ctrl-C saves and exits
+# 130, resume after SIGINT, the run lock) would then see nothing arrive. Python's own handler
+# is what a user's terminal gives; children started after this get the default disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(autouse=True)
 def _seed_everything():
