@@ -22,6 +22,7 @@ docs/benchmarks/robust-rl.md with the command, the date, the load and the commit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -36,16 +37,21 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 
-def _digest(arrays) -> str:
-    """SHA-256 over each array's dtype, shape and bytes, in order: ``seeded_identity.py``'s
-    ``weights_digest`` (loaded from its file: this directory is off ``sys.path``)."""
+@functools.cache
+def _weights_digest():
+    """``seeded_identity.py``'s ``weights_digest`` (SHA-256 over each array's dtype, shape and
+    bytes, in order), loaded once from its file: this directory is off ``sys.path``."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("_seeded_identity",
                                                   os.path.join(_HERE, "seeded_identity.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.weights_digest(arrays)
+    return module.weights_digest
+
+
+def _digest(arrays) -> str:
+    return _weights_digest()(arrays)
 
 
 def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None) -> dict:
