@@ -210,17 +210,20 @@ def agent_name(args, kind: str, seed: int, robust_eps: float | None) -> str:
 
 def timed_callback(inner):
     """``inner`` (an :class:`agents.core.callbacks.Callback`) wrapped so that the seconds spent
-    inside it (the preset's periodic clean evaluations) add up in ``.seconds``, to take them
-    out of the training time per env step."""
+    inside it (the preset's periodic clean evaluations) add up in ``.seconds`` (wall) and
+    ``.cpu_seconds`` (this process's CPU), to take them out of the training time per env
+    step. The wrapped callback is ``.inner``."""
     from agents.core.callbacks import Callback
 
     class Timed(Callback):
         seconds = 0.0
+        cpu_seconds = 0.0
 
         def _timed(self, method, *a):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = getattr(inner, method)(*a)
             self.seconds += time.perf_counter() - t0
+            self.cpu_seconds += time.process_time() - c0
             return out
 
         def on_training_start(self, agent):
@@ -232,7 +235,9 @@ def timed_callback(inner):
         def on_training_end(self, agent):
             self._timed("on_training_end", agent)
 
-    return Timed()
+    timed = Timed()
+    timed.inner = inner
+    return timed
 
 
 def train(args, kind: str, seed: int, robust_eps: float | None):
