@@ -1,4 +1,4 @@
-"""WocaR's admissible actions and worst-action search for Gaussian policies on Box actions.
+"""WocaR on Box actions: the admissible box, the worst-action search and the plug-in.
 
 The continuous half of :mod:`agents.robustness.wocar` (Liang et al., NeurIPS 2022, Section 4
 and its MuJoCo code): an attacker who moves the observation within ``s ± eps · scale`` moves
@@ -35,18 +35,27 @@ alone).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from agents.robustness.certify import output_bounds
+from agents.robustness.robust import ScheduledPlugin, sa_observations
+from agents.robustness.wocar_base import (
+    WocaRPlugin,
+    _current_graph,
+    _standardize,
+    state_importance,
+)
 
 if TYPE_CHECKING:
+    from agents.core.base import Agent
     from agents.core.policy import PolicySurface
 
-__all__ = ["MAX_CORNER_DIMS", "SEARCH_STEPS", "action_to_unit", "admissible_box", "box_corners",
-           "q_spread_in_box", "worst_action_in_box"]
+__all__ = ["MAX_CORNER_DIMS", "SEARCH_STEPS", "WocaRBoxPlugin", "action_to_unit", "admissible_box",
+           "box_corners", "q_spread_in_box", "worst_action_in_box"]
 
 MAX_CORNER_DIMS = 4
 """Up to this many action dimensions, :func:`worst_action_in_box` also evaluates the box's
@@ -182,3 +191,150 @@ def q_spread_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor, upper
     _, low = worst_action_in_box(q, lower, upper, start, steps, sign=1.0)
     _, high = worst_action_in_box(q, lower, upper, start, steps, sign=-1.0)
     return tf.stop_gradient(tf.maximum(high - low, 0.0))
+
+
+tfd = tfp.distributions
+_plain = tf.autograph.experimental.do_not_convert
+
+
+class WocaRBoxPlugin(WocaRPlugin):
+    """``robust="wocar"`` for a Gaussian policy on Box actions (PPO, A2C; the paper's MuJoCo
+    WocaR-PPO), the discrete plug-in's three pieces with actions in a box
+    (:mod:`agents.robustness.wocar_box`):
+
+    1. **the admissible actions** at ``s'``: the box ``[lb, ub]`` of the Gaussian mean over the
+       ball (``wocar_bound``: IBP, CROWN or CROWN-IBP) clipped to the action bounds
+       (:func:`agents.robustness.wocar_box.admissible_box`);
+    2. **the worst-attack critic** ``Q_w(s, a)``, an MLP ``[d + k] -> [1]`` of the normalised
+       observation and the action mapped to ``[-1, 1]``
+       (:func:`agents.robustness.wocar_box.action_to_unit`), trained toward ``r + gamma ·
+       (1 − terminated) · min(Q_w^-(s', a*), Q_w^-(s', mu(s')))``: ``a*`` the worst action of
+       the box for ``Q_w^-`` (``wocar_double``: for the online ``Q_w``), searched once per
+       rollout on its next states (``wocar_search_steps`` projected sign steps after the box's
+       corners, default 10, :func:`agents.robustness.wocar_box.worst_action_in_box`) and revalued by the
+       moving target network at each critic step; the clean mean ``mu(s')`` (clipped) is in
+       the min, so the target never exceeds the clean action's (:meth:`worst_next_values`);
+    3. **the objective and the regulariser**: ``n(A) + w · n(Q_w^-(s, a))`` at the rollout's
+       actions ``a``, and ``kappa · mean_s ω(s) · KL(pi(.|s) || pi(.|s_hat))`` (Gaussian KL,
+       the clean mean and ``log σ`` stopped), ``ω(s)`` the spread ``max_a Q_w^- − min_a Q_w^-``
+       over the whole action space (two searches, :func:`agents.robustness.wocar_box.
+       q_spread_in_box`) normalised to mean 1.
+
+    Logs as the discrete plug-in's; ``wocar_admissible`` is the mean width of the admissible
+    box (summed over action dimensions, in action units) at the rollout's next states. The
+    cost per rollout of ``B`` states and ``k`` action dimensions (``k <= 4``): one bound pass
+    of ``B`` boxes, three searches of ``2^k + 1`` forward and ``wocar_search_steps`` forward and
+    backward passes of ``Q_w`` on ``B`` rows (the target's, and the importance's min and max),
+    and the discrete plug-in's critic epochs."""
+
+    def __init__(self, agent: Agent):
+        super().__init__(agent)
+        low, high = self.surface.action_low, self.surface.action_high
+        assert low is not None and high is not None  # check_wocar_agent
+        self.action_low, self.action_high = low, high
+
+    def q_at(self, obs: tf.Tensor, actions: tf.Tensor, target: bool = True) -> tf.Tensor:
+        """``Q_w(obs, actions)`` ``[B]`` of the target network (``target=False``: the critic)
+        at raw ``obs [B, d]`` and actions ``[B, k]`` in the env's units (clipped to its
+        bounds)."""
+        net = self.target if target else self.critic
+        x = self.surface.normalize(tf.convert_to_tensor(obs, tf.float32))
+        a = action_to_unit(actions, self.action_low, self.action_high)
+        return net(tf.concat([x, a], axis=-1))[..., 0]
+
+    def worst_q(self, obs: tf.Tensor, target: bool = True) -> tf.Tensor:
+        raise TypeError("worst_q: a Box-action worst-attack critic takes actions too; use "
+                        "q_at(obs, actions)")
+
+    def _clean_actions(self, obs: tf.Tensor) -> tf.Tensor:
+        """The policy's mean at ``obs`` clipped to the action bounds, stopped."""
+        return tf.stop_gradient(self.surface.deterministic_actions(obs))
+
+    def worst_actions(self, next_obs: tf.Tensor, eps: float | tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """``(a* [B, k], clean [B, k], lower [B, k], upper [B, k])``: the worst action of the
+        admissible box at ``next_obs`` for the target network (the critic with
+        ``wocar_double``), the clean (clipped) mean and the box; stopped."""
+        lower, upper = admissible_box(self.surface, next_obs, eps, self.bound)
+        clean = self._clean_actions(next_obs)
+        double = self.spec.double
+        a_star, _ = worst_action_in_box(lambda a: self.q_at(next_obs, a, target=not double),
+                                        lower, upper, clean, self.spec.search_steps)
+        return a_star, clean, lower, upper
+
+    def worst_next_values(self, next_obs: tf.Tensor, a_star: tf.Tensor,
+                          clean: tf.Tensor) -> tf.Tensor:
+        """``min(Q_w^-(s', a*), Q_w^-(s', clean))`` ``[B]``, stopped: never above the target
+        network's value of the clean action."""
+        return tf.stop_gradient(tf.minimum(self.q_at(next_obs, a_star),
+                                           self.q_at(next_obs, clean)))
+
+    def _fit_box_critic(self, batch: dict, a_star: tf.Tensor, clean: tf.Tensor) -> tf.Tensor:
+        """:meth:`WocaRPlugin._critic_epochs` with :meth:`worst_next_values` in the target."""
+        gamma = self.gamma
+
+        def target(o, a, r, s2, t, w, c):
+            alive = 1.0 - tf.cast(t, tf.float32)
+            return tf.stop_gradient(tf.cast(r, tf.float32) + gamma * alive *
+                                    self.worst_next_values(s2, w, c))
+
+        def value(o, a, *_):
+            return self.q_at(o, a, target=False)
+
+        return self._critic_epochs((batch["obs"], batch["actions"], batch["rewards"],
+                                    batch["next_obs"], batch["terminated"], a_star, clean),
+                                   target, value)
+
+    @_plain
+    def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
+        """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; the
+        regulariser's inputs for the whole rollout kept (as the discrete plug-in)."""
+        radius = self.schedule.eps if self.spec.admissible_eps is None else \
+            self.spec.admissible_eps
+        a_star, clean, lower, upper = self.worst_actions(batch["next_obs"], radius)
+        loss = self._fit_box_critic(batch, a_star, clean)
+        worst = tf.stop_gradient(self.q_at(batch["obs"], batch["actions"]))
+        self._stats["wocar_q_loss"].assign(loss)
+        self._stats["wocar_worst_q"].assign(self._seed_mean(worst))
+        self._stats["wocar_admissible"].assign(
+            self._seed_mean(tf.reduce_sum(upper - lower, axis=-1)))
+        if self.spec.search_per_rollout and self.schedule.target_kappa > 0.0:
+            self._rollout_inputs = (_current_graph(),
+                                    self.rollout_regularizer_inputs(batch["obs"]))
+        return _standardize(advantages) + self.weight * _standardize(worst)
+
+    def regularizer_inputs(self, obs: tf.Tensor) -> Any:
+        """``None`` (no term, no search) when ``kappa`` is 0; else as the discrete plug-in."""
+        if self.schedule.target_kappa <= 0.0:
+            return None
+        return super().regularizer_inputs(obs)
+
+    def rollout_regularizer_inputs(self, obs: tf.Tensor,
+                                   q: tf.Tensor | None = None) -> tuple[tf.Tensor, ...]:
+        """``(clean mean [B, k], clean log σ [k], s_hat [B, d], ω(s) [B])``, all stopped (as
+        the discrete plug-in's; ``ω`` from :func:`agents.robustness.wocar_box.q_spread_in_box`
+        of ``Q_w^-`` over the action space; ``q`` is not read)."""
+        cfg, surface = self.agent.config, self.surface
+        obs = tf.stop_gradient(obs)
+        mean = tf.stop_gradient(surface.outputs(obs))
+        log_std = tf.stop_gradient(tf.cast(surface.log_std, tf.float32))  # [k], or [S, k]
+        obs_adv = sa_observations(self.agent, obs, self.schedule.eps, cfg.robust_steps,
+                                  self._search_key(), cfg.robust_method)
+        if self.spec.importance:
+            ones = tf.ones_like(mean)
+            spread = q_spread_in_box(lambda a: self.q_at(obs, a), ones * self.action_low,
+                                     ones * self.action_high, self._clean_actions(obs),
+                                     self.spec.search_steps)
+            importance = state_importance(tf.stack([spread, tf.zeros_like(spread)], -1))
+        else:
+            importance = tf.ones(tf.shape(obs)[:-1])
+        return mean, log_std, obs_adv, importance
+
+    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        if inputs is None:
+            return ScheduledPlugin.regularizer(self, obs, inputs)
+        mean, log_std, obs_adv, importance = inputs
+        std = tf.exp(self.surface.per_row(log_std)) * tf.ones_like(mean)
+        clean = tfd.Independent(tfd.Normal(mean, std), reinterpreted_batch_ndims=1)
+        kl = tfd.kl_divergence(clean, self.surface.distribution(obs_adv))
+        term = self._seed_mean(importance * kl)  # [S] on the seed axis: each seed's own
+        return self.schedule.kappa * term, term

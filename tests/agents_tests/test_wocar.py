@@ -11,7 +11,8 @@ import tensorflow as tf
 
 import agents
 from agents.config import DQNConfig, PPOConfig
-from agents.robustness import configs, wocar, wocar_box
+from agents.core.networks import MLP
+from agents.robustness import certify, configs, wocar, wocar_base, wocar_box
 from agents.robustness.robust import certified_margin_hinge
 from robustgrad.errors import ConfigError
 
@@ -27,7 +28,7 @@ def test_the_worst_attack_target_on_a_hand_computed_case():
 
 
 def test_no_gradient_reaches_the_target_network():
-    net = wocar.MLP(4, (8,), 2, "tanh", 1.0, seed=0)
+    net = MLP(4, (8,), 2, "tanh", 1.0, seed=0)
     obs = tf.random.stateless_normal([5, 4], seed=[1, 2])
     with tf.GradientTape() as tape:
         target = wocar.worst_attack_target(net(obs), tf.ones([5, 2], tf.bool), tf.ones([5]),
@@ -469,7 +470,7 @@ def test_the_wocar_dqn_worst_attack_target_on_a_hand_computed_net():
     own, _ = _hand_dqn(wocar_gamma=0.5).robustness.worst_attack_targets(batch)
     np.testing.assert_allclose(own.numpy(), [1.0 + 0.5 * 0.1, 1.0 + 0.5 * 0.6, 0.5], rtol=1e-5)
     # the paper's interval rule (ub(Q_a) >= max_j lb(Q_j)) admits the same actions here
-    lb, ub = wocar.output_bounds(plugin.surface, nxt, 0.02, "ibp")
+    lb, ub = certify.output_bounds(plugin.surface, nxt, 0.02, "ibp")
     paper = (ub.numpy() >= lb.numpy().max(-1, keepdims=True))
     assert paper.tolist() == admissible.numpy().tolist()
     # the worst-case-aware TD target chooses by (1 - w) Q + w Q_w^- (w = 0.3 here)
@@ -532,7 +533,7 @@ def test_the_worst_case_bound_loss_and_its_mix():
     per_example = tf.constant([1.0, 3.0])
     mixed = agent.robustness.q_loss(per_example, obs, tf.constant([0, 1]), q,
                                     tf.constant([1.0, 0.8]))
-    lb, ub = wocar.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
+    lb, ub = certify.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
     wc0 = wocar.worst_case_bound_loss(lb, ub, q, tf.constant([0, 1]), tf.constant([1.0, 0.8]))
     np.testing.assert_allclose(mixed.numpy(), [0.5 * 1.0 + 0.5 * 2.0 * wc0[0], 0.5 * 3.0],
                                rtol=1e-5)
@@ -582,7 +583,7 @@ def test_the_dqn_plugin_measures_its_worst_case_term_in_units_of_the_td_targets(
     per_example = tf.constant([1.0, 3.0])
     actions, target = tf.constant([0, 1]), tf.constant([40.0, 40.0])
     mixed = agent.robustness.q_loss(per_example, obs, actions, q, target)
-    lb, ub = wocar.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
+    lb, ub = certify.output_bounds(agent.robustness.surface, obs, 0.02, "ibp")
     wc40 = wocar.worst_case_bound_loss(lb, ub, q, actions, target, scale=40.0)
     wc1 = wocar.worst_case_bound_loss(lb, ub, q, actions, target)
     np.testing.assert_allclose(mixed.numpy(), [0.5 * 1.0 + 0.5 * 2.0 * wc40[0], 0.5 * 3.0],
@@ -675,13 +676,13 @@ def test_wocar_ppo_learns_cartpole_and_its_worst_case_value_is_below_the_natural
     is traced once, on the rollout's 256 states (shape_advantages), not in the epochs' loop;
     outside the compiled update, regularizer_inputs searches for its own observations."""
     calls = []
-    search = wocar.sa_observations
+    search = wocar_base.sa_observations
 
     def counting(agent, obs, *args, **kwargs):
         calls.append(int(obs.shape[0]))
         return search(agent, obs, *args, **kwargs)
 
-    monkeypatch.setattr(wocar, "sa_observations", counting)
+    monkeypatch.setattr(wocar_base, "sa_observations", counting)
     agent = agents.PPO(env="CartPole-v1", seed=0, backend="graph", n_epochs=10,
                        robust=agents.WocaR(eps=0.05, bound="ibp", steps=2))
     logs = []
@@ -760,13 +761,13 @@ def test_box_wocar_with_kappa_zero_runs_no_search(monkeypatch):
     computed and the term is 0; with kappa > 0 the search runs once per rollout, on all of
     its states."""
     calls = []
-    search = wocar.sa_observations
+    search = wocar_box.sa_observations
 
     def counting(agent, obs, *args, **kwargs):
         calls.append(int(obs.shape[0]))
         return search(agent, obs, *args, **kwargs)
 
-    monkeypatch.setattr(wocar, "sa_observations", counting)
+    monkeypatch.setattr(wocar_box, "sa_observations", counting)
     for kappa, expected in ((0.0, []), (0.1, [128])):
         calls.clear()
         agent = agents.PPO(env="Pendulum-v1", seed=0, num_envs=2, n_steps=64, preset=None,
@@ -822,7 +823,7 @@ def test_the_margin_term_bounds_sa_dqns_hinge_anywhere_in_the_ball():
                        activation="relu", normalize_obs=False, buffer_size=64, batch_size=8,
                        robust=agents.WocaR(eps=0.1, warmup=0.0, term="margin"))
     obs = tf.random.stateless_normal([5, 4], seed=[1, 2])
-    greedy, margins = wocar.greedy_margin_lower_bounds(agent.robustness.surface, obs, 0.1,
+    greedy, margins = certify.greedy_margin_lower_bounds(agent.robustness.surface, obs, 0.1,
                                                        "crown-ibp")
     hinge = certified_margin_hinge(margins).numpy()
     noise = tf.random.stateless_uniform([300, 5, 4], seed=[3, 4], minval=-0.1, maxval=0.1)
@@ -870,7 +871,7 @@ def test_the_dqn_worst_case_term_takes_ibp_bounds_whatever_bound_chooses_the_set
     surface = agent.robustness.surface
 
     def mix(method):
-        lb, ub = wocar.output_bounds(surface, obs, 0.05, method)
+        lb, ub = certify.output_bounds(surface, obs, 0.05, method)
         wc = wocar.worst_case_bound_loss(lb, ub, q, actions, target, 1.0, wocar.q_scale(target))
         return (0.5 * per_example + 0.5 * wocar.state_importance(q) * wc).numpy()
 
