@@ -240,23 +240,32 @@ def timed_callback(inner):
     return timed
 
 
+def preset_evaluation(agent) -> tuple[dict, list]:
+    """``(learn options, callbacks)`` of ``agent``'s preset: its periodic clean evaluation
+    (DQN's ``eval_every`` and ``keep_best``, as ``robustgrad train-agent`` applies them) as an
+    :class:`agents.core.callbacks.EvalCallback` wrapped by :func:`timed_callback`; no callback
+    without a preset or without ``eval_every``."""
+    from agents.core.callbacks import EvalCallback
+    from agents.core.presets import get_preset
+
+    learn = get_preset(agent.config.preset).get("learn", {}) if agent.config.preset else {}
+    if not learn.get("eval_every"):
+        return learn, []
+    every, keep = int(learn["eval_every"]), bool(learn.get("keep_best"))
+    return learn, [timed_callback(EvalCallback(every, keep_best=keep))]
+
+
 def train(args, kind: str, seed: int, robust_eps: float | None):
     """Train one agent on the preset's budget with the preset's learn options (DQN's periodic
     evaluation keeping the best weights, as ``robustgrad train-agent``); returns the agent and
     its record (steps, seconds, seconds inside the periodic evaluations)."""
     import agents
-    from agents.core.callbacks import EvalCallback
-    from agents.core.presets import get_preset
 
     overrides = _overrides(args, kind, robust_eps)
     cls = agents.algorithm(args.algo, "--algo")
     agent = cls(env=args.env, seed=seed, **overrides)
     steps = _budget(args)
-    learn = get_preset(agent.config.preset).get("learn", {}) if agent.config.preset else {}
-    callbacks = []
-    if learn.get("eval_every"):
-        callbacks.append(timed_callback(EvalCallback(int(learn["eval_every"]),
-                                                     keep_best=bool(learn.get("keep_best")))))
+    learn, callbacks = preset_evaluation(agent)
     t0, c0 = time.perf_counter(), time.process_time()
     agent.learn(steps, callbacks=callbacks, progress_bar=False)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0

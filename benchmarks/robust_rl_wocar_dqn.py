@@ -55,26 +55,19 @@ def worst_case(report, eps: float) -> tuple[float, str]:
 
 def run_one(kind: str, seed: int, args) -> dict:
     """Train one agent (``kind`` in :data:`KINDS`) and evaluate it."""
-    from robust_rl import timed_callback  # benchmarks/ is on the path: this script's folder
+    from robust_rl import preset_evaluation  # benchmarks/ is on the path: this script's folder
 
     import agents
-    from agents.core.callbacks import EvalCallback
-    from agents.core.presets import get_preset
 
-    sa = {"eps": args.robust_eps} if args.sa_kappa is None else {"eps": args.robust_eps,
-                                                                  "kappa": args.sa_kappa}
     robust = {"vanilla": {},
-              "sa": {"robust": agents.SA(**sa)},
+              "sa": {"robust": agents.SA(eps=args.robust_eps, kappa=args.sa_kappa)},
               "wocar": {"robust": agents.WocaR(eps=args.robust_eps, bound=args.bound,
                                                weight=args.weight, kappa=args.kappa,
                                                q_every=args.q_every, term=args.term,
                                                term_start=args.term_start,
                                                importance=args.importance)}}[kind]
     agent = agents.DQN(env="CartPole-v1", seed=seed, backend="graph", **robust)
-    callbacks = []
-    if args.keep_best:
-        learn = get_preset(agent.config.preset).get("learn", {})
-        callbacks.append(timed_callback(EvalCallback(int(learn["eval_every"]), keep_best=True)))
+    callbacks = preset_evaluation(agent)[1] if args.keep_best else []
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, callbacks=callbacks, progress_bar=False)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["MAX_CORNER_DIMS", "SEARCH_STEPS", "WocaRBoxPlugin", "action_to_unit", "admissible_box",
            "box_corners", "q_spread_in_box", "worst_action_in_box"]
 
+tfd = tfp.distributions
+
 MAX_CORNER_DIMS = 4
 """Up to this many action dimensions, :func:`worst_action_in_box` also evaluates the box's
 ``2^k`` corners (16 forward passes at most) before its gradient steps."""
@@ -193,10 +195,6 @@ def q_spread_in_box(q: Callable[[tf.Tensor], tf.Tensor], lower: tf.Tensor, upper
     return tf.stop_gradient(tf.maximum(high - low, 0.0))
 
 
-tfd = tfp.distributions
-_plain = tf.autograph.experimental.do_not_convert
-
-
 class WocaRBoxPlugin(WocaRPlugin):
     """``robust="wocar"`` for a Gaussian policy on Box actions (PPO, A2C; the paper's MuJoCo
     WocaR-PPO), the discrete plug-in's three pieces with actions in a box
@@ -284,7 +282,7 @@ class WocaRBoxPlugin(WocaRPlugin):
                                     batch["next_obs"], batch["terminated"], a_star, clean),
                                    target, value)
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; the
         regulariser's inputs for the whole rollout kept (as the discrete plug-in)."""

@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["WocaRDQNPlugin", "q_scale", "worst_case_bound_loss"]
 
-_plain = tf.autograph.experimental.do_not_convert
-
 
 def worst_case_bound_loss(lb: tf.Tensor, ub: tf.Tensor, q: tf.Tensor, actions: tf.Tensor,
                           target: tf.Tensor, delta: float = 1.0,
@@ -161,7 +159,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
                                      self._selector(batch["next_obs"]))
         return target, admissible
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def learn_from_replay(self, batch: dict) -> None:
         """One step of the worst-attack Q-network on the replayed minibatch (class doc, 1) on
         every ``spec.q_every``-th call (the first included), nothing on the others."""
@@ -212,7 +210,7 @@ class WocaRDQNPlugin(_WorstCaseWeighted):
         worst = self.worst_q(next_obs)
         return tf.stop_gradient((1.0 - self.weight) * scores + self.weight * worst)
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def q_loss(self, per_example: tf.Tensor, obs: tf.Tensor, actions: tf.Tensor,
                q: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         """``(1 − k) · per_example + k · ω(s) · L_wc(s)`` (class doc, 3)."""
