@@ -124,12 +124,12 @@ def _ours_model(arch: str, width: int, seed: int = 0):
 
 
 def _ours_trainer(clf, method: str, jit: bool, steps: int = K,
-                  recompute: str = "activations"):
+                  recompute: str = "activations", convolutions: str = "auto"):
     from attacks.training import AdversarialTrainer, make_optimizer
 
     crafting = {} if method == "clean" else {"steps": steps, "step_size": STEP}
     tr = AdversarialTrainer(clf, method=method, eps=EPS, weight_decay=WEIGHT_DECAY,
-                            recompute=recompute, **crafting)
+                            recompute=recompute, convolutions=convolutions, **crafting)
     tr.compile(optimizer=make_optimizer("sgd", LR, momentum=MOMENTUM), jit_compile=jit)
     tr._maybe_build_grad_step()  # what fit() does first
     tr.make_train_function()
@@ -369,7 +369,8 @@ def worker_memory_ours(args) -> None:
         return_large_blocks(args.malloc_threshold)
     (x, y), = _batches(1, args.mem_batch)
     clf = _ours_model(args.mem_arch, 0)
-    tr = _ours_trainer(clf, "madry", args.jit, steps=args.mem_steps, recompute=args.recompute)
+    tr = _ours_trainer(clf, "madry", args.jit, steps=args.mem_steps, recompute=args.recompute,
+                       convolutions=args.convolutions)
     params = int(sum(int(tf.size(v)) for v in clf.trainable_variables))
     base = _maxrss_mib()
     ds = tf.data.Dataset.from_tensors((x, y)).repeat()
@@ -382,6 +383,7 @@ def worker_memory_ours(args) -> None:
 
     _emit({"side": "ours", "baseline_mib": base, **_timed_steps(step, args.mem_repeats),
            "params": params, "tensorflow": tf.__version__, "recompute": tr.recompute,
+           "convolutions": tr.convolutions, "winograd_tile": tr._winograd_tile(),
            "malloc_threshold": args.malloc_threshold, "reuse_freed_memory": reused,
            "onednn": _onednn_enabled()})
 
@@ -559,7 +561,7 @@ def memory(args) -> dict:
                "--mem-repeats", str(args.mem_repeats)]
         if name == "ours":
             cmd += ["--recompute", args.recompute, "--malloc-threshold",
-                    str(args.malloc_threshold)]
+                    str(args.malloc_threshold), "--convolutions", args.convolutions]
             cmd += ["--reuse-freed-memory"] if args.reuse_freed_memory else []
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_TAG)]
@@ -640,6 +642,9 @@ def parse(argv=None):
                    choices=("none", "activations", "blocks"),
                    help="memory: ours with AdversarialTrainer(recompute=...) (default "
                         "activations, the library's default; the flag alone: blocks)")
+    p.add_argument("--convolutions", default="auto", choices=("auto", "direct", "winograd"),
+                   help="memory: ours with AdversarialTrainer(convolutions=...) (default auto, "
+                        "the library's default: Winograd on a host without a GPU)")
     p.add_argument("--malloc-threshold", type=int, default=0,
                    help="memory: ours calls robustgrad.memory.return_large_blocks(BYTES) "
                         "first (0: not; recompute='blocks' sets 1 MiB itself)")

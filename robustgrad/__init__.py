@@ -40,7 +40,7 @@ _NAMES = {
                     "robustgrad.transforms"),
 }
 _SUBMODULES = ("atomic", "bounds", "checks", "convolution", "data", "errors", "hyper", "interrupts",
-               "meta", "monitor", "progress", "regularizers", "transforms")
+               "meta", "monitor", "progress", "regularizers", "transforms", "winograd")
 
 __all__ = sorted([*_NAMES, *_SUBMODULES])
 

@@ -61,6 +61,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from .winograd import TILES, winograd_applies, winograd_conv2d, winograd_pays
+
 __all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "MIN_POINTWISE_PER_OUTPUT",
            "conv2d",
            "forward_input_gradients", "forward_input_gradients_active", "transpose"]
@@ -339,7 +341,7 @@ def _raw_padding(padding: _Padding) -> dict:
 
 
 def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
-           dilations: Any = 1) -> tf.Tensor:
+           dilations: Any = 1, winograd: int | None = None) -> tf.Tensor:
     """``tf.nn.conv2d(x, kernel, strides, padding, dilations=dilations)`` (NHWC) whose input
     gradient, for an undilated convolution with at least :data:`MIN_CHANNELS` input channels
     (at stride 1 and "valid", at most :data:`MAX_EXTRA_WORK` times the positions to visit; at a
@@ -351,11 +353,17 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
     own op). Other strides, dilations, grouped kernels and small inputs fall back to
     ``tf.nn.convolution`` (as Keras calls it) and its gradients.
 
+    With ``winograd`` (an output tile size of :data:`robustgrad.winograd.TILES`), a stride-1
+    3x3 "same" convolution wide enough to pay (:func:`robustgrad.winograd.winograd_pays`) is
+    :func:`robustgrad.winograd.winograd_conv2d` instead: faster on CPUs, equal to
+    TensorFlow's to float rounding only (~1e-5 of the largest output with tile 4, float32).
+
     Args:
         x: ``[N, H, W, Cin]`` float tensor.
         kernel: ``[kh, kw, Cin, Cout]``, the same dtype.
         strides, padding, dilations: as ``tf.nn.conv2d``'s (padding ``"SAME"``, ``"VALID"``
             or explicit pairs).
+        winograd: None (TensorFlow's convolution), or 2 or 4: Winograd's tile where it pays.
 
     Returns:
         ``[N, Ho, Wo, Cout]``, ``tf.nn.conv2d``'s result.
@@ -368,6 +376,8 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
         >>> float(g[0, 0, 0, 0]), float(g[0, 1, 1, 0])
         (8.0, 18.0)
     """
+    if winograd is not None and (isinstance(winograd, bool) or winograd not in TILES):
+        raise ValueError(f"winograd must be None or one of {TILES}; got {winograd!r}")
     x, kernel = tf.convert_to_tensor(x), tf.convert_to_tensor(kernel)
     if isinstance(padding, str):
         if padding.upper() not in ("SAME", "VALID"):
@@ -377,6 +387,9 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
         padding = [list(map(int, p)) for p in padding]
         if len(padding) == 2:  # [[top, bottom], [left, right]] -> NHWC
             padding = [[0, 0], *padding, [0, 0]]
+    if (winograd is not None and winograd_applies(x, kernel, strides, padding, dilations)
+            and winograd_pays(x, kernel)):
+        return winograd_conv2d(x, kernel, winograd)
     if _uses_forward(x, kernel, strides, padding, dilations):
         size = None if x.shape[1] is None or x.shape[2] is None else \
             (int(x.shape[1]), int(x.shape[2]))
@@ -391,6 +404,12 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
 _LOCK = threading.Lock()
 _DEPTH = [0]
 _ORIGINAL: list[Any] = []
+_TILES = threading.local()  # .stack: this thread's winograd settings, innermost last
+
+
+def _winograd_tile() -> int | None:
+    stack = getattr(_TILES, "stack", None)
+    return stack[-1] if stack else None
 
 
 def _keras_convolution_op(layer: Any, inputs: Any, kernel: Any) -> Any:
@@ -399,17 +418,22 @@ def _keras_convolution_op(layer: Any, inputs: Any, kernel: Any) -> Any:
     if (layer.rank == 2 and layer.data_format == "channels_last"
             and getattr(layer, "groups", 1) == 1 and layer.padding in ("same", "valid")):
         return conv2d(inputs, kernel, list(layer.strides), layer.padding.upper(),
-                      list(layer.dilation_rate))
+                      list(layer.dilation_rate), winograd=_winograd_tile())
     return _ORIGINAL[0](layer, inputs, kernel)
 
 
 @contextlib.contextmanager
-def forward_input_gradients() -> Iterator[None]:
+def forward_input_gradients(winograd: int | None | str = "inherit") -> Iterator[None]:
     """While active, Keras ``Conv2D`` layers (and subclasses that do not override
     ``convolution_op``) compute with :func:`conv2d`: same outputs, the input gradient by a
-    forward convolution. Enter it around the tracing of a ``tf.function`` (the attack engine
-    and ``AdversarialTrainer`` do) and the traced graph keeps the faster gradient; nothing
-    about the layers changes (their class, weights, config and saved files stay Keras').
+    forward convolution. With ``winograd`` (2 or 4), the layers this thread calls take
+    :func:`conv2d`'s Winograd path where it pays: outputs equal to float rounding, not bit for
+    bit (``AdversarialTrainer``'s training step enters it so on CPU hosts); None: TensorFlow's
+    convolution; ``"inherit"`` (default): the enclosing scope's setting in this thread (None
+    outside any), so an attack traced inside a training step keeps the step's setting. Enter
+    it around the tracing of a ``tf.function`` (the attack engine and ``AdversarialTrainer``
+    do) and the traced graph keeps the faster gradient; nothing about the layers changes
+    (their class, weights, config and saved files stay Keras').
 
     Re-entrant and shared by threads: the first entry installs the method on
     ``keras.layers.Conv2D``, the last exit restores Keras' own. A Conv2D layer another thread
@@ -425,15 +449,25 @@ def forward_input_gradients() -> Iterator[None]:
         >>> bool(tf.reduce_all(y == layer(x)))
         True
     """
+    if winograd == "inherit":
+        winograd = _winograd_tile()
+    elif winograd is not None and (isinstance(winograd, bool) or winograd not in TILES):
+        raise ValueError(f"winograd must be None, 'inherit' or one of {TILES}; "
+                         f"got {winograd!r}")
+    stack = getattr(_TILES, "stack", None)
+    if stack is None:
+        stack = _TILES.stack = []
     with _LOCK:
         if _DEPTH[0] == 0:
             _ORIGINAL[:] = [keras.layers.Conv2D.convolution_op,
                             keras.layers.Conv2D.__dict__.get("convolution_op")]
             keras.layers.Conv2D.convolution_op = _keras_convolution_op
         _DEPTH[0] += 1
+    stack.append(winograd)
     try:
         yield
     finally:
+        stack.pop()
         with _LOCK:
             _DEPTH[0] -= 1
             if _DEPTH[0] == 0:
