@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from robustgrad.checks import looks_like_probabilities
+from robustgrad.convolution import winograd_tile
 
 from . import _validate
 from ._chunks import (  # noqa: F401  (re-exported: the attack modules import them from here)
@@ -80,8 +81,14 @@ def cached(owner: Any, key: tuple, builder: Callable[[], Callable]) -> Callable:
     """The compiled function for ``(owner, key)``, built by ``builder()`` on first use.
 
     Held weakly by the owner (the model or ``loss_fn``); a bound method is keyed by its object
-    and function, so ``attack(policy.logits, ...)`` reuses the trace across calls.
+    and function, so ``attack(policy.logits, ...)`` reuses the trace across calls. The key
+    includes the Winograd setting of the convolutions being traced
+    (:func:`robustgrad.convolution.winograd_tile`): a loop traced in a training step is not
+    reused outside it.
     """
+    tile = winograd_tile()
+    if tile is not None:
+        key = tuple(key) + (("winograd", tile),)
     if inspect.ismethod(owner):
         key = (owner.__func__,) + tuple(key)
         owner = owner.__self__

@@ -383,7 +383,7 @@ def worker_memory_ours(args) -> None:
 
     _emit({"side": "ours", "baseline_mib": base, **_timed_steps(step, args.mem_repeats),
            "params": params, "tensorflow": tf.__version__, "recompute": tr.recompute,
-           "convolutions": tr.convolutions, "winograd_tile": tr._winograd_tile(),
+           "convolutions": tr.convolutions, "winograd_tile": tr.winograd_tile(),
            "malloc_threshold": args.malloc_threshold, "reuse_freed_memory": reused,
            "onednn": _onednn_enabled()})
 

@@ -65,7 +65,8 @@ from .winograd import TILES, winograd_applies, winograd_conv2d, winograd_pays
 
 __all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "MIN_POINTWISE_PER_OUTPUT",
            "conv2d",
-           "forward_input_gradients", "forward_input_gradients_active", "transpose"]
+           "forward_input_gradients", "forward_input_gradients_active", "transpose",
+           "winograd_tile"]
 
 # Fewest input channels (the transposed convolution's output channels) for which conv2d uses
 # the forward convolution: Eigen's forward convolution with few output channels is slower than
@@ -407,7 +408,11 @@ _ORIGINAL: list[Any] = []
 _TILES = threading.local()  # .stack: this thread's winograd settings, innermost last
 
 
-def _winograd_tile() -> int | None:
+def winograd_tile() -> int | None:
+    """The Winograd tile :func:`forward_input_gradients` set for this thread (None: none, or
+    outside any scope): what Keras ``Conv2D`` layers traced now take. Code that caches traced
+    functions keys them by it (``attacks``' compiled loops do), so a trace made in a training
+    step is not reused by an evaluation outside it."""
     stack = getattr(_TILES, "stack", None)
     return stack[-1] if stack else None
 
@@ -418,7 +423,7 @@ def _keras_convolution_op(layer: Any, inputs: Any, kernel: Any) -> Any:
     if (layer.rank == 2 and layer.data_format == "channels_last"
             and getattr(layer, "groups", 1) == 1 and layer.padding in ("same", "valid")):
         return conv2d(inputs, kernel, list(layer.strides), layer.padding.upper(),
-                      list(layer.dilation_rate), winograd=_winograd_tile())
+                      list(layer.dilation_rate), winograd=winograd_tile())
     return _ORIGINAL[0](layer, inputs, kernel)
 
 
@@ -450,7 +455,7 @@ def forward_input_gradients(winograd: int | None | str = "inherit") -> Iterator[
         True
     """
     if winograd == "inherit":
-        winograd = _winograd_tile()
+        winograd = winograd_tile()
     elif winograd is not None and (isinstance(winograd, bool) or winograd not in TILES):
         raise ValueError(f"winograd must be None, 'inherit' or one of {TILES}; "
                          f"got {winograd!r}")

@@ -516,10 +516,10 @@ class AdversarialTrainer(keras.Model):
         Eigen's CPU kernels), in the crafting passes and in the update; their wide 3x3
         convolutions by Winograd with ``convolutions="winograd"`` (``"auto"`` on a host
         without a GPU)."""
-        with forward_input_gradients(winograd=self._winograd_tile()):
+        with forward_input_gradients(winograd=self.winograd_tile()):
             return self._train_step(data)
 
-    def _winograd_tile(self) -> int | None:
+    def winograd_tile(self) -> int | None:
         """The train step's Winograd tile (4) or None, by ``convolutions``."""
         mode = self.convolutions
         if mode == "auto":

@@ -224,12 +224,13 @@ def test_trainer_validates_and_saves_the_setting():
         AdversarialTrainer(_cnn(), eps=0.1, convolutions=4)
     trainer = AdversarialTrainer(_cnn(), eps=0.1)
     assert trainer.convolutions == "auto" and trainer.get_config()["convolutions"] == "auto"
-    assert trainer._winograd_tile() == (None if tf.config.list_physical_devices("GPU") else 4)
-    assert AdversarialTrainer(_cnn(), eps=0.1, convolutions="direct")._winograd_tile() is None
-    assert AdversarialTrainer(_cnn(), eps=0.1, convolutions="winograd")._winograd_tile() == 4
+    assert trainer.winograd_tile() == (None if tf.config.list_physical_devices("GPU") else 4)
+    assert AdversarialTrainer(_cnn(), eps=0.1, convolutions="direct").winograd_tile() is None
+    assert AdversarialTrainer(_cnn(), eps=0.1, convolutions="winograd").winograd_tile() == 4
 
 
 def test_trainer_step_with_winograd_matches_the_direct_step(monkeypatch):
+    from attacks import projected_gradient_descent
     from attacks.training import AdversarialTrainer
 
     calls = _count_calls(monkeypatch)
@@ -244,7 +245,34 @@ def test_trainer_step_with_winograd_matches_the_direct_step(monkeypatch):
         weights[mode] = trainer.model.get_weights()
         # the second 3x3 layer (128 -> 128), in the crafting loop and in the update
         assert (len(calls) >= 2) == (mode == "winograd"), calls
+        traced = len(calls)  # evaluation (its PGD loop too) and attacks outside: direct
+        trainer.evaluate(x, y, batch_size=8, verbose=0)
+        projected_gradient_descent(trainer.model, x, y, eps=0.1, steps=3, clip_min=0.0, rand_init=False,
+                                   clip_max=1.0)
+        assert len(calls) == traced
     moved = max(float(np.max(np.abs(a - b)))
                 for a, b in zip(weights["direct"], _cnn().get_weights()))
     gap = max(float(np.max(np.abs(a - b))) for a, b in zip(weights["direct"], weights["winograd"]))
     assert moved > 1e-3 and gap < 1e-4 * max(moved, 1.0)
+
+
+def test_attack_traces_are_not_shared_across_winograd_settings(monkeypatch):
+    from attacks import projected_gradient_descent
+
+    calls = _count_calls(monkeypatch)
+    model = _cnn()
+    x = tf.constant(RNG.uniform(size=(4, 6, 6, 3)), tf.float32)
+    y = tf.constant([0, 1, 2, 3])
+
+    def attack():
+        return projected_gradient_descent(model, x, y, eps=0.1, steps=2, clip_min=0.0,
+                                          clip_max=1.0, rand_init=False)
+
+    direct = attack()  # traced (and cached) outside any scope
+    assert calls == []
+    with forward_input_gradients(winograd=4):
+        ours = attack()  # the same configuration: traced again, with Winograd
+    assert calls == [4]
+    assert bool(tf.reduce_all(attack() == direct))  # and the direct trace is still the one
+    assert calls == [4]
+    assert float(tf.reduce_max(tf.abs(ours - direct))) <= 0.2 + 1e-6  # both inside the ball
