@@ -8,8 +8,10 @@ matrix product per tile position. F(2x2, 3x3) (``tile=2``) does 16 products wher
 convolution does 36 (2.25x fewer); F(4x4, 3x3) (``tile=4``) 36 where direct does 144 (4x).
 The transforms are sums of shifted slices; XLA fuses them and runs the products with
 kernels compiled for the host CPU (TensorFlow's pip build runs its own convolutions on Eigen
-kernels built without AVX2/FMA), so on a 2-core AVX2 CPU at batch 128 a WideResNet's 3x3
-convolutions take 0.37-0.78x TensorFlow's time with ``tile=4`` (docs/benchmarks/training.md).
+kernels built without AVX2/FMA), so on a 2-core AVX2 CPU at batch 128 WideResNet-28-10's 3x3
+convolutions take 0.42-0.65x TensorFlow's forward time and 0.43-0.72x its input-gradient time with
+``tile=4`` (docs/benchmarks/training.md, "Winograd"). Narrow layers lose (the transforms' copies
+outweigh the products saved): :func:`winograd_pays` is the measured rule.
 
 The result is the convolution's to float rounding, in another order: in float32 the largest
 difference from ``tf.nn.conv2d`` is ~1e-6 of the output's largest entry with ``tile=2`` and

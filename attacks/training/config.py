@@ -34,7 +34,7 @@ from robustgrad import checks
 from robustgrad.errors import ConfigError
 
 from .method_options import CONFIG_OPTIONS, check_applicable
-from .options import recompute_mode
+from .options import CONVOLUTION_MODES, recompute_mode
 from .recipes import SETTING_KEYS, ResolvedSettings, method_defaults
 from .registry import get_method
 from .run_settings import SavedRun, resolve_run_settings
@@ -57,7 +57,7 @@ RESUME_FREE = frozenset({
     "resume", "overwrite", "export", "verbose", "eval_attacks", "eval_eps", "resolved",
     "val_size", "val_steps", "eval_limit", "out", "no_eval", "strategy", "logical_cpus",
     "no_progress", "show_native_log", "threads", "override", "overrides", "recompute",
-    "stop_after_steps"})  # (a hidden test flag of earlier versions, in old configs)
+    "convolutions", "stop_after_steps"})  # (a hidden test flag of earlier versions, in old configs)
 """Record keys a resumed run may change freely: how it uses the machine, where and how much it
 reports; every other key is held to the one resume rule (:meth:`robustgrad.rundir.RunDirectory.
 resume_changes`)."""
@@ -165,6 +165,10 @@ class ClassifierConfig:
     recompute=...)``): ``activations`` (batch norm + ReLU; no more time), ``blocks`` (each
     residual block, and freed memory returned to the system at once: less memory, more time),
     ``none``; the same weights in every mode."""
+    convolutions: str = "auto"
+    """How the training step's wide 3x3 convolutions compute (``AdversarialTrainer(
+    convolutions=...)``): ``auto`` (Winograd on a host without a GPU), ``winograd``, ``direct``
+    (TensorFlow's; Winograd's weights equal them to float rounding only)."""
     seed: int = 0
     """The run's seed (weights, data order, attacks)."""
     no_deterministic: bool = False
@@ -227,6 +231,9 @@ class ClassifierConfig:
             object.__setattr__(self, "recompute", recompute_mode(self.recompute))
         except (TypeError, ValueError) as error:
             raise ConfigError(str(error)) from None
+        if self.convolutions not in CONVOLUTION_MODES:
+            raise ConfigError(f"convolutions must be one of {', '.join(CONVOLUTION_MODES)}; "
+                              f"got {self.convolutions!r}")
 
 
     def _check_applicable(self) -> None:
@@ -382,6 +389,7 @@ class ResolvedConfig(Protocol):
     grad_accum: int
     mixed_precision: bool
     recompute: str
+    convolutions: str
     seed: int
     no_deterministic: bool
     strategy: str

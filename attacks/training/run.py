@@ -313,7 +313,8 @@ def _make_trainer(config: ResolvedConfig, clf: Any, data: Any, spe: int) -> Any:
             label_smoothing=config.label_smoothing, awp_gamma=config.awp_gamma,
             warmup_delay=int(round(config.warmup_delay_epochs * spe)),
             kappa_final=config.kappa_final, beta_final=config.beta_final, sigma=config.sigma,
-            noise_draws=config.noise_draws, recompute=config.recompute)
+            noise_draws=config.noise_draws, recompute=config.recompute,
+            convolutions=config.convolutions)
 
 
 def _make_optimizer(config: ResolvedConfig, spe: int) -> Any:

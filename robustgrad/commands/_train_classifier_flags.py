@@ -199,6 +199,10 @@ def _optimisation_arguments(g) -> None:
                         "no more time), blocks (the flag alone: each residual block, and freed "
                         "memory returned to the system at once; less memory, more time), none; "
                         "the same weights in every mode")
+    g.add_argument("--convolutions", default="auto", choices=("auto", "direct", "winograd"),
+                   help="how the training step's wide 3x3 convolutions compute: auto (default: "
+                        "winograd on a host without a GPU), winograd (Winograd F(4x4,3x3) by "
+                        "XLA, faster on CPUs, equal to float rounding), direct (TensorFlow's)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--no-deterministic", action="store_true",
                    help="do not enable TensorFlow op determinism")

@@ -53,6 +53,7 @@ _RESUME_FREE = {"resume", "overwrite", "export", "verbose", "eval_attacks", "eva
                 "val_size", "val_steps",
                 "eval_limit", "out", "no_eval", "strategy", "logical_cpus", "no_progress",
                 "show_native_log", "threads", "override", "overrides", "recompute",
+                "convolutions",
                 "stop_after_steps"}  # (a hidden test flag of earlier versions, in old configs)
 
 
