@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_convolution import _grads as conv_grads  # same directory (pytest's rootdir import)
 
 from robustgrad import convolution, winograd
 from robustgrad.convolution import conv2d, forward_input_gradients
@@ -34,16 +35,11 @@ def _rel(a, b):
 
 
 def _grads(fn, x, k):
-    """(y, dL/dx, dL/dk, d|dL/dx|^2/dx, d|dL/dx|^2/dk) of L = sum(y sin y)."""
-    with tf.GradientTape(persistent=True) as outer:
-        outer.watch([x, k])
-        with tf.GradientTape() as inner:
-            inner.watch([x, k])
-            y = fn(x, k)
-            loss = tf.reduce_sum(y * tf.sin(y))
-        gx, gk = inner.gradient(loss, [x, k])
-        penalty = tf.reduce_sum(gx ** 2)
-    return (y, gx, gk, *outer.gradient(penalty, [x, k]))
+    """(y, dL/dx, dL/dk, and the gradients of |dL/dx|^2 with respect to x and k) of
+    L = sum(y sin y): test_convolution's first and second order together."""
+    y, gx, gk = conv_grads(fn, x, k)
+    _, gxx, gkx = conv_grads(fn, x, k, order=2)
+    return y, gx, gk, gxx, gkx
 
 
 def _reference(x, k):
