@@ -11,6 +11,9 @@ driven in rounds (one side at a time, so they never compete for the cores):
   ``make_model("preactresnet18", width=...)`` with SGD 0.1 momentum 0.9, stepped through the
   function Keras' ``fit`` runs (``trainer.make_train_function()``, ``jit_compile`` off, or on
   for ``ours-xla``); the clean step is the same trainer with ``method="clean"``;
+* ``ours-direct`` (``--direct-too``): ours with ``convolutions="direct"`` (TensorFlow's
+  convolutions; ``ours`` runs the library's default, ``"auto"``: Winograd on a host without a
+  GPU, ``--convolutions`` to choose);
 * ``ours-fusedbn`` (``--fused-bn``, an experiment): ours with the model instance's Keras
   ``BatchNormalization`` layers computing with TensorFlow's fused kernel (same semantics);
 * ``torch``: the same network (``benchmarks/torch_architectures.py``, the Keras weights ported,
@@ -212,8 +215,8 @@ def worker_ours(args) -> None:
     if args.fused_bn:
         _fuse_batchnorm(clf)
         _fuse_batchnorm(clean_clf)
-    adv = _ours_trainer(clf, "madry", args.jit)
-    clean = _ours_trainer(clean_clf, "clean", args.jit)
+    adv = _ours_trainer(clf, "madry", args.jit, convolutions=args.convolutions)
+    clean = _ours_trainer(clean_clf, "clean", args.jit, convolutions=args.convolutions)
     steps = {"adv": _ours_step_fn(adv, batches), "clean": _ours_step_fn(clean, batches)}
     build = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -222,6 +225,7 @@ def worker_ours(args) -> None:
     _emit({"ready": True, "build_s": build, "first_steps_s": time.perf_counter() - t0,
            "tensorflow": tf.__version__, "jit_compile": bool(args.jit),
            "fused_batchnorm_experiment": bool(args.fused_bn),
+           "convolutions": adv.convolutions, "winograd_tile": adv.winograd_tile(),
            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
            "onednn": _onednn_enabled()})
@@ -475,7 +479,12 @@ def throughput(args) -> dict:
     sides = {}
     try:
         sides["ours"] = Worker("ours", [sys.executable, script, "worker-ours", "--export", export,
-                                        *_common(args)], env)
+                                        "--convolutions", args.convolutions, *_common(args)],
+                               env)
+        if args.direct_too:
+            sides["ours-direct"] = Worker("ours-direct", [
+                sys.executable, script, "worker-ours", "--convolutions", "direct",
+                *_common(args)], env)
         if args.xla:
             sides["ours-xla"] = Worker("ours-xla", [sys.executable, script, "worker-ours",
                                                     "--jit", *_common(args)], env)
@@ -623,6 +632,9 @@ def parse(argv=None):
     p.add_argument("--clean-steps", type=int, default=3, help="clean steps per round (averaged)")
     p.add_argument("--pool", type=int, default=4, help="distinct random batches cycled through")
     p.add_argument("--xla", action="store_true", help="also time ours with jit_compile=True")
+    p.add_argument("--direct-too", action="store_true",
+                   help="throughput: also time ours with convolutions='direct' (side "
+                        "ours-direct)")
     p.add_argument("--fused-bn", action="store_true",
                    help="also time ours with TensorFlow's fused batch-norm kernel patched into "
                    "the model instance (an experiment; the library's layers are unfused)")
