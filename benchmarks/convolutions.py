@@ -100,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already runs in this process (a test): its pools stay
+        print(f"threads: TensorFlow was already initialised; intra-op threads stay "
+              f"{tf.config.threading.get_intra_op_parallelism_threads()}", flush=True)
     repeats = 1 if args.quick else args.repeats
     rows = []
     print("shape                 pays  direct fwd / grad s   F(2x2) ratio   F(4x4) ratio", flush=True)
@@ -115,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{w4['forward_ratio']:.2f} / {w4['input_gradient_ratio']:.2f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "repeats": repeats, "rows": rows,
+            json.dump({"threads": tf.config.threading.get_intra_op_parallelism_threads(),
+                       "repeats": repeats, "rows": rows,
                        "tensorflow": tf.__version__, "load": os.getloadavg()}, f, indent=1)
     return 0
 
