@@ -162,8 +162,9 @@ class AdversarialTrainer(keras.Model):
             ``"direct"``), ``"direct"`` (TensorFlow's, values bit for bit) or ``"winograd"``
             (Winograd F(4x4, 3x3) compiled by XLA, for float32/float64 stride-1 "same" 3x3
             convolutions wide enough to pay, :func:`robustgrad.winograd.winograd_pays`: a
-            WRN-28-10 PGD-10 step ~0.6x the time on a 2-core AVX2 CPU; outputs and gradients
-            equal the direct ones to ~1e-5 of their largest entry in float32).
+            WRN-28-10 PGD-10 step at batch 128 took 0.66x PyTorch's CPU time on a 2-core AVX2
+            CPU, docs/benchmarks/training.md; outputs and gradients equal the direct ones to
+            ~1e-5 of their largest entry in float32).
         beta_final: ``"crown-ibp"``: the weight of the CROWN-IBP bound (against IBP's) at full
             eps, from 1 at eps 0 (0: Zhang et al. 2020's default schedule; 1 keeps CROWN-IBP).
     """
