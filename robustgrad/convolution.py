@@ -61,7 +61,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from .winograd import TILES, winograd_applies, winograd_conv2d, winograd_pays
+from .winograd import TILES, _is_tile, winograd_applies, winograd_conv2d, winograd_pays
 
 __all__ = ["MAX_EXTRA_WORK", "MIN_CHANNELS", "MIN_KERNEL_PER_OUTPUT", "MIN_POINTWISE_PER_OUTPUT",
            "conv2d",
@@ -377,7 +377,7 @@ def conv2d(x: Any, kernel: Any, strides: Any = 1, padding: _Padding = "VALID",
         >>> float(g[0, 0, 0, 0]), float(g[0, 1, 1, 0])
         (8.0, 18.0)
     """
-    if winograd is not None and (isinstance(winograd, bool) or winograd not in TILES):
+    if winograd is not None and not _is_tile(winograd):
         raise ValueError(f"winograd must be None or one of {TILES}; got {winograd!r}")
     x, kernel = tf.convert_to_tensor(x), tf.convert_to_tensor(kernel)
     if isinstance(padding, str):
@@ -456,7 +456,7 @@ def forward_input_gradients(winograd: int | None | str = "inherit") -> Iterator[
     """
     if winograd == "inherit":
         winograd = winograd_tile()
-    elif winograd is not None and (isinstance(winograd, bool) or winograd not in TILES):
+    elif winograd is not None and not _is_tile(winograd):
         raise ValueError(f"winograd must be None, 'inherit' or one of {TILES}; "
                          f"got {winograd!r}")
     stack = getattr(_TILES, "stack", None)

@@ -74,6 +74,11 @@ _DTYPES = (tf.float32, tf.float64)
 MIN_WIDTH = 64
 
 
+def _is_tile(value: Any) -> bool:
+    """Whether ``value`` is one of :data:`TILES` (a bool is not, though ``True == 1``)."""
+    return not isinstance(value, bool) and value in _MATRICES
+
+
 def _combine(parts: list[tf.Tensor], coefficients: np.ndarray) -> tf.Tensor:
     """``sum_i coefficients[i] * parts[i]`` without the zero terms and the unit products."""
     total = None
@@ -149,15 +154,12 @@ def winograd_applies(x: Any, kernel: Any, strides: Any = 1, padding: Any = "SAME
         return False
     if dtype not in _DTYPES or kdtype != dtype:
         return False
-    ones = (1, [1, 1], [1, 1, 1, 1], (1, 1), (1, 1, 1, 1))
-    if strides not in ones and list(np.ravel(strides)) not in ([1, 1], [1, 1, 1, 1], [1]):
+    # the arguments read as robustgrad.convolution reads them (imported here: it imports this)
+    from .convolution import _pairs, _stride
+
+    if _stride(strides) != 1 or _stride(dilations) != 1:
         return False
-    if dilations not in ones and list(np.ravel(dilations)) not in ([1, 1], [1, 1, 1, 1], [1]):
-        return False
-    if isinstance(padding, str):
-        return padding.upper() == "SAME"
-    pads = [list(map(int, p)) for p in padding]
-    return pads in ([[1, 1], [1, 1]], [[0, 0], [1, 1], [1, 1], [0, 0]])
+    return _pairs(padding, 3, 3) == [[1, 1], [1, 1]]
 
 
 def winograd_pays(x: Any, kernel: Any) -> bool:
@@ -201,7 +203,7 @@ def winograd_conv2d(x: Any, kernel: Any, tile: int = 4) -> tf.Tensor:
         >>> float(tf.round(y[0, 0, 0, 0])), float(tf.round(y[0, 1, 1, 0]))
         (8.0, 18.0)
     """
-    if isinstance(tile, bool) or tile not in _MATRICES:
+    if not _is_tile(tile):
         raise ValueError(f"tile must be one of {TILES}; got {tile!r}")
     x, kernel = tf.convert_to_tensor(x), tf.convert_to_tensor(kernel)
     if not winograd_applies(x, kernel):

@@ -34,7 +34,7 @@ from robustgrad import checks
 from robustgrad.errors import ConfigError
 
 from .method_options import CONFIG_OPTIONS, check_applicable
-from .options import CONVOLUTION_MODES, recompute_mode
+from .options import convolution_mode, recompute_mode
 from .recipes import SETTING_KEYS, ResolvedSettings, method_defaults
 from .registry import get_method
 from .run_settings import SavedRun, resolve_run_settings
@@ -229,11 +229,9 @@ class ClassifierConfig:
         checks.positive_int(self.limit, "limit", minimum=2, allow_none=True)
         try:  # True/False: the earlier boolean flag, in old records
             object.__setattr__(self, "recompute", recompute_mode(self.recompute))
+            convolution_mode(self.convolutions)
         except (TypeError, ValueError) as error:
             raise ConfigError(str(error)) from None
-        if self.convolutions not in CONVOLUTION_MODES:
-            raise ConfigError(f"convolutions must be one of {', '.join(CONVOLUTION_MODES)}; "
-                              f"got {self.convolutions!r}")
 
 
     def _check_applicable(self) -> None:

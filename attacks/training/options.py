@@ -128,6 +128,20 @@ a wide 3x3 convolution on a CPU, equal to float rounding, ~1e-5 of the largest o
 float32), ``"auto"`` (``"winograd"`` when TensorFlow sees no GPU, else ``"direct"``)."""
 
 
+def convolution_mode(value: Any) -> str:
+    """``value`` if it is one of :data:`CONVOLUTION_MODES`; otherwise a ``ValueError`` (a
+    string) or ``TypeError`` naming ``convolutions`` and the accepted values.
+
+    >>> convolution_mode("winograd")
+    'winograd'
+    """
+    if value not in CONVOLUTION_MODES:
+        accepted = ", ".join(repr(m) for m in CONVOLUTION_MODES)
+        error = ValueError if isinstance(value, str) else TypeError
+        raise error(f"convolutions must be one of {accepted}; got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class UpdateOptions:
     """The gradient step: ``max_grad_norm`` (None: no clipping), ``weight_decay`` (coupled,
@@ -150,10 +164,7 @@ class UpdateOptions:
         object.__setattr__(self, "max_nonfinite_steps", _checks.positive_int(
             self.max_nonfinite_steps, "max_nonfinite_steps", minimum=0))
         object.__setattr__(self, "recompute", recompute_mode(self.recompute))
-        if self.convolutions not in CONVOLUTION_MODES:
-            accepted = ", ".join(repr(m) for m in CONVOLUTION_MODES)
-            error = ValueError if isinstance(self.convolutions, str) else TypeError
-            raise error(f"convolutions must be one of {accepted}; got {self.convolutions!r}")
+        convolution_mode(self.convolutions)
 
 
 @dataclass(frozen=True)
