@@ -43,6 +43,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._conv_args import _pairs, _stride  # as robustgrad.convolution reads them
+
 __all__ = ["MIN_WIDTH", "TILES", "winograd_applies", "winograd_conv2d", "winograd_pays"]
 
 # (B^T, G, A^T) of F(m x m, 3 x 3) for the output tile sizes m: interpolation points 0, 1, -1
@@ -154,9 +156,6 @@ def winograd_applies(x: Any, kernel: Any, strides: Any = 1, padding: Any = "SAME
         return False
     if dtype not in _DTYPES or kdtype != dtype:
         return False
-    # the arguments read as robustgrad.convolution reads them (imported here: it imports this)
-    from .convolution import _pairs, _stride
-
     if _stride(strides) != 1 or _stride(dilations) != 1:
         return False
     return _pairs(padding, 3, 3) == [[1, 1], [1, 1]]
