@@ -175,8 +175,6 @@ class RobustnessPlugin:
         return [], []
 
 
-_plain = tf.autograph.experimental.do_not_convert
-
 
 class _AxisOfOne(RobustnessPlugin):
     """The hooks of one seed's plug-in (written for ``[B, ...]``) on the seed axis of one
@@ -189,20 +187,20 @@ class _AxisOfOne(RobustnessPlugin):
         super().__init__(plugin.agent)
         self.plugin = plugin
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def perceive(self, obs: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         return self.plugin.perceive(obs[0], seed)[None]
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
         one = {k: v[0] for k, v in batch.items()}
         return self.plugin.shape_advantages(one, advantages[0])[None]
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         return self.plugin.regularizer_inputs(obs[0])
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         term, value = self.plugin.regularizer(obs[0], inputs)
         return term[None], value[None]

@@ -75,10 +75,6 @@ __all__ = ["CONVEX_BOUND", "HINGE_MARGIN", "INNER_METHODS", "AdversarialPlugin",
            "convex_margin_hinge", "convex_policy_regularizer", "policy_kl", "q_margin_hinge",
            "sa_dqn_observations", "sa_observations", "sa_policy_regularizer"]
 
-# the attack functions hold no tensor-dependent Python control flow and call the engine
-# (itself not converted): AutoGraph need not convert them inside the compiled updates
-_plain = tf.autograph.experimental.do_not_convert
-
 INNER_METHODS = ("pgd", "sgld", "convex")
 """Inner maximisers of the SA-PPO/SA-A2C regulariser (``robust_method``); SA-DQN takes ``"pgd"``
 or ``"convex"``."""
@@ -153,8 +149,11 @@ def sa_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, steps:
     steps of ``eps / steps``), ``"sgld"`` :func:`agents.robustness.observation_attacks.sgld_mad_attack`
     (the same steps with SA-PPO's Langevin noise)."""
     attack = {"pgd": oa.mad_attack, "sgld": oa.sgld_mad_attack}[method]
-    return tf.stop_gradient(_plain(attack)(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
-                                           seed=seed))
+    # the attack functions hold no tensor-dependent Python control flow and call the engine
+    # (itself not converted): AutoGraph need not convert them inside the compiled updates
+    search = tf.autograph.experimental.do_not_convert(attack)
+    return tf.stop_gradient(search(agent, tf.stop_gradient(obs), eps=eps, steps=steps,
+                                   seed=seed))
 
 
 def sa_policy_regularizer(agent: Agent, obs: tf.Tensor, obs_adv: tf.Tensor) -> tf.Tensor:
@@ -191,8 +190,9 @@ def sa_dqn_observations(agent: Agent, obs: tf.Tensor, eps: float | tf.Tensor, st
                        output_type=tf.int32)
     if method == "convex":
         return obs, greedy
-    obs_adv = tf.stop_gradient(_plain(oa.action_attack)(agent, obs, eps=eps, steps=steps,
-                                                step_size=eps / float(steps), seed=seed))
+    search = tf.autograph.experimental.do_not_convert(oa.action_attack)  # as in sa_observations
+    obs_adv = tf.stop_gradient(search(agent, obs, eps=eps, steps=steps,
+                                      step_size=eps / float(steps), seed=seed))
     return obs_adv, greedy
 
 
@@ -281,7 +281,8 @@ def adversarial_observations(agent: Agent, obs: tf.Tensor, attack: str, eps: flo
     finite = tf.math.is_finite(obs)
     safe = tf.where(finite, obs, tf.zeros_like(obs))
     kw = {} if attack == "random" else {"steps": steps, "step_size": eps / float(steps)}
-    adv = _plain(oa.attack_observations)(agent, safe, attack, eps=eps, seed=seed, **kw)
+    search = tf.autograph.experimental.do_not_convert(oa.attack_observations)  # as above
+    adv = search(agent, safe, attack, eps=eps, seed=seed, **kw)
     return tf.stop_gradient(tf.where(finite, adv, obs))
 
 

@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["WocaRPlugin", "admissible_actions", "check_wocar_agent", "state_importance",
            "worst_attack_target"]
 
-_plain = tf.autograph.experimental.do_not_convert
-
 
 def admissible_actions(surface: PolicySurface, obs: tf.Tensor, eps: float | tf.Tensor,
                        method: str = "ibp") -> tf.Tensor:
@@ -427,7 +425,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         return loss
 
     # -- the plug-in hooks ---------------------------------------------------------------------
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def shape_advantages(self, batch: dict, advantages: tf.Tensor) -> tf.Tensor:
         """Fit the worst-attack critic on the rollout, then ``n(A) + w · n(Q_w^-(s, a))``; and
         the regulariser's inputs for the whole rollout (:meth:`rollout_regularizer_inputs`),
@@ -485,7 +483,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         clean, obs_adv, importance = inputs
         return clean, _surface(self.agent).normalize(obs_adv), importance
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
         """The rollout's inputs kept by :meth:`shape_advantages` when called in the same
         compiled update (the term is then the rollout's mean, whatever the minibatch); else
@@ -495,7 +493,7 @@ class WocaRPlugin(_WorstCaseWeighted):
             return kept[1]
         return self._network_inputs(self.rollout_regularizer_inputs(obs))
 
-    @_plain
+    @tf.autograph.experimental.do_not_convert
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
         if inputs is None:
             return super().regularizer(obs, inputs)
