@@ -15,7 +15,9 @@ of medians with each WocaR variant's CPU ratio to vanilla's::
     python benchmarks/robust_rl_wocar_cpu.py --seeds 0 1 2 --threads 1 \\
         --tree before=/tmp/snap_before --tree after=/tmp/snap_after
 
-A run alone: ``--run wocar --seed 0`` (``--run vanilla``). Timed figures go in
+``--variant LABEL=JSON`` runs a WocaR variant of this tree with more ``agents.WocaR`` fields (a
+JSON object), e.g. ``--variant 'warmup75={"warmup": 0.75}'``; ``--bound default`` leaves the
+bound at WocaR's default (IBP). A run alone: ``--run wocar --seed 0`` (``--run vanilla``). Timed figures go in
 docs/benchmarks/robust-rl.md with the command, the date, the load and the commit.
 """
 
@@ -54,8 +56,10 @@ def _digest(arrays) -> str:
     return _weights_digest()(arrays)
 
 
-def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None) -> dict:
-    """Train one agent in this process; its timings and weight digest as a dict."""
+def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None,
+            fields: dict | None = None) -> dict:
+    """Train one agent in this process; its timings and weight digest as a dict. ``fields``:
+    more ``agents.WocaR`` fields of a WocaR run."""
     import tensorflow as tf
 
     if threads:
@@ -63,8 +67,8 @@ def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | 
         tf.config.threading.set_inter_op_parallelism_threads(max(threads, 2))
     import agents
 
-    kw = {} if kind == "vanilla" else {
-        "robust": agents.WocaR(eps=0.05, **({} if bound is None else {"bound": bound}))}
+    extra = dict(fields or {}) if bound is None else {**(fields or {}), "bound": bound}
+    kw = {} if kind == "vanilla" else {"robust": agents.WocaR(eps=0.05, **extra)}
     agent = agents.PPO(env="CartPole-v1", seed=seed, backend="graph", **kw)
     marks: list[float] = []
 
@@ -99,32 +103,52 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
                    help="a WocaR variant run with PYTHONPATH=PATH (default: this process's)")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
+                   help="a WocaR variant of this tree with more agents.WocaR fields (a JSON "
+                        "object), e.g. 'warmup75={\"warmup\": 0.75}'")
+    p.add_argument("--fields", default=None, help="with --run: the WocaR fields (JSON object)")
     p.add_argument("--vanilla-tree", default=None,
                    help="PYTHONPATH of the vanilla runs (default: this process's)")
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args(argv)
     bound = None if args.bound == "default" else args.bound
     if args.run:
-        print(json.dumps(one_run(args.run, args.seed, args.steps, bound, args.threads)),
+        fields = None if args.fields is None else json.loads(args.fields)
+        print(json.dumps(one_run(args.run, args.seed, args.steps, bound, args.threads, fields)),
               flush=True)
         return 0
-    trees = [t.partition("=")[::2] for t in args.tree] or [("wocar", None)]
+    variants = []
+    for v in args.variant:
+        label, _, text = v.partition("=")
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as exc:
+            p.error(f"--variant {v!r}: the fields are not JSON ({exc})")
+        if not label or not isinstance(fields, dict):
+            p.error(f"--variant {v!r}: expected LABEL={{...}} (a JSON object of agents.WocaR "
+                    f"fields)")
+        variants.append((label, None, fields))
+    trees = [(*t.partition("=")[::2], None) for t in args.tree]
+    trees = trees + variants or [("wocar", None, None)]
     rows = []
     for seed in args.seeds:
         for label, kind, path in [("vanilla", "vanilla", args.vanilla_tree)] + \
-                [(lab, "wocar", pth) for lab, pth in trees]:
+                [(lab, "wocar", pth) for lab, pth, _ in trees]:
             env = dict(os.environ)
             if path:
                 env["PYTHONPATH"] = path
             cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--seed", str(seed),
                    "--steps", str(args.steps), "--bound", args.bound,
                    "--threads", str(args.threads)]
+            fields = next((f for lab, _, f in trees if lab == label), None)
+            if fields is not None:
+                cmd += ["--fields", json.dumps(fields)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             row = json.loads(out.stdout.strip().splitlines()[-1])
             row["label"] = label
             rows.append(row)
             print(json.dumps(row), flush=True)
-    labels = ["vanilla"] + [lab for lab, _ in trees]
+    labels = ["vanilla"] + [lab for lab, _, _ in trees]
     van = np.median([r["cpu_s"] for r in rows if r["label"] == "vanilla"])
     print("\n| run | CPU s per seed | median CPU s | ratio to vanilla | steady ms | first iter s |")
     print("|---|---|---|---|---|---|")
