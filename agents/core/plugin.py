@@ -175,7 +175,6 @@ class RobustnessPlugin:
         return [], []
 
 
-
 class _AxisOfOne(RobustnessPlugin):
     """The hooks of one seed's plug-in (written for ``[B, ...]``) on the seed axis of one
     (``[1, B, ...]``): each takes ``x[0]`` and gives its tensors back with the axis of one.
