@@ -16,9 +16,10 @@ of medians with each WocaR variant's CPU ratio to vanilla's::
         --tree before=/tmp/snap_before --tree after=/tmp/snap_after
 
 ``--variant LABEL=JSON`` runs a WocaR variant of this tree with more ``agents.WocaR`` fields (a
-JSON object), e.g. ``--variant 'warmup75={"warmup": 0.75}'``; ``--bound default`` leaves the
-bound at WocaR's default (IBP). A run alone: ``--run wocar --seed 0`` (``--run vanilla``). Timed figures go in
-docs/benchmarks/robust-rl.md with the command, the date, the load and the commit.
+JSON object, its ``bound`` before ``--bound``), e.g. ``--variant 'warmup75={"warmup": 0.75}'``;
+``--bound default`` leaves the bound at WocaR's default (IBP). A run alone: ``--run wocar --seed
+0`` (``--run vanilla``). Timed figures go in docs/benchmarks/robust-rl.md with the command, the
+date, the load and the commit.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _digest(arrays) -> str:
 def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None,
             fields: dict | None = None) -> dict:
     """Train one agent in this process; its timings and weight digest as a dict. ``fields``:
-    more ``agents.WocaR`` fields of a WocaR run."""
+    more ``agents.WocaR`` fields of a WocaR run (a ``bound`` there wins over ``bound``)."""
     import tensorflow as tf
 
     if threads:
@@ -67,8 +68,8 @@ def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | 
         tf.config.threading.set_inter_op_parallelism_threads(max(threads, 2))
     import agents
 
-    extra = dict(fields or {}) if bound is None else {**(fields or {}), "bound": bound}
-    kw = {} if kind == "vanilla" else {"robust": agents.WocaR(eps=0.05, **extra)}
+    settings = ({} if bound is None else {"bound": bound}) | (fields or {})
+    kw = {} if kind == "vanilla" else {"robust": agents.WocaR(eps=0.05, **settings)}
     agent = agents.PPO(env="CartPole-v1", seed=seed, backend="graph", **kw)
     marks: list[float] = []
 
@@ -128,19 +129,19 @@ def main(argv=None) -> int:
             p.error(f"--variant {v!r}: expected LABEL={{...}} (a JSON object of agents.WocaR "
                     f"fields)")
         variants.append((label, None, fields))
-    trees = [(*t.partition("=")[::2], None) for t in args.tree]
-    trees = trees + variants or [("wocar", None, None)]
+    # (label, PYTHONPATH, WocaR fields) of each WocaR run
+    trees = [(*t.partition("=")[::2], None) for t in args.tree] + variants or \
+        [("wocar", None, None)]
     rows = []
     for seed in args.seeds:
-        for label, kind, path in [("vanilla", "vanilla", args.vanilla_tree)] + \
-                [(lab, "wocar", pth) for lab, pth, _ in trees]:
+        for label, kind, path, fields in [("vanilla", "vanilla", args.vanilla_tree, None)] + \
+                [(lab, "wocar", pth, flds) for lab, pth, flds in trees]:
             env = dict(os.environ)
             if path:
                 env["PYTHONPATH"] = path
             cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--seed", str(seed),
                    "--steps", str(args.steps), "--bound", args.bound,
                    "--threads", str(args.threads)]
-            fields = next((f for lab, _, f in trees if lab == label), None)
             if fields is not None:
                 cmd += ["--fields", json.dumps(fields)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
