@@ -328,6 +328,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_importance": _flag,
     "wocar_weight_over_run": _flag,
     "wocar_search_per_rollout": _flag,
+    "wocar_smoothness_every": lambda v, n: positive_int(v, n, maximum=1000),
     "wocar_double": _flag,
     "wocar_search_steps": lambda v, n: positive_int(v, n, minimum=0, maximum=1000),
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
@@ -433,6 +434,13 @@ class RobustFields:
     wocar_search_per_rollout: bool | None = None
     """PPO/A2C: whether the smoothness term's search runs once per rollout instead of on every
     minibatch of every epoch (SA-PPO's and the paper's code). ``None``: ``True``."""
+    wocar_smoothness_every: int | None = None
+    """PPO/A2C: the smoothness term on update steps ``0, k, 2k, ...`` of each iteration's
+    update, weighted so the update's weights sum to its steps (the steps between skip the
+    policy's pass on ``s_hat``; :meth:`agents.robustness.wocar.WocaRPlugin.regularizer`), in
+    [1, 1000]. ``None``: 2 on a discrete policy, 1 on Box actions
+    (:attr:`agents.WocaR.DEFAULTS`); an agent saved before the field existed: 1, as it
+    trained."""
     wocar_double: bool | None = None
     """Whether the worst admissible next action of the worst-attack target is chosen by the
     critic ``Q_w`` and valued by its target copy (the paper's code; Double DQN's decoupling: a
@@ -596,22 +604,28 @@ class RobustFields:
 
 def on_policy_saved_fields(saved: dict) -> dict:
     """A saved on-policy (PPO, A2C) config dict as this version reads it: those of
-    :meth:`RobustFields.saved_fields`, and a ``robust="wocar"`` agent saved before
+    :meth:`RobustFields.saved_fields`; a ``robust="wocar"`` agent saved before
     ``wocar_search_steps`` existed keeps the worst-attack critic's budget it trained with, 4
     epochs of 4 minibatches, where it left the field unset (on Box actions today's defaults are
-    10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`). ``OnPolicyConfig.saved_fields``.
+    10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`); one saved before ``wocar_smoothness_every``
+    existed keeps the smoothness term on every update step (today's discrete default: every
+    other). ``OnPolicyConfig.saved_fields``.
 
     >>> on_policy_saved_fields({"robust": "wocar", "wocar_q_epochs": None})
-    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4}
-    >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None}
-    >>> on_policy_saved_fields(new)["wocar_q_epochs"] is None   # saved by this version
+    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4, 'wocar_smoothness_every': 1}
+    >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None,
+    ...        "wocar_smoothness_every": None}
+    >>> on_policy_saved_fields(new) == new   # saved by this version
     True
     """
     out = RobustFields.saved_fields(saved)
-    if out.get("robust") != "wocar" or "wocar_search_steps" in out:
+    if out.get("robust") != "wocar":
         return out
     out = dict(out)
-    for name in ("wocar_q_epochs", "wocar_q_minibatches"):
-        if out.get(name) is None:
-            out[name] = 4
+    if "wocar_search_steps" not in out:
+        for name in ("wocar_q_epochs", "wocar_q_minibatches"):
+            if out.get(name) is None:
+                out[name] = 4
+    if "wocar_smoothness_every" not in out:
+        out["wocar_smoothness_every"] = 1
     return out

@@ -57,21 +57,29 @@ the variant chosen by the agent (a Q-learner, a discrete or a Box-action actor-c
    values normalised to mean 1 over the batch (:func:`state_importance`): smoothness is asked
    most where the choice of action matters most. ``s_hat``, ``ω`` and the clean side of the KL
    are computed once per rollout, on all of its states (:meth:`WocaRPlugin.
-   rollout_regularizer_inputs`); every update step differentiates ``pi(.|s_hat)`` through the
-   current weights (SA-PPO and the paper's code search again on every minibatch of every epoch:
-   with the CartPole preset's 20 epochs that search was ~70% of WocaR's training CPU).
+   rollout_regularizer_inputs`); the update differentiates ``pi(.|s_hat)`` through the
+   current weights on every other step, the term weighted twice (``smoothness_every``: steps
+   ``0, k, 2k, ...`` of each update, weighted so an update's weights sum to its steps; 1 on Box
+   actions, where every other step was not tried). SA-PPO and the paper's code search again on
+   every minibatch of every epoch (with the CartPole preset's 20 epochs that search was ~70% of
+   WocaR's training CPU) and take the term on every step (on CartPole, 20 forward and
+   backward passes on ``s_hat`` per rollout were ~45% of what WocaR added to PPO's CPU; every
+   other step kept the 200k-step worst case: docs/benchmarks/robust-rl.md).
 
 The cost (CartPole preset, 100k steps, tracing included, 2026-12-04 on the shared 2-core
 machine, docs/benchmarks/robust-rl.md): 1.46x vanilla PPO's training CPU (one seed; 1.64x the
 median of 3 seeds at load ~2.6) with the search once per rollout, 2.77x with the search per
 minibatch; per rollout of 256 steps the worst-attack critic's 16 steps
 cost ~8.5 ms, the admissible sets (IBP, 256 states) ~0.9 ms, one 10-step search ~5.4 ms, against
-~2 ms for one PPO gradient step.
+~2 ms for one PPO gradient step. At 200k steps, two seeds, measured side by side on a quiet
+machine (2026-12-06): 1.41x vanilla's with the smoothness term on every other update step (the
+discrete default), 1.47x with it on every step.
 
 Every setting is a field of the typed config :class:`agents.WocaR` (flat ``wocar_*`` fields of
 the agent's config, checked with the others; ``None`` takes :attr:`agents.WocaR.DEFAULTS`):
 where the paper's PPO code differs from the defaults here, it is one of them
-(``admissible_eps``, ``importance``, ``weight_over_run``, ``search_per_rollout``, the critic's
+(``admissible_eps``, ``importance``, ``weight_over_run``, ``search_per_rollout``,
+``smoothness_every``, the critic's
 ``q_epochs``, ``q_minibatches``, ``q_lr``, ``tau``; screened against Robust Sarsa on CartPole in
 docs/benchmarks/robust-rl.md).
 

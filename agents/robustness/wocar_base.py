@@ -19,6 +19,7 @@ as a whole, its settings and costs, in :mod:`agents.robustness.wocar`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -354,6 +355,13 @@ class WocaRPlugin(_WorstCaseWeighted):
         self._stats = self._stat_variables(("wocar_q_loss", "wocar_worst_q",
                                             "wocar_admissible"))
         self._rollout_inputs: tuple[Any, tuple[tf.Tensor, ...]] | None = None
+        # the update steps taken since the iteration's shape_advantages (spec.smoothness_every);
+        # reset there, so a resumed run counts as one that was never stopped
+        self._update_steps = tf.Variable(0, trainable=False, dtype=tf.int64,
+                                         name="wocar_update_steps")
+        cfg = agent.config  # PPO: epochs x minibatches per update; A2C: one step
+        self.steps_per_update = int(getattr(cfg, "n_epochs", 1)) * \
+            int(getattr(cfg, "n_minibatches", 1))
 
     # -- the worst-attack critic ----------------------------------------------------------------
     def _fit_critic(self, batch: dict, admissible: tf.Tensor) -> tf.Tensor:
@@ -445,6 +453,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         if self.spec.search_per_rollout:
             self._rollout_inputs = (_current_graph(), self._network_inputs(
                 self.rollout_regularizer_inputs(batch["obs"], q_obs)))
+        self._update_steps.assign(0)
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def rollout_regularizer_inputs(self, obs: tf.Tensor,
@@ -495,8 +504,30 @@ class WocaRPlugin(_WorstCaseWeighted):
 
     @tf.autograph.experimental.do_not_convert
     def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(kappa · term, term)`` of :meth:`smoothness_term` on update steps ``0, k, 2k, ...``
+        of each iteration's update (``k = spec.smoothness_every``; counted from
+        :meth:`shape_advantages`), both weighted ``n / ceil(n / k)`` (``n``:
+        :attr:`steps_per_update`), so the weights of an update sum to ``n`` as with the term on
+        every step; the steps between give zeros and skip the policy's pass on ``s_hat``,
+        forward and backward. ``k = 1``, or an update of one step (A2C): every step, weight 1."""
         if inputs is None:
-            return super().regularizer(obs, inputs)
+            return ScheduledPlugin.regularizer(self, obs, inputs)
+        every, n = self.spec.smoothness_every, self.steps_per_update
+        if every == 1 or n == 1:
+            return self.smoothness_term(obs, inputs)
+        weight = n / math.ceil(n / every)
+        step = self._update_steps.assign_add(1) - 1
+        lead = [] if self.num_seeds == 1 else [self.num_seeds]
+
+        def on() -> tuple[tf.Tensor, tf.Tensor]:
+            loss, term = self.smoothness_term(obs, inputs)
+            return weight * loss, weight * term
+
+        return tf.cond(tf.equal(step % every, 0), on, lambda: (tf.zeros(lead), tf.zeros(lead)))
+
+    def smoothness_term(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(kappa · term, term)``: ``term = mean_s ω(s) · KL(pi(.|s) || pi(.|s_hat))`` from
+        the inputs of :meth:`regularizer_inputs` (``[S]`` on the seed axis)."""
         clean, x_adv, importance = inputs
         adv = tf.nn.log_softmax(_surface(self.agent).network(x_adv))
         kl = tf.reduce_sum(tf.exp(clean) * (clean - adv), axis=-1)

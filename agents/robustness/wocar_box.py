@@ -42,7 +42,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from agents.robustness.certify import output_bounds
-from agents.robustness.robust import ScheduledPlugin, sa_observations
+from agents.robustness.robust import sa_observations
 from agents.robustness.wocar_base import (
     WocaRPlugin,
     _current_graph,
@@ -298,6 +298,7 @@ class WocaRBoxPlugin(WocaRPlugin):
         if self.spec.search_per_rollout and self.schedule.target_kappa > 0.0:
             self._rollout_inputs = (_current_graph(),
                                     self.rollout_regularizer_inputs(batch["obs"]))
+        self._update_steps.assign(0)
         return _standardize(advantages) + self.weight * _standardize(worst)
 
     def regularizer_inputs(self, obs: tf.Tensor) -> Any:
@@ -327,9 +328,9 @@ class WocaRBoxPlugin(WocaRPlugin):
             importance = tf.ones(tf.shape(obs)[:-1])
         return mean, log_std, obs_adv, importance
 
-    def regularizer(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
-        if inputs is None:
-            return ScheduledPlugin.regularizer(self, obs, inputs)
+    def smoothness_term(self, obs: tf.Tensor, inputs: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(kappa · term, term)``, ``term`` the importance-weighted KL between the Gaussian
+        policies at ``s`` and ``s_hat`` (the discrete plug-in's :meth:`regularizer` calls it)."""
         mean, log_std, obs_adv, importance = inputs
         std = tf.exp(self.surface.per_row(log_std)) * tf.ones_like(mean)
         clean = tfd.Independent(tfd.Normal(mean, std), reinterpreted_batch_ndims=1)

@@ -155,14 +155,15 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
     typed = agents.WocaR(eps=0.05, weight=0.4, bound="crown", kappa=0.2, steps=3, method="sgld",
                          warmup=0.5, admissible_eps=0.01, importance=False,
                          weight_over_run=True, search_per_rollout=False, double=True,
-                         search_steps=3, q_epochs=2,
+                         smoothness_every=3, search_steps=3, q_epochs=2,
                          q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
             cfg.wocar_double, cfg.wocar_search_steps, cfg.wocar_q_epochs,
-            cfg.wocar_q_minibatches, cfg.wocar_q_lr, cfg.wocar_tau, cfg.wocar_gamma) == \
-        (0.5, 0.75, 0.01, False, True, False, True, 3, 2, 8, 4e-4, 0.001, 0.995)
+            cfg.wocar_q_minibatches, cfg.wocar_q_lr, cfg.wocar_tau, cfg.wocar_gamma,
+            cfg.wocar_smoothness_every) == \
+        (0.5, 0.75, 0.01, False, True, False, True, 3, 2, 8, 4e-4, 0.001, 0.995, 3)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
@@ -178,10 +179,11 @@ def test_unset_wocar_settings_take_wocars_defaults():
     spec = PPOConfig(robust="wocar", robust_eps=0.05).robust_spec.resolved()
     assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
             spec.weight_over_run, spec.search_per_rollout, spec.double, spec.search_steps,
-            spec.q_epochs, spec.q_minibatches, spec.q_lr, spec.tau) == \
-        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01)
+            spec.q_epochs, spec.q_minibatches, spec.q_lr, spec.tau, spec.smoothness_every) == \
+        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01, 2)
     box = PPOConfig(robust="wocar", robust_eps=0.2).robust_spec.resolved(box=True)
-    assert (box.q_epochs, box.q_minibatches, box.weight) == (10, 32, 0.8)
+    assert (box.q_epochs, box.q_minibatches, box.weight, box.smoothness_every) == \
+        (10, 32, 0.8, 1)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
         (0.3, 0.75, 1e-3, 10, "crown-ibp")
@@ -195,7 +197,7 @@ def test_the_plugins_read_typed_settings():
     assert settings == configs.WocaRSettings(
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, search_steps=10,
-        q_epochs=3, q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9)
+        q_epochs=3, q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9, smoothness_every=2)
     assert agents.WocaR().settings(value_based=True).weight == 0.3
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
@@ -267,6 +269,27 @@ def test_box_wocar_fits_its_critic_10_x_32_per_rollout_and_a_box_agent_saved_bef
     assert agents.load(tmp_path / "a").robustness.spec.q_minibatches == 8
 
 
+def test_an_agent_saved_before_smoothness_every_existed_keeps_the_term_on_every_step(tmp_path):
+    """A discrete WocaR agent saved now keeps the default (every other step) unset; one whose
+    config has no ``wocar_smoothness_every`` (the previous version's) loads with 1, the term on
+    every step as it trained; a value its user set is kept."""
+    agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None, seed=0,
+                       robust=agents.WocaR(eps=0.05))
+    agent.save(tmp_path / "a")
+    path = tmp_path / "a" / "config.json"
+    saved = json.loads(path.read_text())
+    assert saved["wocar_smoothness_every"] is None
+    assert agents.load(tmp_path / "a").robustness.spec.smoothness_every == 2
+    del saved["wocar_smoothness_every"]  # as the previous version wrote it
+    path.write_text(json.dumps(saved))
+    before = agents.load(tmp_path / "a")
+    assert (before.config.wocar_smoothness_every, before.robustness.spec.smoothness_every) == \
+        (1, 1)
+    saved["wocar_smoothness_every"] = 3  # set by its user: kept
+    path.write_text(json.dumps(saved))
+    assert agents.load(tmp_path / "a").robustness.spec.smoothness_every == 3
+
+
 def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_trained_with(
         tmp_path):
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
@@ -321,6 +344,8 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
      "wocar_q_minibatches must be an int in [1, 65536], got 1000000"),
     (dict(robust="wocar", wocar_search_steps=-1),
      "wocar_search_steps must be an int in [0, 1000], got -1"),
+    (dict(robust="wocar", wocar_smoothness_every=0),
+     "wocar_smoothness_every must be an int in [1, 1000], got 0"),
     (dict(robust="wocar", wocar_q_lr=2.0), "wocar_q_lr must be a number in (0, 1], got 2.0"),
     (dict(robust="wocar", wocar_tau=float("nan")), "wocar_tau must be a number in (0, 1], got nan"),
     (dict(robust="wocar", wocar_weight=1e4), "wocar_weight must be a number in [0, 1000], got "
@@ -409,6 +434,9 @@ def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(e
     (dict(robust="wocar", wocar_search_steps=5),
      "wocar_search_steps: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
      "which WocaR-DQN does not read, got wocar_search_steps=5"),
+    (dict(robust="wocar", wocar_smoothness_every=2),
+     "wocar_smoothness_every: a setting of WocaR-PPO/A2C (its rollout critic and smoothness "
+     "term), which WocaR-DQN does not read, got wocar_smoothness_every=2"),
     (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
     (dict(robust="wocar", wocar_term="hinge"),
      "wocar_term must be one of ('spread', 'margin'), got 'hinge'"),
@@ -754,6 +782,56 @@ def test_wocar_ppo_on_box_actions_learns_pendulum_and_its_worst_case_is_below_th
     worst = plugin.worst_next_values(obs, a_star, clean).numpy()
     assert (worst <= plugin.q_at(obs, clean).numpy() + 1e-6).all()
     assert worst.mean() < agent.value(obs).numpy().mean()
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_the_smoothness_term_runs_on_update_steps_0_k_2k_weighted_to_the_updates_steps(every):
+    """``smoothness_every = k``: of an update's ``n`` steps (here 5, counted from the rollout's
+    ``shape_advantages``), steps 0, k, 2k, ... take the term and its gradient times
+    ``n / ceil(n / k)`` (so the update's weights sum to ``n``, as with the term on every step);
+    the steps between give 0 and no gradient to the policy; ``k = 1``: every step, once."""
+    agent = agents.PPO(env="CartPole-v1", seed=0, num_envs=2, n_steps=8, n_epochs=5,
+                       n_minibatches=1, preset=None,
+                       robust=agents.WocaR(eps=0.05, warmup=0.0, kappa=0.5,
+                                           smoothness_every=every))
+    plugin = agent.robustness
+    assert plugin.steps_per_update == 5
+    obs = tf.constant(np.random.default_rng(0).normal(size=[6, 4]).astype(np.float32))
+    inputs = plugin.regularizer_inputs(obs)
+    variables = wocar_base._surface(agent).network.trainable_variables
+    with tf.GradientTape() as tape:
+        loss_one, term_one = plugin.smoothness_term(obs, inputs)
+    grads_one = tape.gradient(loss_one, variables)
+    assert float(loss_one) > 0.0 and float(term_one) > 0.0
+    weights = [1.0] * 5 if every == 1 else [2.5, 0.0, 0.0, 2.5, 0.0]  # steps 0 and 3
+    plugin._update_steps.assign(0)  # as shape_advantages does before each update
+    for k in weights:
+        with tf.GradientTape() as tape:
+            loss, term = plugin.regularizer(obs, inputs)
+        grads = tape.gradient(loss, variables, unconnected_gradients="zero")
+        np.testing.assert_allclose([float(loss), float(term)],
+                                   [k * float(loss_one), k * float(term_one)], rtol=1e-6)
+        for g, g_one in zip(grads, grads_one, strict=True):
+            # float32 sums in another order: to 1e-3 of the gradient's scale (zeros exactly)
+            np.testing.assert_allclose(g.numpy(), k * g_one.numpy(), rtol=0,
+                                       atol=1e-3 * k * float(np.abs(g_one.numpy()).max()))
+    # a real update: the count restarts at each rollout and ends at its number of steps
+    agent.learn(32, progress_bar=False)
+    assert int(plugin._update_steps.numpy()) == (5 if every > 1 else 0)
+
+
+def test_an_update_of_one_step_takes_the_smoothness_term_on_every_step():
+    """A2C's update is one step: ``smoothness_every`` 2 (the discrete default) leaves the term
+    on every step, unweighted."""
+    agent = agents.A2C(env="CartPole-v1", seed=0, num_envs=2, n_steps=4, preset=None,
+                       robust=agents.WocaR(eps=0.05, warmup=0.0, kappa=0.5))
+    plugin = agent.robustness
+    assert (plugin.spec.smoothness_every, plugin.steps_per_update) == (2, 1)
+    obs = tf.constant(np.random.default_rng(1).normal(size=[6, 4]).astype(np.float32))
+    inputs = plugin.regularizer_inputs(obs)
+    once = [float(x) for x in plugin.smoothness_term(obs, inputs)]
+    for _ in range(3):
+        assert [float(x) for x in plugin.regularizer(obs, inputs)] == once
 
 
 def test_box_wocar_with_kappa_zero_runs_no_search(monkeypatch):
