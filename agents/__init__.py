@@ -6,7 +6,7 @@ Builds on :mod:`robustgrad` and :mod:`attacks`.
 # public re-exports (ruff: F401 is expected here)
 from agents.algorithms.a2c import A2C  # noqa: F401
 from agents.algorithms.dqn import DQN  # noqa: F401
-from agents.algorithms.many import summarize_runs, train_many  # noqa: F401
+from agents.algorithms.many import probability_of_improvement, summarize_runs, train_many  # noqa: F401
 from agents.algorithms.ppo import PPO  # noqa: F401
 from agents.algorithms.registry import ALGORITHM_NAMES, ALGORITHMS, algorithm  # noqa: F401
 from agents.algorithms.reinforce import REINFORCE  # noqa: F401
@@ -43,6 +43,6 @@ __all__ = [
     "ObservationAttack", "ObservationAttackWrapper", "PPO", "PPOConfig", "PolicySurface", "REINFORCE",
     "REINFORCEConfig", "RobustMethod", "SA", "SeedsResult", "TensorBoardCallback", "TrainedAgent", "VecEnv",
     "WocaR", "algorithm", "atla", "attack_observations", "evaluate_under_attack", "fit_q_pi", "graph_env",
-    "load", "load_adversary", "make_vec_env", "robust", "summarize_runs", "train_adversary", "train_agent",
-    "train_many", "train_seeds", "wocar"
+    "load", "load_adversary", "make_vec_env", "probability_of_improvement", "robust", "summarize_runs",
+    "train_adversary", "train_agent", "train_many", "train_seeds", "wocar"
 ]

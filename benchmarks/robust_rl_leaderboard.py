@@ -8,7 +8,9 @@ seed, a PPO agent is trained on ``--env`` (the preset, ``--steps``) with the met
 Per agent, the *worst case* at an eps is the lowest median return over the attacks there. Per
 method, over seeds: natural and worst-case return (at ``--main-eps``) as median and IQM, each
 with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_runs``,
-rliable-style), the median return under each attack, and the median training CPU seconds.
+rliable-style), the median return under each attack, the median training CPU seconds, and for
+each pair of methods the probability that a seed of one has the higher worst case (rliable's
+probability of improvement, with its bootstrap interval).
 
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
 ``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents.
@@ -220,8 +222,10 @@ def run_agent(method: str, seed: int, args) -> dict:
 def leaderboard(rows: list[dict], main_eps: float) -> dict:
     """Per method: natural and worst case (at ``main_eps``) summaries over seeds (median, IQM,
     bootstrap intervals), each attack's median over seeds and how many seeds it has, the median
-    training CPU seconds. Methods are :func:`label`'s names (WocaR's settings apart)."""
-    from agents.algorithms.many import summarize_runs
+    training CPU seconds, and ``"beats"``: for every other method, the probability that a seed
+    of this method has the higher worst case (``agents.probability_of_improvement``, with its
+    bootstrap interval). Methods are :func:`label`'s names (WocaR's settings apart)."""
+    from agents.algorithms.many import probability_of_improvement, summarize_runs
 
     out = {}
     for method in dict.fromkeys(label(r) for r in rows):
@@ -237,6 +241,10 @@ def leaderboard(rows: list[dict], main_eps: float) -> dict:
             "attacks": {k: float(np.median(v)) for k, v in per_attack.items()},
             "attack_seeds": {k: len(v) for k, v in per_attack.items()},
             "train_cpu_seconds": float(np.median([r["train_cpu_seconds"] for r in mine]))}
+    worst = {m: [r["worst"][str(float(main_eps))] for r in rows if label(r) == m] for m in out}
+    for m in out:
+        out[m]["beats"] = {o: probability_of_improvement(worst[m], worst[o])
+                           for o in out if o != m}
     return out
 
 
@@ -255,6 +263,12 @@ def print_table(board: dict, main_eps: float) -> None:
             f"{a} {v:.1f}" + ("" if b["attack_seeds"][a] == n else
                               f" ({b['attack_seeds'][a]} seeds)")
             for a, v in b["attacks"].items()))
+    methods = list(board)
+    for i, m in enumerate(methods):  # one line per pair: P(n > m) is 1 - P(m > n)
+        for n in methods[i + 1:]:
+            pi = board[m]["beats"][n]
+            print(f"P({m} > {n}) worst@{main_eps} = {pi['p']:.2f} "
+                  f"[{pi['ci'][0]:.2f}, {pi['ci'][1]:.2f}] ({pi['n_x']} and {pi['n_y']} seeds)")
 
 
 def plot(rows: list[dict], path: str, env: str) -> None:
