@@ -187,7 +187,7 @@ def test_graph_dqn_one_call_iteration_equals_collect_then_train_calls():
 def test_graph_dqn_learns_cartpole_quickly():
     agent = agents.DQN(env="CartPole-v1", backend="graph", seed=0, train_freq=64,
                        gradient_steps=32, hidden_sizes=(64, 64))  # the preset, smaller
-    agent.learn(12_000, progress_bar=False)
+    agent.learn(6_000, progress_bar=False)  # measured: mean ~92 (seed 0), ~90 (seed 1)
     assert np.mean(agent.episode_returns) > 60  # random policy ~22
 
 
@@ -232,7 +232,7 @@ def test_graph_agent_saves_loads_and_resumes_from_a_fresh_env_reset(tmp_path):
 
 def test_graph_ppo_learns_cartpole_quickly():
     agent = agents.PPO(env="CartPole-v1", backend="graph", seed=0)  # the preset
-    agent.learn(16_384, progress_bar=False)
+    agent.learn(8_192, progress_bar=False)  # measured: mean ~100 (seed 0), ~144 (seed 1)
     assert np.mean(agent.episode_returns) > 60  # random policy ~22
 
 

@@ -665,14 +665,16 @@ def test_a_policy_network_the_engine_cannot_bound_is_refused_naming_the_layer():
                                "must have shape [8, out], got [3, 2])")
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_train_agent_trains_wocar_on_pendulum(algo, tmp_path):
+@pytest.mark.parametrize("algo,steps", [("ppo", 2048), ("a2c", 80)])
+def test_train_agent_trains_wocar_on_pendulum(algo, steps, tmp_path):
     """Issue 37: ``train-agent --robust wocar`` on a Box action space trains WocaR-PPO/A2C for
-    Box actions and saves its worst-attack critic ``[d + k] -> [1]`` with the agent."""
+    Box actions and saves its worst-attack critic ``[d + k] -> [1]`` with the agent. Two
+    rollouts' worth for A2C (no Pendulum preset: 8 envs x 5 steps), one for PPO (its preset's
+    4 x 512): each rollout fits the critic 10 x 32 times."""
     from robustgrad import cli
 
     out = tmp_path / "run"
-    assert cli.main(["train-agent", "--algo", algo, "--env", "Pendulum-v1", "--steps", "2048",
+    assert cli.main(["train-agent", "--algo", algo, "--env", "Pendulum-v1", "--steps", str(steps),
                      "--out", str(out), "--robust", "wocar", "--eps", "0.2"]) == 0
     agent = agents.load(str(out))
     assert type(agent.robustness).__name__ == "WocaRBoxPlugin"
@@ -958,18 +960,19 @@ def test_the_dqn_worst_case_term_takes_ibp_bounds_whatever_bound_chooses_the_set
 
 
 def test_wocar_dqn_learns_cartpole_and_its_worst_attack_value_is_below_the_natural_one():
-    """A short real run (graph backend, 8k steps, a 64-64 Q-network, 32 gradient steps per
+    """A short real run (graph backend, 6k steps, a 64-64 Q-network, 32 gradient steps per
     64 env steps): the agent learns well above random (~22), the schedule's weight and the
     worst-attack network's logs are sane, and on the states the greedy policy visits the
     worst-attack value ``min_{a in A_adv(s)} Q_w(s, a)`` is below the natural ``max_a Q(s, a)``."""
     agent = agents.DQN(env="CartPole-v1", seed=0, backend="graph", hidden_sizes=(64, 64),
                        train_freq=64, gradient_steps=32, robust=agents.WocaR(eps=0.02))
     logs = []
-    agent.learn(8192, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    agent.learn(6144, progress_bar=False, callbacks=lambda _, entry: logs.append(entry))
+    # measured after 6,144 steps: mean return ~94, greedy evaluation ~78 (seed 1: ~127, ~73)
     assert np.mean(agent.episode_returns) > 45.0, agent.episode_returns  # random play: ~22
     assert agent.evaluate(5, seed=3)["mean_return"] > 45.0
     last = logs[-1]
-    assert last["wocar_weight"] == pytest.approx(0.3 * min(1.0, last["steps"] / (0.75 * 8192)),
+    assert last["wocar_weight"] == pytest.approx(0.3 * min(1.0, last["steps"] / (0.75 * 6144)),
                                                  rel=0.05)
     assert 1.0 <= last["wocar_admissible"] <= 2.0
     assert np.isfinite(last["wocar_q_loss"]) and last["wocar_bound_loss"] > 0.0

@@ -402,9 +402,14 @@ def test_output_pass_in_chunks_of_examples_gives_the_same_bounds(method, monkeyp
     x = (lower + upper) / 2
     widest = 8 * 8 * 2  # conv_model's widest node: its input
 
+    graph, lo, hi, xt, e = (rb._keras_graph.Graph(model), tf.constant(lower), tf.constant(upper),
+                            tf.constant(x), tf.constant(0.3, tf.float64))
+
     def run():
-        return [BoundedModel(model).bounds(lower, upper, method, c) for c in (spec, None)] + [
-            compute_ball_bounds(BoundedModel(model), x, 0.3, norm="l2", method=method, C=spec)]
+        # the propagation BoundedModel.bounds and compute_ball_bounds trace (one call each, no
+        # clip: the ball's box is x -+ 0.3), run eagerly: the same sums without six traces
+        return [rb._methods.propagate(graph, lo, hi, c, None, method) for c in (spec, None)] + [
+            rb._methods.propagate(graph, xt - e, xt + e, spec, (xt, e), method)]
 
     whole = run()
     monkeypatch.setattr(rb._engine, "OUTPUT_CHUNK", 2 * 4 * widest)  # 2 examples of 4 rows
@@ -674,7 +679,8 @@ def test_bounds_run_inside_a_tf_function_and_differentiate_to_the_weights(method
         return lb, tape.gradient(loss, model.trainable_variables)
 
     lb, grads = loss_and_grads(x)
-    eager_lb, _ = compute_bounds(model, x - 0.05, x + 0.05, method=method, C=spec)
+    # against the same propagation run eagerly (no second trace)
+    eager_lb, _ = rb._methods.propagate(bounded._graph, x - 0.05, x + 0.05, spec, None, method)
     np.testing.assert_allclose(lb, eager_lb, rtol=1e-5, atol=1e-5)
     assert all(g is not None for g in grads)
     assert sum(float(tf.reduce_sum(tf.abs(g))) for g in grads) > 0
