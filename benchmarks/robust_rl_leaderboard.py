@@ -13,7 +13,8 @@ each pair of methods the probability that a seed of one has the higher worst cas
 probability of improvement, with its bootstrap interval).
 
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
-``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents.
+``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
+(every row of ``--methods`` there, seeds outside ``--seeds`` included: the run says which).
 An agent is its method, seed and WocaR settings: rows of one agent from several files are
 merged into one row with the union of their (attack, eps) cells (:func:`merge_agent_rows`), so
 attacks can be added to agents evaluated earlier by a run of only the new attacks (the agents
@@ -350,6 +351,13 @@ def main(argv=None) -> int:
         rows = load_rows(args.rows_from, args, methods)
     except (ValueError, OSError) as e:
         p.error(str(e))
+    beyond: dict[str, list[int]] = {}
+    for r in rows:  # taken as they are: said, so a board over more seeds is never a surprise
+        if int(r["seed"]) not in args.seeds:
+            beyond.setdefault(label(r), []).append(int(r["seed"]))
+    if beyond:
+        print("--rows-from: the leaderboard also counts seeds outside --seeds: " + "; ".join(
+            f"{m} {', '.join(map(str, sorted(s)))}" for m, s in beyond.items()))
     done = {agent_key(r) for r in rows}
     for m in methods:
         for s in args.seeds:

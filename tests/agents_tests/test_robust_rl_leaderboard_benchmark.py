@@ -122,3 +122,21 @@ def test_atla_sa_takes_the_cartpole_kappa_unless_given(bench):
     assert bench.robust_spec("atla-sa", 0.05, 1.0).kappa == 1.0
     assert bench.robust_spec("atla", 0.05, None).kappa is None
     assert bench.robust_spec("atla-sa", 0.05, None).name == "atla-sa"
+
+
+def test_rows_from_seeds_outside_seeds_are_counted_and_said(bench, tmp_path, no_agents, capsys):
+    """``--rows-from`` takes every row of the methods in the files: seeds beyond ``--seeds``
+    enter the leaderboard, and the run names them (nothing is trained for them)."""
+    runs = _file(tmp_path, "runs.json", [
+        _row(m, s, 500.0, {("rs", 0.05): 200.0 + s}) for m in ("sa", "vanilla") for s in (0, 1, 2)],
+        attacks="rs", eps="0.05")
+    out = tmp_path / "board.json"
+    assert bench.main(["--methods", "sa,vanilla", "--seeds", "0", "1", "--eps", "0.05",
+                       "--rows-from", runs, "--json", str(out)]) == 0
+    assert ("--rows-from: the leaderboard also counts seeds outside --seeds: sa 2; vanilla 2"
+            in capsys.readouterr().out)
+    board = json.loads(out.read_text())["leaderboard"]
+    assert board["sa"]["worst"]["n"] == 3 and board["sa"]["beats"]["vanilla"]["n_y"] == 3
+    assert bench.main(["--methods", "sa", "--seeds", "0", "1", "2", "--eps", "0.05",
+                       "--rows-from", runs]) == 0
+    assert "outside --seeds" not in capsys.readouterr().out
