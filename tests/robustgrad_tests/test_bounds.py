@@ -137,6 +137,14 @@ def _outputs(model, points):
     return out.reshape(b, m, -1).astype(np.float64)
 
 
+def _eager_bounds(graph, lower, upper, method, spec=None, ball=None):
+    """The propagation ``BoundedModel.bounds`` and ``compute_ball_bounds`` trace (one call, no
+    clip, a batch below the output chunk), run eagerly on ``graph`` (the model's
+    ``rb._keras_graph.Graph``): the same rules and sums without a 5-7 s trace per setting."""
+    return rb._methods.propagate(graph, tf.convert_to_tensor(lower), tf.convert_to_tensor(upper),
+                                 spec, ball, method)
+
+
 def _assert_contains(lb, ub, values, tol=1e-4):
     lb, ub = np.asarray(lb, np.float64), np.asarray(ub, np.float64)
     scale = tol * (1 + np.abs(values))
@@ -408,8 +416,8 @@ def test_output_pass_in_chunks_of_examples_gives_the_same_bounds(method, monkeyp
     def run():
         # the propagation BoundedModel.bounds and compute_ball_bounds trace (one call each, no
         # clip: the ball's box is x -+ 0.3), run eagerly: the same sums without six traces
-        return [rb._methods.propagate(graph, lo, hi, c, None, method) for c in (spec, None)] + [
-            rb._methods.propagate(graph, xt - e, xt + e, spec, (xt, e), method)]
+        return [_eager_bounds(graph, lo, hi, method, c) for c in (spec, None)] + [
+            _eager_bounds(graph, xt - e, xt + e, method, spec, (xt, e))]
 
     whole = run()
     monkeypatch.setattr(rb._engine, "OUTPUT_CHUNK", 2 * 4 * widest)  # 2 examples of 4 rows
@@ -464,8 +472,7 @@ def test_one_bounded_model_serves_every_method_shape_and_spec_like_fresh_ones():
         lower, upper = _box((8, 8, 2), eps=0.05, batch=batch, seed=batch)
         c = margin_spec(np.arange(batch) % 4, 4) if spec else None
         got = bm.bounds(lower, upper, method, c)
-        want = rb._methods.propagate(bm._graph, tf.constant(lower), tf.constant(upper), c, None,
-                                     method)
+        want = _eager_bounds(bm._graph, lower, upper, method, c)
         assert got[0].shape == want[0].shape == ((batch, 3) if spec else (batch, 4))
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
@@ -680,7 +687,7 @@ def test_bounds_run_inside_a_tf_function_and_differentiate_to_the_weights(method
 
     lb, grads = loss_and_grads(x)
     # against the same propagation run eagerly (no second trace)
-    eager_lb, _ = rb._methods.propagate(bounded._graph, x - 0.05, x + 0.05, spec, None, method)
+    eager_lb, _ = _eager_bounds(bounded._graph, x - 0.05, x + 0.05, method, spec)
     np.testing.assert_allclose(lb, eager_lb, rtol=1e-5, atol=1e-5)
     assert all(g is not None for g in grads)
     assert sum(float(tf.reduce_sum(tf.abs(g))) for g in grads) > 0

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_bounds import MODELS, _assert_contains, _box, _outputs, _samples
+from test_bounds import MODELS, _assert_contains, _box, _eager_bounds, _outputs, _samples
 
 from robustgrad import bounds as rb
 from robustgrad.bounds import (
@@ -65,8 +65,7 @@ def test_alpha_crown_is_sound_and_never_looser_than_crown(name):
     graph = rb._keras_graph.Graph(model)
     for c, vals in ((None, values), (spec, cvalues)):
         # CROWN's bounds: its propagation run eagerly (alpha-CROWN's are the traced ones)
-        clb, cub = rb._methods.propagate(graph, tf.constant(lower), tf.constant(upper), c, None,
-                                         "crown")
+        clb, cub = _eager_bounds(graph, lower, upper, "crown", c)
         alb, aub = compute_bounds(model, lower, upper, "alpha-crown", c)
         assert alb.shape == clb.shape and alb.dtype == tf.float32
         _assert_contains(alb.numpy().reshape(3, -1), aub.numpy().reshape(3, -1), vals)

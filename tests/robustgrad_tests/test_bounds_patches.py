@@ -10,12 +10,19 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_bounds import MODELS, _assert_contains, _box, _outputs, _randomize, _samples
+from test_bounds import (
+    MODELS,
+    _assert_contains,
+    _box,
+    _eager_bounds,
+    _outputs,
+    _randomize,
+    _samples,
+)
 
 from robustgrad.bounds import (
     BoundedModel,
     _engine,
-    _methods,
     _patches,
     _rules,
     compute_ball_bounds,
@@ -44,14 +51,6 @@ def patch_model():
 
 PATCH_MODELS = {"patch": patch_model, **{k: MODELS[k] for k in ("conv", "pool-bn",
                                                                 "conv-residual", "classifier")}}
-
-
-def _eager_bounds(model, lower, upper, method, spec):
-    """The propagation ``BoundedModel.bounds`` traces (one call, batch below its chunk size),
-    run eagerly: the same rules and sums, without a 5-7 s trace per setting.
-    (test_patch_bounds_are_sound_by_sampling and test_bounds.py run the traced path.)"""
-    return _methods.propagate(Graph(model), tf.constant(lower), tf.constant(upper), spec, None,
-                              method)
 
 
 def _graph_and_boxes(model, dtype, eps=0.1):
@@ -161,10 +160,10 @@ def test_sparse_intermediate_bounds_lose_nothing(name, monkeypatch):
     lower, upper = _box(model.input_shape[1:], eps=0.1)
     lower, upper = lower.astype(np.float64), upper.astype(np.float64)
     spec = margin_spec([0, 1, 2], model.output_shape[-1], dtype=tf.float64)
-    out = {}
+    out, graph = {}, Graph(model)
     for sparse in (False, True):
         monkeypatch.setattr(_engine, "SPARSE_INTERMEDIATE", sparse)
-        out[sparse] = _eager_bounds(model, lower, upper, "crown", spec)
+        out[sparse] = _eager_bounds(graph, lower, upper, "crown", spec)
     for a, b in zip(out[True], out[False]):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
     graph, boxes, _ = _graph_and_boxes(model, "float64")
@@ -198,12 +197,12 @@ def test_transpose_by_forward_convolution_gives_the_same_bounds(name, monkeypatc
     # PATCHES (read by CROWN's intermediate passes alone) does not change its computation
     same = _same_forward_convolutions(model)
     assert bool(same) == (name == "classifier"), same
-    out = {}
+    out, graph = {}, Graph(model)
     for how in ("native", "forward") + (("same",) if same else ()):
         monkeypatch.setattr(_rules, "TRANSPOSE", how)
         for patches, method in ((False, "crown"), (True, "crown"), (False, "crown-ibp")):
             monkeypatch.setattr(_engine, "PATCHES", patches)
-            out[how, patches, method] = _eager_bounds(model, lower, upper, method, spec)
+            out[how, patches, method] = _eager_bounds(graph, lower, upper, method, spec)
     for key, (lb, ub) in out.items():
         if key[0] != "native":
             ref = out[("native", *key[1:])]
