@@ -10,7 +10,9 @@ method, over seeds: natural and worst-case return (at ``--main-eps``) as median 
 with a 95% percentile bootstrap interval (``agents.algorithms.many.summarize_runs``,
 rliable-style), the median return under each attack, the median training CPU seconds, and for
 each pair of methods the probability that a seed of one has the higher worst case (rliable's
-probability of improvement, with its bootstrap interval).
+probability of improvement, with its bootstrap interval); with ``--seed-power 10,20,...``, for
+each pair, how often that many seeds per method would tell the two apart at the measured gap
+(:func:`seed_power`).
 
 ``--json PATH`` is rewritten after every agent (a run stopped midway keeps its rows);
 ``--rows-from`` takes the rows of earlier runs' JSON files instead of retraining those agents
@@ -228,9 +230,10 @@ def leaderboard(rows: list[dict], main_eps: float) -> dict:
     bootstrap interval). Methods are :func:`label`'s names (WocaR's settings apart)."""
     from agents.algorithms.many import probability_of_improvement, summarize_runs
 
-    out = {}
+    out, worst = {}, {}
     for method in dict.fromkeys(label(r) for r in rows):
         mine = [r for r in rows if label(r) == method]
+        worst[method] = [r["worst"][str(float(main_eps))] for r in mine]
         per_attack: dict[str, list[float]] = {}
         for r in mine:
             for a in r["attacks"]:
@@ -238,14 +241,65 @@ def leaderboard(rows: list[dict], main_eps: float) -> dict:
                     per_attack.setdefault(a["attack"], []).append(a["median"])
         out[method] = {
             "natural": summarize_runs([r["natural"] for r in mine]),
-            "worst": summarize_runs([r["worst"][str(float(main_eps))] for r in mine]),
+            "worst": summarize_runs(worst[method]),
             "attacks": {k: float(np.median(v)) for k, v in per_attack.items()},
             "attack_seeds": {k: len(v) for k, v in per_attack.items()},
             "train_cpu_seconds": float(np.median([r["train_cpu_seconds"] for r in mine]))}
-    worst = {m: [r["worst"][str(float(main_eps))] for r in rows if label(r) == m] for m in out}
     for m in out:
         out[m]["beats"] = {o: probability_of_improvement(worst[m], worst[o])
                            for o in out if o != m}
+    return out
+
+
+def seed_power(x, y, counts, draws: int = 200, reps: int = 1000, confidence: float = 0.95,
+               seed: int = 0) -> dict[int, float]:
+    """How often ``n`` seeds per method would tell two methods apart, for each ``n`` of
+    ``counts``: each method's measured worst cases (``x``, ``y``, one per seed) taken as its
+    true distribution, ``n`` seeds drawn from each with replacement ``draws`` times, and the
+    fraction of the draws whose probability-of-improvement interval
+    (``agents.probability_of_improvement``, ``reps`` resamples at ``confidence``) excludes one
+    half. A fraction near 1 says ``n`` seeds decide which method is better at the measured gap;
+    near ``1 - confidence``, that they do not (the interval's own error rate). Resampling the
+    measured seeds is a plug-in estimate: it takes the spread of a few seeds for the truth.
+
+    >>> seed_power([300.0, 310.0], [100.0, 110.0], [5], draws=20, reps=200)  # far apart
+    {5: 1.0}
+    """
+    from agents.algorithms.many import probability_of_improvement
+
+    counts = [int(n) for n in counts]
+    if not counts or min(counts) < 1:
+        raise ValueError(f"counts must be seed counts >= 1, got {counts}")
+    if int(draws) < 1:
+        raise ValueError(f"draws must be >= 1, got {draws}")
+    a, b = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in counts:
+        decided = 0
+        for d in range(int(draws)):
+            u, v = rng.choice(a, n), rng.choice(b, n)
+            low, high = probability_of_improvement(u, v, confidence, reps, seed=d)["ci"]
+            decided += low > 0.5 or high < 0.5
+        out[n] = decided / int(draws)
+    return out
+
+
+def print_seed_power(board: dict, rows: list[dict], main_eps: float, counts: list[int],
+                     draws: int) -> dict:
+    """For each pair of methods, :func:`seed_power` over their worst cases at ``main_eps``:
+    printed, and returned as ``{"m vs n": {"seeds": fraction, ...}}`` (with the draws)."""
+    worst = {m: [r["worst"][str(float(main_eps))] for r in rows if label(r) == m] for m in board}
+    methods, out = list(board), {"draws": draws, "pairs": {}}
+    for i, m in enumerate(methods):
+        for n in methods[i + 1:]:
+            t0 = time.process_time()
+            power = seed_power(worst[m], worst[n], counts, draws)
+            out["pairs"][f"{m} vs {n}"] = {str(k): v for k, v in power.items()}
+            print(f"seeds per method that would tell {m} from {n} at worst@{main_eps} "
+                  f"(resampling their {len(worst[m])} and {len(worst[n])} seeds, {draws} draws): "
+                  + ", ".join(f"{k}: {100 * v:.0f}%" for k, v in power.items())
+                  + f" ({time.process_time() - t0:.0f} s CPU)")
     return out
 
 
@@ -295,11 +349,15 @@ def plot(rows: list[dict], path: str, env: str) -> None:
     plt.close(fig)
 
 
-def _write(path: str, args, rows: list[dict], board: dict | None) -> None:
+def _write(path: str, args, rows: list[dict], board: dict | None, power: dict | None = None
+           ) -> None:
     """The run's JSON: its arguments, one row per agent, the leaderboard (``None`` until every
-    agent is done)."""
+    agent is done) and, with ``--seed-power``, :func:`print_seed_power`'s fractions."""
+    out = {"args": vars(args), "rows": rows, "leaderboard": board}
+    if power is not None:
+        out["seed_power"] = power
     with open(path, "w") as f:
-        json.dump({"args": vars(args), "rows": rows, "leaderboard": board}, f, indent=1)
+        json.dump(out, f, indent=1)
 
 
 def main(argv=None) -> int:
@@ -329,7 +387,23 @@ def main(argv=None) -> int:
                    help="JSON files of earlier runs (--json): their agents of --methods are "
                         "taken as they are (one agent's rows merged, the protocol checked), "
                         "the others trained")
+    p.add_argument("--seed-power", default=None, metavar="N,N,...",
+                   help="for each pair of methods, how often N seeds per method would tell them "
+                        "apart (seed_power: resampling the measured worst cases), e.g. "
+                        "10,20,40,80,160")
+    p.add_argument("--power-draws", type=int, default=200,
+                   help="draws per seed count of --seed-power (default 200)")
     args = p.parse_args(argv)
+    counts = []
+    if args.seed_power is not None:
+        try:
+            counts = [int(n) for n in args.seed_power.split(",")]
+        except ValueError:
+            p.error(f"--seed-power: comma-separated seed counts, got {args.seed_power!r}")
+        if not counts or min(counts) < 1:
+            p.error(f"--seed-power: seed counts must be >= 1, got {args.seed_power!r}")
+    if args.power_draws < 1:
+        p.error(f"--power-draws must be >= 1, got {args.power_draws}")
     if args.quick:
         for k, v in QUICK.items():
             setattr(args, k, v)
@@ -368,8 +442,10 @@ def main(argv=None) -> int:
                 _write(args.json, args, rows, None)
     board = leaderboard(rows, args.main_eps)
     print_table(board, args.main_eps)
+    power = (print_seed_power(board, rows, args.main_eps, counts, args.power_draws)
+             if counts else None)
     if args.json:
-        _write(args.json, args, rows, board)
+        _write(args.json, args, rows, board, power)
     if args.figure:
         plot(rows, args.figure, args.env)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from conftest import load_benchmark
@@ -140,3 +141,41 @@ def test_rows_from_seeds_outside_seeds_are_counted_and_said(bench, tmp_path, no_
     assert bench.main(["--methods", "sa", "--seeds", "0", "1", "2", "--eps", "0.05",
                        "--rows-from", runs]) == 0
     assert "outside --seeds" not in capsys.readouterr().out
+
+
+def test_seed_power_counts_the_draws_whose_interval_excludes_one_half(bench):
+    """Methods far apart are told apart by every draw, identical ones by none; at a moderate
+    gap more seeds decide more often (N(1, 1) against N(0, 1): P = 0.76)."""
+    assert bench.seed_power([300.0, 320.0], [100.0, 90.0], [1, 3, 10], draws=10, reps=100) == {
+        1: 1.0, 3: 1.0, 10: 1.0}
+    assert bench.seed_power([200.0] * 4, [200.0] * 4, [5, 40], draws=10, reps=100) == {
+        5: 0.0, 40: 0.0}
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(1.0, 1.0, 30), rng.normal(0.0, 1.0, 30)
+    power = bench.seed_power(x, y, [4, 60], draws=60, reps=300)
+    assert power[4] < 0.4 < 0.9 < power[60], power
+    with pytest.raises(ValueError, match=r"counts must be seed counts >= 1, got \[0\]"):
+        bench.seed_power(x, y, [0])
+    with pytest.raises(ValueError, match="draws must be >= 1, got 0"):
+        bench.seed_power(x, y, [5], draws=0)
+
+
+def test_seed_power_option_prints_each_pair_and_keeps_it(bench, tmp_path, no_agents, capsys):
+    runs = _file(tmp_path, "runs.json", [
+        _row(m, s, 500.0, {("rs", 0.05): (300.0 if m == "sa" else 100.0) + s})
+        for m in ("sa", "vanilla") for s in (0, 1, 2)], attacks="rs", eps="0.05")
+    out = tmp_path / "board.json"
+    assert bench.main(["--methods", "sa,vanilla", "--seeds", "0", "1", "2", "--eps", "0.05",
+                       "--rows-from", runs, "--seed-power", "3,8", "--power-draws", "20",
+                       "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert ("seeds per method that would tell sa from vanilla at worst@0.05 (resampling their "
+            "3 and 3 seeds, 20 draws): 3: 100%, 8: 100%") in printed
+    power = json.loads(out.read_text())["seed_power"]
+    assert power == {"draws": 20, "pairs": {"sa vs vanilla": {"3": 1.0, "8": 1.0}}}
+    for bad, message in ((["--seed-power", "0,5"], "seed counts must be >= 1"),
+                         (["--seed-power", "ten"], "comma-separated seed counts"),
+                         (["--power-draws", "0"], "--power-draws must be >= 1")):
+        with pytest.raises(SystemExit):
+            bench.main(["--methods", "sa", "--rows-from", runs, *bad])
+        assert message in capsys.readouterr().err
