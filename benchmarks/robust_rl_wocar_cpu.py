@@ -18,8 +18,12 @@ of medians with each WocaR variant's CPU ratio to vanilla's::
 ``--variant LABEL=JSON`` runs a WocaR variant of this tree with more ``agents.WocaR`` fields (a
 JSON object, its ``bound`` before ``--bound``), e.g. ``--variant 'warmup75={"warmup": 0.75}'``;
 ``--bound default`` leaves the bound at WocaR's default (IBP). A run alone: ``--run wocar --seed
-0`` (``--run vanilla``). Timed figures go in docs/benchmarks/robust-rl.md with the command, the
-date, the load and the commit.
+0`` (``--run vanilla``). ``--algo a2c``, ``--env``, ``--eps``: another agent, environment and
+radius than WocaR-PPO on CartPole at 0.05 (e.g. WocaR-A2C on Pendulum-v1 at 0.2: its Box-action
+critic budget, docs/benchmarks/robust-rl.md, "WocaR-A2C on Box actions"); each WocaR row also
+keeps the last logged ``wocar_worst_q`` (the worst-attack critic's mean value on the rollout: its
+scale says whether the critic has caught up with the returns). Timed figures go in
+docs/benchmarks/robust-rl.md with the command, the date, the load and the commit.
 """
 
 from __future__ import annotations
@@ -58,9 +62,11 @@ def _digest(arrays) -> str:
 
 
 def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | None,
-            fields: dict | None = None) -> dict:
+            fields: dict | None = None, algo: str = "ppo", env: str = "CartPole-v1",
+            eps: float = 0.05) -> dict:
     """Train one agent in this process; its timings and weight digest as a dict. ``fields``:
-    more ``agents.WocaR`` fields of a WocaR run (a ``bound`` there wins over ``bound``)."""
+    more ``agents.WocaR`` fields of a WocaR run (a ``bound`` there wins over ``bound``);
+    ``algo`` (``"ppo"``, ``"a2c"``), ``env`` and ``eps`` the agent, its environment and radius."""
     import tensorflow as tf
 
     if threads:
@@ -69,12 +75,16 @@ def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | 
     import agents
 
     settings = ({} if bound is None else {"bound": bound}) | (fields or {})
-    kw = {} if kind == "vanilla" else {"robust": agents.WocaR(eps=0.05, **settings)}
-    agent = agents.PPO(env="CartPole-v1", seed=seed, backend="graph", **kw)
+    kw = {} if kind == "vanilla" else {"robust": agents.WocaR(eps=eps, **settings)}
+    agent = {"ppo": agents.PPO, "a2c": agents.A2C}[algo](env=env, seed=seed, backend="graph",
+                                                        **kw)
     marks: list[float] = []
+    worst_q: list[float] = []
 
-    def tick(_agent, _logs):
+    def tick(_agent, logs):
         marks.append(time.process_time())
+        if "wocar_worst_q" in logs:
+            worst_q.append(float(logs["wocar_worst_q"]))
 
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(steps, callbacks=tick, progress_bar=False)
@@ -89,6 +99,9 @@ def one_run(kind: str, seed: int, steps: int, bound: str | None, threads: int | 
             "steady_ms": round(1e3 * float(np.median(per_iter[len(per_iter) // 2:])), 2),
             "iterations": len(per_iter), "sha256": _digest(agent.get_weights())[:12],
             "critic_sha256": _digest([v.numpy() for v in critic])[:12],
+            "worst_q": round(worst_q[-1], 3) if worst_q else None,
+            "critic_steps": int(plugin.critic_optimizer.iterations.numpy())
+            if hasattr(plugin, "critic_optimizer") else 0,
             "load": round(os.getloadavg()[0], 2), "tree": os.path.dirname(
                 os.path.dirname(os.path.abspath(agents.__file__)))}
 
@@ -111,12 +124,17 @@ def main(argv=None) -> int:
     p.add_argument("--vanilla-tree", default=None,
                    help="PYTHONPATH of the vanilla runs (default: this process's)")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--algo", choices=("ppo", "a2c"), default="ppo")
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--eps", type=float, default=0.05, help="WocaR's radius (default 0.05)")
     args = p.parse_args(argv)
+    if not args.eps > 0:
+        p.error(f"--eps must be > 0, got {args.eps}")
     bound = None if args.bound == "default" else args.bound
     if args.run:
         fields = None if args.fields is None else json.loads(args.fields)
-        print(json.dumps(one_run(args.run, args.seed, args.steps, bound, args.threads, fields)),
-              flush=True)
+        print(json.dumps(one_run(args.run, args.seed, args.steps, bound, args.threads, fields,
+                                 args.algo, args.env, args.eps)), flush=True)
         return 0
     variants = []
     for v in args.variant:
@@ -141,7 +159,8 @@ def main(argv=None) -> int:
                 env["PYTHONPATH"] = path
             cmd = [sys.executable, os.path.abspath(__file__), "--run", kind, "--seed", str(seed),
                    "--steps", str(args.steps), "--bound", args.bound,
-                   "--threads", str(args.threads)]
+                   "--threads", str(args.threads), "--algo", args.algo, "--env", args.env,
+                   "--eps", str(args.eps)]
             if fields is not None:
                 cmd += ["--fields", json.dumps(fields)]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -151,14 +170,18 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
     labels = ["vanilla"] + [lab for lab, _, _ in trees]
     van = np.median([r["cpu_s"] for r in rows if r["label"] == "vanilla"])
-    print("\n| run | CPU s per seed | median CPU s | ratio to vanilla | steady ms | first iter s |")
-    print("|---|---|---|---|---|---|")
+    print("\n| run | CPU s per seed | median CPU s | ratio to vanilla | steady ms | first iter s "
+          "| critic steps | last worst_q |")
+    print("|---|---|---|---|---|---|---|---|")
     for lab in labels:
         mine = [r for r in rows if r["label"] == lab]
         med = float(np.median([r["cpu_s"] for r in mine]))
         cols = [" / ".join(f"{r[k]:{fmt}}" for r in mine)
                 for k, fmt in (("cpu_s", ".2f"), ("steady_ms", ".1f"), ("first_iter_s", ".2f"))]
-        print(f"| {lab} | {cols[0]} | {med:.2f} | {med / van:.2f}x | {cols[1]} | {cols[2]} |")
+        steps = " / ".join(str(r.get("critic_steps", 0)) for r in mine)
+        wq = " / ".join("-" if r.get("worst_q") is None else f"{r['worst_q']:.1f}" for r in mine)
+        print(f"| {lab} | {cols[0]} | {med:.2f} | {med / van:.2f}x | {cols[1]} | {cols[2]} "
+              f"| {steps} | {wq} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

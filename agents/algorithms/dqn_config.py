@@ -89,7 +89,8 @@ class DQNConfig(AgentConfig):
 
     _WOCAR_ONLY_ON_POLICY: ClassVar[tuple[str, ...]] = (
         "wocar_admissible_eps", "wocar_search_per_rollout", "wocar_q_epochs",
-        "wocar_q_minibatches", "wocar_search_steps", "wocar_smoothness_every")
+        "wocar_q_minibatches", "wocar_q_min_rows", "wocar_search_steps",
+        "wocar_smoothness_every")
     """WocaR-PPO/A2C's rollout critic and smoothness-term settings: WocaR-DQN trains its
     worst-attack network on the replayed minibatches and has no search."""
 

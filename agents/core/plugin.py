@@ -333,6 +333,7 @@ WOCAR_FIELDS: Mapping[str, Callable[[Any, str], Any]] = MappingProxyType({
     "wocar_search_steps": lambda v, n: positive_int(v, n, minimum=0, maximum=1000),
     "wocar_q_epochs": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_q_minibatches": lambda v, n: positive_int(v, n, maximum=65_536),
+    "wocar_q_min_rows": lambda v, n: positive_int(v, n, maximum=65_536),
     "wocar_q_every": lambda v, n: positive_int(v, n, maximum=100_000),
     "wocar_term": lambda v, n: choice(v, n, WOCAR_TERMS),
     "wocar_term_start": probability,
@@ -458,6 +459,12 @@ class RobustFields:
     """PPO/A2C: minibatches per critic epoch, in [1, 65536]. ``None``: 4; on Box actions 32
     (:attr:`agents.WocaR.BOX_DEFAULTS`; an agent saved before ``wocar_search_steps`` existed:
     4)."""
+    wocar_q_min_rows: int | None = None
+    """PPO/A2C: the fewest rows of one critic minibatch, in [1, 65536]: a rollout of ``n`` rows
+    gets ``min(wocar_q_minibatches, max(1, n // wocar_q_min_rows))`` minibatches. ``None``: 1
+    (a rollout of fewer rows than minibatches: one row each); on Box actions 8
+    (:attr:`agents.WocaR.BOX_DEFAULTS`; an agent saved before the field existed: 1, as it
+    trained)."""
     wocar_q_every: int | None = None
     """DQN: gradient steps of the agent per step of the worst-attack network, in [1, 100000]
     (the paper's DQN code's ``worst_rate``). ``None``: 10."""
@@ -609,12 +616,14 @@ def on_policy_saved_fields(saved: dict) -> dict:
     epochs of 4 minibatches, where it left the field unset (on Box actions today's defaults are
     10 x 32, :attr:`agents.WocaR.BOX_DEFAULTS`); one saved before ``wocar_smoothness_every``
     existed keeps the smoothness term on every update step (today's discrete default: every
-    other). ``OnPolicyConfig.saved_fields``.
+    other); one saved before ``wocar_q_min_rows`` existed, critic minibatches of one row and
+    up (today's Box default: 8). ``OnPolicyConfig.saved_fields``.
 
-    >>> on_policy_saved_fields({"robust": "wocar", "wocar_q_epochs": None})
-    {'robust': 'wocar', 'wocar_q_epochs': 4, 'wocar_q_minibatches': 4, 'wocar_smoothness_every': 1}
+    >>> old = on_policy_saved_fields({"robust": "wocar", "wocar_q_epochs": None})
+    >>> [old[f"wocar_{k}"] for k in ("q_epochs", "q_minibatches", "smoothness_every", "q_min_rows")]
+    [4, 4, 1, 1]
     >>> new = {"robust": "wocar", "wocar_q_epochs": None, "wocar_search_steps": None,
-    ...        "wocar_smoothness_every": None}
+    ...        "wocar_smoothness_every": None, "wocar_q_min_rows": None}
     >>> on_policy_saved_fields(new) == new   # saved by this version
     True
     """
@@ -628,4 +637,6 @@ def on_policy_saved_fields(saved: dict) -> dict:
                 out[name] = 4
     if "wocar_smoothness_every" not in out:
         out["wocar_smoothness_every"] = 1
+    if "wocar_q_min_rows" not in out:
+        out["wocar_q_min_rows"] = 1
     return out

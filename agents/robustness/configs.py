@@ -135,6 +135,8 @@ class WocaR(RobustMethod):
       admissible box, after its corners (PPO/A2C on Box actions);
     * ``q_epochs``, ``q_minibatches`` (PPO/A2C), ``q_lr``, ``tau``: the worst-attack critic's
       epochs and minibatches per rollout, Adam learning rate and target-network Polyak rate;
+      ``q_min_rows`` (PPO/A2C): the fewest rows of one critic minibatch (a rollout of ``n``
+      rows gets ``min(q_minibatches, max(1, n // q_min_rows))`` minibatches);
       ``q_every`` (DQN): the agent's gradient steps per step of the worst-attack network;
       ``term`` (DQN): the worst-case term, ``"spread"`` (the paper's: every Q-value's IBP
       bounds over the ball near its target) or ``"margin"`` (SA-DQN's hinge on the greedy
@@ -169,6 +171,7 @@ class WocaR(RobustMethod):
     search_steps: int | None = None
     q_epochs: int | None = None
     q_minibatches: int | None = None
+    q_min_rows: int | None = None
     q_every: int | None = None
     term: str | None = None
     term_start: float | None = None
@@ -184,13 +187,15 @@ class WocaR(RobustMethod):
         "search_per_rollout": "wocar_search_per_rollout", "double": "wocar_double",
         "smoothness_every": "wocar_smoothness_every",
         "search_steps": "wocar_search_steps", "q_epochs": "wocar_q_epochs",
-        "q_minibatches": "wocar_q_minibatches", "q_lr": "wocar_q_lr", "tau": "wocar_tau",
+        "q_minibatches": "wocar_q_minibatches", "q_min_rows": "wocar_q_min_rows",
+        "q_lr": "wocar_q_lr", "tau": "wocar_tau",
         "q_every": "wocar_q_every", "term": "wocar_term", "term_start": "wocar_term_start",
         "gamma": "wocar_gamma"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.8, "bound": "ibp", "warmup": 0.3, "importance": True,
         "weight_over_run": False, "search_per_rollout": True, "double": False,
         "smoothness_every": 2, "search_steps": 10, "q_epochs": 4, "q_minibatches": 4,
+        "q_min_rows": 1,
         "q_lr": 1e-3, "tau": 0.01})
     """WocaR's defaults of the settings left ``None`` (:meth:`resolved`), PPO/A2C's where the
     paper's code differs (docs/benchmarks/robust-rl.md, "WocaR-PPO"): ``weight`` 0.8 (its MuJoCo
@@ -203,13 +208,19 @@ class WocaR(RobustMethod):
     kept; training CPU 1.41x vanilla's against 1.47x, measured quietly side by side:
     docs/benchmarks/robust-rl.md); the critic's 4
     epochs of 4 minibatches per 256-step rollout, lr 1e-3, tau 0.01 (its code: 10 x 32 per
-    2048 steps, 4e-4, 0.001; Box actions: :attr:`BOX_DEFAULTS`); ``search_steps`` 10 after
+    2048 steps, 4e-4, 0.001; Box actions: :attr:`BOX_DEFAULTS`), ``q_min_rows`` 1 (a rollout
+    of fewer rows than minibatches: one row each); ``search_steps`` 10 after
     the box's corners (its code: 100 steps from the mean, no corners). ``admissible_eps``
     ``None`` is the schedule's eps (its code: a fixed 0.01)."""
     BOX_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
-        "q_epochs": 10, "q_minibatches": 32, "smoothness_every": 1})
+        "q_epochs": 10, "q_minibatches": 32, "q_min_rows": 8, "smoothness_every": 1})
     """WocaR-PPO/A2C's defaults on Box actions where they differ from :attr:`DEFAULTS`: the
-    worst-attack critic's 10 epochs of 32 minibatches per rollout (the paper's MuJoCo code);
+    worst-attack critic's 10 epochs of 32 minibatches per rollout (the paper's MuJoCo code),
+    each of at least 8 rows (``q_min_rows``; on a smaller rollout fewer minibatches: A2C's
+    40-row rollouts get 5, 50 critic steps per rollout where 32 minibatches of one row each
+    were 320 at 3.1x the training CPU, the worst-attack values reaching the same scale; 64
+    rows, the paper's 2048 / 32, left them at two thirds of it after 50k steps:
+    docs/benchmarks/robust-rl.md, "WocaR-A2C on Box actions");
     the smoothness term on every update step (``smoothness_every`` 1: the Pendulum figures
     were measured so; every other step was not tried on Box actions).
     The discrete defaults (4 x 4, set on CartPole's 256-step rollouts) give ``Q_w`` 16 steps
@@ -217,7 +228,8 @@ class WocaR(RobustMethod):
     where the natural critic's was -2.65 (normalised rewards: still climbing down from its
     zero start), and with 10 x 32 it reached -2.8, below ``V`` as a worst-attack value must
     be (docs/benchmarks/robust-rl.md, "WocaR-PPO on Box actions"). A Box agent saved before
-    ``search_steps`` existed trained with 4 x 4 and keeps it on load
+    ``search_steps`` existed trained with 4 x 4 and keeps it on load, one saved before
+    ``q_min_rows`` existed trained with 1 and keeps it
     (:func:`agents.core.plugin.on_policy_saved_fields`)."""
     DQN_DEFAULTS: ClassVar[Mapping[str, Any]] = MappingProxyType({
         "weight": 0.3, "warmup": 0.75, "q_every": 10, "bound": "crown-ibp"})
@@ -267,7 +279,7 @@ class WocaR(RobustMethod):
             search_per_rollout=bool(_set(r.search_per_rollout)), double=bool(_set(r.double)),
             smoothness_every=int(_set(r.smoothness_every)),
             search_steps=int(_set(r.search_steps)), q_epochs=int(_set(r.q_epochs)),
-            q_minibatches=int(_set(r.q_minibatches)),
+            q_minibatches=int(_set(r.q_minibatches)), q_min_rows=int(_set(r.q_min_rows)),
             q_lr=float(_set(r.q_lr)), tau=float(_set(r.tau)),
             gamma=None if r.gamma is None else float(r.gamma),
             q_every=1 if r.q_every is None else int(r.q_every),
@@ -300,6 +312,7 @@ class WocaRSettings:
     search_steps: int
     q_epochs: int
     q_minibatches: int
+    q_min_rows: int
     q_lr: float
     tau: float
     gamma: float | None

@@ -41,9 +41,10 @@ the variant chosen by the agent (a Q-learner, a discrete or a Box-action actor-c
    ``tf.stop_gradient``; ``gamma`` the agent's unless ``wocar_gamma`` sets the critic's own,
    a longer horizon than the policy's advantages): an MLP ``[d] -> [A]`` on the agent's
    normalised observations, fitted on each rollout's transitions for ``q_epochs`` epochs of
-   ``q_minibatches`` minibatches (squared error, Adam at ``q_lr``, target rate ``tau``;
-   defaults 4, 4, 1e-3, 0.01; the paper's PPO code: 10 epochs of 32 minibatches, lr 4e-4, tau
-   0.001 on 2048-step MuJoCo rollouts).
+   ``q_minibatches`` minibatches of at least ``q_min_rows`` rows where the rollout has them
+   (squared error, Adam at ``q_lr``, target rate ``tau``; defaults 4, 4, 1, 1e-3, 0.01; on Box
+   actions 10 epochs of 32 minibatches of 8 rows and up; the paper's PPO code: 10 epochs of
+   32 minibatches, lr 4e-4, tau 0.001 on 2048-step MuJoCo rollouts).
 
 3. **The worst-case-aware policy objective and the importance-weighted regulariser**: the update
    optimises ``n(A) + w · n(Q_w^-(s, a))`` instead of the GAE advantages ``A`` (``n``:
@@ -79,9 +80,8 @@ Every setting is a field of the typed config :class:`agents.WocaR` (flat ``wocar
 the agent's config, checked with the others; ``None`` takes :attr:`agents.WocaR.DEFAULTS`):
 where the paper's PPO code differs from the defaults here, it is one of them
 (``admissible_eps``, ``importance``, ``weight_over_run``, ``search_per_rollout``,
-``smoothness_every``, the critic's
-``q_epochs``, ``q_minibatches``, ``q_lr``, ``tau``; screened against Robust Sarsa on CartPole in
-docs/benchmarks/robust-rl.md).
+``smoothness_every``, the critic's ``q_epochs``, ``q_minibatches``, ``q_min_rows``, ``q_lr``,
+``tau``; screened against Robust Sarsa on CartPole in docs/benchmarks/robust-rl.md).
 
 eps, kappa and the weight rise from 0 over WocaR's own ``warmup`` (``wocar_warmup``, default 0.3:
 the CartPole screen's median worst case 160.5 -> 223 over 3 seeds against SA's 0.75; an agent

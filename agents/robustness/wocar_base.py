@@ -395,14 +395,17 @@ class WocaRPlugin(_WorstCaseWeighted):
         target network's Polyak update; each epoch's shuffle is drawn once, before the loop, and
         the rows of every step are one row of an index matrix (one read per step). A
         rollout of fewer rows than ``spec.q_minibatches`` gives one minibatch per row (never an
-        empty one). Returns the last minibatch loss.
+        empty one); minibatches have at least ``spec.q_min_rows`` rows where the rollout has
+        them (``min(q_minibatches, max(1, n // q_min_rows))`` of them). Returns the last
+        minibatch loss.
 
         On the seed axis each tensor is ``[S, n, ...]``: each seed's shuffles from its own key
         (:meth:`_keys`, drawn as alone), its rows gathered from its own slice, the loss ``[S]``
         (each seed's mean; one Adam step of each seed's own gradient)."""
         axis = 0 if self.num_seeds == 1 else 1  # the rows' axis
         n = int(rollout[0].shape[axis])
-        epochs, minibatches = self.spec.q_epochs, min(self.spec.q_minibatches, n)
+        epochs = self.spec.q_epochs
+        minibatches = min(self.spec.q_minibatches, n, max(1, n // self.spec.q_min_rows))
         mb = n // minibatches
 
         def shuffles(seed):  # [epochs, n]

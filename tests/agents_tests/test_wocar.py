@@ -156,14 +156,14 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
                          warmup=0.5, admissible_eps=0.01, importance=False,
                          weight_over_run=True, search_per_rollout=False, double=True,
                          smoothness_every=3, search_steps=3, q_epochs=2,
-                         q_minibatches=8, q_lr=4e-4, tau=0.001, gamma=0.995)
+                         q_minibatches=8, q_min_rows=2, q_lr=4e-4, tau=0.001, gamma=0.995)
     cfg = PPOConfig(robust=typed)
     assert (cfg.wocar_warmup, cfg.robust_eps_warmup, cfg.wocar_admissible_eps,
             cfg.wocar_importance, cfg.wocar_weight_over_run, cfg.wocar_search_per_rollout,
             cfg.wocar_double, cfg.wocar_search_steps, cfg.wocar_q_epochs,
-            cfg.wocar_q_minibatches, cfg.wocar_q_lr, cfg.wocar_tau, cfg.wocar_gamma,
-            cfg.wocar_smoothness_every) == \
-        (0.5, 0.75, 0.01, False, True, False, True, 3, 2, 8, 4e-4, 0.001, 0.995, 3)
+            cfg.wocar_q_minibatches, cfg.wocar_q_min_rows, cfg.wocar_q_lr, cfg.wocar_tau,
+            cfg.wocar_gamma, cfg.wocar_smoothness_every) == \
+        (0.5, 0.75, 0.01, False, True, False, True, 3, 2, 8, 2, 4e-4, 0.001, 0.995, 3)
     assert PPOConfig.from_dict(cfg.to_dict()).robust_spec == typed
     assert typed.resolved() == typed  # nothing left to fill
     # the plug-in reads them: the schedule's warm-up, the critic's step count per rollout
@@ -171,7 +171,7 @@ def test_every_wocar_setting_is_a_typed_field_saved_flat_and_read_back():
                        robust=typed)
     assert agent.robustness.schedule.warmup == 0.5
     assert (agent.robustness.gamma, agent.config.gamma) == (0.995, 0.99)
-    agent.learn(16, progress_bar=False)
+    agent.learn(16, progress_bar=False)  # 16 rows: 8 minibatches of 2 (q_min_rows 2)
     assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 2 * 8
 
 
@@ -179,11 +179,12 @@ def test_unset_wocar_settings_take_wocars_defaults():
     spec = PPOConfig(robust="wocar", robust_eps=0.05).robust_spec.resolved()
     assert (spec.weight, spec.bound, spec.warmup, spec.admissible_eps, spec.importance,
             spec.weight_over_run, spec.search_per_rollout, spec.double, spec.search_steps,
-            spec.q_epochs, spec.q_minibatches, spec.q_lr, spec.tau, spec.smoothness_every) == \
-        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1e-3, 0.01, 2)
+            spec.q_epochs, spec.q_minibatches, spec.q_min_rows, spec.q_lr, spec.tau,
+            spec.smoothness_every) == \
+        (0.8, "ibp", 0.3, None, True, False, True, False, 10, 4, 4, 1, 1e-3, 0.01, 2)
     box = PPOConfig(robust="wocar", robust_eps=0.2).robust_spec.resolved(box=True)
-    assert (box.q_epochs, box.q_minibatches, box.weight, box.smoothness_every) == \
-        (10, 32, 0.8, 1)
+    assert (box.q_epochs, box.q_minibatches, box.q_min_rows, box.weight,
+            box.smoothness_every) == (10, 32, 8, 0.8, 1)
     dqn = DQNConfig(robust="wocar", robust_eps=0.02).robust_spec.resolved(value_based=True)
     assert (dqn.weight, dqn.warmup, dqn.q_lr, dqn.q_every, dqn.bound) == \
         (0.3, 0.75, 1e-3, 10, "crown-ibp")
@@ -197,7 +198,8 @@ def test_the_plugins_read_typed_settings():
     assert settings == configs.WocaRSettings(
         weight=0.8, bound="ibp", warmup=0.3, admissible_eps=None, importance=True,
         weight_over_run=False, search_per_rollout=True, double=False, search_steps=10,
-        q_epochs=3, q_minibatches=4, q_lr=1e-3, tau=0.01, gamma=0.9, smoothness_every=2)
+        q_epochs=3, q_minibatches=4, q_min_rows=1, q_lr=1e-3, tau=0.01, gamma=0.9,
+        smoothness_every=2)
     assert agents.WocaR().settings(value_based=True).weight == 0.3
     agent = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                        robust=agents.WocaR(eps=0.05))
@@ -235,35 +237,46 @@ def test_the_wocar_numbers_are_in_the_agents_history(algo):
 
 def test_box_wocar_fits_its_critic_10_x_32_per_rollout_and_a_box_agent_saved_before_keeps_4_x_4(
         tmp_path):
-    """On Box actions the worst-attack critic takes 10 epochs of 32 minibatches per rollout
-    (:attr:`agents.WocaR.BOX_DEFAULTS`; discrete agents keep 4 x 4); a Box agent saved before
-    ``wocar_search_steps`` existed, its budget unset, trained with 4 x 4 and loads with it
-    (a budget it set is kept); one saved now keeps today's defaults."""
+    """On Box actions the worst-attack critic takes 10 epochs of up to 32 minibatches of at
+    least 8 rows per rollout (:attr:`agents.WocaR.BOX_DEFAULTS`; discrete agents keep 4 x 4,
+    of one row and up): 32 on 2048 rows, 8 on 64, 5 on A2C's 40 (not 32 of one row); a Box
+    agent saved before ``wocar_search_steps`` existed, its budget unset, trained with 4 x 4
+    and loads with it (a budget it set is kept); one saved now keeps today's defaults."""
     kw = dict(env="Pendulum-v1", num_envs=2, n_steps=32, n_epochs=1, n_minibatches=2,
               preset=None, seed=0)
     agent = agents.PPO(robust=agents.WocaR(eps=0.2, kappa=0.0), **kw)
-    assert (agent.robustness.spec.q_epochs, agent.robustness.spec.q_minibatches) == (10, 32)
-    agent.learn(64, progress_bar=False)  # one rollout of 64 transitions
-    assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 10 * 32
-    small = agents.PPO(robust=agents.WocaR(eps=0.2, kappa=0.0), **{**kw, "n_steps": 8})
+    spec = agent.robustness.spec
+    assert (spec.q_epochs, spec.q_minibatches, spec.q_min_rows) == (10, 32, 8)
+    agent.learn(64, progress_bar=False)  # one rollout of 64 transitions: 8 minibatches of 8
+    assert int(agent.robustness.critic_optimizer.iterations.numpy()) == 10 * 8
+    small = agents.PPO(robust=agents.WocaR(eps=0.2, kappa=0.0, q_min_rows=1),
+                       **{**kw, "n_steps": 8})
     small.learn(16, progress_bar=False)  # 16 rows, fewer than 32: one minibatch per row
     assert int(small.robustness.critic_optimizer.iterations.numpy()) == 10 * 16
     assert all(np.isfinite(v.numpy()).all() for v in small.robustness.critic.variables)
+    a2c = agents.A2C(env="Pendulum-v1", preset=None, seed=0,
+                     robust=agents.WocaR(eps=0.2, kappa=0.0))
+    a2c.learn(80, progress_bar=False)  # two rollouts of 8 x 5 = 40 rows: 5 minibatches each
+    assert int(a2c.robustness.critic_optimizer.iterations.numpy()) == 2 * 10 * 5
     discrete = agents.PPO(env="CartPole-v1", num_envs=2, n_steps=8, preset=None,
                           robust=agents.WocaR(eps=0.05))
     assert (discrete.robustness.spec.q_epochs, discrete.robustness.spec.q_minibatches) == (4, 4)
     agent.save(tmp_path / "a")
     path = tmp_path / "a" / "config.json"
     saved = json.loads(path.read_text())
-    assert (saved["wocar_q_epochs"], saved["wocar_q_minibatches"],
-            saved["wocar_search_steps"]) == (None, None, None)
+    assert (saved["wocar_q_epochs"], saved["wocar_q_minibatches"], saved["wocar_q_min_rows"],
+            saved["wocar_search_steps"]) == (None, None, None, None)
     now = agents.load(tmp_path / "a").robustness.spec
-    assert (now.q_epochs, now.q_minibatches, now.search_steps) == (10, 32, 10)
-    del saved["wocar_search_steps"]  # as the previous version wrote it
+    assert (now.q_epochs, now.q_minibatches, now.q_min_rows, now.search_steps) == (10, 32, 8, 10)
+    del saved["wocar_q_min_rows"]  # as the version before stop 55 wrote it: minibatches of 1+
+    path.write_text(json.dumps(saved))
+    assert agents.load(tmp_path / "a").robustness.spec.q_min_rows == 1
+    del saved["wocar_search_steps"]  # as the version before that wrote it
     path.write_text(json.dumps(saved))
     before = agents.load(tmp_path / "a")
     assert (before.config.wocar_q_epochs, before.config.wocar_q_minibatches) == (4, 4)
-    assert (before.robustness.spec.q_epochs, before.robustness.spec.q_minibatches) == (4, 4)
+    assert (before.robustness.spec.q_epochs, before.robustness.spec.q_minibatches,
+            before.robustness.spec.q_min_rows) == (4, 4, 1)
     saved["wocar_q_minibatches"] = 8  # set by its user: kept
     path.write_text(json.dumps(saved))
     assert agents.load(tmp_path / "a").robustness.spec.q_minibatches == 8
@@ -342,6 +355,8 @@ def test_an_agent_saved_before_wocar_warmup_existed_loads_with_the_warmup_it_tra
      "wocar_q_epochs must be an int in [1, 100000], got 0"),
     (dict(robust="wocar", wocar_q_minibatches=10**6),
      "wocar_q_minibatches must be an int in [1, 65536], got 1000000"),
+    (dict(robust="wocar", wocar_q_min_rows=0),
+     "wocar_q_min_rows must be an int in [1, 65536], got 0"),
     (dict(robust="wocar", wocar_search_steps=-1),
      "wocar_search_steps must be an int in [0, 1000], got -1"),
     (dict(robust="wocar", wocar_smoothness_every=0),
@@ -437,6 +452,9 @@ def test_the_worst_attack_network_steps_on_every_q_every_th_replayed_minibatch(e
     (dict(robust="wocar", wocar_smoothness_every=2),
      "wocar_smoothness_every: a setting of WocaR-PPO/A2C (its rollout critic and smoothness "
      "term), which WocaR-DQN does not read, got wocar_smoothness_every=2"),
+    (dict(robust="wocar", wocar_q_min_rows=8),
+     "wocar_q_min_rows: a setting of WocaR-PPO/A2C (its rollout critic and smoothness term), "
+     "which WocaR-DQN does not read, got wocar_q_min_rows=8"),
     (dict(robust="wocar", wocar_q_every=0), "wocar_q_every must be an int in [1, 100000], got 0"),
     (dict(robust="wocar", wocar_term="hinge"),
      "wocar_term must be one of ('spread', 'margin'), got 'hinge'"),
