@@ -1,4 +1,4 @@
-"""WocaR-PPO's training CPU against vanilla PPO's (issue 37, CartPole clause 3: at most 1.5x).
+"""WocaR's training CPU against the vanilla agent's (issue 37, CartPole clause 3: at most 1.5x).
 
 Each run is its own process (so each pays its own warm-up, as a user's ``train-agent`` does):
 ``agents.PPO(env="CartPole-v1", seed=s, backend="graph", robust=agents.WocaR(eps=0.05, ...))``

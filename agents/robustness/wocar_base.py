@@ -405,7 +405,7 @@ class WocaRPlugin(_WorstCaseWeighted):
         axis = 0 if self.num_seeds == 1 else 1  # the rows' axis
         n = int(rollout[0].shape[axis])
         epochs = self.spec.q_epochs
-        minibatches = min(self.spec.q_minibatches, n, max(1, n // self.spec.q_min_rows))
+        minibatches = min(self.spec.q_minibatches, max(1, n // self.spec.q_min_rows))
         mb = n // minibatches
 
         def shuffles(seed):  # [epochs, n]
