@@ -222,6 +222,15 @@ def run_agent(method: str, seed: int, args) -> dict:
     return row
 
 
+def worst_by_method(rows: list[dict], main_eps: float) -> dict[str, list[float]]:
+    """Per method (:func:`label`'s names, in the rows' order), each seed's worst case at
+    ``main_eps``."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        out.setdefault(label(r), []).append(r["worst"][str(float(main_eps))])
+    return out
+
+
 def leaderboard(rows: list[dict], main_eps: float) -> dict:
     """Per method: natural and worst case (at ``main_eps``) summaries over seeds (median, IQM,
     bootstrap intervals), each attack's median over seeds and how many seeds it has, the median
@@ -230,10 +239,9 @@ def leaderboard(rows: list[dict], main_eps: float) -> dict:
     bootstrap interval). Methods are :func:`label`'s names (WocaR's settings apart)."""
     from agents.algorithms.many import probability_of_improvement, summarize_runs
 
-    out, worst = {}, {}
-    for method in dict.fromkeys(label(r) for r in rows):
+    out, worst = {}, worst_by_method(rows, main_eps)
+    for method in worst:
         mine = [r for r in rows if label(r) == method]
-        worst[method] = [r["worst"][str(float(main_eps))] for r in mine]
         per_attack: dict[str, list[float]] = {}
         for r in mine:
             for a in r["attacks"]:
@@ -289,7 +297,7 @@ def print_seed_power(board: dict, rows: list[dict], main_eps: float, counts: lis
                      draws: int) -> dict:
     """For each pair of methods, :func:`seed_power` over their worst cases at ``main_eps``:
     printed, and returned as ``{"m vs n": {"seeds": fraction, ...}}`` (with the draws)."""
-    worst = {m: [r["worst"][str(float(main_eps))] for r in rows if label(r) == m] for m in board}
+    worst = worst_by_method(rows, main_eps)
     methods, out = list(board), {"draws": draws, "pairs": {}}
     for i, m in enumerate(methods):
         for n in methods[i + 1:]:
