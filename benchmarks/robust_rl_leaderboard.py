@@ -293,12 +293,12 @@ def seed_power(x, y, counts, draws: int = 200, reps: int = 1000, confidence: flo
     return out
 
 
-def print_seed_power(board: dict, rows: list[dict], main_eps: float, counts: list[int],
-                     draws: int) -> dict:
-    """For each pair of methods, :func:`seed_power` over their worst cases at ``main_eps``:
-    printed, and returned as ``{"m vs n": {"seeds": fraction, ...}}`` (with the draws)."""
+def print_seed_power(rows: list[dict], main_eps: float, counts: list[int], draws: int) -> dict:
+    """For each pair of methods (in the board's order), :func:`seed_power` over their worst
+    cases at ``main_eps``: printed, and returned as ``{"m vs n": {"seeds": fraction, ...}}``
+    (with the draws)."""
     worst = worst_by_method(rows, main_eps)
-    methods, out = list(board), {"draws": draws, "pairs": {}}
+    methods, out = list(worst), {"draws": draws, "pairs": {}}
     for i, m in enumerate(methods):
         for n in methods[i + 1:]:
             t0 = time.process_time()
@@ -450,7 +450,7 @@ def main(argv=None) -> int:
                 _write(args.json, args, rows, None)
     board = leaderboard(rows, args.main_eps)
     print_table(board, args.main_eps)
-    power = (print_seed_power(board, rows, args.main_eps, counts, args.power_draws)
+    power = (print_seed_power(rows, args.main_eps, counts, args.power_draws)
              if counts else None)
     if args.json:
         _write(args.json, args, rows, board, power)
