@@ -25,7 +25,10 @@ with a ``ValueError``: files whose protocol (:data:`PROTOCOL`) differs from this
 of one agent whose natural return or a shared cell differ (not the same agent: the tree
 changed). ``--wocar-set KEY=VALUE`` (repeatable) sets a field of ``agents.WocaR`` for the wocar
 agents (e.g. ``bound="crown-ibp"``: docs/benchmarks/robust-rl.md, 2026-12-04 night); the
-leaderboard names such agents ``wocar bound="crown-ibp"``, apart from default ``wocar``. ``--figure PATH``
+leaderboard names such agents ``wocar bound="crown-ibp"``, apart from default ``wocar``.
+``--agent-set KEY=VALUE`` (repeatable) sets a PPO config field of every agent, of every method
+(e.g. ``hidden_sizes=[128,128]``): part of the protocol, so files of other agent settings are
+refused by ``--rows-from``. ``--figure PATH``
 draws worst-case return against eps per method (median over seeds, the band from the lowest to
 the highest seed), e.g. under ``docs/benchmarks/``. ``--quick``: a smoke run
 of the whole pipeline (2 seeds, 20k steps, 3 episodes per row, the four cheap attacks at one
@@ -68,7 +71,12 @@ import numpy as np  # noqa: E402
 METHODS = ("vanilla", "sa", "adv", "atla", "atla-sa", "wocar")
 ATTACKS = "random,action,mad,critic,rs,optimal,paad"
 # the arguments that fix an agent and its cells: files of --rows-from must match this run's
-PROTOCOL = ("env", "steps", "robust_eps", "kappa", "episodes", "rs_steps", "adversary_steps")
+PROTOCOL = ("env", "steps", "robust_eps", "kappa", "episodes", "rs_steps", "adversary_steps",
+            "agent_set")
+# a file written before a PROTOCOL field existed ran with this value of it
+PROTOCOL_BEFORE = {"agent_set": []}
+# PPO config fields --agent-set may not set: the script's own arguments and the robust methods'
+OWN_FIELDS = ("env", "seed", "backend", "preset", "num_seeds", "robust")
 # ATLA+SA's SA weight when --kappa is not given: 0.1, the CartPole value of the learned-adversary
 # runs (docs/benchmarks/robust-rl.md, issue 25: with SA-PPO's kappa 3 on top of the adversary
 # the policy stayed near-uniform, clean return 34.5; with 1, 107.6)
@@ -93,8 +101,9 @@ def robust_spec(method: str, eps: float, kappa: float | None, wocar: dict | None
             "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa, **(wocar or {}))}[method]()
 
 
-def wocar_settings(items: list[str]) -> dict:
-    """``--wocar-set KEY=VALUE`` items (JSON values) as ``agents.WocaR`` keyword arguments.
+def wocar_settings(items: list[str], option: str = "--wocar-set") -> dict:
+    """``--wocar-set KEY=VALUE`` items (JSON values) as ``agents.WocaR`` keyword arguments (and
+    ``--agent-set``'s as ``agents.PPO``'s: ``option`` names the option in errors).
 
     >>> wocar_settings(["gamma=0.995", 'bound="crown"'])
     {'gamma': 0.995, 'bound': 'crown'}
@@ -103,18 +112,44 @@ def wocar_settings(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--wocar-set: KEY=VALUE, got {item!r}")
-        out[key.strip()] = json.loads(value)
+            raise ValueError(f"{option}: KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"{option}: {key.strip()}'s value must be JSON (strings in double "
+                             f"quotes), got {value!r}") from None
     return out
 
 
-def canonical_settings(items: list[str]) -> list[str]:
-    """``--wocar-set`` items in one spelling (sorted ``key=JSON``): an agent's WocaR settings.
+def canonical_settings(items: list[str], option: str = "--wocar-set") -> list[str]:
+    """``--wocar-set`` (or ``--agent-set``) items in one spelling (sorted ``key=JSON``).
 
     >>> canonical_settings(['bound = "crown-ibp"', "gamma=0.995"])
     ['bound="crown-ibp"', 'gamma=0.995']
     """
-    return [f"{k}={json.dumps(v)}" for k, v in sorted(wocar_settings(items).items())]
+    return [f"{k}={json.dumps(v)}" for k, v in sorted(wocar_settings(items, option).items())]
+
+
+def agent_settings(items: list[str], env: str) -> dict:
+    """``--agent-set KEY=VALUE`` items as ``agents.PPO`` keyword arguments for every agent,
+    checked against the PPO config on ``env``'s preset before any agent is trained; the
+    script's own fields (:data:`OWN_FIELDS`, ``robust_*``, ``wocar_*``) are refused.
+
+    >>> agent_settings(["hidden_sizes=[128, 128]"], "CartPole-v1")
+    {'hidden_sizes': [128, 128]}
+    >>> agent_settings(["robust_eps=0.1"], "CartPole-v1")
+    Traceback (most recent call last):
+    ValueError: --agent-set: robust_eps is set by the script's own options
+    """
+    from agents.config import PPOConfig
+    from agents.core.presets import make_config
+
+    settings = wocar_settings(items, "--agent-set")
+    for k in settings:
+        if k in OWN_FIELDS or k.startswith(("robust_", "wocar_")):
+            raise ValueError(f"--agent-set: {k} is set by the script's own options")
+    make_config(PPOConfig, "ppo", env=env, **settings)  # ConfigError (a ValueError) names it
+    return settings
 
 
 def agent_key(row: dict) -> tuple:
@@ -171,6 +206,8 @@ def load_rows(paths: list[str], args, methods: list[str]) -> list[dict]:
             data = json.load(f)
         theirs = data.get("args", {})
         for k in PROTOCOL:
+            if k not in theirs and k in PROTOCOL_BEFORE:
+                theirs = dict(theirs, **{k: PROTOCOL_BEFORE[k]})
             if k in theirs and theirs[k] != getattr(args, k):
                 raise ValueError(f"--rows-from {path}: {k} is {theirs[k]!r} there, "
                                  f"{getattr(args, k)!r} in this run: one protocol only")
@@ -201,7 +238,8 @@ def run_agent(method: str, seed: int, args) -> dict:
 
     spec = robust_spec(method, args.robust_eps, args.kappa, wocar_settings(args.wocar_set))
     kw = {} if spec is None else {"robust": spec}
-    agent = agents.PPO(env=args.env, seed=seed, backend="graph", **kw)
+    agent = agents.PPO(env=args.env, seed=seed, backend="graph",
+                       **wocar_settings(args.agent_set, "--agent-set"), **kw)
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, progress_bar=False)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
@@ -381,6 +419,9 @@ def main(argv=None) -> int:
     p.add_argument("--wocar-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an agents.WocaR field of the wocar agents (JSON value), e.g. "
                         "gamma=0.995; repeatable")
+    p.add_argument("--agent-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a PPO config field of every agent (JSON value), e.g. "
+                        "hidden_sizes=[128,128]; repeatable; part of the protocol")
     p.add_argument("--attacks", default=ATTACKS)
     p.add_argument("--eps", default="0.02,0.05,0.1", help="evaluation budgets (comma-separated)")
     p.add_argument("--main-eps", type=float, default=0.05, help="the leaderboard's eps")
@@ -428,6 +469,8 @@ def main(argv=None) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(max(args.threads, 2))
     try:
+        agent_settings(args.agent_set, args.env)
+        args.agent_set = canonical_settings(args.agent_set, "--agent-set")
         wocar_set = canonical_settings(args.wocar_set)
         # agents already trained and evaluated by earlier runs, one row per agent
         rows = load_rows(args.rows_from, args, methods)

@@ -179,3 +179,55 @@ def test_seed_power_option_prints_each_pair_and_keeps_it(bench, tmp_path, no_age
         with pytest.raises(SystemExit):
             bench.main(["--methods", "sa", "--rows-from", runs, *bad])
         assert message in capsys.readouterr().err
+
+
+def test_agent_settings_reach_every_agent_and_fix_the_protocol(bench, tmp_path, monkeypatch,
+                                                                capsys):
+    built = []
+
+    class FirstAgentBuiltError(Exception):
+        pass
+
+    def record(**kwargs):  # the first agent's arguments are all this test needs
+        built.append(kwargs)
+        raise FirstAgentBuiltError
+
+    import agents
+
+    monkeypatch.setattr(agents, "PPO", record)
+    for method in ("vanilla", "wocar"):
+        with pytest.raises(FirstAgentBuiltError):
+            bench.main(["--methods", method, "--seeds", "3", "--eps", "0.05", "--agent-set",
+                        "hidden_sizes=[128, 128]", "--agent-set", 'activation="relu"'])
+    assert [b["hidden_sizes"] for b in built] == [[128, 128], [128, 128]]
+    assert [b["activation"] for b in built] == ["relu", "relu"]
+    assert [b["seed"] for b in built] == [3, 3]
+    assert "robust" not in built[0] and isinstance(built[1]["robust"], agents.WocaR)
+    # a file of the preset's agents (written before the option existed: no agent_set) is
+    # another protocol than a run of wider agents, and the same protocol as a run without it
+    old = _file(tmp_path, "old.json", [_row("sa", 0, 500.0, {("rs", 0.05): 187.0})])
+    with pytest.raises(SystemExit):
+        bench.main(["--methods", "sa", "--seeds", "0", "--eps", "0.05", "--agent-set",
+                    "hidden_sizes=[128,128]", "--rows-from", old])
+    assert (f"--rows-from {old}: agent_set is [] there, ['hidden_sizes=[128, 128]'] in this "
+            "run: one protocol only") in capsys.readouterr().err
+    assert bench.main(["--methods", "sa", "--seeds", "0", "--eps", "0.05",
+                       "--rows-from", old]) == 0
+
+
+@pytest.mark.parametrize("item,message", [
+    ("robust_eps=0.1", "--agent-set: robust_eps is set by the script's own options"),
+    ("wocar_gamma=0.9", "--agent-set: wocar_gamma is set by the script's own options"),
+    ("seed=4", "--agent-set: seed is set by the script's own options"),
+    ("hidden_size=[3]", "hidden_size is not a field of PPOConfig"),
+    ("hidden_sizes=[0]", "hidden_sizes"),
+    ("hidden_sizes", "--agent-set: KEY=VALUE, got 'hidden_sizes'"),
+    ("activation=relu", "--agent-set: activation's value must be JSON"),
+])
+def test_agent_settings_are_refused_by_name_before_training(bench, no_agents, capsys, item,
+                                                           message):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--methods", "vanilla", "--seeds", "0", "--eps", "0.05", "--agent-set",
+                    item])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
