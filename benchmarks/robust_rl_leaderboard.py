@@ -101,11 +101,12 @@ def robust_spec(method: str, eps: float, kappa: float | None, wocar: dict | None
             "wocar": lambda: agents.WocaR(eps=eps, kappa=kappa, **(wocar or {}))}[method]()
 
 
-def wocar_settings(items: list[str], option: str = "--wocar-set") -> dict:
-    """``--wocar-set KEY=VALUE`` items (JSON values) as ``agents.WocaR`` keyword arguments (and
-    ``--agent-set``'s as ``agents.PPO``'s: ``option`` names the option in errors).
+def key_values(items: list[str], option: str) -> dict:
+    """``KEY=VALUE`` items of ``option`` (``--wocar-set``, ``--agent-set``; JSON values) as
+    keyword arguments; a ``ValueError`` naming ``option`` for an item without ``=`` or a value
+    that is not JSON.
 
-    >>> wocar_settings(["gamma=0.995", 'bound="crown"'])
+    >>> key_values(["gamma=0.995", 'bound="crown"'], "--wocar-set")
     {'gamma': 0.995, 'bound': 'crown'}
     """
     out = {}
@@ -121,13 +122,22 @@ def wocar_settings(items: list[str], option: str = "--wocar-set") -> dict:
     return out
 
 
+def wocar_settings(items: list[str]) -> dict:
+    """``--wocar-set KEY=VALUE`` items as ``agents.WocaR`` keyword arguments.
+
+    >>> wocar_settings(["gamma=0.995", 'bound="crown"'])
+    {'gamma': 0.995, 'bound': 'crown'}
+    """
+    return key_values(items, "--wocar-set")
+
+
 def canonical_settings(items: list[str], option: str = "--wocar-set") -> list[str]:
     """``--wocar-set`` (or ``--agent-set``) items in one spelling (sorted ``key=JSON``).
 
     >>> canonical_settings(['bound = "crown-ibp"', "gamma=0.995"])
     ['bound="crown-ibp"', 'gamma=0.995']
     """
-    return [f"{k}={json.dumps(v)}" for k, v in sorted(wocar_settings(items, option).items())]
+    return [f"{k}={json.dumps(v)}" for k, v in sorted(key_values(items, option).items())]
 
 
 def agent_settings(items: list[str], env: str) -> dict:
@@ -144,7 +154,7 @@ def agent_settings(items: list[str], env: str) -> dict:
     from agents.config import PPOConfig
     from agents.core.presets import make_config
 
-    settings = wocar_settings(items, "--agent-set")
+    settings = key_values(items, "--agent-set")
     for k in settings:
         if k in OWN_FIELDS or k.startswith(("robust_", "wocar_")):
             raise ValueError(f"--agent-set: {k} is set by the script's own options")
@@ -239,7 +249,7 @@ def run_agent(method: str, seed: int, args) -> dict:
     spec = robust_spec(method, args.robust_eps, args.kappa, wocar_settings(args.wocar_set))
     kw = {} if spec is None else {"robust": spec}
     agent = agents.PPO(env=args.env, seed=seed, backend="graph",
-                       **wocar_settings(args.agent_set, "--agent-set"), **kw)
+                       **key_values(args.agent_set, "--agent-set"), **kw)
     c0, t0 = time.process_time(), time.perf_counter()
     agent.learn(args.steps, progress_bar=False)
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0

@@ -220,7 +220,7 @@ def test_agent_settings_reach_every_agent_and_fix_the_protocol(bench, tmp_path, 
     ("wocar_gamma=0.9", "--agent-set: wocar_gamma is set by the script's own options"),
     ("seed=4", "--agent-set: seed is set by the script's own options"),
     ("hidden_size=[3]", "hidden_size is not a field of PPOConfig"),
-    ("hidden_sizes=[0]", "hidden_sizes"),
+    ("hidden_sizes=[0]", "hidden_sizes must be an int in [1, 65536], got 0"),
     ("hidden_sizes", "--agent-set: KEY=VALUE, got 'hidden_sizes'"),
     ("activation=relu", "--agent-set: activation's value must be JSON"),
 ])
