@@ -215,12 +215,12 @@ def load_rows(paths: list[str], args, methods: list[str]) -> list[dict]:
         with open(path) as f:
             data = json.load(f)
         theirs = data.get("args", {})
-        for k in PROTOCOL:
-            if k not in theirs and k in PROTOCOL_BEFORE:
-                theirs = dict(theirs, **{k: PROTOCOL_BEFORE[k]})
-            if k in theirs and theirs[k] != getattr(args, k):
-                raise ValueError(f"--rows-from {path}: {k} is {theirs[k]!r} there, "
-                                 f"{getattr(args, k)!r} in this run: one protocol only")
+        for k in PROTOCOL:  # a field the file lacks: PROTOCOL_BEFORE's value, else not checked
+            mine = getattr(args, k)
+            value = theirs.get(k, PROTOCOL_BEFORE.get(k, mine))
+            if value != mine:
+                raise ValueError(f"--rows-from {path}: {k} is {value!r} there, "
+                                 f"{mine!r} in this run: one protocol only")
         for r in data["rows"]:
             if r["method"] not in methods:
                 continue
